@@ -1,0 +1,22 @@
+# contextuality: how contextual are a model's word representations? (Ethayarajh, EMNLP 2019, for any model)
+# Thin entry point: configuration, validation and helpers live in workflow/rules/common.smk,
+# one rule family per file in workflow/rules/, the logic in the contextuality package (src/).
+from snakemake.utils import min_version
+
+min_version("9.6")
+
+
+configfile: "config/config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/corpus.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        final_outputs(),

@@ -1,0 +1,255 @@
+"""The measurement step: a model's layer files in, the metric tables and PC embeddings out.
+
+Each layer file is read once, whole, into memory (float32), and every measure of that layer is taken
+from the in-memory array before the next layer is read; peak memory is about one layer. Random draws
+come from streams derived from one seed, one per purpose (and per layer where the paper redraws), so a
+rerun with the same seed writes byte-identical files. Outputs follow docs/data-contract.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from contextuality import measures
+from contextuality.atomic import atomic_path
+
+__all__ = ["atomic_path", "layer_is_complete", "measure_model", "read_layer", "write_vectors_text"]
+
+LOG = logging.getLogger(__name__)
+
+SELF_SIMILARITY_MODES = ("exact", "sampled", "both")
+# Sub-seeds of the random streams; each purpose draws from its own stream.
+_SENTENCE_SAMPLE, _BASELINE, _SAMPLED_PAIRS, _BOOTSTRAP = range(4)
+# Rows read from HDF5 per slice while converting a layer to float32 (bounds the temporary copy).
+READ_SLICE_ELEMENTS = 1 << 24
+
+WORD_COLUMNS = ["model", "word", "layer", "n", "self_similarity", "self_similarity_sampled", "mev", "mev_literal", "mev_centered"]
+LAYER_COLUMNS = [
+    "model", "layer", "n_words", "n_sentences_sampled",
+    "self_similarity", "self_similarity_ci_low", "self_similarity_ci_high",
+    "intra_sentence", "intra_sentence_ci_low", "intra_sentence_ci_high",
+    "mev", "mev_ci_low", "mev_ci_high", "mev_literal", "mev_centered",
+    "baseline_cosine", "baseline_mev",
+    "adjusted_self_similarity", "adjusted_intra_sentence", "adjusted_mev",
+    "norm_mean", "norm_std",
+    "self_similarity_sampled", "n_baseline_vectors",
+]  # fmt: skip
+CONTEXT_WORD_COLUMNS = ["rank", "kind", "word", "mean_self_similarity", "n"]
+
+
+def _rng(seed: int, purpose: int, layer: int = 0) -> np.random.Generator:
+    """The random stream for one purpose (and layer), independent of the order work is done in."""
+    return np.random.default_rng([seed, purpose, layer])
+
+
+def layer_is_complete(path: Path) -> bool:
+    """Whether a layer file carries ``complete == 1`` (set by its writer once fully written)."""
+    with h5py.File(path, "r") as f:
+        return int(f.attrs.get("complete", 0)) == 1
+
+
+def _require_complete(path: Path) -> None:
+    if not layer_is_complete(path):
+        raise ValueError(f"{path}: layer file is incomplete (attribute 'complete' is not 1); rebuild it before measuring")
+
+
+def read_layer(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """A layer file's ``vectors`` as one float32 array and its ``sentence_offsets``; refuses incomplete files.
+
+    The file is read in contiguous slices converted into a preallocated array, so float16 files never
+    need a second full-size copy.
+    """
+    path = Path(path)
+    _require_complete(path)
+    with h5py.File(path, "r") as f:
+        dataset = f["vectors"]
+        n_rows, dim = dataset.shape
+        vectors = np.empty((n_rows, dim), dtype=np.float32)
+        step = max(1, READ_SLICE_ELEMENTS // max(dim, 1))
+        for start in range(0, n_rows, step):
+            vectors[start : start + step] = dataset[start : start + step]
+        offsets = np.asarray(f["sentence_offsets"][...], dtype=np.int64)
+    if offsets[-1] != n_rows:
+        raise ValueError(f"{path}: sentence_offsets ends at {offsets[-1]} but vectors has {n_rows} rows")
+    return vectors, offsets
+
+
+def write_vectors_text(path: Path, words: np.ndarray, vectors: np.ndarray) -> None:
+    """Write ``word v1 ... vd`` lines (word2vec/GloVe text format, no header), 6 significant digits."""
+    line_format = "%s" + " %.6g" * vectors.shape[1] + "\n"
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
+        out.writelines(line_format % (word, *vector) for word, vector in zip(words, vectors.tolist()))
+
+
+def _word_chunks(group_starts: np.ndarray, rows_per_chunk: int) -> Iterator[tuple[int, int]]:
+    """Consecutive word ranges [a, b) whose occurrences span about ``rows_per_chunk`` rows."""
+    chunk_of_word = group_starts // rows_per_chunk
+    bounds = np.concatenate([[0], np.flatnonzero(np.diff(chunk_of_word)) + 1, [len(group_starts)]])
+    return zip(bounds[:-1].tolist(), bounds[1:].tolist())
+
+
+def _mean_or_nan(values: np.ndarray) -> float:
+    values = values[~np.isnan(values)]
+    return float(values.mean()) if len(values) else float("nan")
+
+
+def _measure_words(vectors, rows, group_starts, *, seed, self_similarity, sampled_pairs, with_pcs):
+    """Self-similarity and PC statistics of every word at one layer; arrays aligned with ``group_starts``."""
+    n_words, dim = len(group_starts), vectors.shape[1]
+    exact, sampled = np.full(n_words, np.nan), np.full(n_words, np.nan)
+    pcs = measures.PCStats(*(np.full(n_words, np.nan) for _ in range(3)), np.full((n_words, dim), np.nan))
+    # Same stream at every layer: a word gets the same sampled pairs in each layer, as in the paper's code.
+    pair_rng = _rng(seed, _SAMPLED_PAIRS)
+    ends = np.append(group_starts[1:], len(rows))
+    for first, last in _word_chunks(group_starts, max(1, measures.BATCH_ELEMENTS // dim)):
+        row_start, row_end = group_starts[first], ends[last - 1]
+        X = vectors[rows[row_start:row_end]]
+        local_starts = group_starts[first:last] - row_start
+        if self_similarity in ("exact", "both"):
+            exact[first:last] = measures.self_similarity_exact(X, local_starts)
+        if self_similarity in ("sampled", "both"):
+            local_ends = np.append(local_starts[1:], len(X))
+            sampled[first:last] = [
+                measures.self_similarity_sampled(X[a:b], pair_rng, sampled_pairs) for a, b in zip(local_starts, local_ends)
+            ]
+        if with_pcs:
+            for column, values in zip(pcs, measures.pc_stats_by_word(X, local_starts)):
+                column[first:last] = values
+    return exact, sampled, pcs
+
+
+def _context_specific_words(words: pd.DataFrame, top_k: int) -> pd.DataFrame:
+    """The ``top_k`` words with the lowest and highest mean self-similarity over layers >= 1."""
+    upper = words[words["layer"] >= 1].dropna(subset=["primary"])
+    means = upper.groupby("word", sort=True).agg(mean_self_similarity=("primary", "mean"), n=("n", "first")).reset_index()
+    ordered = means.sort_values(["mean_self_similarity", "word"], kind="stable")
+    most = ordered.head(top_k).assign(kind="most_context_specific")
+    least = ordered.iloc[::-1].head(top_k).assign(kind="least_context_specific")
+    table = pd.concat([most.assign(rank=np.arange(1, len(most) + 1)), least.assign(rank=np.arange(1, len(least) + 1))])
+    return table[CONTEXT_WORD_COLUMNS].reset_index(drop=True)
+
+
+def measure_model(
+    layer_paths: Mapping[int, Path],
+    occurrences: pd.DataFrame,
+    out_words: Path,
+    out_layers: Path,
+    out_pcs_dir: Path,
+    out_context_words: Path,
+    *,
+    model: str,
+    seed: int,
+    intra_sentences: int | str = 500,
+    baseline_samples: int = 1000,
+    self_similarity: str = "exact",
+    sampled_pairs: int = 1000,
+    mev_layer0: bool = False,
+    bootstrap_resamples: int = 1000,
+    top_k: int = 20,
+    log: logging.Logger = LOG,
+) -> None:
+    """Measure every layer of one model and write the metric tables and PC embeddings.
+
+    ``layer_paths`` maps layer index to its HDF5 file; ``occurrences`` is occurrences.parquet (word, row,
+    ...). ``intra_sentences`` sentences (or ``"all"``) are averaged for intra-sentence similarity and
+    ``baseline_samples`` sentences feed the baselines; both are prefixes of one seeded permutation of the
+    sentences, drawn once and shared by all layers (spec 4.4). ``self_similarity`` chooses the exact
+    all-pairs mean, the paper's sampled estimate (at most ``sampled_pairs`` ordered pairs), or both;
+    the per-layer mean uses the exact values whenever they are computed. MEV and the PC vectors are
+    computed for layers >= 1 (and layer 0 too if ``mev_layer0``); PC files are written for layers >= 1.
+    """
+    if self_similarity not in SELF_SIMILARITY_MODES:
+        raise ValueError(f"self_similarity must be one of {SELF_SIMILARITY_MODES}, got {self_similarity!r}")
+    if not (intra_sentences == "all" or (isinstance(intra_sentences, int) and intra_sentences > 0)):
+        raise ValueError(f"intra_sentences must be a positive integer or 'all', got {intra_sentences!r}")
+    layers = sorted(layer_paths)
+    for layer in layers:
+        _require_complete(Path(layer_paths[layer]))
+
+    occurrences = occurrences.sort_values(["word", "row"], kind="stable")
+    word_of_row = occurrences["word"].to_numpy()
+    rows = occurrences["row"].to_numpy(dtype=np.int64)
+    group_starts = np.flatnonzero(np.concatenate([[True], word_of_row[1:] != word_of_row[:-1]])) if len(rows) else np.empty(0, np.int64)
+    words = word_of_row[group_starts]
+    counts = measures.group_sizes(group_starts, len(rows))
+    log.info("%s: %d words, %d occurrences, layers %s", model, len(words), len(rows), layers)
+
+    word_tables, layer_records = [], []
+    sentence_sample = None
+    out_pcs_dir = Path(out_pcs_dir)
+    out_pcs_dir.mkdir(parents=True, exist_ok=True)
+    for layer in tqdm(layers, desc=f"measure {model}", unit="layer", file=sys.stderr, mininterval=5):
+        started = time.perf_counter()
+        vectors, offsets = read_layer(Path(layer_paths[layer]))
+        n_sentences = len(offsets) - 1
+        if len(rows) and rows.max() >= len(vectors):
+            raise ValueError(f"{layer_paths[layer]}: occurrences refer to row {rows.max()} but the file has {len(vectors)} rows")
+        if sentence_sample is None:
+            sentence_sample = _rng(seed, _SENTENCE_SAMPLE).permutation(n_sentences)
+            intra_ids = sentence_sample if intra_sentences == "all" else sentence_sample[:intra_sentences]
+            baseline_ids = sentence_sample[:baseline_samples]
+        elif len(sentence_sample) != n_sentences:
+            raise ValueError(f"{layer_paths[layer]}: {n_sentences} sentences, but layer {layers[0]} has {len(sentence_sample)}")
+
+        with_pcs = layer >= 1 or mev_layer0
+        exact, sampled, pcs = _measure_words(
+            vectors, rows, group_starts, seed=seed,
+            self_similarity=self_similarity, sampled_pairs=sampled_pairs, with_pcs=with_pcs,
+        )  # fmt: skip
+        primary = sampled if self_similarity == "sampled" else exact
+        intra = measures.intra_sentence_similarity(vectors, offsets, intra_ids)
+        baseline = measures.anisotropy_baseline(vectors, offsets, baseline_ids, _rng(seed, _BASELINE, layer), baseline_samples)
+        norm_rows, _ = measures.sentence_rows(offsets, baseline_ids)
+        norms = np.linalg.norm(vectors[norm_rows].astype(np.float64), axis=1)
+        del vectors
+
+        bootstrap_rng = _rng(seed, _BOOTSTRAP, layer)
+        self_ci = measures.bootstrap_ci(primary, bootstrap_rng, bootstrap_resamples)
+        intra_ci = measures.bootstrap_ci(intra, bootstrap_rng, bootstrap_resamples)
+        mev_ci = measures.bootstrap_ci(pcs.mev, bootstrap_rng, bootstrap_resamples)
+        self_mean, intra_mean, mev_mean = _mean_or_nan(primary), _mean_or_nan(intra), _mean_or_nan(pcs.mev)
+        layer_records.append({
+            "model": model, "layer": layer, "n_words": len(words), "n_sentences_sampled": int((~np.isnan(intra)).sum()),
+            "self_similarity": self_mean, "self_similarity_ci_low": self_ci[0], "self_similarity_ci_high": self_ci[1],
+            "intra_sentence": intra_mean, "intra_sentence_ci_low": intra_ci[0], "intra_sentence_ci_high": intra_ci[1],
+            "mev": mev_mean, "mev_ci_low": mev_ci[0], "mev_ci_high": mev_ci[1],
+            "mev_literal": _mean_or_nan(pcs.mev_literal), "mev_centered": _mean_or_nan(pcs.mev_centered),
+            "baseline_cosine": baseline.cosine, "baseline_mev": baseline.mev,
+            "adjusted_self_similarity": self_mean - baseline.cosine,
+            "adjusted_intra_sentence": intra_mean - baseline.cosine,
+            "adjusted_mev": mev_mean - baseline.mev,
+            "norm_mean": float(norms.mean()) if len(norms) else float("nan"),
+            "norm_std": float(norms.std()) if len(norms) else float("nan"),
+            "self_similarity_sampled": _mean_or_nan(sampled), "n_baseline_vectors": baseline.n_vectors,
+        })  # fmt: skip
+        word_tables.append(pd.DataFrame({
+            "model": model, "word": words, "layer": layer, "n": counts,
+            "self_similarity": exact, "self_similarity_sampled": sampled,
+            "mev": pcs.mev, "mev_literal": pcs.mev_literal, "mev_centered": pcs.mev_centered, "primary": primary,
+        }))  # fmt: skip
+        if layer >= 1:
+            write_vectors_text(out_pcs_dir / f"layer_{layer}.txt", words, pcs.first_vector)
+        log.info(
+            "%s layer %d: self-sim %.3f, intra %.3f, MEV %.3f, baseline cos %.3f MEV %.3f (%.1f s)",
+            model, layer, self_mean, intra_mean, mev_mean, baseline.cosine, baseline.mev, time.perf_counter() - started,
+        )  # fmt: skip
+
+    word_table = pd.concat(word_tables, ignore_index=True) if word_tables else pd.DataFrame(columns=[*WORD_COLUMNS, "primary"])
+    word_table = word_table.astype({"layer": "int64", "n": "int64"})
+    context_words = _context_specific_words(word_table, top_k)
+    layer_table = pd.DataFrame(layer_records, columns=LAYER_COLUMNS).astype({"layer": "int64", "n_words": "int64"})
+    with atomic_path(out_words) as tmp:
+        word_table[WORD_COLUMNS].to_parquet(tmp, index=False)
+    with atomic_path(out_layers) as tmp:
+        layer_table.to_parquet(tmp, index=False)
+    with atomic_path(out_context_words) as tmp:
+        context_words.to_csv(tmp, index=False)

@@ -1,0 +1,495 @@
+"""This run's numbers next to the paper's, and the paper's claims checked on them.
+
+``summary_table`` lays each model's per-layer values beside the paper's values for the
+paper model it stands for. ``claims_report`` evaluates every checkable claim
+(contextuality.paper.CLAIMS: the acceptance checks of paper-spec §7 and the abstract's
+statements) on each model and says HOLDS, FAILS or N/A with the numbers behind it.
+Claims about one paper model are checked on the run's model mapped to it; when that model
+has another depth, layer ranges are mapped by relative depth and the report says so.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+from scipy.stats import spearmanr
+
+from contextuality.paper import (
+    CLAIMS,
+    PAPER_CHECKPOINTS,
+    PAPER_DEPTH,
+    PAPER_LABELS,
+    QUANTITIES,
+    claims_for,
+    is_paper_checkpoint,
+    reference_value,
+)
+
+HOLDS, FAILS, NA = "HOLDS", "FAILS", "N/A"
+
+# (layers.parquet column, short header) of the summary table, in order.
+SUMMARY_COLUMNS = (
+    ("baseline_cosine", "Baseline"),
+    ("self_similarity", "SelfSim"),
+    ("adjusted_self_similarity", "SelfSim adj"),
+    ("adjusted_intra_sentence", "Intra adj"),
+    ("mev", "MEV"),
+    ("adjusted_mev", "MEV adj"),
+)
+
+A10_TOLERANCE = 0.05
+ISOTROPY_THRESHOLD = 0.05  # S1: a mean random cosine above this is clearly not isotropic
+S3_MAX_RHO = -0.5  # S3: "almost monotonic" decrease = Spearman rho(layer, adjusted self-sim) at most this
+A6_WORDS = ("and", "of", "'s", "the", "to")
+S5_STOPWORDS = ("the", "of", "to", "and")
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to a temporary file beside ``path``, then rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _fmt(value: float | None) -> str:
+    """Three decimals, or an en dash for a missing value."""
+    return "–" if value is None or not np.isfinite(value) else f"{value:.3f}"
+
+
+def _depth(table: pd.DataFrame) -> int:
+    """Number of contextual layers L: the largest layer index."""
+    return int(table["layer"].max())
+
+
+def _nearest_paper_layer(layer: int, depth: int, paper_depth: int) -> int:
+    """The paper layer at the same relative depth (rounded half up)."""
+    return layer if depth == paper_depth else min(paper_depth, math.floor(layer * paper_depth / depth + 0.5))
+
+
+def _role(model: str, label: str, depth: int, paper_model: str | None, source: str | None) -> tuple[bool, str]:
+    """Whether the model stands in for (is not) its paper model, and one sentence saying which it is."""
+    if paper_model is None:
+        return False, f"{label} has no counterpart in the paper: only the general claims apply."
+    name, ckpt, pdepth = PAPER_LABELS[paper_model], PAPER_CHECKPOINTS[paper_model], PAPER_DEPTH[paper_model]
+    if is_paper_checkpoint(paper_model, source or model) and depth == pdepth:
+        return False, f"{label} is the paper's {name} ({ckpt})."
+    text = (f"{label} stands in for {name}: the paper's claims are about {ckpt} ({pdepth} layers); "
+            f"{label} has {depth} layers")
+    text += "." if depth == pdepth else ", so layer ranges are mapped by relative depth."
+    return True, text
+
+
+def _summary_frame(layer_tables, labels, paper_models) -> pd.DataFrame:
+    """One row per model and layer: run values, the mapped paper layer and the paper's values."""
+    rows = []
+    for model, table in layer_tables.items():
+        depth, pm = _depth(table), paper_models.get(model)
+        for _, r in table.sort_values("layer").iterrows():
+            layer = int(r["layer"])
+            row = {"model": model, "label": labels.get(model, model), "layer": layer, "paper_model": pm,
+                   "paper_layer": None if pm is None else _nearest_paper_layer(layer, depth, PAPER_DEPTH[pm])}
+            for col, _ in SUMMARY_COLUMNS:
+                row[col] = float(r[col]) if col in r else np.nan
+                ref = None if pm is None else reference_value(pm, col, row["paper_layer"])
+                row[f"paper_{col}"] = np.nan if ref is None else ref[0]
+                row[f"paper_{col}_approximate"] = None if ref is None else ref[1]
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _paper_cell(row, col: str, approx_mark: str) -> str:
+    """The paper's value with its approximation mark, or an en dash."""
+    value = row[f"paper_{col}"]
+    if not np.isfinite(value):
+        return "–"
+    return (approx_mark if bool(row[f"paper_{col}_approximate"]) else "") + _fmt(value)
+
+
+def _latex_escape(text: str) -> str:
+    """Escape LaTeX special characters in free text."""
+    table = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+             "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+    return "".join(table.get(c, c) for c in text)
+
+
+def summary_table(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str],
+                  paper_models: dict[str, str | None], out_md, out_tex, *,
+                  sources: dict[str, str] | None = None) -> pd.DataFrame:
+    """Per model and layer, this run's values beside the paper's; written as Markdown and LaTeX.
+
+    ``paper_models`` maps each model key to "elmo", "bert", "gpt2" or None; ``sources``
+    (optional) maps it to its hub id or path, to tell the paper's checkpoint from a stand-in.
+    The paper column holds the [STATS] value ("≈" = approximate) at the same layer, or, for a
+    model of another depth, at the nearest relative depth (column "Paper layer").
+    Returns the table as a DataFrame.
+    """
+    sources = sources or {}
+    frame = _summary_frame(layer_tables, labels, paper_models)
+    md = ["# This run's per-layer numbers beside the paper's", "",
+          "Each run value is followed by the paper's value for the paper model the run's model stands for "
+          "(column `paper`). `≈` marks values read off the author's released statistics (approximate, "
+          "paper-spec §6.1-6.4); `–` marks no value. *Adj* = raw measure minus the layer's anisotropy "
+          "baseline (MEV: minus the MEV baseline). For a model of another depth than its paper model the "
+          "paper value is taken at the nearest relative depth (`Paper layer`).", ""]
+    tex = ["% This run's per-layer numbers beside the paper's (generated by contextuality.claims).",
+           "% Needs \\usepackage{booktabs}."]
+    for model, rows in frame.groupby("model", sort=False):
+        label, pm = rows["label"].iloc[0], rows["paper_model"].iloc[0]
+        _, role = _role(model, label, _depth(layer_tables[model]), pm, sources.get(model))
+        md += [f"## {label} (`{model}`)", "", role, ""]
+        header = ["Layer", "Paper layer"] + [h for _, short in SUMMARY_COLUMNS for h in (short, "paper")]
+        md += ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
+        body = []
+        for _, r in rows.iterrows():
+            lead = [str(int(r["layer"])), "–" if pd.isna(r["paper_layer"]) else str(int(r["paper_layer"]))]
+            md_cells, tex_cells = list(lead), list(lead)
+            for col, _ in SUMMARY_COLUMNS:
+                md_cells += [_fmt(r[col]), _paper_cell(r, col, "≈")]
+                tex_cells += [_fmt(r[col]), _paper_cell(r, col, r"$\approx$")]
+            md.append("| " + " | ".join(md_cells) + " |")
+            body.append(" & ".join(tex_cells).replace("–", "--") + r" \\")
+        md.append("")
+        groups = " & ".join(rf"\multicolumn{{2}}{{c}}{{{short}}}" for _, short in SUMMARY_COLUMNS)
+        rules = "".join(rf"\cmidrule(lr){{{3 + 2 * i}-{4 + 2 * i}}}" for i in range(len(SUMMARY_COLUMNS)))
+        tex += [r"\begin{table}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{3pt}",
+                r"\begin{tabular}{rr" + "rr" * len(SUMMARY_COLUMNS) + "}", r"\toprule",
+                rf" & Paper & {groups} \\", rules,
+                "Layer & layer & " + " & ".join(["run & paper"] * len(SUMMARY_COLUMNS)) + r" \\", r"\midrule",
+                *body, r"\bottomrule", r"\end{tabular}",
+                rf"\caption{{{_latex_escape(label)}: per-layer values of this run beside the paper's. "
+                + _latex_escape(role) + r" $\approx$: approximate (released statistics); --: no value.}",
+                rf"\label{{tab:summary-{_latex_escape(model)}}}", r"\end{table}", ""]
+    write_text_atomic(out_md, "\n".join(md))
+    write_text_atomic(out_tex, "\n".join(tex))
+    return frame
+
+
+@dataclass(frozen=True)
+class _Model:
+    """What a claim needs to know about one model of the run."""
+
+    key: str
+    label: str
+    table: pd.DataFrame  # indexed by layer
+    depth: int
+    paper_model: str | None
+    stand_in: bool
+    words: pd.DataFrame | None
+
+    def col(self, name: str) -> pd.Series:
+        """A layers.parquet column indexed by layer (all NaN when absent)."""
+        if name not in self.table.columns:
+            return pd.Series(np.nan, index=self.table.index)
+        return self.table[name].astype(float)
+
+    def span(self, first: int, last: int) -> tuple[int, int, str]:
+        """The run's layers covering paper layers first..last of the paper model, and a note if mapped."""
+        pdepth = PAPER_DEPTH[self.paper_model]
+        if self.depth == pdepth:
+            return first, last, ""
+        lo, hi = -(-first * self.depth // pdepth), last * self.depth // pdepth
+        return lo, hi, (f"relative depth: paper layers {first}-{last} of {pdepth} → layers {lo}-{hi} "
+                        f"of {self.depth}")
+
+
+Result = tuple[str, str, str]  # status, evidence, adaptation note
+
+
+def _missing(values: pd.Series) -> bool:
+    """True when any value needed by a claim is missing."""
+    return values.empty or not np.isfinite(values.to_numpy(float)).all()
+
+
+def _values(values: pd.Series) -> str:
+    """'layer: value' pairs for evidence strings."""
+    return ", ".join(f"{int(k)}: {v:.3f}" for k, v in values.items())
+
+
+def _extreme(values: pd.Series, which: str) -> str:
+    """'max 0.123 (layer 4)' for evidence strings."""
+    layer = values.idxmax() if which == "max" else values.idxmin()
+    return f"{which} {values[layer]:.3f} (layer {int(layer)})"
+
+
+def _all_below(values: pd.Series, limit: float, what: str) -> Result:
+    """HOLDS when every value is below ``limit``."""
+    if _missing(values):
+        return NA, f"{what} missing", ""
+    bad = values[values >= limit]
+    evidence = f"{what}: {_extreme(values, 'max')}"
+    return (HOLDS, evidence, "") if bad.empty else (FAILS, evidence + f"; ≥ {limit} at layers {list(map(int, bad.index))}", "")
+
+
+def _all_above(values: pd.Series, limit: float, what: str) -> Result:
+    """HOLDS when every value is above ``limit``."""
+    if _missing(values):
+        return NA, f"{what} missing", ""
+    bad = values[values <= limit]
+    evidence = f"{what}: {_extreme(values, 'min')}"
+    return (HOLDS, evidence, "") if bad.empty else (FAILS, evidence + f"; ≤ {limit} at layers {list(map(int, bad.index))}", "")
+
+
+def _a1a(m: _Model) -> Result:
+    return _all_below(m.col("baseline_cosine").loc[[0]], 0.05, "baseline cosine at layer 0")
+
+
+def _a1b(m: _Model) -> Result:
+    base = m.col("baseline_cosine")
+    if m.paper_model == "elmo":
+        status, evidence, _ = _all_above(base.loc[1:], 0.1, "baseline cosine, layers ≥ 1")
+        return status, evidence, "layer 0 excluded: the model stands for ELMo, whose input layer is the exception"
+    return _all_above(base, 0.1, "baseline cosine, all layers")
+
+
+def _a2(m: _Model) -> Result:
+    base = m.col("baseline_cosine")
+    lo, hi, note = m.span(2, 8)
+    mid, _, _ = m.span(8, 12)
+    if lo > hi or mid >= m.depth or _missing(base.loc[lo:]):
+        return NA, f"needs finite baselines and at least 3 layers (depth {m.depth})", note
+    band, rise, top = base.loc[lo:hi], base.loc[mid:], base.loc[m.depth]
+    in_band = bool(band.between(0.5, 0.7).all())
+    monotone = bool((np.diff(rise.to_numpy()) > 0).all())
+    evidence = (f"layers {lo}-{hi}: {band.min():.3f}-{band.max():.3f} ({'inside' if in_band else 'outside'} 0.5-0.7); "
+                f"layers {mid}-{m.depth}: {_values(rise)} ({'rising' if monotone else 'not monotone'}); "
+                f"top layer {top:.3f}")
+    return (HOLDS if in_band and monotone and top > 0.95 else FAILS), evidence, note
+
+
+def _a3(m: _Model) -> Result:
+    base = m.col("baseline_cosine")
+    if m.depth < 2 or _missing(base.loc[m.depth - 1:]):
+        return NA, "needs finite baselines in the last two layers", ""
+    gap = base[m.depth - 1] - base[m.depth]
+    note = "" if m.depth == PAPER_DEPTH["bert"] else f"penultimate layer {m.depth - 1} vs last layer {m.depth}"
+    evidence = f"baseline layer {m.depth - 1}: {base[m.depth - 1]:.3f}, layer {m.depth}: {base[m.depth]:.3f} (gap {gap:+.3f})"
+    return (HOLDS if gap > 0.1 else FAILS), evidence, note
+
+
+def _a4(m: _Model) -> Result:
+    value = m.col("self_similarity").get(0, np.nan)
+    if not np.isfinite(value):
+        return NA, "raw self-similarity at layer 0 missing", ""
+    return (HOLDS if abs(value - 1.0) <= 0.001 else FAILS), f"raw self-similarity at layer 0: {value:.4f}", ""
+
+
+def _a5a(m: _Model) -> Result:
+    adj = m.col("adjusted_self_similarity")
+    if m.depth < 2 or _missing(adj.loc[[1, m.depth]]):
+        return NA, "needs adjusted self-similarity at layer 1 and a distinct top layer", ""
+    evidence = f"adjusted self-similarity layer 1: {adj[1]:.3f}, top layer {m.depth}: {adj[m.depth]:.3f}"
+    return (HOLDS if adj[m.depth] < adj[1] else FAILS), evidence, ""
+
+
+def _a5b(m: _Model) -> Result:
+    status, evidence, _ = _all_below(m.col("adjusted_self_similarity").loc[[m.depth]], 0.05,
+                                     f"adjusted self-similarity at the top layer {m.depth}")
+    return status, evidence, "" if m.depth == PAPER_DEPTH["gpt2"] else "top layer stands for GPT-2's layer 12"
+
+
+def _word_means(m: _Model) -> pd.Series | None:
+    """Each word's self-similarity averaged over all layers (as the author's visualize.py), ascending."""
+    if m.words is None or m.words.empty:
+        return None
+    return m.words.groupby("word")["self_similarity"].mean().dropna().sort_values(kind="stable")
+
+
+def _a6(m: _Model) -> Result:
+    means = _word_means(m)
+    if means is None or len(means) < 5:
+        return NA, "needs the per-word table (words.parquet) with at least 5 words", ""
+    lowest = list(means.index[:5])
+    hits = [w for w in lowest if w in A6_WORDS]
+    evidence = f"five lowest (mean over layers): {', '.join(lowest)}; {len(hits)} of them in {{{', '.join(A6_WORDS)}}}"
+    return (HOLDS if len(hits) >= 3 else FAILS), evidence, ""
+
+
+def _a7a(m: _Model) -> Result:
+    adj = m.col("adjusted_intra_sentence")
+    if m.depth < 2 or _missing(adj.loc[[0, 1, m.depth]]):
+        return NA, "needs adjusted intra-sentence similarity at layers 0, 1 and a distinct top layer", ""
+    note = "" if m.depth == PAPER_DEPTH["elmo"] else f"checked as layer 0 < layer 1 < top layer {m.depth}"
+    evidence = f"adjusted intra-sentence similarity layer 0: {adj[0]:.3f}, 1: {adj[1]:.3f}, {m.depth}: {adj[m.depth]:.3f}"
+    return (HOLDS if adj[0] < adj[1] < adj[m.depth] else FAILS), evidence, note
+
+
+def _a7b(m: _Model) -> Result:
+    return _all_above(m.col("adjusted_intra_sentence"), 0.0, "adjusted intra-sentence similarity")
+
+
+def _a7c(m: _Model) -> Result:
+    adj = m.col("adjusted_intra_sentence")
+    lo, hi, note = m.span(2, 12)
+    if lo > hi or _missing(adj):
+        return NA, "needs adjusted intra-sentence similarity in every layer and at least 2 layers", note
+    band = adj.loc[lo:hi]
+    near_zero = bool((band.abs() <= 0.07).all())
+    layer0_largest = adj.idxmax() == 0
+    evidence = (f"layers {lo}-{hi}: {band.min():+.3f} to {band.max():+.3f} ({'within' if near_zero else 'outside'} ±0.07); "
+                f"largest value {_extreme(adj, 'max')}")
+    return (HOLDS if near_zero and layer0_largest else FAILS), evidence, note
+
+
+def _a8a(m: _Model) -> Result:
+    return _all_below(m.col("mev").loc[1:], 0.05, "raw MEV, layers ≥ 1")
+
+
+def _a8b(m: _Model) -> Result:
+    mev = m.col("mev")
+    lo, hi, note = m.span(2, 11)
+    if lo > hi or _missing(mev.loc[lo:hi]):
+        return NA, f"needs raw MEV in layers {lo}-{hi}", note
+    mean = float(mev.loc[lo:hi].mean())
+    return (HOLDS if 0.2 <= mean <= 0.4 else FAILS), f"mean raw MEV over layers {lo}-{hi}: {mean:.3f}", note
+
+
+def _a10(m: _Model) -> Result:
+    pdepth = PAPER_DEPTH[m.paper_model]
+    if m.depth != pdepth:
+        return NA, (f"depth {m.depth} differs from the paper's {pdepth}: no layer-by-layer comparison "
+                    "(see the summary table for relative-depth values)"), ""
+    gaps = []
+    for quantity in QUANTITIES:
+        run = m.col(quantity)
+        for layer in range(pdepth + 1):
+            ref = reference_value(m.paper_model, quantity, layer)
+            if ref is not None and np.isfinite(run.get(layer, np.nan)):
+                gaps.append((abs(run[layer] - ref[0]), quantity, layer))
+    if not gaps:
+        return NA, "no comparable values", ""
+    worst = max(gaps)
+    within = sum(g <= A10_TOLERANCE for g, _, _ in gaps)
+    evidence = (f"{within} of {len(gaps)} values within ±{A10_TOLERANCE}; "
+                f"largest gap {worst[0]:.3f} ({worst[1]}, layer {worst[2]})")
+    return (HOLDS if within == len(gaps) else FAILS), evidence, ""
+
+
+def _s1(m: _Model) -> Result:
+    return _all_above(m.col("baseline_cosine").loc[1:], ISOTROPY_THRESHOLD, "baseline cosine, layers ≥ 1")
+
+
+def _s2(m: _Model) -> Result:
+    return _all_above(m.col("self_similarity") - m.col("baseline_cosine"), 0.0,
+                      "self-similarity − baseline, all layers")
+
+
+def _s3(m: _Model) -> Result:
+    adj = m.col("adjusted_self_similarity")
+    if m.depth < 2 or _missing(adj):
+        return NA, "needs adjusted self-similarity in at least 3 layers", ""
+    rho = float(spearmanr(adj.index.to_numpy(), adj.to_numpy()).statistic)
+    evidence = (f"Spearman ρ(layer, adjusted self-similarity) = {rho:+.2f} over layers 0-{m.depth} "
+                f"(threshold {S3_MAX_RHO}); layer 0: {adj[0]:.3f} → layer {m.depth}: {adj[m.depth]:.3f}")
+    return (HOLDS if rho <= S3_MAX_RHO else FAILS), evidence, ""
+
+
+def _s4(m: _Model) -> Result:
+    return _all_below(m.col("adjusted_mev").loc[1:], 0.05, "adjusted MEV, layers ≥ 1")
+
+
+def _s5(m: _Model) -> Result:
+    means = _word_means(m)
+    present = [w for w in S5_STOPWORDS if means is not None and w in means.index]
+    if not present:
+        return NA, f"none of {', '.join(S5_STOPWORDS)} is indexed (or no per-word table)", ""
+    median = float(means.median())
+    ranks = means.rank(pct=True)
+    parts = [f"'{w}' {means[w]:.3f} (lowest {100 * ranks[w]:.0f}%)" for w in present]
+    evidence = f"mean self-similarity over layers: {'; '.join(parts)}; median word {median:.3f}"
+    return (HOLDS if all(means[w] < median for w in present) else FAILS), evidence, ""
+
+
+_EVALUATORS: dict[str, Callable[[_Model], Result]] = {
+    "A1a": _a1a, "A1b": _a1b, "A2": _a2, "A3": _a3, "A4": _a4, "A5a": _a5a, "A5b": _a5b, "A6": _a6,
+    "A7a": _a7a, "A7b": _a7b, "A7c": _a7c, "A8a": _a8a, "A8b": _a8b, "A10": _a10,
+    "S1": _s1, "S2": _s2, "S3": _s3, "S4": _s4, "S5": _s5,
+}
+
+
+def evaluate_claims(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, pd.DataFrame] | None,
+                    labels: dict[str, str], paper_models: dict[str, str | None], *,
+                    sources: dict[str, str] | None = None) -> pd.DataFrame:
+    """Evaluate every applicable claim on every model; one row per (model, claim).
+
+    Columns: model, label, paper_model, stand_in, claim, about, statement, status, evidence, note.
+    """
+    word_tables, sources = word_tables or {}, sources or {}
+    rows = []
+    for key, table in layer_tables.items():
+        label, pm, depth = labels.get(key, key), paper_models.get(key), _depth(table)
+        stand_in, role = _role(key, label, depth, pm, sources.get(key))
+        m = _Model(key, label, table.set_index("layer").sort_index(), depth, pm, stand_in, word_tables.get(key))
+        for c in claims_for(pm):
+            status, evidence, note = _EVALUATORS[c.id](m)
+            if c.about and stand_in:
+                note = "; ".join(filter(None, [f"stand-in for {PAPER_LABELS[pm]}", note]))
+            rows.append({"model": key, "label": label, "paper_model": pm, "stand_in": stand_in, "role": role,
+                         "claim": c.id, "about": ", ".join(PAPER_LABELS[p] for p in c.about) or "all models",
+                         "statement": c.text, "status": status, "evidence": evidence, "note": note})
+    return pd.DataFrame(rows)
+
+
+def _md_cell(text: str) -> str:
+    """Make free text safe inside a Markdown table cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def claims_report(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, pd.DataFrame] | None,
+                  labels: dict[str, str], paper_models: dict[str, str | None], out_md, *,
+                  sources: dict[str, str] | None = None) -> pd.DataFrame:
+    """Check the paper's claims on this run and write them as Markdown; returns the results table.
+
+    ``word_tables`` maps model keys to their words.parquet (needed for A6 and S5; missing
+    ones give N/A). ``paper_models`` and ``sources`` are as in ``summary_table``.
+    """
+    results = evaluate_claims(layer_tables, word_tables, labels, paper_models, sources=sources)
+    models = list(layer_tables)
+    md = ["# The paper's claims, checked on this run", "",
+          "Ethayarajh (EMNLP 2019), *How Contextual are Contextualized Word Representations?* "
+          "Each claim is evaluated on this run's numbers: **HOLDS**, **FAILS**, or **N/A** (not checkable "
+          "with these outputs). Claims about one of the paper's models are checked on the run's model "
+          "mapped to it; a stand-in is a different checkpoint, so a FAIL there says the claim does not "
+          "carry over, not that the paper is wrong. *Adjusted* = raw minus the layer's anisotropy baseline.",
+          "", "## Overview", ""]
+    head = ["Claim", "About"] + [_md_cell(labels.get(m, m)) for m in models]
+    md += ["| " + " | ".join(head) + " |", "|---|---|" + "---|" * len(models)]
+    for c in CLAIMS:
+        sub = results[results["claim"] == c.id].set_index("model")["status"] if not results.empty else {}
+        cells = [sub[m] if m in sub else "·" for m in models]
+        md.append(f"| {c.id} | {', '.join(PAPER_LABELS[p] for p in c.about) or 'all models'} | " + " | ".join(cells) + " |")
+    md += ["", "`·` = the claim is about a paper model this model does not stand for.", ""]
+    for model in models:
+        sub = results[results["model"] == model]
+        label = labels.get(model, model)
+        md += [f"## {label} (`{model}`)", "", sub["role"].iloc[0] if not sub.empty else "", "",
+               "| Claim | Statement | Result | Evidence | Note |", "|---|---|---|---|---|"]
+        for _, r in sub.iterrows():
+            md.append(f"| {r['claim']} | {_md_cell(r['statement'])} | **{r['status']}** | "
+                      f"{_md_cell(r['evidence'])} | {_md_cell(r['note'])} |")
+        md.append("")
+    covered = {pm for pm in paper_models.values() if pm}
+    unchecked = [c for c in CLAIMS if c.about and not covered.intersection(c.about)]
+    if unchecked:
+        md += ["## Claims no model of this run can check", "",
+               "No model of this run stands for the paper model these claims are about.", ""]
+        md += [f"- **{c.id}** ({', '.join(PAPER_LABELS[p] for p in c.about)}): {c.text}" for c in unchecked]
+        md.append("")
+    md += ["## Sources", "", "Claim sources (sections of the methods spec, paper-spec.md): "
+           + "; ".join(f"{c.id}: {c.source}" for c in CLAIMS) + ".", ""]
+    write_text_atomic(out_md, "\n".join(md))
+    return results

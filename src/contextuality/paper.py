@@ -1,0 +1,209 @@
+"""The paper's reference numbers and claims, as data (Ethayarajh, EMNLP 2019).
+
+Per-layer values come from the statistics files the author released ([STATS] in
+docs/paper-spec §6.1–6.4). They are close to, but not exactly, what the paper's
+figures show, so they carry ``approximate=True``. The one value the paper states
+in its text (ELMo's input layer has self-similarity 1) is marked exact.
+Column names match ``results/metrics/{model}/layers.parquet`` so a run's table
+and the paper's line up by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+PAPER_MODELS = ("elmo", "bert", "gpt2")
+
+PAPER_LABELS = {"elmo": "ELMo", "bert": "BERT", "gpt2": "GPT-2"}
+
+PAPER_CHECKPOINTS = {
+    "elmo": "ELMo original (elmo_2x4096_512_2048cnn_2xhighway)",
+    "bert": "bert-base-cased",
+    "gpt2": "gpt2 (small)",
+}
+
+# Number of contextual layers; layer 0 (the input embedding) comes on top.
+PAPER_DEPTH = {"elmo": 2, "bert": 12, "gpt2": 12}
+
+# Identifiers under which the paper's own checkpoints are known (hub ids, aliases).
+PAPER_IDENTIFIERS = {
+    "elmo": frozenset({"elmo", "elmo_2x4096_512_2048cnn_2xhighway", "elmo-2x4096_512_2048cnn_2xhighway",
+                       "lysandre/elmo-2x4096_512_2048cnn_2xhighway"}),
+    "bert": frozenset({"bert-base-cased", "google-bert/bert-base-cased"}),
+    "gpt2": frozenset({"gpt2", "openai-community/gpt2"}),
+}
+
+# Colours of the paper's figures (visualize.py).
+PAPER_COLORS = {"elmo": "red", "bert": "blue", "gpt2": "green"}
+
+# The paper's y ranges and titles (visualize.py), keyed by figure name.
+AXIS_RANGES = {
+    "anisotropy": (0.0, 1.0),
+    "self_similarity": (0.0, 1.0),
+    "intra_sentence": (-0.1, 0.5),
+    "mev": (0.0, 0.1),
+}
+
+TITLES = {
+    "anisotropy": "Average Cosine Similarity between Randomly Sampled Words",
+    "self_similarity": "Average Self-Similarity (anisotropy-adjusted)",
+    "intra_sentence": "Average Intra-Sentence Similarity (anisotropy-adjusted)",
+    "mev": "Average Maximum Explainable Variance (anisotropy-adjusted)",
+}
+
+# [STATS] per-layer values; the list index is the layer. None = not reported.
+_STATS: dict[str, dict[str, list[float | None]]] = {
+    "baseline_cosine": {
+        "elmo": [0.008, 0.157, 0.136],
+        "bert": [0.105, 0.168, 0.219, 0.245, 0.327, 0.377, 0.420, 0.398, 0.399, 0.484, 0.561, 0.675, 0.477],
+        "gpt2": [0.611, 0.644, 0.597, 0.614, 0.587, 0.573, 0.578, 0.582, 0.595, 0.617, 0.667, 0.758, 0.978],
+    },
+    "self_similarity": {
+        "elmo": [1.000, 0.744, 0.642],
+        "bert": [0.954, 0.921, 0.871, 0.823, 0.798, 0.781, 0.765, 0.744, 0.731, 0.754, 0.782, 0.839, 0.755],
+        "gpt2": [0.917, 0.921, 0.900, 0.908, 0.884, 0.865, 0.850, 0.842, 0.838, 0.840, 0.852, 0.887, 0.985],
+    },
+    "adjusted_self_similarity": {
+        "elmo": [0.992, 0.587, 0.506],
+        "bert": [0.849, 0.753, 0.652, 0.578, 0.471, 0.404, 0.345, 0.346, 0.332, 0.270, 0.221, 0.164, 0.278],
+        "gpt2": [0.306, 0.277, 0.303, 0.294, 0.297, 0.292, 0.272, 0.260, 0.243, 0.223, 0.185, 0.129, 0.007],
+    },
+    "intra_sentence": {
+        "elmo": [0.318, 0.582, 0.621],
+        "bert": [0.435, 0.522, 0.570, 0.590, 0.642, 0.695, 0.726, 0.711, 0.720, 0.771, 0.820, 0.870, 0.776],
+        "gpt2": [0.808, 0.825, 0.583, 0.549, 0.537, 0.559, 0.586, 0.614, 0.635, 0.658, 0.693, 0.768, 0.990],
+    },
+    "adjusted_intra_sentence": {
+        "elmo": [0.310, 0.425, 0.485],
+        "bert": [0.330, 0.354, 0.351, 0.345, 0.315, 0.318, 0.306, 0.313, 0.321, 0.287, 0.259, 0.195, 0.299],
+        "gpt2": [0.197, 0.181, -0.014, -0.065, -0.050, -0.014, 0.008, 0.032, 0.040, 0.041, 0.026, 0.010, 0.012],
+    },
+    "mev": {
+        "elmo": [None, 0.033, 0.039],
+        "bert": [None, 0.010, 0.015, 0.020, 0.023, 0.024, 0.025, 0.028, 0.029, 0.026, 0.023, 0.026, 0.040],
+        "gpt2": [None, 0.160, 0.286, 0.302, 0.301, 0.300, 0.297, 0.299, 0.302, 0.308, 0.308, 0.351, 0.713],
+    },
+    "baseline_mev": {
+        "elmo": [0.087, 0.003, 0.004],
+        "bert": [0.039, 0.025, 0.017, 0.012, 0.014, 0.012, 0.012, 0.010, 0.012, 0.015, 0.022, 0.040, 0.009],
+        "gpt2": [0.062, 0.298, 0.969, 0.998, 0.998, 0.997, 0.997, 0.996, 0.995, 0.994, 0.992, 0.985, 0.829],
+    },
+    "adjusted_mev": {
+        "elmo": [None, 0.030, 0.035],
+        "bert": [None, -0.015, -0.002, 0.008, 0.009, 0.012, 0.013, 0.018, 0.017, 0.011, 0.001, -0.014, 0.031],
+        "gpt2": [None, -0.138, -0.683, -0.696, -0.697, -0.697, -0.700, -0.697, -0.693, -0.686, -0.684, -0.634,
+                 -0.116],
+    },
+}
+
+# Values the paper states in its text (not read off [STATS]): (quantity, model, layer).
+_EXACT = {("self_similarity", "elmo", 0)}
+
+QUANTITIES = tuple(_STATS)
+
+
+def reference_table() -> pd.DataFrame:
+    """All reference values, one row per (paper_model, layer, quantity).
+
+    Columns: ``paper_model``, ``layer``, ``quantity`` (a layers.parquet column name),
+    ``value``, ``approximate`` (True for [STATS] values), ``source``.
+    """
+    rows = []
+    for quantity, per_model in _STATS.items():
+        for model, values in per_model.items():
+            for layer, value in enumerate(values):
+                if value is None:
+                    continue
+                exact = (quantity, model, layer) in _EXACT
+                rows.append({
+                    "paper_model": model,
+                    "layer": layer,
+                    "quantity": quantity,
+                    "value": float(value),
+                    "approximate": not exact,
+                    "source": "paper text" if exact else "STATS (released statistics, paper-spec §6.1-6.4)",
+                })
+    return pd.DataFrame(rows)
+
+
+def reference_value(paper_model: str, quantity: str, layer: int) -> tuple[float, bool] | None:
+    """The paper's value for one model, quantity and layer as ``(value, approximate)``, or None."""
+    values = _STATS.get(quantity, {}).get(paper_model)
+    if values is None or not 0 <= layer < len(values) or values[layer] is None:
+        return None
+    return float(values[layer]), (quantity, paper_model, layer) not in _EXACT
+
+
+def is_paper_checkpoint(paper_model: str, identifier: str | None) -> bool:
+    """Whether ``identifier`` (a hub id, alias or path) names the paper's own checkpoint."""
+    if not identifier:
+        return False
+    name = identifier.rstrip("/").lower()
+    return name in PAPER_IDENTIFIERS[paper_model] or name.rsplit("/", 1)[-1] in PAPER_IDENTIFIERS[paper_model]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One checkable statement of the paper.
+
+    ``about`` lists the paper models it is stated for; empty means every model.
+    """
+
+    id: str
+    text: str
+    about: tuple[str, ...]
+    source: str
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("A1a", "ELMo's input layer (layer 0) is nearly isotropic: baseline cosine below 0.05.",
+          ("elmo",), "§6.1; §7 A1"),
+    Claim("A1b", "Every layer except ELMo's input layer is anisotropic: baseline cosine above 0.1.",
+          (), "§6.1; §7 A1"),
+    Claim("A2", "GPT-2's baseline cosine is 0.5-0.7 in layers 2-8, rises monotonically from layer 8 to 12 "
+                "and exceeds 0.95 at layer 12.", ("gpt2",), "§6.1; §7 A2"),
+    Claim("A3", "BERT's penultimate layer is much more anisotropic than its last: baseline at layer 11 "
+                "exceeds layer 12 by more than 0.1.", ("bert",), "§6.1; §7 A3"),
+    Claim("A4", "ELMo's input layer has raw self-similarity 1.0 (within 0.001).", ("elmo",), "§6.2; §7 A4"),
+    Claim("A5a", "Adjusted self-similarity is lower in the top layer than in layer 1.", (), "§6.2; §7 A5"),
+    Claim("A5b", "GPT-2's last layer is almost maximally context-specific: adjusted self-similarity below 0.05.",
+          ("gpt2",), "§6.2; §7 A5"),
+    Claim("A6", "ELMo's five words with the lowest self-similarity (averaged over layers) include most of "
+                "{and, of, 's, the, to}.", ("elmo",), "§6.2; §7 A6"),
+    Claim("A7a", "ELMo's adjusted intra-sentence similarity rises with depth: layer 0 < layer 1 < layer 2.",
+          ("elmo",), "§6.3; §7 A7"),
+    Claim("A7b", "BERT's adjusted intra-sentence similarity is above 0 in every layer.", ("bert",), "§6.3; §7 A7"),
+    Claim("A7c", "GPT-2's adjusted intra-sentence similarity is within ±0.07 of 0 in layers 2-12, "
+                 "and layer 0 has the largest value.", ("gpt2",), "§6.3; §7 A7"),
+    Claim("A8a", "Raw MEV averages below 0.05 in every layer (≥ 1) of ELMo and BERT.", ("elmo", "bert"),
+          "§6.4; §7 A8"),
+    Claim("A8b", "GPT-2's raw MEV averages about 0.30 (0.2-0.4) over layers 2-11.", ("gpt2",), "§6.4; §7 A8"),
+    Claim("A10", "Per-layer values lie within ±0.05 of the released statistics.",
+          ("elmo", "bert", "gpt2"), "§6.1-6.4; §7 A10"),
+    Claim("S1", "No layer of the contextualizing model is isotropic: baseline cosine clearly above 0 "
+                "(> 0.05) in every layer ≥ 1.", (), "abstract; §6.6"),
+    Claim("S2", "A word's representations are still more similar to each other than to other words': "
+                "self-similarity exceeds the baseline on average in every layer.", (), "abstract; §6.6"),
+    Claim("S3", "Upper layers are more context-specific: adjusted self-similarity falls (almost "
+                "monotonically) with depth.", (), "§6.2; §6.6"),
+    Claim("S4", "Under 5% of the variance in a word's representations is explained by a static embedding, "
+                "on average, in every layer ≥ 1 (adjusted MEV < 0.05; the adjusted part of A8).", (),
+          "abstract; §6.4; §6.6; §7 A8"),
+    Claim("S5", "Stopwords are among the most context-specific words: 'the', 'of', 'to' and 'and' have a "
+                "mean self-similarity below that of the median word.", (), "§6.2"),
+)
+
+
+def claims_for(paper_model: str | None) -> tuple[Claim, ...]:
+    """The claims to check on a model standing for ``paper_model`` (None: only the general ones)."""
+    return tuple(c for c in CLAIMS if not c.about or (paper_model is not None and paper_model in c.about))
+
+
+def claim(claim_id: str) -> Claim:
+    """The claim with this id."""
+    for c in CLAIMS:
+        if c.id == claim_id:
+            return c
+    raise KeyError(claim_id)

@@ -1,0 +1,56 @@
+"""Shared fixtures: paths of the project and a runner for the real `snakemake` command line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+PROJECT = Path(__file__).resolve().parents[1]
+STS_DIR = PROJECT / "resources" / "sts"
+BENCHMARK_DIR = PROJECT / "resources" / "benchmarks"
+
+
+def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 900, env=None):
+    """Run the project's Snakefile in ``workdir`` (each test its own, as Snakemake locks directories)."""
+    command = [
+        sys.executable, "-m", "snakemake", "--snakefile", str(PROJECT / "Snakefile"),
+        "--directory", str(workdir), *args,
+    ]
+    if configfile is not None:
+        command += ["--configfile", str(configfile)]
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=workdir, env=full_env)
+
+
+def write_config(path: Path, config: dict) -> Path:
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def job_counts(dry_run_output: str) -> dict[str, int]:
+    """Parse the 'Job stats' table that `snakemake -n` prints."""
+    counts, in_table = {}, False
+    for line in dry_run_output.splitlines():
+        if line.startswith("Job stats"):
+            in_table = True
+            continue
+        if in_table:
+            parts = line.split()
+            if len(parts) == 2 and parts[1].isdigit():
+                counts[parts[0]] = int(parts[1])
+            elif counts and not line.strip():
+                break
+    return counts
+
+
+@pytest.fixture
+def base_config(tmp_path) -> dict:
+    """The default config with paths made absolute, so a run works from any directory."""
+    config = yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())
+    config["corpus"]["bundled_dir"] = str(STS_DIR)
+    return config

@@ -1,0 +1,68 @@
+"""The word index on a hand-made corpus whose counts are known."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from contextuality.words import build_word_index, tokenize, word_index, word_table
+
+SIX_SENTENCES = [
+    "The dog runs.",
+    "The dog sleeps!",
+    "A dog, a cat.",
+    "The cat runs.",
+    "The dog runs.",   # a duplicate sentence: counts again as an occurrence, not as a context
+    "the dog dog",     # lower-case 'the' is another word; 'dog' twice in one sentence
+]
+
+
+@pytest.fixture
+def sentences() -> pd.DataFrame:
+    return pd.DataFrame({"sentence_id": range(6), "text": SIX_SENTENCES})
+
+
+def test_tokens_and_punctuation(sentences):
+    assert tokenize(["A dog, a cat."]) == [["A", "dog", ",", "a", "cat", "."]]
+    words = word_table(sentences)
+    assert words[words["is_punct"]]["word"].tolist() == [".", "!", ",", ".", ".", "."]
+    assert words[words["sentence_id"] == 2]["position"].tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_threshold_counts_occurrences(sentences):
+    index = word_index(word_table(sentences), sentences, min_occurrences=4, count="occurrences")
+    counts = index.groupby("word").size().to_dict()
+    assert counts == {"The": 4, "dog": 6}  # case-sensitive: 'the' (1) is not 'The'
+    assert index[index["word"] == "dog"][["sentence_id", "position"]].values.tolist() == [
+        [0, 1], [1, 1], [2, 1], [4, 1], [5, 1], [5, 2]
+    ]
+
+
+def test_threshold_counts_unique_contexts(sentences):
+    words = word_table(sentences)
+    by_context = word_index(words, sentences, min_occurrences=4, count="contexts")
+    # 'dog' occurs in 5 sentences but only 4 distinct texts; 'The' in 4 sentences, 3 distinct texts.
+    assert set(by_context["word"]) == {"dog"}
+    by_context_3 = word_index(words, sentences, min_occurrences=3, count="contexts")
+    assert set(by_context_3["word"]) == {"dog", "The"}
+    by_occurrence_3 = word_index(words, sentences, min_occurrences=3, count="occurrences")
+    assert set(by_occurrence_3["word"]) == {"dog", "The", "runs"}
+
+
+def test_punctuation_is_never_indexed(sentences):
+    index = word_index(word_table(sentences), sentences, min_occurrences=1)
+    assert not set(index["word"]) & {".", ",", "!"}
+
+
+def test_unknown_count_mode_is_refused(sentences):
+    with pytest.raises(ValueError, match="words.count is 'types'; allowed: occurrences, contexts"):
+        word_index(word_table(sentences), sentences, count="types")
+
+
+def test_build_writes_both_tables(tmp_path, sentences):
+    sentences.to_parquet(tmp_path / "sentences.parquet")
+    index = build_word_index(
+        tmp_path / "sentences.parquet", tmp_path / "words.parquet", tmp_path / "index.parquet", min_occurrences=4
+    )
+    assert pd.read_parquet(tmp_path / "index.parquet").equals(index)
+    assert len(pd.read_parquet(tmp_path / "words.parquet")) == 4 + 4 + 6 + 4 + 4 + 3
