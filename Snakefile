@@ -14,6 +14,8 @@ report: "workflow/report/workflow.rst"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/corpus.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/extract.smk"
 
 
 rule all:

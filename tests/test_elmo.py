@@ -17,10 +17,17 @@ import torch
 
 from contextuality.elmo import ElmoBiLM, ElmoEmbedder, batch_to_char_ids
 
-simple_elmo = pytest.importorskip("simple_elmo_pytorch")
-
 GOLDEN = Path(__file__).parent / "data" / "elmo-golden"
 ATOL = 1e-5
+
+
+@pytest.fixture(autouse=True, scope="module")
+def single_thread():
+    """The models are tiny: extra threads only cost time, most of all on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 SENTENCES = [
     ["The", "naïve", "café", "owner", "smiled", "."],
@@ -44,7 +51,10 @@ def write_random_elmo(
     proj_clip: float = 0.5,
     explicit_identity_projections: bool = False,
 ) -> tuple[Path, Path]:
-    """Write options.json and weights.hdf5 in the official bilm-tf layout with random N(0, 0.5²) weights.
+    """Write options.json and weights.hdf5 in the official bilm-tf layout with random normal weights.
+
+    Standard deviation 0.5, divided by the square root of the fan-in for the highway and LSTM kernels, so that the
+    clips bite often while float32 rounding differences are not amplified past the test tolerance.
 
     `CNN_proj` and `W_P_0` are written only where bilm-tf writes them (filter total != projection_dim,
     projection_dim < cell_dim), unless `explicit_identity_projections` writes identity ones in their place, which
@@ -88,7 +98,7 @@ def write_random_elmo(
             for layer in range(2):
                 group = f.create_group(f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell")
                 state_dim = proj if proj < cell_dim else cell_dim
-                group["W_0"] = normal(proj + state_dim, 4 * cell_dim)
+                group["W_0"] = normal(proj + state_dim, 4 * cell_dim, scale=1 / np.sqrt(proj + state_dim))
                 group["B"] = normal(4 * cell_dim)
                 if proj < cell_dim:
                     group["W_P_0"] = normal(cell_dim, proj)
@@ -97,10 +107,22 @@ def write_random_elmo(
     return directory / "options.json", directory / "weights.hdf5"
 
 
-def reference_activations(bilm, sentences):
-    """allennlp's activations (list of (B, T + 2, 2P) arrays) and mask for a batch."""
-    out = bilm(simple_elmo.batch_to_ids(sentences))
-    return [a.detach().numpy() for a in out["activations"]], out["mask"].numpy()
+@pytest.fixture(scope="module")
+def simple_elmo():
+    """The test-only reference carrying allennlp's ELMo numerics."""
+    return pytest.importorskip("simple_elmo_pytorch")
+
+
+def reference_runner(simple_elmo, options, weights):
+    """allennlp's biLM on a weights file, carried state reset: sentences -> (activations (B, T + 2, 2P), mask)."""
+    bilm = simple_elmo.ElmoBiLmSentence(str(options), str(weights))
+    bilm._elmo_lstm.reset_states()
+
+    def run(sentences):
+        out = bilm(simple_elmo.batch_to_ids(sentences))
+        return [a.detach().numpy() for a in out["activations"]], out["mask"].numpy()
+
+    return run
 
 
 def our_activations(bilm, sentences):
@@ -162,33 +184,31 @@ def test_output_shapes_and_empty_sentences():
 # --- allennlp's numerics on random weights ------------------------------------------------------------------
 
 
-def test_character_ids_match_allennlp():
+def test_character_ids_match_allennlp(simple_elmo):
     np.testing.assert_array_equal(batch_to_char_ids(SENTENCES).numpy(), simple_elmo.batch_to_ids(SENTENCES).numpy())
 
 
 @pytest.mark.parametrize("activation,n_highway", [("relu", 1), ("tanh", 2)])
-def test_all_layers_match_allennlp(tmp_path, activation, n_highway):
+def test_all_layers_match_allennlp(simple_elmo, tmp_path, activation, n_highway):
     options, weights = write_random_elmo(tmp_path, seed=1, activation=activation, n_highway=n_highway)
-    reference = simple_elmo.ElmoBiLmSentence(str(options), str(weights))
-    reference._elmo_lstm.reset_states()
+    reference = reference_runner(simple_elmo, options, weights)
     ours, mask = our_activations(ElmoBiLM.from_files(options, weights), SENTENCES)
-    expected, expected_mask = reference_activations(reference, SENTENCES)
+    expected, expected_mask = reference(SENTENCES)
     np.testing.assert_array_equal(mask, expected_mask)
     assert_layers_close(ours, expected)
     assert all((layer[~mask] == 0).all() for layer in ours)
 
 
-def test_stateful_matches_allennlp_across_batch_sizes(tmp_path):
+def test_stateful_matches_allennlp_across_batch_sizes(simple_elmo, tmp_path):
     """Carried states per batch row, including a smaller batch (extra rows kept) followed by a larger one."""
     options, weights = write_random_elmo(tmp_path, seed=2)
-    reference = simple_elmo.ElmoBiLmSentence(str(options), str(weights))
-    reference._elmo_lstm.reset_states()
+    reference = reference_runner(simple_elmo, options, weights)
     ours = ElmoBiLM.from_files(options, weights, stateful=True)
     for batch in (SENTENCES[:3], SENTENCES[3:], SENTENCES[:1], SENTENCES[1:], SENTENCES[2:4]):
-        assert_layers_close(our_activations(ours, batch)[0], reference_activations(reference, batch)[0])
+        assert_layers_close(our_activations(ours, batch)[0], reference(batch)[0])
 
 
-def test_layout_without_projections_matches_allennlp(tmp_path):
+def test_layout_without_projections_matches_allennlp(simple_elmo, tmp_path):
     """bilm-tf omits CNN_proj when filters total projection_dim and W_P_0 when dim == projection_dim."""
     kwargs = dict(projection_dim=16, cell_dim=16, filters=((1, 8), (3, 8)), proj_clip=100.0)
     options, weights = write_random_elmo(tmp_path / "bare", seed=3, **kwargs)
@@ -196,11 +216,10 @@ def test_layout_without_projections_matches_allennlp(tmp_path):
         assert "CNN_proj" not in f and "W_P_0" not in f["RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell"]
     # allennlp always applies both, so give it identities (and a proj_clip that cannot bite).
     ref_options, ref_weights = write_random_elmo(tmp_path / "ref", seed=3, explicit_identity_projections=True, **kwargs)
-    reference = simple_elmo.ElmoBiLmSentence(str(ref_options), str(ref_weights))
-    reference._elmo_lstm.reset_states()
+    reference = reference_runner(simple_elmo, ref_options, ref_weights)
     assert_layers_close(
         our_activations(ElmoBiLM.from_files(options, weights), SENTENCES)[0],
-        reference_activations(reference, SENTENCES)[0],
+        reference(SENTENCES)[0],
     )
 
 

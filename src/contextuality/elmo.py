@@ -63,6 +63,7 @@ def _copy(param: torch.Tensor, array: np.ndarray, name: str) -> None:
 
 
 def _frozen(*shape: int) -> nn.Parameter:
+    """A zero parameter to be filled from the weights file; inference only, so no gradient."""
     return nn.Parameter(torch.zeros(*shape), requires_grad=False)
 
 
@@ -173,6 +174,21 @@ class ProjectedLSTM(nn.Module):
         return torch.stack(outputs, dim=1), (h, c)
 
 
+def _add_sentence_boundaries(char_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Put `<S>` before and `</S>` after each row's tokens: (B, T, W) -> (B, T + 2, W), and the new row lengths.
+
+    A token is real when any of its ids is nonzero; an empty sentence becomes `<S> </S>`.
+    """
+    batch_size, n_tokens, max_chars = char_ids.shape
+    lengths = (char_ids > 0).any(dim=-1).sum(dim=-1)
+    out = char_ids.new_zeros(batch_size, n_tokens + 2, max_chars)
+    out[:, 1:-1] = char_ids
+    bos, eos = (torch.tensor(word_to_char_ids(token, max_chars), device=out.device) for token in (BOS_TOKEN, EOS_TOKEN))
+    out[:, 0] = bos
+    out[torch.arange(batch_size, device=out.device), lengths + 1] = eos
+    return out, lengths + 2
+
+
 def _reverse_within_lengths(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Reverse each row of x (B, T, ...) over its first lengths[b] steps, leaving the padding where it is."""
     t = torch.arange(x.shape[1], device=x.device)
@@ -198,12 +214,10 @@ class ElmoBiLM(nn.Module):
             raise ValueError("lstm.projection_dim larger than lstm.dim is not an ELMo layout")
         self.skip_connections = lstm.get("use_skip_connections", False)
         self.char_cnn = CharCNN(options)
+        # lstms[direction][layer]; every layer reads and writes projection_dim features.
+        dims = (self.projection_dim, self.cell_dim, self.projection_dim, lstm["cell_clip"], lstm["proj_clip"])
         self.lstms = nn.ModuleList(
-            nn.ModuleList(
-                ProjectedLSTM(self.projection_dim, self.cell_dim, self.projection_dim, lstm["cell_clip"], lstm["proj_clip"])
-                for _ in range(self.n_layers)
-            )
-            for _ in range(2)
+            nn.ModuleList(ProjectedLSTM(*dims) for _ in range(self.n_layers)) for _ in range(2)
         )
         self.stateful = stateful
         self._states: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -229,16 +243,20 @@ class ElmoBiLM(nn.Module):
         self._states = None
 
     def _initial_states(self, batch_size: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        state_dim = self.lstms[0][0].state_dim
+        """(h, c), each (n_layers, 2 directions, batch_size, dim): the carried rows, zeros for the rest."""
         zeros = (
-            like.new_zeros(self.n_layers, 2, batch_size, state_dim),
+            like.new_zeros(self.n_layers, 2, batch_size, self.lstms[0][0].state_dim),
             like.new_zeros(self.n_layers, 2, batch_size, self.cell_dim),
         )
         if not self.stateful or self._states is None:
             return zeros
-        return tuple(torch.cat([s[:, :, :batch_size], z[:, :, s.shape[2] :]], dim=2) for s, z in zip(self._states, zeros))
+        return tuple(
+            torch.cat([kept[:, :, :batch_size], zero[:, :, kept.shape[2] :]], dim=2)
+            for kept, zero in zip(self._states, zeros)
+        )
 
     def _keep_states(self, final: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """Store the batch's final states over the first rows, keeping stored rows beyond the batch."""
         if self.stateful:
             kept = self._states or final
             self._states = tuple(torch.cat([f, k[:, :, f.shape[2] :]], dim=2) for f, k in zip(final, kept))
@@ -250,17 +268,10 @@ class ElmoBiLM(nn.Module):
         last token, padded positions 0; layer 0 is the token vector twice, layer l is [forward_l ; backward_l].
         mask: (B, T + 2), True on `<S>`, the tokens and `</S>`.
         """
-        batch_size, n_tokens, max_chars = char_ids.shape
-        lengths = (char_ids > 0).any(dim=-1).sum(dim=-1)
-        with_boundaries = char_ids.new_zeros(batch_size, n_tokens + 2, max_chars)
-        with_boundaries[:, 1:-1] = char_ids
-        rows = torch.arange(batch_size, device=char_ids.device)
-        with_boundaries[:, 0] = torch.tensor(word_to_char_ids(BOS_TOKEN, max_chars), device=char_ids.device)
-        with_boundaries[rows, lengths + 1] = torch.tensor(word_to_char_ids(EOS_TOKEN, max_chars), device=char_ids.device)
-        lengths = lengths + 2
-        mask = torch.arange(n_tokens + 2, device=char_ids.device) < lengths[:, None]
-
-        tokens = self.char_cnn(with_boundaries) * mask[..., None]
+        batch_size = char_ids.shape[0]
+        char_ids, lengths = _add_sentence_boundaries(char_ids)
+        mask = torch.arange(char_ids.shape[1], device=char_ids.device) < lengths[:, None]
+        tokens = self.char_cnn(char_ids) * mask[..., None]
         h0, c0 = self._initial_states(batch_size, tokens)
         # The backward LM runs left to right over each row reversed within its own length.
         inputs = [tokens, _reverse_within_lengths(tokens, lengths)]

@@ -10,7 +10,6 @@ depth layer / L when ``relative_depth`` is set.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import matplotlib
@@ -20,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from contextuality.atomic import atomic_path  # noqa: E402
 from contextuality.paper import AXIS_RANGES, TITLES  # noqa: E402
 
 FIGURES = ("anisotropy", "self_similarity", "intra_sentence", "mev")
@@ -74,8 +74,8 @@ def _finish(ax, name: str, values: list[np.ndarray], relative_depth: bool, max_l
     finite = np.concatenate([v[np.isfinite(v)] for v in values]) if values else np.array([])
     if finite.size:
         pad = 0.05 * (max(high, finite.max()) - min(low, finite.min()))
-        low = min(low, finite.min() - pad) if finite.min() < low else low
-        high = max(high, finite.max() + pad) if finite.max() > high else high
+        low = finite.min() - pad if finite.min() < low else low
+        high = finite.max() + pad if finite.max() > high else high
     else:
         ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="grey")
     ax.set_ylim(low, high)
@@ -95,22 +95,14 @@ def _finish(ax, name: str, values: list[np.ndarray], relative_depth: bool, max_l
 
 def _save(fig, png: str | os.PathLike, pdf: str | os.PathLike) -> tuple[Path, Path]:
     """Write the figure as PNG and PDF, each to a temporary file then renamed into place."""
-    paths = []
-    for path, fmt, meta in ((png, "png", {"Software": None}),
-                            (pdf, "pdf", {"CreationDate": None, "ModDate": None})):
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                fig.savefig(handle, format=fmt, dpi=DPI, metadata=meta, bbox_inches="tight")
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        paths.append(path)
-    plt.close(fig)
-    return paths[0], paths[1]
+    try:
+        for path, fmt, meta in ((png, "png", {"Software": None}),
+                                (pdf, "pdf", {"CreationDate": None, "ModDate": None})):
+            with atomic_path(path) as tmp:
+                fig.savefig(tmp, format=fmt, dpi=DPI, metadata=meta, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+    return Path(png), Path(pdf)
 
 
 def _line_figure(name: str, value: str, ci: tuple[str, str] | None, shift: str | None,
@@ -175,8 +167,7 @@ def plot_mev(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], png,
     present = [m for m, s in series.items() if not s.empty]
     n = max(len(present), 1)
     max_layer = max((_depth(layer_tables[m]) for m in present), default=1)
-    min_depth = min((_depth(layer_tables[m]) for m in present), default=1)
-    slot = 1.0 / max(min_depth, 1) if relative_depth else 1.0
+    slot = 1.0 / max_layer if relative_depth else 1.0  # the deepest model's layer spacing
     width = 0.8 * slot / n
     shown = []
     for i, model in enumerate(layer_tables):
@@ -194,9 +185,7 @@ def plot_mev(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], png,
                hatch=None if i < 10 else "//", yerr=err, capsize=2, error_kw={"elinewidth": 0.8},
                label=labels.get(model, model))
         shown.append(s["value"].to_numpy())
-    ax.axhline(MEV_THRESHOLD, color="black", linestyle="--", linewidth=1.0)
-    ax.annotate("5%", xy=(1.0, MEV_THRESHOLD), xycoords=("axes fraction", "data"), xytext=(-4, 3),
-                textcoords="offset points", ha="right", fontsize=8)
+    ax.axhline(MEV_THRESHOLD, color="black", linestyle="--", linewidth=1.0, label="5% of variance")
     ax.axhline(0.0, color="black", linewidth=0.6)
     _finish(ax, "mev", shown, relative_depth, max_layer)
     if not relative_depth:

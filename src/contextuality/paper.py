@@ -19,9 +19,9 @@ PAPER_MODELS = ("elmo", "bert", "gpt2")
 PAPER_LABELS = {"elmo": "ELMo", "bert": "BERT", "gpt2": "GPT-2"}
 
 PAPER_CHECKPOINTS = {
-    "elmo": "ELMo original (elmo_2x4096_512_2048cnn_2xhighway)",
+    "elmo": "elmo_2x4096_512_2048cnn_2xhighway",
     "bert": "bert-base-cased",
-    "gpt2": "gpt2 (small)",
+    "gpt2": "gpt2, the small GPT-2",
 }
 
 # Number of contextual layers; layer 0 (the input embedding) comes on top.
@@ -34,9 +34,6 @@ PAPER_IDENTIFIERS = {
     "bert": frozenset({"bert-base-cased", "google-bert/bert-base-cased"}),
     "gpt2": frozenset({"gpt2", "openai-community/gpt2"}),
 }
-
-# Colours of the paper's figures (visualize.py).
-PAPER_COLORS = {"elmo": "red", "bert": "blue", "gpt2": "green"}
 
 # The paper's y ranges and titles (visualize.py), keyed by figure name.
 AXIS_RANGES = {
@@ -137,11 +134,12 @@ def reference_value(paper_model: str, quantity: str, layer: int) -> tuple[float,
 
 
 def is_paper_checkpoint(paper_model: str, identifier: str | None) -> bool:
-    """Whether ``identifier`` (a hub id, alias or path) names the paper's own checkpoint."""
+    """Whether ``identifier`` (a hub id, alias, path, or ELMo options/weights file) names the paper's checkpoint."""
     if not identifier:
         return False
     name = identifier.rstrip("/").lower()
-    return name in PAPER_IDENTIFIERS[paper_model] or name.rsplit("/", 1)[-1] in PAPER_IDENTIFIERS[paper_model]
+    last = name.rsplit("/", 1)[-1].removesuffix("_options.json").removesuffix("_weights.hdf5")
+    return name in PAPER_IDENTIFIERS[paper_model] or last in PAPER_IDENTIFIERS[paper_model]
 
 
 @dataclass(frozen=True)

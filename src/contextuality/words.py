@@ -33,27 +33,39 @@ def is_punct(text: str) -> bool:
     return bool(english_tokenizer().vocab[text].is_punct)
 
 
-def tokenize(texts) -> list[list[str]]:
-    """spaCy tokens of each text; whitespace tokens are dropped (they are not words)."""
+def tokenize_with_offsets(texts) -> list[list[tuple[str, int]]]:
+    """spaCy tokens of each text with their character offsets; whitespace tokens are dropped."""
     tokenizer = english_tokenizer()
-    return [[token.text for token in doc if not token.is_space] for doc in tokenizer.pipe(texts, batch_size=1000)]
+    return [
+        [(token.text, token.idx) for token in doc if not token.is_space]
+        for doc in tokenizer.pipe(texts, batch_size=1000)
+    ]
+
+
+def tokenize(texts) -> list[list[str]]:
+    """spaCy tokens of each text (no whitespace tokens)."""
+    return [[word for word, _ in words] for words in tokenize_with_offsets(texts)]
 
 
 def word_table(sentences: pd.DataFrame) -> pd.DataFrame:
-    """One row per spaCy token of every sentence: sentence_id, position, word, is_punct."""
-    tokens = tokenize(sentences["text"].tolist())
+    """One row per spaCy token of every sentence: sentence_id, position, word, char_start, is_punct.
+
+    ``char_start`` lets the extraction step align a model's pieces (by character offsets) to words.
+    """
+    tokens = tokenize_with_offsets(sentences["text"].tolist())
     lengths = [len(words) for words in tokens]
-    flat = [word for words in tokens for word in words]
+    flat = [word for words in tokens for word, _ in words]
     table = pd.DataFrame(
         {
             "sentence_id": sentences["sentence_id"].repeat(lengths).to_numpy(),
             "position": [position for n in lengths for position in range(n)],
             "word": flat,
+            "char_start": [start for words in tokens for _, start in words],
         }
     )
     punct_of = {word: is_punct(word) for word in set(flat)}
     table["is_punct"] = table["word"].map(punct_of).astype(bool)
-    return table.astype({"sentence_id": "int64", "position": "int32"})
+    return table.astype({"sentence_id": "int64", "position": "int32", "char_start": "int32"})
 
 
 def word_index(

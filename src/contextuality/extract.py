@@ -1,0 +1,478 @@
+"""Run sentences through a model and store every layer's vectors of every stored unit.
+
+A *unit* is what the measurements call a word occurrence:
+
+* ``indexing: subword``: every model piece (WordPiece, BPE) is its own unit, as the paper did for
+  BERT; its string is the piece (``##ing``, ``Ġdog``).
+* ``indexing: word``: every spaCy word is a unit; its vector pools the word's pieces (``first``,
+  ``last`` or ``mean``).
+
+Pieces are aligned to spaCy words by character offsets (the first non-space character of a piece
+falls inside exactly one word). Special tokens (``[CLS]``, ``[SEP]``, BOS) go through the model but
+are never stored. Layer 0 is the input-embedding layer.
+
+Sentences are processed in corpus order in blocks; inside a block they are sorted by length and
+padded per batch (with attention masks), so padding costs little and every block is written to HDF5
+as one contiguous slab per layer.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from contextuality.atomic import atomic_path
+from contextuality.words import is_punct
+
+log = logging.getLogger(__name__)
+
+BLOCK_SENTENCES = 1024  # sentences per HDF5 write; bounds memory to one block's vectors
+PIECE_MARKERS = ("##", "Ġ", "▁")
+
+
+class ExtractionError(RuntimeError):
+    """Extraction cannot proceed (disk, device, over-long sentence under policy 'error')."""
+
+
+@dataclass
+class AlignedSentence:
+    """One tokenized sentence: model ids and, per stored unit, the token positions it pools."""
+
+    sentence_id: int
+    input_ids: list[int]
+    unit_tokens: list[list[int]]   # token positions (into input_ids) of each stored unit
+    units: list[str]
+    word_positions: list[int]
+    unit_is_punct: list[bool]
+    truncated: bool
+
+
+def shard_bounds(n_sentences: int, n_shards: int, shard: int) -> tuple[int, int]:
+    """Contiguous block of sentence positions for ``shard`` (sizes differ by at most one)."""
+    return n_sentences * shard // n_shards, n_sentences * (shard + 1) // n_shards
+
+
+def strip_marker(piece: str) -> str:
+    for marker in PIECE_MARKERS:
+        if piece.startswith(marker) and len(piece) > len(marker):
+            return piece[len(marker):]
+    return piece
+
+
+def align_sentence(
+    sentence_id: int,
+    text: str,
+    word_starts: list[int],
+    words: list[str],
+    encoding,
+    tokens: list[str],
+    *,
+    indexing: str,
+    truncated: bool,
+) -> AlignedSentence:
+    """Map the model's pieces of one sentence to spaCy words and build its stored units."""
+    ids = encoding["input_ids"]
+    special = encoding["special_tokens_mask"]
+    offsets = encoding["offset_mapping"]
+    word_ends = [start + len(word) for start, word in zip(word_starts, words)]
+    starts = np.asarray(word_starts)
+    piece_word = []
+    for position, ((begin, end), is_special) in enumerate(zip(offsets, special)):
+        if is_special or end <= begin:
+            piece_word.append(-1)
+            continue
+        while begin < end and text[begin].isspace():  # byte-level BPE pieces carry their leading space
+            begin += 1
+        word = int(np.searchsorted(starts, begin, side="right")) - 1
+        piece_word.append(word if 0 <= word < len(words) and begin < word_ends[word] else -1)
+    unit_tokens, units, word_positions, punct = [], [], [], []
+    if indexing == "subword":
+        for position, word in enumerate(piece_word):
+            if word < 0:
+                continue
+            unit_tokens.append([position])
+            units.append(tokens[position])
+            word_positions.append(word)
+            punct.append(is_punct(strip_marker(tokens[position])))
+    else:
+        pieces_of: dict[int, list[int]] = {}
+        for position, word in enumerate(piece_word):
+            if word >= 0:
+                pieces_of.setdefault(word, []).append(position)
+        for word in sorted(pieces_of):
+            unit_tokens.append(pieces_of[word])
+            units.append(words[word])
+            word_positions.append(word)
+            punct.append(is_punct(words[word]))
+    return AlignedSentence(sentence_id, list(ids), unit_tokens, units, word_positions, punct, truncated)
+
+
+def pool(hidden: np.ndarray, token_lists: list[list[int]], pooling: str) -> np.ndarray:
+    """Vectors of the units of one sentence from its token vectors (layers, tokens, dim)."""
+    if pooling == "first" or all(len(tokens) == 1 for tokens in token_lists):
+        return hidden[:, [tokens[0] for tokens in token_lists]]
+    if pooling == "last":
+        return hidden[:, [tokens[-1] for tokens in token_lists]]
+    return np.stack([hidden[:, tokens].mean(axis=1) for tokens in token_lists], axis=1)
+
+
+def choose_device(requested: str, n_gpus: int, shard: int, lease_dir: Path) -> tuple[str, object]:
+    """The torch device for a shard, and the lease that keeps it ours (or None).
+
+    A scheduler (SLURM, Kubernetes) that sets ``CUDA_VISIBLE_DEVICES`` has already given this job its
+    GPU(s): use ``cuda:0``. Locally, with ``n_gpus`` > 0, the job takes a non-blocking ``flock`` on the
+    first free ``gpu{i}.lock`` (held for the life of the process, so the kernel releases it even on
+    SIGKILL); Snakemake's ``gpu`` resource caps how many shards run at once, so one is always free.
+    """
+    import torch
+
+    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
+        return "cpu", None
+    if requested.startswith("cuda:"):
+        return requested, None
+    if os.environ.get("CUDA_VISIBLE_DEVICES") and n_gpus == 0:
+        return "cuda:0", None
+    count = n_gpus or torch.cuda.device_count()
+    lease_dir.mkdir(parents=True, exist_ok=True)
+    for attempt in range(600):
+        for offset in range(count):
+            index = (shard + offset) % count
+            handle = open(lease_dir / f"gpu{index}.lock", "w")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            handle.write(f"{os.getpid()} shard {shard}\n")
+            handle.flush()
+            return f"cuda:{index}", handle
+        time.sleep(1)
+    raise ExtractionError(f"no free GPU among {count} after 10 minutes; is --resources gpu=N larger than extraction.n_gpus?")
+
+
+def estimate_bytes(n_units: int, n_layers: int, dim: int, storage_dtype: str) -> int:
+    return n_units * n_layers * dim * np.dtype(storage_dtype).itemsize
+
+
+def check_disk(path: Path, needed: int, factor: float) -> None:
+    """Stop before writing when the estimated output does not fit (with a margin)."""
+    free = shutil.disk_usage(path if path.exists() else path.parent).free
+    if free < needed * factor:
+        raise ExtractionError(
+            f"not enough disk for {path}: estimated output {needed / 1e9:.2f} GB x margin {factor} "
+            f"> {free / 1e9:.2f} GB free; free space, use storage_dtype float16, or set corpus.max_sentences"
+        )
+
+
+def tokenize_sentences(
+    loaded, sentences: pd.DataFrame, words: pd.DataFrame, *, indexing: str, policy: str
+) -> tuple[list[AlignedSentence], int, int]:
+    """Tokenize and align every sentence; apply the over-length policy. Returns (aligned, truncated, skipped)."""
+    tokenizer = loaded.tokenizer
+    texts = sentences["text"].tolist()
+    full = tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
+    too_long = [len(ids) > loaded.max_length for ids in full]
+    if policy == "error" and any(too_long):
+        first = int(sentences["sentence_id"].iloc[too_long.index(True)])
+        raise ExtractionError(
+            f"sentence {first} has more than {loaded.max_length} tokens for model '{loaded.key}' "
+            "(extraction.max_length_policy: error); allowed policies: truncate, skip, error"
+        )
+    encodings = tokenizer(
+        texts, add_special_tokens=True, truncation=True, max_length=loaded.max_length,
+        return_offsets_mapping=True, return_special_tokens_mask=True,
+    )
+    by_sentence = {sid: group for sid, group in words.groupby("sentence_id", sort=False)}
+    aligned, skipped = [], 0
+    for i, (sentence_id, text) in enumerate(zip(sentences["sentence_id"].tolist(), texts)):
+        group = by_sentence.get(sentence_id)
+        word_list = group["word"].tolist() if group is not None else []
+        starts = group["char_start"].tolist() if group is not None else []
+        encoding = {key: encodings[key][i] for key in ("input_ids", "special_tokens_mask", "offset_mapping")}
+        tokens = tokenizer.convert_ids_to_tokens(encoding["input_ids"])
+        item = align_sentence(
+            sentence_id, text, starts, word_list, encoding, tokens, indexing=indexing, truncated=too_long[i]
+        )
+        if too_long[i] and policy == "skip":
+            item = AlignedSentence(sentence_id, item.input_ids, [], [], [], [], True)
+            skipped += 1
+        aligned.append(item)
+    return aligned, sum(too_long) - skipped, skipped
+
+
+def forward_block(loaded, block: list[AlignedSentence], batch_size: int, pooling: str, device: str):
+    """Per-sentence pooled vectors (layers, units, dim) as float32, in the block's order."""
+    if isinstance(loaded, ElmoModel):
+        return loaded.forward_block(block, batch_size)
+    import torch
+
+    pad = loaded.tokenizer.pad_token_id
+    order = sorted(range(len(block)), key=lambda i: len(block[i].input_ids))
+    results: list[np.ndarray | None] = [None] * len(block)
+    for start in range(0, len(order), batch_size):
+        batch = [block[i] for i in order[start:start + batch_size]]
+        width = max(len(item.input_ids) for item in batch)
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, item in enumerate(batch):  # right padding: real tokens keep positions 0..n-1
+            ids[row, : len(item.input_ids)] = torch.tensor(item.input_ids)
+            mask[row, : len(item.input_ids)] = 1
+        with torch.inference_mode():
+            output = loaded.model(input_ids=ids.to(device), attention_mask=mask.to(device), output_hidden_states=True)
+        hidden = torch.stack(output.hidden_states, dim=1).float().cpu().numpy()  # (batch, layers, tokens, dim)
+        for row, index in enumerate(order[start:start + batch_size]):
+            item = block[index]
+            if item.unit_tokens:
+                results[index] = pool(hidden[row], item.unit_tokens, pooling)
+            else:
+                results[index] = np.zeros((hidden.shape[1], 0, hidden.shape[3]), dtype=np.float32)
+    return results
+
+
+@dataclass
+class ElmoModel:
+    """ELMo behind the same interface as a Hugging Face model: units are spaCy words."""
+
+    key: str
+    embedder: object
+    n_layers: int
+    dim: int
+    max_length: int = 10_000  # a character-CNN + LSTM has no position limit
+
+    def tokenize(self, sentences: pd.DataFrame, words: pd.DataFrame) -> list[AlignedSentence]:
+        by_sentence = {sid: group["word"].tolist() for sid, group in words.groupby("sentence_id", sort=False)}
+        aligned = []
+        for sentence_id in sentences["sentence_id"].tolist():
+            tokens = by_sentence.get(sentence_id, [])
+            aligned.append(
+                AlignedSentence(
+                    sentence_id, tokens, [[i] for i in range(len(tokens))], tokens, list(range(len(tokens))),
+                    [is_punct(token) for token in tokens], False,
+                )
+            )
+        return aligned
+
+    def forward_block(self, block: list[AlignedSentence], batch_size: int) -> list[np.ndarray]:
+        # Stateful ELMo carries LSTM state from batch to batch: keep corpus order then.
+        stateful = getattr(self.embedder, "stateful", False)
+        order = list(range(len(block))) if stateful else sorted(range(len(block)), key=lambda i: len(block[i].units))
+        results: list[np.ndarray | None] = [None] * len(block)
+        for start in range(0, len(order), batch_size):
+            indices = order[start:start + batch_size]
+            arrays = self.embedder.embed_batch([block[i].units for i in indices])
+            for index, array in zip(indices, arrays):
+                results[index] = np.asarray(array, dtype=np.float32)
+        return results
+
+
+def extract_shard(
+    loaded,
+    sentences: pd.DataFrame,
+    words: pd.DataFrame,
+    out_h5: Path,
+    out_units: Path,
+    *,
+    indexing: str,
+    pooling: str,
+    batch_size: int,
+    storage_dtype: str,
+    policy: str,
+    device: str,
+    disk_factor: float,
+    attrs: dict,
+) -> dict:
+    """Extract one shard of sentences into ``out_h5`` (one dataset per layer) and ``out_units``."""
+    if isinstance(loaded, ElmoModel):
+        aligned, n_truncated, n_skipped = loaded.tokenize(sentences, words), 0, 0
+        dim = loaded.dim
+    else:
+        aligned, n_truncated, n_skipped = tokenize_sentences(loaded, sentences, words, indexing=indexing, policy=policy)
+        dim = loaded.model.config.hidden_size
+    n_units = sum(len(item.units) for item in aligned)
+    n_tokens = sum(len(item.input_ids) for item in aligned)
+    needed = estimate_bytes(n_units, loaded.n_layers, dim, storage_dtype)
+    log.info(
+        "shard: %d sentences, %d model tokens, %d stored units; estimated output %.1f MB (%d layers x %d dims, %s)",
+        len(aligned), n_tokens, n_units, needed / 1e6, loaded.n_layers, dim, storage_dtype,
+    )
+    log.info("over-long sentences (max %d tokens): %d truncated, %d skipped", loaded.max_length, n_truncated, n_skipped)
+    check_disk(out_h5.parent, needed, disk_factor)
+    offsets = np.zeros(len(aligned) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(item.units) for item in aligned])
+    started = time.perf_counter()
+    with atomic_path(out_h5) as tmp, h5py.File(tmp, "w") as out:
+        datasets = [
+            out.create_dataset(
+                f"layer_{layer:02d}", shape=(n_units, dim), dtype=storage_dtype,
+                chunks=(min(4096, max(n_units, 1)), dim),
+            )
+            for layer in range(loaded.n_layers)
+        ]
+        bar = tqdm(total=len(aligned), unit="sent", mininterval=5, desc=f"extract {loaded.key}")
+        for block_start in range(0, len(aligned), BLOCK_SENTENCES):
+            block = aligned[block_start:block_start + BLOCK_SENTENCES]
+            vectors = forward_block(loaded, block, batch_size, pooling, device)
+            first, last = offsets[block_start], offsets[block_start + len(block)]
+            if last > first:
+                slab = np.concatenate(vectors, axis=1)  # (layers, units in block, dim)
+                for layer, dataset in enumerate(datasets):
+                    dataset[first:last] = slab[layer].astype(storage_dtype)
+            bar.update(len(block))
+            elapsed = time.perf_counter() - started
+            done_tokens = sum(len(item.input_ids) for item in aligned[: block_start + len(block)])
+            bar.set_postfix(tokens_per_s=f"{done_tokens / elapsed:.0f}")
+        bar.close()
+        out.create_dataset("sentence_offsets", data=offsets)
+        out.create_dataset("sentence_ids", data=sentences["sentence_id"].to_numpy(dtype=np.int64))
+        out.attrs.update(attrs)
+        out.attrs.update(
+            {
+                "n_layers": loaded.n_layers, "dim": dim, "dtype": storage_dtype, "indexing": indexing,
+                "pooling": pooling, "max_length": loaded.max_length, "n_truncated_sentences": n_truncated,
+                "n_skipped_sentences": n_skipped, "complete": 1,
+            }
+        )
+    elapsed = time.perf_counter() - started
+    units = pd.DataFrame(
+        {
+            "sentence_id": np.repeat([item.sentence_id for item in aligned], [len(item.units) for item in aligned]),
+            "position": [p for item in aligned for p in range(len(item.units))],
+            "unit": [unit for item in aligned for unit in item.units],
+            "word_position": [w for item in aligned for w in item.word_positions],
+            "is_punct": [p for item in aligned for p in item.unit_is_punct],
+        }
+    ).astype({"sentence_id": "int64", "position": "int32", "word_position": "int32", "is_punct": bool})
+    with atomic_path(out_units) as tmp:
+        units.to_parquet(tmp, index=False)
+    stats = {"sentences": len(aligned), "tokens": n_tokens, "units": n_units, "seconds": elapsed,
+             "tokens_per_s": n_tokens / elapsed if elapsed else float("nan"),
+             "truncated": n_truncated, "skipped": n_skipped}
+    log.info("done: %s", json.dumps(stats))
+    return stats
+
+
+def build_occurrences(
+    units: pd.DataFrame, word_index: pd.DataFrame, indexing: str, min_occurrences: int, count: str,
+    sentences: pd.DataFrame,
+) -> pd.DataFrame:
+    """The rows measured as word occurrences (the model's index), sorted by word then row.
+
+    ``word``: the corpus word index joined to rows, so occurrences lost to truncation drop out.
+    ``subword``: pieces that are not punctuation and pass the same threshold as the word index.
+    """
+    if indexing == "word":
+        merged = units.merge(
+            word_index.rename(columns={"position": "word_position"}), on=["sentence_id", "word_position"], how="inner"
+        )
+        occurrences = merged[["word", "row", "sentence_id", "position"]]
+    else:
+        candidates = units[~units["is_punct"]].rename(columns={"unit": "word"})
+        if count == "contexts":
+            text_of = sentences.set_index("sentence_id")["text"]
+            support = candidates.assign(text=candidates["sentence_id"].map(text_of)).groupby("word")["text"].nunique()
+        else:
+            support = candidates.groupby("word").size()
+        kept = support.index[support >= min_occurrences]
+        occurrences = candidates[candidates["word"].isin(kept)][["word", "row", "sentence_id", "position"]]
+        # the threshold is on occurrences, as for words; after truncation a word may fall below it
+    occurrences = occurrences.sort_values(["word", "row"], kind="stable").reset_index(drop=True)
+    sizes = occurrences.groupby("word").size()
+    return occurrences[occurrences["word"].isin(sizes.index[sizes >= 2])].reset_index(drop=True)
+
+
+def package_versions() -> dict:
+    import importlib.metadata
+
+    names = ["torch", "transformers", "tokenizers", "h5py", "numpy", "spacy", "contextuality"]
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def load_for_extraction(key: str, spec: dict, record: dict, device: str, compute_dtype: str):
+    """A loaded HF model, or ELMo wrapped in the same interface."""
+    if record["source"] == "elmo":
+        from contextuality.elmo import ElmoEmbedder
+        from contextuality.models import verify_weights
+
+        verify_weights(record)
+        embedder = ElmoEmbedder(record["options"], record["weights_file"], device=device,
+                                stateful=spec.get("stateful", False))
+        options = json.loads(Path(record["options"]).read_text())
+        return ElmoModel(key, embedder, options["lstm"]["n_layers"] + 1, 2 * options["lstm"]["projection_dim"])
+    from contextuality import models
+
+    return models.load(record, spec, device, compute_dtype)
+
+
+def run_extraction_job(
+    *, model_key: str, spec: dict, extraction: dict, record_path: Path, sentences_path: Path, words_path: Path,
+    shard: int, out_h5: Path, out_units: Path, threads: int, seed: int,
+) -> dict:
+    """Everything one shard job does: pick device, load the model, extract the shard's sentences."""
+    import torch
+
+    torch.set_num_threads(max(1, threads))
+    torch.manual_seed(seed)
+    record = json.loads(record_path.read_text())
+    sentences = pd.read_parquet(sentences_path, columns=["sentence_id", "text"])
+    first, last = shard_bounds(len(sentences), extraction["n_shards"], shard)
+    sentences = sentences.iloc[first:last]
+    words = pd.read_parquet(words_path, columns=["sentence_id", "word", "char_start"])
+    words = words[words["sentence_id"].between(sentences["sentence_id"].min(), sentences["sentence_id"].max())]
+    device, lease = choose_device(
+        extraction["device"], extraction.get("n_gpus", 0), shard, Path("resources") / ".gpu-leases"
+    )
+    log.info("model %s, shard %d/%d (sentences %d-%d) on %s", model_key, shard, extraction["n_shards"],
+             first, last - 1, device)
+    loaded = load_for_extraction(model_key, spec, record, device, extraction.get("compute_dtype", "float32"))
+    attrs = {
+        "model": model_key, "source": record["source"],
+        "revision": record.get("revision") or record.get("version") or record.get("weights_sha256", ""),
+        "weights_sha256": record.get("weights_sha256", ""), "seed": seed, "shard": shard,
+        "n_shards": extraction["n_shards"], "device": device, "compute_dtype": extraction.get("compute_dtype", "float32"),
+        "tokenizer": type(getattr(loaded, "tokenizer", None)).__name__ if not isinstance(loaded, ElmoModel) else "spacy",
+        "versions": json.dumps(package_versions(), sort_keys=True),
+    }
+    try:
+        return extract_shard(
+            loaded, sentences, words, out_h5, out_units,
+            indexing=spec.get("indexing", "word"), pooling=spec.get("pooling", "first"),
+            batch_size=spec.get("batch_size", extraction["batch_size"]), storage_dtype=extraction["storage_dtype"],
+            policy=extraction["max_length_policy"], device=device,
+            disk_factor=extraction.get("min_free_disk_factor", 1.2), attrs=attrs,
+        )
+    finally:
+        if lease is not None:
+            lease.close()
+
+
+def write_occurrences(
+    units_path: Path, word_index_path: Path, sentences_path: Path, out_path: Path, *,
+    indexing: str, min_occurrences: int, count: str,
+) -> pd.DataFrame:
+    units = pd.read_parquet(units_path)
+    occurrences = build_occurrences(
+        units, pd.read_parquet(word_index_path), indexing, min_occurrences, count,
+        pd.read_parquet(sentences_path, columns=["sentence_id", "text"]),
+    )
+    log.info("%s indexing: %d words, %d occurrences (of %d stored units)", indexing,
+             occurrences["word"].nunique(), len(occurrences), len(units))
+    with atomic_path(out_path) as tmp:
+        occurrences.to_parquet(tmp, index=False)
+    return occurrences

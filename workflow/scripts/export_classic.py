@@ -1,0 +1,15 @@
+"""Snakemake entry point: per-layer files -> the classic one-dataset-per-sentence HDF5 + word2sent.json."""
+from pathlib import Path
+
+import pandas as pd
+
+from contextuality.runtime import setup_job_logging
+from contextuality.store import export_classic
+
+setup_job_logging(snakemake.log[0])
+export_classic(
+    Path(snakemake.input.layers),
+    pd.read_parquet(snakemake.input.occurrences),
+    Path(snakemake.output.embeddings),
+    Path(snakemake.output.word2sent),
+)
