@@ -11,9 +11,9 @@ Pieces are aligned to spaCy words by character offsets (the first non-space char
 falls inside exactly one word). Special tokens (``[CLS]``, ``[SEP]``, BOS) go through the model but
 are never stored. Layer 0 is the input-embedding layer.
 
-Sentences are processed in corpus order in blocks; inside a block they are sorted by length and
-padded per batch (with attention masks), so padding costs little and every block is written to HDF5
-as one contiguous slab per layer.
+Sentences are processed in corpus order in windows of a few batches; inside a window they are sorted
+by length and padded per batch (with attention masks), so padding costs little, and every window is
+written to HDF5 as one contiguous slab per layer (memory stays at one window's vectors).
 """
 
 from __future__ import annotations
@@ -37,7 +37,10 @@ from contextuality.words import is_punct
 
 log = logging.getLogger(__name__)
 
-BLOCK_SENTENCES = 1024  # sentences per HDF5 write; bounds memory to one block's vectors
+# Sentences are length-sorted within windows of this many batches. Windows sit at fixed corpus
+# positions and shards are cut between windows, so a sentence meets the same batch neighbours however
+# many shards there are: gathered shards then equal a one-shard run bit for bit.
+WINDOW_BATCHES = 4
 PIECE_MARKERS = ("##", "Ġ", "▁")
 
 
@@ -58,9 +61,12 @@ class AlignedSentence:
     truncated: bool
 
 
-def shard_bounds(n_sentences: int, n_shards: int, shard: int) -> tuple[int, int]:
-    """Contiguous block of sentence positions for ``shard`` (sizes differ by at most one)."""
-    return n_sentences * shard // n_shards, n_sentences * (shard + 1) // n_shards
+def shard_bounds(n_sentences: int, n_shards: int, shard: int, window: int = 1) -> tuple[int, int]:
+    """Contiguous sentence positions of ``shard``, cut between windows (counts differ by at most one window)."""
+    n_windows = -(-n_sentences // window)
+    first = n_windows * shard // n_shards * window
+    last = n_windows * (shard + 1) // n_shards * window
+    return min(first, n_sentences), min(last, n_sentences)
 
 
 def strip_marker(piece: str) -> str:
@@ -218,8 +224,10 @@ def forward_block(loaded, block: list[AlignedSentence], batch_size: int, pooling
     import torch
 
     pad = loaded.tokenizer.pad_token_id
-    order = sorted(range(len(block)), key=lambda i: len(block[i].input_ids))
-    results: list[np.ndarray | None] = [None] * len(block)
+    dim = loaded.model.config.hidden_size
+    results = [np.zeros((loaded.n_layers, 0, dim), dtype=np.float32)] * len(block)
+    # an empty sentence has no token for a decoder without BOS: nothing to run, nothing to store
+    order = sorted((i for i in range(len(block)) if block[i].input_ids), key=lambda i: len(block[i].input_ids))
     for start in range(0, len(order), batch_size):
         batch = [block[i] for i in order[start:start + batch_size]]
         width = max(len(item.input_ids) for item in batch)
@@ -232,11 +240,8 @@ def forward_block(loaded, block: list[AlignedSentence], batch_size: int, pooling
             output = loaded.model(input_ids=ids.to(device), attention_mask=mask.to(device), output_hidden_states=True)
         hidden = torch.stack(output.hidden_states, dim=1).float().cpu().numpy()  # (batch, layers, tokens, dim)
         for row, index in enumerate(order[start:start + batch_size]):
-            item = block[index]
-            if item.unit_tokens:
-                results[index] = pool(hidden[row], item.unit_tokens, pooling)
-            else:
-                results[index] = np.zeros((hidden.shape[1], 0, hidden.shape[3]), dtype=np.float32)
+            if block[index].unit_tokens:
+                results[index] = pool(hidden[row], block[index].unit_tokens, pooling)
     return results
 
 
@@ -320,8 +325,9 @@ def extract_shard(
             for layer in range(loaded.n_layers)
         ]
         bar = tqdm(total=len(aligned), unit="sent", mininterval=5, desc=f"extract {loaded.key}")
-        for block_start in range(0, len(aligned), BLOCK_SENTENCES):
-            block = aligned[block_start:block_start + BLOCK_SENTENCES]
+        window = WINDOW_BATCHES * batch_size
+        for block_start in range(0, len(aligned), window):
+            block = aligned[block_start:block_start + window]
             vectors = forward_block(loaded, block, batch_size, pooling, device)
             first, last = offsets[block_start], offsets[block_start + len(block)]
             if last > first:
@@ -431,7 +437,8 @@ def run_extraction_job(
     torch.manual_seed(seed)
     record = json.loads(record_path.read_text())
     sentences = pd.read_parquet(sentences_path, columns=["sentence_id", "text"])
-    first, last = shard_bounds(len(sentences), extraction["n_shards"], shard)
+    batch_size = spec.get("batch_size", extraction["batch_size"])
+    first, last = shard_bounds(len(sentences), extraction["n_shards"], shard, WINDOW_BATCHES * batch_size)
     sentences = sentences.iloc[first:last]
     words = pd.read_parquet(words_path, columns=["sentence_id", "word", "char_start"])
     words = words[words["sentence_id"].between(sentences["sentence_id"].min(), sentences["sentence_id"].max())]
@@ -453,7 +460,7 @@ def run_extraction_job(
         return extract_shard(
             loaded, sentences, words, out_h5, out_units,
             indexing=spec.get("indexing", "word"), pooling=spec.get("pooling", "first"),
-            batch_size=spec.get("batch_size", extraction["batch_size"]), storage_dtype=extraction["storage_dtype"],
+            batch_size=batch_size, storage_dtype=extraction["storage_dtype"],
             policy=extraction["max_length_policy"], device=device,
             disk_factor=extraction.get("min_free_disk_factor", 1.2), attrs=attrs,
         )

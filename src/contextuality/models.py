@@ -169,7 +169,7 @@ def build_random_model(spec: dict, texts: list[str], out_dir: Path, seed: int) -
     from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
 
     torch.manual_seed(seed)
-    tokenizer = train_corpus_tokenizer(texts, spec["architecture"])
+    tokenizer = train_corpus_tokenizer(texts, spec["architecture"], spec.get("vocab_size", 2000))
     layers, hidden = spec.get("n_layers", 2), spec.get("hidden_size", 32)
     if spec["architecture"] == "bert":
         config = BertConfig(

@@ -1,0 +1,195 @@
+"""Extraction: stored vectors equal a direct forward pass, alignment is right, shards gather exactly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from conftest import job_counts, run_snakemake, write_config
+from contextuality import models
+from contextuality import extract
+from contextuality.extract import build_occurrences, extract_shard, shard_bounds
+from contextuality.store import gather, layer_files, open_complete
+from contextuality.words import word_index, word_table
+
+SENTENCES = [
+    "The unbelievably quick dog jumps.",
+    "A dog, a cat and an extraordinarily sleepy hippopotamus!",
+    "The dog sleeps.",
+    "Dogs don't sleep in the afternoon, do they?",
+    "",
+    "The cat sleeps on the mat near the dog.",
+    "A hippopotamus is not a dog.",
+    "Quick quick quick.",
+]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[pd.DataFrame, pd.DataFrame, Path]:
+    folder = tmp_path_factory.mktemp("corpus")
+    sentences = pd.DataFrame({"sentence_id": range(len(SENTENCES)), "text": SENTENCES})
+    sentences.to_parquet(folder / "sentences.parquet")
+    return sentences, word_table(sentences), folder / "sentences.parquet"
+
+
+@pytest.fixture(scope="module", params=["bert", "gpt2"])
+def tiny_model(request, corpus, tmp_path_factory):
+    """A tiny randomly initialised model, materialised through the real 'random' source."""
+    _, _, sentences_path = corpus
+    folder = tmp_path_factory.mktemp(f"model-{request.param}")
+    # a small vocabulary, so that long words are split into several pieces
+    vocab_size = 120 if request.param == "bert" else 300
+    spec = {"source": "random", "architecture": request.param, "n_layers": 2, "hidden_size": 32, "vocab_size": vocab_size}
+    record = models.materialise(request.param, spec, folder, sentences_parquet=sentences_path, seed=3)
+    return models.load(record, spec, "cpu"), spec
+
+
+def _extract(loaded, sentences, words, out_dir: Path, indexing="subword", pooling="first", batch_size=3, **kw):
+    return extract_shard(
+        loaded, sentences, words, out_dir / "shard.h5", out_dir / "units.parquet",
+        indexing=indexing, pooling=pooling, batch_size=batch_size, storage_dtype="float32",
+        policy=kw.get("policy", "truncate"), device="cpu", disk_factor=1.0, attrs={"model": loaded.key},
+    )
+
+
+def _direct_hidden(loaded, text: str) -> tuple[np.ndarray, list[int]]:
+    encoding = loaded.tokenizer(text, return_tensors="pt", return_special_tokens_mask=True)
+    special = encoding.pop("special_tokens_mask")[0].bool().numpy()
+    with torch.inference_mode():
+        output = loaded.model(**encoding, output_hidden_states=True)
+    hidden = torch.stack(output.hidden_states)[:, 0].numpy()  # (layers, tokens, dim)
+    return hidden, [i for i in range(len(special)) if not special[i]]
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 8])
+def test_stored_vectors_equal_a_direct_call_on_the_sentence_alone(tiny_model, corpus, tmp_path, batch_size):
+    loaded, _ = tiny_model
+    sentences, words, _ = corpus
+    _extract(loaded, sentences, words, tmp_path, batch_size=batch_size)
+    units = pd.read_parquet(tmp_path / "units.parquet")
+    with h5py.File(tmp_path / "shard.h5") as shard:
+        offsets = shard["sentence_offsets"][:]
+        stored = np.stack([shard[f"layer_{layer:02d}"][:] for layer in range(loaded.n_layers)])
+    for i, text in enumerate(SENTENCES):
+        rows = slice(offsets[i], offsets[i + 1])
+        if not text:
+            assert offsets[i] == offsets[i + 1]
+            continue
+        hidden, kept = _direct_hidden(loaded, text)
+        assert stored[:, rows].shape[1] == len(kept)  # special tokens ran but were not stored
+        np.testing.assert_allclose(stored[:, rows], hidden[:, kept], atol=1e-4)
+    tokens = [loaded.tokenizer.convert_ids_to_tokens(loaded.tokenizer(t)["input_ids"]) for t in SENTENCES[:1]]
+    assert units[units["sentence_id"] == 0]["unit"].tolist() == [t for t in tokens[0] if t not in ("[CLS]", "[SEP]")]
+
+
+def test_word_mode_pools_the_pieces_of_each_word(tiny_model, corpus, tmp_path):
+    loaded, _ = tiny_model
+    sentences, words, _ = corpus
+    for pooling in ("first", "last", "mean"):
+        out = tmp_path / pooling
+        out.mkdir()
+        _extract(loaded, sentences, words, out, indexing="word", pooling=pooling)
+        units = pd.read_parquet(out / "units.parquet")
+        with h5py.File(out / "shard.h5") as shard:
+            offsets = shard["sentence_offsets"][:]
+            stored = shard["layer_02"][:]
+        text = SENTENCES[1]
+        spacy_words = words[words["sentence_id"] == 1]["word"].tolist()
+        assert units[units["sentence_id"] == 1]["unit"].tolist() == spacy_words
+        hidden, _ = _direct_hidden(loaded, text)
+        encoding = loaded.tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+        start = text.index("extraordinarily")
+        pieces = [
+            i for i, ((a, b), special) in enumerate(zip(encoding["offset_mapping"], encoding["special_tokens_mask"]))
+            if not special and b > a and start <= a + (text[a] == " ") < start + len("extraordinarily")
+        ]
+        assert len(pieces) > 1, "the test needs a word split into several pieces"
+        expected = {"first": hidden[2, pieces[0]], "last": hidden[2, pieces[-1]], "mean": hidden[2, pieces].mean(0)}
+        row = offsets[1] + spacy_words.index("extraordinarily")
+        np.testing.assert_allclose(stored[row], expected[pooling], atol=1e-4)
+
+
+def test_subword_mode_maps_pieces_to_their_word(tiny_model, corpus, tmp_path):
+    loaded, _ = tiny_model
+    sentences, words, _ = corpus
+    _extract(loaded, sentences, words, tmp_path)
+    units = pd.read_parquet(tmp_path / "units.parquet")
+    target = words[(words["sentence_id"] == 1) & (words["word"] == "extraordinarily")]["position"].item()
+    pieces = units[(units["sentence_id"] == 1) & (units["word_position"] == target)]["unit"].tolist()
+    assert len(pieces) > 1
+    assert "".join(p.replace("##", "").replace("Ġ", "") for p in pieces) == "extraordinarily"
+    assert units[units["unit"].isin([".", ",", "!", "?"])]["is_punct"].all()
+
+
+def test_shards_gathered_equal_a_one_shard_run(tiny_model, corpus, tmp_path, monkeypatch):
+    loaded, _ = tiny_model
+    monkeypatch.setattr(extract, "WINDOW_BATCHES", 1)  # batch_size 2 -> windows of 2 sentences
+    sentences, words, _ = corpus
+    one = tmp_path / "one"
+    one.mkdir()
+    _extract(loaded, sentences, words, one, batch_size=2)
+    shard_paths, unit_paths = [], []
+    for shard in range(3):
+        first, last = shard_bounds(len(sentences), 3, shard, window=2)  # windows of 2 sentences
+        out = tmp_path / f"s{shard}"
+        out.mkdir()
+        assert last > first
+        _extract(loaded, sentences.iloc[first:last], words, out, batch_size=2)
+        shard_paths.append(out / "shard.h5")
+        unit_paths.append(out / "units.parquet")
+    gather(shard_paths, unit_paths, tmp_path / "layers", "float32")
+    with h5py.File(one / "shard.h5") as reference:
+        for layer, path in layer_files(tmp_path / "layers").items():
+            with open_complete(path) as gathered:
+                np.testing.assert_array_equal(gathered["vectors"][:], reference[f"layer_{layer:02d}"][:])
+                np.testing.assert_array_equal(gathered["sentence_offsets"][:], reference["sentence_offsets"][:])
+    units = pd.read_parquet(tmp_path / "layers" / "units.parquet")
+    reference_units = pd.read_parquet(one / "units.parquet")
+    assert units.drop(columns="row").equals(reference_units)
+    assert units["row"].tolist() == list(range(len(units)))
+
+
+def test_truncation_drops_the_tail_and_its_occurrences(tiny_model, corpus, tmp_path):
+    loaded, spec = tiny_model
+    sentences, words, _ = corpus
+    loaded.max_length = 6
+    try:
+        stats = _extract(loaded, sentences, words, tmp_path, indexing="word")
+    finally:
+        loaded.max_length = 128
+    assert stats["truncated"] >= 3
+    units = pd.read_parquet(tmp_path / "units.parquet").assign(row=lambda u: range(len(u)))
+    assert units.groupby("sentence_id").size().max() <= 6
+    index = word_index(words, sentences, min_occurrences=2)
+    occurrences = build_occurrences(units, index, "word", 2, "occurrences", sentences)
+    assert set(zip(occurrences["sentence_id"], occurrences["position"])) <= set(zip(units["sentence_id"], units["position"]))
+    assert len(occurrences) < len(index)
+
+
+def test_over_long_sentences_under_policy_error_stop_with_the_sentence_id(tiny_model, corpus, tmp_path):
+    loaded, _ = tiny_model
+    sentences, words, _ = corpus
+    loaded.max_length = 6
+    try:
+        with pytest.raises(Exception, match=r"sentence \d+ has more than 6 tokens"):
+            _extract(loaded, sentences, words, tmp_path, policy="error")
+    finally:
+        loaded.max_length = 128
+    assert not (tmp_path / "shard.h5").exists()
+
+
+def test_dry_run_plans_one_extraction_job_per_shard_and_model(tmp_path, base_config):
+    base_config["extraction"]["n_shards"] = 4
+    result = run_snakemake(
+        tmp_path, "-n", "--cores", "4", "--resources", "gpu=2", configfile=write_config(tmp_path / "c.yaml", base_config)
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    counts = job_counts(result.stdout)
+    assert counts["extract"] == 4 * len(base_config["models"])
+    assert counts["gather"] == len(base_config["models"])
