@@ -6,7 +6,11 @@ from snakemake.utils import min_version
 min_version("9.6")
 
 
-configfile: "config/config.yaml"
+# The default run, unless --configfile names another (which then replaces it rather than merging
+# into it: a paper run must not inherit the default's models).
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
 
 
 report: "workflow/report/workflow.rst"
@@ -16,6 +20,8 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/corpus.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/extract.smk"
+include: "workflow/rules/metrics.smk"
+include: "workflow/rules/static.smk"
 
 
 rule all:

@@ -52,5 +52,11 @@ def job_counts(dry_run_output: str) -> dict[str, int]:
 def base_config(tmp_path) -> dict:
     """The default config with paths made absolute, so a run works from any directory."""
     config = yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())
-    config["corpus"]["bundled_dir"] = str(STS_DIR)
+    return with_absolute_data_paths(config)
+
+
+def with_absolute_data_paths(config: dict) -> dict:
+    """Point the data folders at the project, so that a run works from any working directory."""
+    config.setdefault("corpus", {})["bundled_dir"] = str(STS_DIR)
+    config.setdefault("static", {})["benchmark_dir"] = str(BENCHMARK_DIR)
     return config

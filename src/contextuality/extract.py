@@ -133,38 +133,98 @@ def pool(hidden: np.ndarray, token_lists: list[list[int]], pooling: str) -> np.n
     return np.stack([hidden[:, tokens].mean(axis=1) for tokens in token_lists], axis=1)
 
 
+# Test hook (documented in docs/scaling.md): with CONTEXTUALITY_FAKE_GPUS=1 in the environment the
+# device choice below runs as if CUDA were present (same leases, same CUDA_VISIBLE_DEVICES handling)
+# but the shard is computed on the CPU, and each choice is appended as one JSON line (shard, device,
+# CUDA_VISIBLE_DEVICES, SLURM_JOB_ID, host, pid, start and end times) to <lease_dir>/fake-devices.jsonl.
+# tests/test_devices.py and tests/slurm/run.sh read that file; normal runs never set the variable.
+FAKE_GPUS_ENV = "CONTEXTUALITY_FAKE_GPUS"
+
+
+class _RecordedLease:
+    """A device lease (flock handle or None) that appends its record with the release time on close()."""
+
+    def __init__(self, handle, record: dict, path: Path):
+        self.handle, self.record, self.path = handle, record, path
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+        with open(self.path, "a") as out:  # one short O_APPEND write per shard: lines never interleave
+            out.write(json.dumps({**self.record, "end": time.time()}) + "\n")
+
+
 def choose_device(requested: str, n_gpus: int, shard: int, lease_dir: Path) -> tuple[str, object]:
     """The torch device for a shard, and the lease that keeps it ours (or None).
 
-    A scheduler (SLURM, Kubernetes) that sets ``CUDA_VISIBLE_DEVICES`` has already given this job its
-    GPU(s): use ``cuda:0``. Locally, with ``n_gpus`` > 0, the job takes a non-blocking ``flock`` on the
-    first free ``gpu{i}.lock`` (held for the life of the process, so the kernel releases it even on
-    SIGKILL); Snakemake's ``gpu`` resource caps how many shards run at once, so one is always free.
+    * ``cpu``, or ``auto`` without CUDA: the CPU. ``cuda:N``: exactly that device, no lease.
+    * ``CUDA_VISIBLE_DEVICES`` lists exactly one device: a scheduler (SLURM ``--gpus=1``, Kubernetes,
+      or the user) gave this job its GPU, which the process sees as ``cuda:0`` whatever its physical
+      id: use ``cuda:0`` without a lease (jobs on other nodes share the lease folder on a cluster).
+    * Otherwise (one multi-GPU box): the job takes a non-blocking ``flock`` on the first free lease of
+      the visible devices, starting at ``shard mod count`` (count = ``n_gpus``, capped at the devices
+      CUDA reports; the indices of ``CUDA_VISIBLE_DEVICES`` if it lists several). The lease is held
+      for the life of the process, so the kernel frees it even on SIGKILL; its file is named by host
+      and physical id, so two jobs never share a device even when their ``CUDA_VISIBLE_DEVICES``
+      differ. Snakemake's ``gpu`` resource (``--resources gpu=N``, one per shard) caps how many shards
+      run at once, so a lease is free at once; if not (more jobs than devices), the job waits for one.
     """
+    import socket
+
     import torch
 
-    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
+    fake = os.environ.get(FAKE_GPUS_ENV) == "1"
+    if requested == "cpu" or (requested == "auto" and not (fake or torch.cuda.is_available())):
         return "cpu", None
+    visible = [item.strip() for item in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if item.strip()]
+    handle = None
     if requested.startswith("cuda:"):
-        return requested, None
-    if os.environ.get("CUDA_VISIBLE_DEVICES") and n_gpus == 0:
-        return "cuda:0", None
-    count = n_gpus or torch.cuda.device_count()
+        device = requested
+    elif len(visible) == 1:
+        device = "cuda:0"
+    else:
+        if visible:
+            count = len(visible)
+        else:
+            count = (n_gpus or 1) if fake else torch.cuda.device_count()
+        if n_gpus:
+            count = min(count, n_gpus)
+        if count < 1:
+            raise ExtractionError(f"extraction.device is '{requested}' but no CUDA device is visible")
+        lease_dir.mkdir(parents=True, exist_ok=True)
+        host = socket.gethostname()
+        device, waited = None, 0
+        while device is None:
+            for offset in range(count):
+                index = (shard + offset) % count
+                physical = visible[index] if visible else str(index)
+                candidate = open(lease_dir / f"{host}-gpu{physical}.lock", "w")
+                try:
+                    fcntl.flock(candidate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    candidate.close()
+                    continue
+                candidate.write(f"{os.getpid()} shard {shard}\n")
+                candidate.flush()
+                device, handle = f"cuda:{index}", candidate
+                break
+            else:
+                # every lease is held by a live process (the kernel drops a dead one's): wait, never
+                # share. Happens when --resources gpu=N exceeds the devices, or with extraction.n_gpus 0.
+                if waited % 60 == 0:
+                    log.warning("shard %d: all %d GPU leases in %s are held; waiting", shard, count, lease_dir)
+                time.sleep(1)
+                waited += 1
+    if not fake:
+        return device, handle
     lease_dir.mkdir(parents=True, exist_ok=True)
-    for attempt in range(600):
-        for offset in range(count):
-            index = (shard + offset) % count
-            handle = open(lease_dir / f"gpu{index}.lock", "w")
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.close()
-                continue
-            handle.write(f"{os.getpid()} shard {shard}\n")
-            handle.flush()
-            return f"cuda:{index}", handle
-        time.sleep(1)
-    raise ExtractionError(f"no free GPU among {count} after 10 minutes; is --resources gpu=N larger than extraction.n_gpus?")
+    record = {
+        "shard": shard, "device": device, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "host": socket.gethostname(), "pid": os.getpid(),
+        "cwd": os.getcwd(), "start": time.time(),
+    }
+    log.info("fake GPU (%s=1): shard %d would run on %s; computing on the CPU", FAKE_GPUS_ENV, shard, device)
+    return "cpu", _RecordedLease(handle, record, lease_dir / "fake-devices.jsonl")
 
 
 def estimate_bytes(n_units: int, n_layers: int, dim: int, storage_dtype: str) -> int:
@@ -253,6 +313,7 @@ class ElmoModel:
     embedder: object
     n_layers: int
     dim: int
+    stateful: bool = False
     max_length: int = 10_000  # a character-CNN + LSTM has no position limit
 
     def tokenize(self, sentences: pd.DataFrame, words: pd.DataFrame) -> list[AlignedSentence]:
@@ -270,8 +331,7 @@ class ElmoModel:
 
     def forward_block(self, block: list[AlignedSentence], batch_size: int) -> list[np.ndarray]:
         # Stateful ELMo carries LSTM state from batch to batch: keep corpus order then.
-        stateful = getattr(self.embedder, "stateful", False)
-        order = list(range(len(block))) if stateful else sorted(range(len(block)), key=lambda i: len(block[i].units))
+        order = list(range(len(block))) if self.stateful else sorted(range(len(block)), key=lambda i: len(block[i].units))
         results: list[np.ndarray | None] = [None] * len(block)
         for start in range(0, len(order), batch_size):
             indices = order[start:start + batch_size]
@@ -417,10 +477,13 @@ def load_for_extraction(key: str, spec: dict, record: dict, device: str, compute
         from contextuality.models import verify_weights
 
         verify_weights(record)
-        embedder = ElmoEmbedder(record["options"], record["weights_file"], device=device,
-                                stateful=spec.get("stateful", False))
+        stateful = spec.get("stateful", False)
+        if stateful:
+            log.warning("stateful ELMo: LSTM state is carried across sentences in corpus order within each "
+                        "shard; use n_shards: 1 to reproduce the original single-embedder run exactly")
+        embedder = ElmoEmbedder(record["options"], record["weights_file"], device=device, stateful=stateful)
         options = json.loads(Path(record["options"]).read_text())
-        return ElmoModel(key, embedder, options["lstm"]["n_layers"] + 1, 2 * options["lstm"]["projection_dim"])
+        return ElmoModel(key, embedder, options["lstm"]["n_layers"] + 1, 2 * options["lstm"]["projection_dim"], stateful)
     from contextuality import models
 
     return models.load(record, spec, device, compute_dtype)
@@ -428,13 +491,12 @@ def load_for_extraction(key: str, spec: dict, record: dict, device: str, compute
 
 def run_extraction_job(
     *, model_key: str, spec: dict, extraction: dict, record_path: Path, sentences_path: Path, words_path: Path,
-    shard: int, out_h5: Path, out_units: Path, threads: int, seed: int,
+    shard: int, out_h5: Path, out_units: Path, threads: int,
 ) -> dict:
     """Everything one shard job does: pick device, load the model, extract the shard's sentences."""
     import torch
 
     torch.set_num_threads(max(1, threads))
-    torch.manual_seed(seed)
     record = json.loads(record_path.read_text())
     sentences = pd.read_parquet(sentences_path, columns=["sentence_id", "text"])
     batch_size = spec.get("batch_size", extraction["batch_size"])
@@ -451,7 +513,7 @@ def run_extraction_job(
     attrs = {
         "model": model_key, "source": record["source"],
         "revision": record.get("revision") or record.get("version") or record.get("weights_sha256", ""),
-        "weights_sha256": record.get("weights_sha256", ""), "seed": seed, "shard": shard,
+        "weights_sha256": record.get("weights_sha256", ""), "shard": shard,
         "n_shards": extraction["n_shards"], "device": device, "compute_dtype": extraction.get("compute_dtype", "float32"),
         "tokenizer": type(getattr(loaded, "tokenizer", None)).__name__ if not isinstance(loaded, ElmoModel) else "spacy",
         "versions": json.dumps(package_versions(), sort_keys=True),

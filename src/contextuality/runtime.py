@@ -12,7 +12,7 @@ def setup_job_logging(log_path: str | Path | None) -> logging.Logger:
     handlers: list[logging.Handler] = []
     if log_path:
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        stream = open(log_path, "a", buffering=1, encoding="utf-8")
+        stream = open(log_path, "w", buffering=1, encoding="utf-8")
         sys.stderr = stream
         handlers.append(logging.StreamHandler(stream))
     else:

@@ -665,3 +665,29 @@ def plot_scores_by_layer(results: pd.DataFrame, out_png: str | os.PathLike, out_
                             (out_pdf, "pdf", {"CreationDate": None, "ModDate": None})):
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=fmt, dpi=150, metadata=meta)
+
+
+def shared_vocabulary(word_index_path: str | os.PathLike) -> set[str]:
+    """The lower-cased word index: the one vocabulary every static embedding is trimmed to (spec §5.2)."""
+    return set(pd.read_parquet(word_index_path, columns=["word"])["word"].str.lower())
+
+
+def score_pc_layers(pcs_dir: str | os.PathLike, vocabulary: set[str], benchmark_root: str | os.PathLike,
+                    label: str, seed: int) -> pd.DataFrame:
+    """Score every ``layer_{L}.txt`` PC embedding of one model; rows carry ``model`` and ``layer``."""
+    data = load_benchmarks(benchmark_root)
+    frames = []
+    for path in sorted(Path(pcs_dir).glob("layer_*.txt"), key=lambda p: int(p.stem.split("_")[1])):
+        layer = int(path.stem.split("_")[1])
+        emb = load_embedding_text(path, vocabulary)
+        frames.append(evaluate_embedding(emb, data, seed=seed).assign(model=label, layer=layer))
+    if not frames:
+        raise FileNotFoundError(f"{pcs_dir}: no layer_*.txt PC embeddings")
+    return pd.concat(frames, ignore_index=True)
+
+
+def score_baseline_file(path: str | os.PathLike, vocabulary: set[str], benchmark_root: str | os.PathLike,
+                        label: str, seed: int) -> pd.DataFrame:
+    """Score a user-supplied static embedding (GloVe, FastText, ...) trimmed to ``vocabulary``."""
+    emb = load_embedding_text(path, vocabulary)
+    return evaluate_embedding(emb, benchmark_root, seed=seed).assign(model=label, layer=float("nan"))

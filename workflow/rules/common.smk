@@ -28,7 +28,11 @@ def final_outputs():
         f"{RESULTS}/corpus/sentences.parquet",
         f"{RESULTS}/corpus/word_index.parquet",
     ]
-    targets += expand(f"{RESULTS}/embeddings/{{model}}/occurrences.parquet", model=MODELS)
+    targets += expand(f"{RESULTS}/metrics/{{model}}/context_specific_words.csv", model=MODELS)
+    targets += expand(f"{RESULTS}/figures/{{name}}.png", name=FIGURES)
+    targets += [f"{RESULTS}/tables/summary.md", f"{RESULTS}/tables/claims.md"]
+    if config["static"]["enabled"]:
+        targets += [f"{RESULTS}/tables/table1.md"]
     if config["extraction"]["export_classic"]:
         targets += expand(f"{RESULTS}/export/{{model}}/word2sent.json", model=MODELS)
     return targets
@@ -93,3 +97,30 @@ def extraction_runtime_min(wildcards, input):
     params_m = max(model_size_bytes(input.record) / 4e6, 1.0)  # fp32 bytes -> millions of parameters
     seconds = shard_sentences * 15 * params_m / (1500 * 23)
     return int(10 + 2 * seconds / 60)
+
+
+FIGURES = ["anisotropy", "self_similarity", "intra_sentence", "mev"]
+MODEL_LABELS = {key: spec.get("label") or key for key, spec in config["models"].items()}
+PAPER_MODELS = {key: spec.get("stands_for") for key, spec in config["models"].items()}
+MODEL_SOURCES = {
+    key: spec.get("id") or spec.get("package") or spec.get("path") or spec.get("options") or spec["source"]
+    for key, spec in config["models"].items()
+}
+
+
+def measure_mem_mb(wildcards, input):
+    """One layer's vectors as float32 plus a float64 working copy of the sampled rows, plus 1 GiB."""
+    import json
+    from pathlib import Path
+
+    manifest = Path(input.layers) / "manifest.json"
+    if not manifest.exists():
+        return 4000
+    shape = json.loads(manifest.read_text())
+    return int(shape["rows"] * shape["dim"] * 4 * 2 / 1e6 + 1024)
+
+
+def extraction_settings(wildcards):
+    keep = ("n_shards", "batch_size", "device", "n_gpus", "compute_dtype", "storage_dtype",
+            "max_length_policy", "min_free_disk_factor")
+    return {key: config["extraction"][key] for key in keep}

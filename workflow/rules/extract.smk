@@ -11,8 +11,8 @@ rule extract:
         units=f"{RESULTS}/embeddings/{{model}}/shards/shard_{{shard}}.units.parquet",
     params:
         spec=model_spec,
-        extraction=config["extraction"],
-        seed=config["seed"],
+        # only what changes the stored vectors, so toggling e.g. export_classic re-extracts nothing
+        extraction=extraction_settings,
     threads: 2
     resources:
         gpu=gpus_per_shard,

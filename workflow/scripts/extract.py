@@ -20,5 +20,4 @@ run_extraction_job(
     out_h5=Path(snakemake.output.shard),
     out_units=Path(snakemake.output.units),
     threads=snakemake.threads,
-    seed=snakemake.params.seed,
 )

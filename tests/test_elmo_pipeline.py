@@ -1,0 +1,72 @@
+"""ELMo as a pipeline model: the 'elmo' source, then the same extraction and storage path as the others."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+
+import yaml
+
+from conftest import PROJECT, job_counts, run_snakemake, with_absolute_data_paths, write_config
+from contextuality.elmo import ElmoEmbedder
+from contextuality.extract import extract_shard, load_for_extraction
+from contextuality.models import ModelError, materialise, write_source_record
+from contextuality.words import word_table
+
+GOLDEN = PROJECT / "tests" / "data" / "elmo-golden"
+SENTENCES = ["The dog runs .", "A cat sleeps on the mat, and the dog runs!", "Dogs run."]
+
+
+@pytest.fixture
+def elmo_record(tmp_path) -> tuple[dict, dict]:
+    spec = {"source": "elmo", "options": str(GOLDEN / "options.json"), "weights": str(GOLDEN / "lm_weights.hdf5")}
+    record = materialise("elmo", spec, tmp_path / "elmo")
+    write_source_record(record, tmp_path / "elmo" / "source.json")
+    return record, spec
+
+
+def test_elmo_source_copies_and_checksums_the_files(elmo_record, tmp_path):
+    record, spec = elmo_record
+    assert Path(record["weights_file"]).read_bytes() == (GOLDEN / "lm_weights.hdf5").read_bytes()
+    assert json.loads((tmp_path / "elmo" / "source.json").read_text())["weights_sha256"] == record["weights_sha256"]
+    with pytest.raises(ModelError, match="sha256 .* differs"):
+        materialise("elmo", {**spec, "sha256": "0" * 64}, tmp_path / "other")
+
+
+def test_elmo_extraction_stores_spacy_words_and_three_layers(elmo_record, tmp_path):
+    record, spec = elmo_record
+    sentences = pd.DataFrame({"sentence_id": range(len(SENTENCES)), "text": SENTENCES})
+    words = word_table(sentences)
+    loaded = load_for_extraction("elmo", spec, record, "cpu", "float32")
+    extract_shard(
+        loaded, sentences, words, tmp_path / "shard.h5", tmp_path / "units.parquet", indexing="word",
+        pooling="first", batch_size=2, storage_dtype="float32", policy="truncate", device="cpu",
+        disk_factor=1.0, attrs={},
+    )
+    units = pd.read_parquet(tmp_path / "units.parquet")
+    assert units["unit"].tolist() == words["word"].tolist()
+    direct = ElmoEmbedder(GOLDEN / "options.json", GOLDEN / "lm_weights.hdf5")
+    with h5py.File(tmp_path / "shard.h5") as shard:
+        assert shard.attrs["n_layers"] == 3 and shard.attrs["dim"] == 32
+        offsets = shard["sentence_offsets"][:]
+        stored = np.stack([shard[f"layer_{layer:02d}"][:] for layer in range(3)])
+    for i, text in enumerate(SENTENCES):
+        tokens = words[words["sentence_id"] == i]["word"].tolist()
+        expected = direct.embed_batch([tokens])[0]
+        np.testing.assert_allclose(stored[:, offsets[i]:offsets[i + 1]], expected, atol=1e-5)
+        layer0 = stored[0, offsets[i]:offsets[i + 1]]
+        np.testing.assert_array_equal(layer0[:, :16], layer0[:, 16:])  # the token layer, duplicated
+
+
+def test_paper_config_plans_elmo_next_to_bert_and_gpt2(tmp_path):
+    config = with_absolute_data_paths(yaml.safe_load((PROJECT / "config" / "paper.yaml").read_text()))
+    result = run_snakemake(tmp_path, "-n", "--cores", "2", configfile=write_config(tmp_path / "paper.yaml", config))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    counts = job_counts(result.stdout)
+    assert counts["models"] == 3 and counts["extract"] == 3 * 8 and counts["measure"] == 3
+    assert "resources/models/elmo/source.json" in result.stdout

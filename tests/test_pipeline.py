@@ -1,0 +1,90 @@
+"""End to end: the smoke config (tiny random models, 120 sentences) through the real Snakemake CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import PROJECT, run_snakemake, with_absolute_data_paths, write_config
+
+pytestmark = pytest.mark.slow
+
+
+def smoke_config(**overrides) -> dict:
+    config = with_absolute_data_paths(yaml.safe_load((PROJECT / "config" / "smoke.yaml").read_text()))
+    config.update(overrides)
+    return config
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("smoke")
+    config = write_config(workdir / "smoke.yaml", smoke_config())
+    result = run_snakemake(workdir, "--cores", "2", configfile=config)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return workdir
+
+
+def test_every_table_and_figure_exists(smoke_run):
+    results = smoke_run / "results"
+    for model in ("tiny-bert", "tiny-gpt2"):
+        for name in ("words.parquet", "layers.parquet", "layers.csv", "context_specific_words.csv"):
+            assert (results / "metrics" / model / name).stat().st_size > 0
+        assert len(list((results / "metrics" / model / "pcs").glob("layer_*.txt"))) >= 2
+    for name in ("anisotropy", "self_similarity", "intra_sentence", "mev", "table1_by_layer"):
+        assert (results / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+        assert (results / "figures" / f"{name}.pdf").read_bytes()[:4] == b"%PDF"
+    for name in ("summary.md", "summary.tex", "claims.md", "table1.md", "table1.tex", "table1.csv"):
+        assert (results / "tables" / name).stat().st_size > 0
+
+
+def test_layer_files_have_the_expected_shapes(smoke_run):
+    layers = sorted((smoke_run / "results/embeddings/tiny-gpt2/layers").glob("layer_*.h5"))
+    assert len(layers) == 3 + 1  # 3 hidden layers + the input layer
+    units = pd.read_parquet(smoke_run / "results/embeddings/tiny-gpt2/layers/units.parquet")
+    words = pd.read_parquet(smoke_run / "results/corpus/words.parquet")
+    assert len(units) == len(words)  # word indexing: one unit per spaCy word
+    with h5py.File(layers[0]) as first:
+        assert first["vectors"].shape == (len(units), 32)
+        assert first.attrs["complete"] == 1
+        assert first["sentence_offsets"][-1] == len(units)
+
+
+def test_values_are_in_range(smoke_run):
+    for model in ("tiny-bert", "tiny-gpt2"):
+        words = pd.read_parquet(smoke_run / f"results/metrics/{model}/words.parquet")
+        layers = pd.read_parquet(smoke_run / f"results/metrics/{model}/layers.parquet")
+        assert words["self_similarity"].between(-1, 1).all()
+        assert words["mev"].dropna().between(0, 1).all()
+        assert layers["baseline_cosine"].between(-1, 1).all()
+        assert layers["intra_sentence"].between(-1, 1).all()
+        assert np.allclose(layers["adjusted_self_similarity"], layers["self_similarity"] - layers["baseline_cosine"])
+
+
+def test_rerun_gives_byte_identical_tables(smoke_run, tmp_path):
+    metrics = smoke_run / "results" / "metrics"
+    before = {path: digest(path) for path in metrics.rglob("*") if path.is_file()}
+    shutil.rmtree(metrics)
+    result = run_snakemake(smoke_run, "--cores", "2", "--forcerun", "measure", configfile=smoke_run / "smoke.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    after = {path: digest(path) for path in metrics.rglob("*") if path.is_file()}
+    assert after == before
+
+
+def test_report_has_every_figure_and_table(smoke_run):
+    result = run_snakemake(smoke_run, "--report", "report.html", configfile=smoke_run / "smoke.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    html = (smoke_run / "report.html").read_text(errors="replace")
+    for name in ("anisotropy.png", "self_similarity.png", "intra_sentence.png", "mev.png", "table1.md", "claims.md"):
+        assert name in html

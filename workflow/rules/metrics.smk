@@ -1,0 +1,95 @@
+# The paper's measurements per model, then the figures, tables and claims across models.
+
+
+rule measure:
+    input:
+        layers=rules.gather.output.layers,
+        occurrences=rules.occurrences.output.occurrences,
+    output:
+        words=f"{RESULTS}/metrics/{{model}}/words.parquet",
+        layers=report(
+            f"{RESULTS}/metrics/{{model}}/layers.csv",
+            caption="../report/layers_table.rst",
+            category="Tables",
+            subcategory="Per-layer measurements",
+            labels={"model": "{model}", "table": "per layer"},
+        ),
+        layers_parquet=f"{RESULTS}/metrics/{{model}}/layers.parquet",
+        pcs=directory(f"{RESULTS}/metrics/{{model}}/pcs"),
+        context_words=report(
+            f"{RESULTS}/metrics/{{model}}/context_specific_words.csv",
+            caption="../report/context_words.rst",
+            category="Tables",
+            subcategory="Context-specific words",
+            labels={"model": "{model}", "table": "words"},
+        ),
+    params:
+        metrics=config["metrics"],
+        seed=config["seed"],
+    resources:
+        mem_mb=measure_mem_mb,
+    log:
+        "logs/metrics/{model}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/measure.py"
+
+
+rule figures:
+    input:
+        layers=expand(f"{RESULTS}/metrics/{{model}}/layers.parquet", model=MODELS),
+    output:
+        **{
+            f"{name}_{ext}": report(
+                f"{RESULTS}/figures/{name}.{ext}",
+                caption=f"../report/fig_{name}.rst",
+                category="Figures",
+                labels={"figure": name, "format": ext},
+            )
+            for name in FIGURES
+            for ext in ("png", "pdf")
+        },
+    params:
+        models=MODELS,
+        labels=MODEL_LABELS,
+    log:
+        "logs/figures/figures.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/figures.py"
+
+
+rule summary:
+    input:
+        layers=expand(f"{RESULTS}/metrics/{{model}}/layers.parquet", model=MODELS),
+        words=expand(f"{RESULTS}/metrics/{{model}}/words.parquet", model=MODELS),
+    output:
+        summary_md=report(
+            f"{RESULTS}/tables/summary.md",
+            caption="../report/summary.rst",
+            category="Tables",
+            subcategory="Summary",
+            labels={"table": "summary", "format": "markdown"},
+        ),
+        summary_tex=f"{RESULTS}/tables/summary.tex",
+        claims_md=report(
+            f"{RESULTS}/tables/claims.md",
+            caption="../report/claims.rst",
+            category="Tables",
+            subcategory="Claims",
+            labels={"table": "claims", "format": "markdown"},
+        ),
+        claims_csv=f"{RESULTS}/tables/claims.csv",
+    params:
+        models=MODELS,
+        labels=MODEL_LABELS,
+        paper_models=PAPER_MODELS,
+        sources=MODEL_SOURCES,
+    log:
+        "logs/figures/summary.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/summary.py"

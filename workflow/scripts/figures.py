@@ -1,0 +1,13 @@
+"""Snakemake entry point: every model's per-layer table -> Figures 1-4 (PNG and PDF)."""
+from pathlib import Path
+
+import pandas as pd
+
+from contextuality.figures import plot_all
+from contextuality.runtime import setup_job_logging
+
+setup_job_logging(snakemake.log[0])
+tables = {model: pd.read_parquet(path) for model, path in zip(snakemake.params.models, snakemake.input.layers)}
+written = plot_all(tables, snakemake.params.labels, Path(snakemake.output.anisotropy_png).parent)
+expected = {Path(path) for path in snakemake.output}
+assert {path for pair in written.values() for path in pair} == expected, "figure names out of step with the rule"

@@ -1,0 +1,13 @@
+"""Snakemake entry point: a user-supplied static embedding -> benchmark scores."""
+from contextuality.runtime import setup_job_logging
+from contextuality.static import score_baseline_file, shared_vocabulary
+
+setup_job_logging(snakemake.log[0])
+scores = score_baseline_file(
+    snakemake.input.embedding,
+    shared_vocabulary(snakemake.input.word_index),
+    snakemake.input.benchmarks,
+    label=snakemake.wildcards.baseline,
+    seed=snakemake.params.seed,
+)
+scores.to_csv(snakemake.output.scores, index=False)

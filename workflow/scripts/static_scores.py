@@ -1,0 +1,13 @@
+"""Snakemake entry point: one model's PC embeddings (every layer) -> benchmark scores."""
+from contextuality.runtime import setup_job_logging
+from contextuality.static import score_pc_layers, shared_vocabulary
+
+setup_job_logging(snakemake.log[0])
+scores = score_pc_layers(
+    snakemake.input.pcs,
+    shared_vocabulary(snakemake.input.word_index),
+    snakemake.input.benchmarks,
+    label=snakemake.params.label,
+    seed=snakemake.params.seed,
+)
+scores.to_csv(snakemake.output.scores, index=False)

@@ -1,0 +1,10 @@
+"""Snakemake entry point: all benchmark scores -> Table 1 (CSV, Markdown, LaTeX) and score-by-layer figure."""
+import pandas as pd
+
+from contextuality.runtime import setup_job_logging
+from contextuality.static import build_table1, plot_scores_by_layer
+
+setup_job_logging(snakemake.log[0])
+results = pd.concat([pd.read_csv(path) for path in [*snakemake.input.scores, *snakemake.input.baselines]])
+build_table1(results, snakemake.output.csv, snakemake.output.md, snakemake.output.tex)
+plot_scores_by_layer(results, snakemake.output.png, snakemake.output.pdf)
