@@ -93,7 +93,7 @@ def test_measure_model_writes_the_contract(fake_model, tmp_path):
     assert (layers["n_sentences_sampled"] <= 20).all() and (layers["n_baseline_vectors"] <= 30).all()
 
     pc_files = sorted(p.name for p in outputs["out_pcs_dir"].iterdir())
-    assert pc_files == ["layer_1.txt", "layer_2.txt"]
+    assert pc_files == ["layer_0.txt", "layer_1.txt", "layer_2.txt"]  # layer 0: Table 1's static baseline
     lines = (outputs["out_pcs_dir"] / "layer_1.txt").read_text().splitlines()
     assert [line.split()[0] for line in lines] == sorted(WORDS)
     vectors = np.array([[float(x) for x in line.split()[1:]] for line in lines])

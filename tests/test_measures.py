@@ -69,8 +69,9 @@ def test_sampled_self_similarity_uses_all_pairs_when_few_and_is_seeded(rng):
     assert abs(first - brute_force_self_similarity(Y)) < 0.1
 
 
-@pytest.mark.parametrize("shape", [(5, 20), (12, 12), (30, 8), (200, 40), (7, 300), (60, 50)])
+@pytest.mark.parametrize("shape", [(5, 20), (12, 12), (30, 8), (200, 40), (7, 300), (60, 50), (170, 260), (400, 180)])
 def test_mev_truncated_svd_matches_sklearn(rng, shape):
+    """Covers the Gram (n <= d) and scatter (n > d) routes, each with LAPACK and with Lanczos (size > 160)."""
     X = rng.normal(size=shape) + rng.normal(size=shape[1])
     expected = TruncatedSVD(n_components=1, algorithm="arpack", tol=0).fit(X).explained_variance_ratio_[0]
     assert measures.mev_truncated_svd(X) == pytest.approx(expected, abs=1e-6)

@@ -1,9 +1,9 @@
 """The measurement step: a model's layer files in, the metric tables and PC embeddings out.
 
-Each layer file is read once, whole, into memory (float32), and every measure of that layer is taken
-from the in-memory array before the next layer is read; peak memory is about one layer. Random draws
-come from streams derived from one seed, one per purpose (and per layer where the paper redraws), so a
-rerun with the same seed writes byte-identical files. Outputs follow docs/data-contract.md.
+Each layer file is read once, whole, into memory (in its stored dtype), and every measure of that layer
+is taken from the in-memory array, in float64 chunks, before the next layer is read; peak memory is
+about one layer plus one chunk. Random draws come from streams derived from one seed, one per purpose
+(and per layer where the paper redraws), so a rerun with the same seed writes byte-identical files. Outputs follow docs/data-contract.md.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
 from contextuality import measures
@@ -29,7 +30,7 @@ LOG = logging.getLogger(__name__)
 SELF_SIMILARITY_MODES = ("exact", "sampled", "both")
 # Sub-seeds of the random streams; each purpose draws from its own stream.
 _SENTENCE_SAMPLE, _BASELINE, _SAMPLED_PAIRS, _BOOTSTRAP = range(4)
-# Rows read from HDF5 per slice while converting a layer to float32 (bounds the temporary copy).
+# Elements read from HDF5 per slice while converting a layer to another dtype (bounds the temporary copy).
 READ_SLICE_ELEMENTS = 1 << 24
 
 WORD_COLUMNS = ["model", "word", "layer", "n", "self_similarity", "self_similarity_sampled", "mev", "mev_literal", "mev_centered"]
@@ -62,24 +63,28 @@ def _require_complete(path: Path) -> None:
         raise ValueError(f"{path}: layer file is incomplete (attribute 'complete' is not 1); rebuild it before measuring")
 
 
-def read_layer(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """A layer file's ``vectors`` as one float32 array and its ``sentence_offsets``; refuses incomplete files.
+def read_layer(path: Path, dtype: np.dtype | None = np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """A layer file's ``vectors`` as one in-memory array and its ``sentence_offsets``; refuses incomplete files.
 
-    The file is read in contiguous slices converted into a preallocated array, so float16 files never
-    need a second full-size copy.
+    ``dtype=None`` keeps the stored dtype: the measures convert the rows they use to float64 anyway, so
+    the measurement step skips a full-layer conversion and holds float16 files at half the memory.
+    Otherwise the file is read in contiguous slices converted into one preallocated array.
     """
     path = Path(path)
     _require_complete(path)
     with h5py.File(path, "r") as f:
         dataset = f["vectors"]
-        n_rows, dim = dataset.shape
-        vectors = np.empty((n_rows, dim), dtype=np.float32)
-        step = max(1, READ_SLICE_ELEMENTS // max(dim, 1))
-        for start in range(0, n_rows, step):
-            vectors[start : start + step] = dataset[start : start + step]
+        if dtype is None or np.dtype(dtype) == dataset.dtype:
+            vectors = dataset[...]
+        else:
+            n_rows, dim = dataset.shape
+            vectors = np.empty((n_rows, dim), dtype=dtype)
+            step = max(1, READ_SLICE_ELEMENTS // max(dim, 1))
+            for start in range(0, n_rows, step):
+                vectors[start : start + step] = dataset[start : start + step]
         offsets = np.asarray(f["sentence_offsets"][...], dtype=np.int64)
-    if offsets[-1] != n_rows:
-        raise ValueError(f"{path}: sentence_offsets ends at {offsets[-1]} but vectors has {n_rows} rows")
+    if offsets[-1] != len(vectors):
+        raise ValueError(f"{path}: sentence_offsets ends at {offsets[-1]} but vectors has {len(vectors)} rows")
     return vectors, offsets
 
 
@@ -112,7 +117,7 @@ def _measure_words(vectors, rows, group_starts, *, seed, self_similarity, sample
     ends = np.append(group_starts[1:], len(rows))
     for first, last in _word_chunks(group_starts, max(1, measures.BATCH_ELEMENTS // dim)):
         row_start, row_end = group_starts[first], ends[last - 1]
-        X = vectors[rows[row_start:row_end]]
+        X = vectors[rows[row_start:row_end]].astype(np.float64)
         local_starts = group_starts[first:last] - row_start
         if self_similarity in ("exact", "both"):
             exact[first:last] = measures.self_similarity_exact(X, local_starts)
@@ -138,6 +143,49 @@ def _context_specific_words(words: pd.DataFrame, top_k: int) -> pd.DataFrame:
     return table[CONTEXT_WORD_COLUMNS].reset_index(drop=True)
 
 
+def _measure_layer(path, layer, rows, group_starts, intra_ids, baseline_ids, *, seed, options):
+    """Every measure of one layer: its ``layers.parquet`` record, the per-word arrays, and the PC vectors."""
+    vectors, offsets = read_layer(path, dtype=None)
+    if len(rows) and rows.max() >= len(vectors):
+        raise ValueError(f"{path}: occurrences refer to row {rows.max()} but the file has {len(vectors)} rows")
+    if len(offsets) - 1 != options["n_sentences"]:
+        raise ValueError(f"{path}: {len(offsets) - 1} sentences, but the first layer file has {options['n_sentences']}")
+    mode = options["self_similarity"]
+    exact, sampled, pcs = _measure_words(
+        vectors, rows, group_starts, seed=seed, self_similarity=mode,
+        sampled_pairs=options["sampled_pairs"], with_pcs=True,
+    )  # fmt: skip
+    if layer == 0 and not options["mev_layer0"]:
+        # the paper reports no MEV at the input layer; its PC vectors are still Table 1's layer-0 baseline
+        pcs = measures.PCStats(*(np.full_like(column, np.nan) for column in pcs[:3]), pcs.first_vector)
+    primary = sampled if mode == "sampled" else exact
+    intra = measures.intra_sentence_similarity(vectors, offsets, intra_ids)
+    baseline = measures.anisotropy_baseline(vectors, offsets, baseline_ids, _rng(seed, _BASELINE, layer), options["baseline_samples"])
+    norms = measures.row_norms(vectors[measures.sentence_rows(offsets, baseline_ids)[0]])
+
+    bootstrap_rng, resamples = _rng(seed, _BOOTSTRAP, layer), options["bootstrap_resamples"]
+    self_ci, intra_ci, mev_ci = (measures.bootstrap_ci(values, bootstrap_rng, resamples) for values in (primary, intra, pcs.mev))
+    self_mean, intra_mean, mev_mean = _mean_or_nan(primary), _mean_or_nan(intra), _mean_or_nan(pcs.mev)
+    record = {
+        "layer": layer, "n_words": len(group_starts), "n_sentences_sampled": int((~np.isnan(intra)).sum()),
+        "self_similarity": self_mean, "self_similarity_ci_low": self_ci[0], "self_similarity_ci_high": self_ci[1],
+        "intra_sentence": intra_mean, "intra_sentence_ci_low": intra_ci[0], "intra_sentence_ci_high": intra_ci[1],
+        "mev": mev_mean, "mev_ci_low": mev_ci[0], "mev_ci_high": mev_ci[1],
+        "mev_literal": _mean_or_nan(pcs.mev_literal), "mev_centered": _mean_or_nan(pcs.mev_centered),
+        "baseline_cosine": baseline.cosine, "baseline_mev": baseline.mev,
+        "adjusted_self_similarity": self_mean - baseline.cosine,
+        "adjusted_intra_sentence": intra_mean - baseline.cosine,
+        "adjusted_mev": mev_mean - baseline.mev,
+        "norm_mean": _mean_or_nan(norms), "norm_std": float(norms.std()) if len(norms) else float("nan"),
+        "self_similarity_sampled": _mean_or_nan(sampled), "n_baseline_vectors": baseline.n_vectors,
+    }  # fmt: skip
+    per_word = {
+        "self_similarity": exact, "self_similarity_sampled": sampled,
+        "mev": pcs.mev, "mev_literal": pcs.mev_literal, "mev_centered": pcs.mev_centered, "primary": primary,
+    }  # fmt: skip
+    return record, per_word, pcs.first_vector
+
+
 def measure_model(
     layer_paths: Mapping[int, Path],
     occurrences: pd.DataFrame,
@@ -161,95 +209,67 @@ def measure_model(
 
     ``layer_paths`` maps layer index to its HDF5 file; ``occurrences`` is occurrences.parquet (word, row,
     ...). ``intra_sentences`` sentences (or ``"all"``) are averaged for intra-sentence similarity and
-    ``baseline_samples`` sentences feed the baselines; both are prefixes of one seeded permutation of the
-    sentences, drawn once and shared by all layers (spec 4.4). ``self_similarity`` chooses the exact
-    all-pairs mean, the paper's sampled estimate (at most ``sampled_pairs`` ordered pairs), or both;
-    the per-layer mean uses the exact values whenever they are computed. MEV and the PC vectors are
-    computed for layers >= 1 (and layer 0 too if ``mev_layer0``); PC files are written for layers >= 1.
+    ``baseline_samples`` sentences feed the baselines (and ``baseline_samples`` pairs the cosine
+    baseline); both sets are prefixes of one seeded permutation of the sentences, drawn once and shared
+    by all layers (spec 4.4). ``self_similarity`` chooses the exact all-pairs mean, the paper's sampled
+    estimate (at most ``sampled_pairs`` ordered pairs), or both; the per-layer mean uses the exact values
+    whenever they are computed. MEV and the PC vectors are computed for layers >= 1 (and layer 0 too if
+    ``mev_layer0``); PC files are written for every layer (layer 0: Table 1's static baseline).
     """
     if self_similarity not in SELF_SIMILARITY_MODES:
         raise ValueError(f"self_similarity must be one of {SELF_SIMILARITY_MODES}, got {self_similarity!r}")
     if not (intra_sentences == "all" or (isinstance(intra_sentences, int) and intra_sentences > 0)):
         raise ValueError(f"intra_sentences must be a positive integer or 'all', got {intra_sentences!r}")
+    if not layer_paths:
+        raise ValueError(f"{model}: no layer files to measure")
     layers = sorted(layer_paths)
     for layer in layers:
         _require_complete(Path(layer_paths[layer]))
+    options = {
+        "self_similarity": self_similarity, "sampled_pairs": sampled_pairs, "baseline_samples": baseline_samples,
+        "mev_layer0": mev_layer0, "bootstrap_resamples": bootstrap_resamples,
+    }  # fmt: skip
 
     occurrences = occurrences.sort_values(["word", "row"], kind="stable")
     word_of_row = occurrences["word"].to_numpy()
     rows = occurrences["row"].to_numpy(dtype=np.int64)
-    group_starts = np.flatnonzero(np.concatenate([[True], word_of_row[1:] != word_of_row[:-1]])) if len(rows) else np.empty(0, np.int64)
+    group_starts = np.flatnonzero(np.concatenate([[len(rows) > 0], word_of_row[1:] != word_of_row[:-1]]))
     words = word_of_row[group_starts]
     counts = measures.group_sizes(group_starts, len(rows))
     log.info("%s: %d words, %d occurrences, layers %s", model, len(words), len(rows), layers)
 
-    word_tables, layer_records = [], []
-    sentence_sample = None
+    with h5py.File(layer_paths[layers[0]], "r") as f:
+        n_sentences = len(f["sentence_offsets"]) - 1
+    sentence_sample = _rng(seed, _SENTENCE_SAMPLE).permutation(n_sentences)
+    intra_ids = sentence_sample if intra_sentences == "all" else sentence_sample[:intra_sentences]
+    baseline_ids = sentence_sample[:baseline_samples]
+    options["n_sentences"] = n_sentences
+
+    records, word_tables = [], []
     out_pcs_dir = Path(out_pcs_dir)
     out_pcs_dir.mkdir(parents=True, exist_ok=True)
-    for layer in tqdm(layers, desc=f"measure {model}", unit="layer", file=sys.stderr, mininterval=5):
-        started = time.perf_counter()
-        vectors, offsets = read_layer(Path(layer_paths[layer]))
-        n_sentences = len(offsets) - 1
-        if len(rows) and rows.max() >= len(vectors):
-            raise ValueError(f"{layer_paths[layer]}: occurrences refer to row {rows.max()} but the file has {len(vectors)} rows")
-        if sentence_sample is None:
-            sentence_sample = _rng(seed, _SENTENCE_SAMPLE).permutation(n_sentences)
-            intra_ids = sentence_sample if intra_sentences == "all" else sentence_sample[:intra_sentences]
-            baseline_ids = sentence_sample[:baseline_samples]
-        elif len(sentence_sample) != n_sentences:
-            raise ValueError(f"{layer_paths[layer]}: {n_sentences} sentences, but layer {layers[0]} has {len(sentence_sample)}")
+    # The linear algebra is thousands of small problems, where BLAS threads cost more than they gain:
+    # on 2 cores shared with another job, a layer took 2.5 s with one BLAS thread and 15 s with two.
+    with threadpool_limits(limits=1, user_api="blas"):
+        for layer in tqdm(layers, desc=f"measure {model}", unit="layer", file=sys.stderr, mininterval=5):
+            started = time.perf_counter()
+            record, per_word, first_vectors = _measure_layer(
+                Path(layer_paths[layer]), layer, rows, group_starts, intra_ids, baseline_ids, seed=seed, options=options
+            )
+            records.append({"model": model, **record})
+            word_tables.append(pd.DataFrame({"model": model, "word": words, "layer": layer, "n": counts, **per_word}))
+            write_vectors_text(out_pcs_dir / f"layer_{layer}.txt", words, first_vectors)
+            log.info(
+                "%s layer %d: self-sim %.3f, intra %.3f, MEV %.3f, baseline cos %.3f MEV %.3f (%.1f s)",
+                model, layer, record["self_similarity"], record["intra_sentence"], record["mev"],
+                record["baseline_cosine"], record["baseline_mev"], time.perf_counter() - started,
+            )  # fmt: skip
 
-        with_pcs = layer >= 1 or mev_layer0
-        exact, sampled, pcs = _measure_words(
-            vectors, rows, group_starts, seed=seed,
-            self_similarity=self_similarity, sampled_pairs=sampled_pairs, with_pcs=with_pcs,
-        )  # fmt: skip
-        primary = sampled if self_similarity == "sampled" else exact
-        intra = measures.intra_sentence_similarity(vectors, offsets, intra_ids)
-        baseline = measures.anisotropy_baseline(vectors, offsets, baseline_ids, _rng(seed, _BASELINE, layer), baseline_samples)
-        norm_rows, _ = measures.sentence_rows(offsets, baseline_ids)
-        norms = np.linalg.norm(vectors[norm_rows].astype(np.float64), axis=1)
-        del vectors
-
-        bootstrap_rng = _rng(seed, _BOOTSTRAP, layer)
-        self_ci = measures.bootstrap_ci(primary, bootstrap_rng, bootstrap_resamples)
-        intra_ci = measures.bootstrap_ci(intra, bootstrap_rng, bootstrap_resamples)
-        mev_ci = measures.bootstrap_ci(pcs.mev, bootstrap_rng, bootstrap_resamples)
-        self_mean, intra_mean, mev_mean = _mean_or_nan(primary), _mean_or_nan(intra), _mean_or_nan(pcs.mev)
-        layer_records.append({
-            "model": model, "layer": layer, "n_words": len(words), "n_sentences_sampled": int((~np.isnan(intra)).sum()),
-            "self_similarity": self_mean, "self_similarity_ci_low": self_ci[0], "self_similarity_ci_high": self_ci[1],
-            "intra_sentence": intra_mean, "intra_sentence_ci_low": intra_ci[0], "intra_sentence_ci_high": intra_ci[1],
-            "mev": mev_mean, "mev_ci_low": mev_ci[0], "mev_ci_high": mev_ci[1],
-            "mev_literal": _mean_or_nan(pcs.mev_literal), "mev_centered": _mean_or_nan(pcs.mev_centered),
-            "baseline_cosine": baseline.cosine, "baseline_mev": baseline.mev,
-            "adjusted_self_similarity": self_mean - baseline.cosine,
-            "adjusted_intra_sentence": intra_mean - baseline.cosine,
-            "adjusted_mev": mev_mean - baseline.mev,
-            "norm_mean": float(norms.mean()) if len(norms) else float("nan"),
-            "norm_std": float(norms.std()) if len(norms) else float("nan"),
-            "self_similarity_sampled": _mean_or_nan(sampled), "n_baseline_vectors": baseline.n_vectors,
-        })  # fmt: skip
-        word_tables.append(pd.DataFrame({
-            "model": model, "word": words, "layer": layer, "n": counts,
-            "self_similarity": exact, "self_similarity_sampled": sampled,
-            "mev": pcs.mev, "mev_literal": pcs.mev_literal, "mev_centered": pcs.mev_centered, "primary": primary,
-        }))  # fmt: skip
-        if layer >= 1:
-            write_vectors_text(out_pcs_dir / f"layer_{layer}.txt", words, pcs.first_vector)
-        log.info(
-            "%s layer %d: self-sim %.3f, intra %.3f, MEV %.3f, baseline cos %.3f MEV %.3f (%.1f s)",
-            model, layer, self_mean, intra_mean, mev_mean, baseline.cosine, baseline.mev, time.perf_counter() - started,
-        )  # fmt: skip
-
-    word_table = pd.concat(word_tables, ignore_index=True) if word_tables else pd.DataFrame(columns=[*WORD_COLUMNS, "primary"])
-    word_table = word_table.astype({"layer": "int64", "n": "int64"})
-    context_words = _context_specific_words(word_table, top_k)
-    layer_table = pd.DataFrame(layer_records, columns=LAYER_COLUMNS).astype({"layer": "int64", "n_words": "int64"})
+    word_table = pd.concat(word_tables, ignore_index=True).astype({"layer": "int64", "n": "int64"})
+    layer_table = pd.DataFrame(records, columns=LAYER_COLUMNS).astype({"layer": "int64", "n_words": "int64"})
     with atomic_path(out_words) as tmp:
         word_table[WORD_COLUMNS].to_parquet(tmp, index=False)
     with atomic_path(out_layers) as tmp:
         layer_table.to_parquet(tmp, index=False)
     with atomic_path(out_context_words) as tmp:
-        context_words.to_csv(tmp, index=False)
+        _context_specific_words(word_table, top_k).to_csv(tmp, index=False)

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 import scipy.linalg
+import scipy.sparse.linalg
 import scipy.stats
 
 # Total variance at or below this fraction of the mean squared norm is rounding noise: such words have
@@ -23,6 +24,8 @@ import scipy.stats
 ZERO_VARIANCE_RELATIVE = 1e-20
 # Words with at most this many occurrences are solved together, one stacked eigendecomposition per size.
 BATCHED_MAX_OCCURRENCES = 48
+# Symmetric matrices larger than this get their top eigenpair by Lanczos iteration, not LAPACK.
+LANCZOS_MIN_SIZE = 160
 # Upper bound on the float64 elements of one stacked batch (64 MiB).
 BATCH_ELEMENTS = 1 << 23
 
@@ -44,11 +47,17 @@ class Baseline(NamedTuple):
     n_vectors: int  # how many vectors were sampled (one per non-empty sampled sentence)
 
 
+def row_norms(X: np.ndarray) -> np.ndarray:
+    """L2 norm of each row, in float64."""
+    X = np.asarray(X, dtype=np.float64)
+    return np.sqrt(np.einsum("ij,ij->i", X, X))
+
+
 def unit_rows(X: np.ndarray) -> np.ndarray:
     """Rows of ``X`` scaled to unit L2 norm, in float64; zero rows stay zero."""
     X = np.asarray(X, dtype=np.float64)
-    norms = np.linalg.norm(X, axis=1, keepdims=True)
-    return np.divide(X, norms, out=np.zeros_like(X), where=norms > 0)
+    norms = row_norms(X)[:, None]
+    return X / np.where(norms > 0, norms, 1.0)
 
 
 def group_sizes(group_starts: np.ndarray, n_rows: int) -> np.ndarray:
@@ -67,7 +76,7 @@ def self_similarity_exact(X: np.ndarray, group_starts: np.ndarray) -> np.ndarray
     if len(group_starts) == 0:
         return np.empty(0)
     sums = np.add.reduceat(U, group_starts, axis=0)
-    nonzero = np.add.reduceat((U != 0).any(axis=1).astype(np.float64), group_starts)
+    nonzero = np.add.reduceat(np.einsum("ij,ij->i", U, U).round(), group_starts)
     pairs = nonzero * nonzero - nonzero
     with np.errstate(invalid="ignore", divide="ignore"):
         values = (np.einsum("ij,ij->i", sums, sums) - nonzero) / pairs
@@ -126,16 +135,27 @@ def intra_sentence_similarity(X: np.ndarray, sentence_offsets: np.ndarray, sente
     return values
 
 
-def _top_eigenpair(S: np.ndarray) -> tuple[float, np.ndarray]:
-    """Largest eigenvalue and its unit eigenvector of a symmetric matrix (LAPACK, only that pair)."""
+def _top_eigenpair(S: np.ndarray, start: np.ndarray) -> tuple[float, np.ndarray]:
+    """Largest eigenvalue and its unit eigenvector of a symmetric positive semi-definite matrix.
+
+    Large matrices use Lanczos iteration (ARPACK, to machine precision) from the deterministic vector
+    ``start``: only one eigenpair is needed, and it converges in a few dozen products. Small ones, and
+    any case Lanczos cannot settle, use LAPACK's selected-eigenvalue driver.
+    """
     m = len(S)
-    value, vector = scipy.linalg.eigh(S, subset_by_index=[m - 1, m - 1], check_finite=False)
-    return float(value[0]), vector[:, 0]
+    if m > LANCZOS_MIN_SIZE and np.any(start):
+        try:
+            values, vectors = scipy.sparse.linalg.eigsh(S, k=1, which="LA", v0=start, tol=0)
+            return float(values[0]), vectors[:, 0]
+        except scipy.sparse.linalg.ArpackError:
+            pass
+    values, vectors = scipy.linalg.eigh(S, subset_by_index=[m - 1, m - 1], check_finite=False)
+    return float(values[0]), vectors[:, 0]
 
 
-def _top_eigenvalue(S: np.ndarray) -> float:
-    m = len(S)
-    return float(scipy.linalg.eigh(S, eigvals_only=True, subset_by_index=[m - 1, m - 1], check_finite=False)[0])
+def _lanczos_start(m: int) -> np.ndarray:
+    """A fixed, generic start vector (not orthogonal to any particular eigenvector)."""
+    return np.random.default_rng(m).standard_normal(m)
 
 
 def _finish(X, v1, sigma1_sq, centred_top, total_sq, total_var, mean):
@@ -171,9 +191,9 @@ def _pc_stats_stacked(X: np.ndarray) -> PCStats:
 def word_pc_stats(X: np.ndarray) -> PCStats:
     """MEV variants and first singular vector of one word's occurrence matrix ``X`` (n, d).
 
-    Uses the smaller of the Gram matrix X X^T (n <= d) and the scatter matrix X^T X (n > d), and
-    LAPACK's selected-eigenvalue driver, so only the top eigenpair is computed. Returns scalars
-    (0-d arrays) and a (d,) vector.
+    Works on the smaller of the Gram matrix X X^T (n <= d) and the scatter matrix X^T X (n > d); the
+    centred versions follow from them by rank-one corrections. Returns scalars (0-d arrays) and a
+    (d,) vector.
     """
     X = np.asarray(X, dtype=np.float64)
     n, d = X.shape
@@ -182,15 +202,17 @@ def word_pc_stats(X: np.ndarray) -> PCStats:
     total_var = float(np.einsum("nd,nd->", centred, centred)) / n
     if n <= d:
         gram = X @ X.T
-        sigma1_sq, u1 = _top_eigenpair(gram)
+        row_means = gram.mean(axis=1)
+        centred_gram = gram - row_means[:, None] - row_means[None, :] + row_means.mean()
+        sigma1_sq, u1 = _top_eigenpair(gram, X @ mean)
         v1 = u1 @ X
         total_sq = float(np.trace(gram))
-        centred_top = _top_eigenvalue(centred @ centred.T)
+        centred_top, _ = _top_eigenpair(centred_gram, _lanczos_start(n))
     else:
         scatter = X.T @ X
-        sigma1_sq, v1 = _top_eigenpair(scatter)
+        sigma1_sq, v1 = _top_eigenpair(scatter, mean)
         total_sq = float(np.trace(scatter))
-        centred_top = _top_eigenvalue(scatter - n * np.outer(mean, mean))
+        centred_top, _ = _top_eigenpair(scatter - n * np.outer(mean, mean), _lanczos_start(d))
     stats = _finish(
         X[None], v1[None], np.array([max(sigma1_sq, 0.0)]), np.array([max(centred_top, 0.0)]),
         np.array([total_sq]), np.array([total_var]), mean[None],
@@ -209,7 +231,7 @@ def pc_stats_by_word(X: np.ndarray, group_starts: np.ndarray) -> PCStats:
     k, d = len(group_starts), X.shape[1]
     mev, mev_literal, mev_centered = (np.full(k, np.nan) for _ in range(3))
     first_vector = np.full((k, d), np.nan)
-    for size in np.unique(sizes[(sizes <= min(BATCHED_MAX_OCCURRENCES, d)) & (sizes > 0)]):
+    for size in np.unique(sizes[sizes <= min(BATCHED_MAX_OCCURRENCES, d)]):
         words = np.flatnonzero(sizes == size)
         per_batch = max(1, BATCH_ELEMENTS // (size * d))
         for batch in np.array_split(words, -(-len(words) // per_batch)):

@@ -1,0 +1,189 @@
+"""Time the measurement step against the read-once floor and against the paper's per-word loops.
+
+    python benchmarks/bench_metrics.py --embeddings results/embeddings/MODEL
+    python benchmarks/bench_metrics.py --synthetic      # a realistic fake model in a temporary folder
+
+Measures, in one run:
+  (a) ``contextuality.analysis.measure_model`` on every layer of the model;
+  (b) one sequential read of every layer file's ``vectors`` (the floor for any read-once method);
+  (c) the original code's approach: per word, at most 1,000 sampled ordered pairs with each vector read
+      from the HDF5 dataset one at a time and a scipy cosine per pair, at every layer; and one sklearn
+      TruncatedSVD fit per word per layer >= 1. (c) is timed on a random subset of words, stratified by
+      occurrence count, and extrapolated to all words (each stratum's mean time times its size).
+Targets: (a) <= 3 x (b), and (a) at least 50 x faster than (c). ``--cold`` evicts the layer files from
+the page cache before (a) and (b), so both include the disk reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import tempfile
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pandas as pd
+from scipy.spatial.distance import cosine
+from sklearn.decomposition import TruncatedSVD
+
+from contextuality.analysis import measure_model
+
+
+def make_synthetic_model(folder: Path, *, n_layers=7, n_sentences=25_000, mean_length=12, dim=384, n_words=5_000, seed=0):
+    """Write layer files and occurrences.parquet shaped like a small real model.
+
+    Sentences have 4-20 units (mean about 12). About 80% of units are occurrences of words whose counts
+    follow Zipf's law (rank r has weight 1/r); words with fewer than 5 occurrences are not indexed.
+    Each word has a direction; upper layers add more context noise and a shared anisotropy direction.
+    """
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(4, 2 * mean_length - 3, size=n_sentences)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    n_rows = int(offsets[-1])
+    weights = 1.0 / np.arange(1, n_words + 1)
+    word_of_row = rng.choice(n_words, size=n_rows, p=weights / weights.sum())
+    word_of_row[rng.random(n_rows) < 0.2] = -1
+    counts = np.bincount(word_of_row[word_of_row >= 0], minlength=n_words)
+    word_of_row[(word_of_row >= 0) & (counts[np.maximum(word_of_row, 0)] < 5)] = -1
+    directions = rng.standard_normal((n_words + 1, dim), dtype=np.float32)
+    common = rng.standard_normal(dim, dtype=np.float32)
+    for layer in range(n_layers):
+        noise = rng.standard_normal((n_rows, dim), dtype=np.float32)
+        vectors = directions[word_of_row] + (0.3 + 0.3 * layer) * noise + 0.5 * layer * common
+        with h5py.File(folder / f"layer_{layer}.h5", "w") as f:
+            f.create_dataset("vectors", data=vectors.astype(np.float16))
+            f.create_dataset("sentence_offsets", data=offsets)
+            f.attrs.update({"model": "synthetic", "layer": layer, "n_layers": n_layers, "dim": dim, "complete": 1})
+    rows = np.flatnonzero(word_of_row >= 0)
+    sentence_of_row = np.repeat(np.arange(n_sentences), lengths)
+    occurrences = pd.DataFrame({
+        "word": np.char.add("w", word_of_row[rows].astype(str)), "row": rows,
+        "sentence_id": sentence_of_row[rows], "position": rows - offsets[sentence_of_row[rows]],
+    }).sort_values(["word", "row"], ignore_index=True)  # fmt: skip
+    occurrences.to_parquet(folder / "occurrences.parquet", index=False)
+
+
+def layer_files(folder: Path) -> dict[int, Path]:
+    return {int(re.fullmatch(r"layer_(\d+)\.h5", p.name).group(1)): p for p in folder.glob("layer_*.h5")}
+
+
+def evict_from_page_cache(paths: dict[int, Path]) -> None:
+    """Ask the kernel to drop the files' cached pages, so the next read comes from disk."""
+    for path in paths.values():
+        with open(path, "rb") as f:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def time_sequential_read(paths: dict[int, Path]) -> float:
+    started = time.perf_counter()
+    for layer in sorted(paths):
+        with h5py.File(paths[layer], "r") as f:
+            f["vectors"][...]
+    return time.perf_counter() - started
+
+
+def time_pipeline(paths: dict[int, Path], occurrences: pd.DataFrame, out: Path) -> float:
+    started = time.perf_counter()
+    measure_model(
+        paths, occurrences, out / "words.parquet", out / "layers.parquet", out / "pcs",
+        out / "context_specific_words.csv", model="bench", seed=0,
+    )  # fmt: skip
+    return time.perf_counter() - started
+
+
+def original_word(datasets: list, rows: list[int], n_pairs: int = 1000) -> None:
+    """The paper's per-word work (analyze.py): sampled pairs and scipy cosines per layer, one SVD per layer >= 1.
+
+    Vectors are read from the HDF5 dataset one at a time, as the original does. The pairs are drawn
+    without listing all n(n-1) of them first (the original lists them, which is slower still and
+    needs tens of GB for the most frequent words), so (c) errs in the original's favour.
+    """
+    n = len(rows)
+    flat = random.sample(range(n * (n - 1)), n_pairs) if n * (n - 1) > n_pairs else range(n * (n - 1))
+    pairs = [(k // (n - 1), k % (n - 1) + (k % (n - 1) >= k // (n - 1))) for k in flat]
+    for dataset in datasets:
+        similarities = [1 - cosine(dataset[rows[i]].astype(np.float32), dataset[rows[j]].astype(np.float32)) for i, j in pairs]
+        np.nanmean(similarities)
+    for dataset in datasets[1:]:
+        embeddings = [dataset[row].astype(np.float32).tolist() for row in rows]
+        components = min(100, min(len(rows), dataset.shape[1]) - 1)
+        TruncatedSVD(n_components=components).fit(embeddings).explained_variance_ratio_[0]
+
+
+def time_original(paths: dict[int, Path], occurrences: pd.DataFrame, n_words: int, seed: int) -> tuple[float, int, int]:
+    """Seconds for the original approach on all words, estimated from about ``n_words`` of them.
+
+    Words are split into strata by occurrence count (powers of two), the same number is timed in each
+    (all of a stratum when it is smaller), and each stratum's mean time is multiplied by its size: the
+    cost grows steeply with the count, so a plain random subset of a Zipf vocabulary would mostly miss
+    the few frequent words that dominate the total.
+    """
+    rows_of_word = occurrences.groupby("word", sort=True)["row"].apply(list)
+    strata = np.floor(np.log2(rows_of_word.map(len))).astype(int)
+    per_stratum = max(1, n_words // strata.nunique())
+    random.seed(seed)
+    files = [h5py.File(paths[layer], "r") for layer in sorted(paths)]
+    total, timed = 0.0, 0
+    try:
+        datasets = [f["vectors"] for f in files]
+        for stratum in sorted(strata.unique()):
+            members = list(rows_of_word.index[strata == stratum])
+            chosen = random.sample(members, min(per_stratum, len(members)))
+            started = time.perf_counter()
+            for word in chosen:
+                original_word(datasets, rows_of_word[word])
+            total += (time.perf_counter() - started) / len(chosen) * len(members)
+            timed += len(chosen)
+    finally:
+        for f in files:
+            f.close()
+    return total, timed, len(rows_of_word)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--embeddings", type=Path, help="a model folder: layer_*.h5 and occurrences.parquet")
+    source.add_argument("--synthetic", action="store_true", help="generate a realistic model in a temporary folder")
+    parser.add_argument("--original-words", type=int, default=40, help="words timed for (c) before extrapolating")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cold", action="store_true", help="evict the layer files from the page cache before (a) and (b)")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="bench_metrics_") as scratch:
+        scratch = Path(scratch)
+        folder = args.embeddings
+        if args.synthetic:
+            folder = scratch / "model"
+            folder.mkdir()
+            started = time.perf_counter()
+            make_synthetic_model(folder, seed=args.seed)
+            print(f"synthetic model written in {time.perf_counter() - started:.1f} s")
+        paths = layer_files(folder)
+        occurrences = pd.read_parquet(folder / "occurrences.parquet")
+        with h5py.File(paths[min(paths)], "r") as f:
+            shape, dtype = f["vectors"].shape, f["vectors"].dtype
+        print(f"{folder}: {len(paths)} layers, {shape[0]} rows x {shape[1]} ({dtype}), "
+              f"{occurrences['word'].nunique()} words, {len(occurrences)} occurrences")  # fmt: skip
+
+        if args.cold:
+            evict_from_page_cache(paths)
+        read = time_sequential_read(paths)
+        if args.cold:
+            evict_from_page_cache(paths)
+        pipeline = time_pipeline(paths, occurrences, scratch / "metrics")
+        original, timed_words, all_words = time_original(paths, occurrences, args.original_words, args.seed)
+
+    print(f"(a) measure_model, all layers:        {pipeline:9.2f} s")
+    print(f"(b) sequential read of layer files:   {read:9.2f} s  ({'cold: evicted from the page cache first' if args.cold else 'warm page cache'})")
+    print(f"(c) original per-word loops:          {original:9.2f} s  (extrapolated from {timed_words} of {all_words} words, stratified by count)")
+    print(f"(a)/(b) = {pipeline / read:.2f}  (target <= 3)")
+    print(f"(c)/(a) = {original / pipeline:.1f}  (target >= 50)")
+
+
+if __name__ == "__main__":
+    main()
