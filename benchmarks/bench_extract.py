@@ -39,7 +39,7 @@ def main() -> None:
 
     config = yaml.safe_load(Path(args.config).read_text())
     spec = config["models"][args.model]
-    batch_size = spec.get("batch_size", config["extraction"]["batch_size"])
+    batch_size = spec.get("batch_size") or config["extraction"]["batch_size"]
     record = json.loads(Path(f"resources/models/{args.model}/source.json").read_text())
     loaded = models.load(record, spec, "cpu")
     sentences = pd.read_parquet("results/corpus/sentences.parquet", columns=["sentence_id", "text"]).iloc[: args.sentences]

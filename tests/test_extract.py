@@ -15,7 +15,7 @@ from conftest import job_counts, run_snakemake, write_config
 from contextuality import models
 from contextuality import extract
 from contextuality.extract import build_occurrences, extract_shard, shard_bounds
-from contextuality.store import gather, layer_files, open_complete
+from contextuality.store import export_classic, gather, layer_files, open_complete
 from contextuality.words import word_index, word_table
 
 SENTENCES = [
@@ -193,3 +193,25 @@ def test_dry_run_plans_one_extraction_job_per_shard_and_model(tmp_path, base_con
     counts = job_counts(result.stdout)
     assert counts["extract"] == 4 * len(base_config["models"])
     assert counts["gather"] == len(base_config["models"])
+
+
+def test_classic_export_has_one_dataset_per_sentence_and_word2sent(tiny_model, corpus, tmp_path):
+    loaded, _ = tiny_model
+    sentences, words, _ = corpus
+    _extract(loaded, sentences, words, tmp_path)
+    gather([tmp_path / "shard.h5"], [tmp_path / "units.parquet"], tmp_path / "layers", "float32")
+    units = pd.read_parquet(tmp_path / "layers" / "units.parquet")
+    occurrences = build_occurrences(units, None, "subword", 2, "occurrences", sentences)
+    export_classic(tmp_path / "layers", occurrences, tmp_path / "classic.h5", tmp_path / "w2s.json")
+    word2sent = json.loads((tmp_path / "w2s.json").read_text())
+    with h5py.File(tmp_path / "classic.h5") as classic, open_complete(tmp_path / "layers" / "layer_01.h5") as layer1:
+        offsets = layer1["sentence_offsets"][:]
+        for i in range(len(SENTENCES)):
+            block = classic[str(i)]
+            assert block.shape == (loaded.n_layers, offsets[i + 1] - offsets[i], 32)
+            np.testing.assert_array_equal(block[1], layer1["vectors"][offsets[i]:offsets[i + 1]])
+        word, pairs = next(iter(word2sent.items()))
+        sentence, position = pairs[0]
+        row = offsets[sentence] + position
+        np.testing.assert_array_equal(classic[str(sentence)][1][position], layer1["vectors"][row])
+        assert units.loc[row, "unit"] == word

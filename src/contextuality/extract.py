@@ -236,9 +236,20 @@ def check_disk(path: Path, needed: int, factor: float) -> None:
     free = shutil.disk_usage(path if path.exists() else path.parent).free
     if free < needed * factor:
         raise ExtractionError(
-            f"not enough disk for {path}: estimated output {needed / 1e9:.2f} GB x margin {factor} "
-            f"> {free / 1e9:.2f} GB free; free space, use storage_dtype float16, or set corpus.max_sentences"
+            f"not enough disk for {path}: estimated output {_size(needed)} x margin {factor} "
+            f"(extraction.min_free_disk_factor) = {_size(needed * factor)} > {_size(free)} free; "
+            "free space, use storage_dtype float16, or set corpus.max_sentences"
         )
+    log.info("disk: estimated output %s x margin %s fits in %s free", _size(needed), factor, _size(free))
+
+
+def _size(n_bytes: float) -> str:
+    """A byte count as the largest unit that keeps it at least 1 (bytes, kB, MB, GB, TB, PB)."""
+    for unit in ("bytes", "kB", "MB", "GB", "TB"):
+        if abs(n_bytes) < 1000:
+            return f"{n_bytes:.0f} bytes" if unit == "bytes" else f"{n_bytes:.2f} {unit}"
+        n_bytes /= 1000
+    return f"{n_bytes:.2f} PB"
 
 
 def tokenize_sentences(
@@ -491,7 +502,7 @@ def load_for_extraction(key: str, spec: dict, record: dict, device: str, compute
 
 def run_extraction_job(
     *, model_key: str, spec: dict, extraction: dict, record_path: Path, sentences_path: Path, words_path: Path,
-    shard: int, out_h5: Path, out_units: Path, threads: int,
+    shard: int, out_h5: Path, out_units: Path, threads: int, seed: int | None = None,
 ) -> dict:
     """Everything one shard job does: pick device, load the model, extract the shard's sentences."""
     import torch
@@ -499,7 +510,7 @@ def run_extraction_job(
     torch.set_num_threads(max(1, threads))
     record = json.loads(record_path.read_text())
     sentences = pd.read_parquet(sentences_path, columns=["sentence_id", "text"])
-    batch_size = spec.get("batch_size", extraction["batch_size"])
+    batch_size = spec.get("batch_size") or extraction["batch_size"]
     first, last = shard_bounds(len(sentences), extraction["n_shards"], shard, WINDOW_BATCHES * batch_size)
     sentences = sentences.iloc[first:last]
     words = pd.read_parquet(words_path, columns=["sentence_id", "word", "char_start"])
@@ -514,6 +525,7 @@ def run_extraction_job(
         "model": model_key, "source": record["source"],
         "revision": record.get("revision") or record.get("version") or record.get("weights_sha256", ""),
         "weights_sha256": record.get("weights_sha256", ""), "shard": shard,
+        "seed": -1 if seed is None else seed,  # recorded for provenance; extraction itself draws nothing
         "n_shards": extraction["n_shards"], "device": device, "compute_dtype": extraction.get("compute_dtype", "float32"),
         "tokenizer": type(getattr(loaded, "tokenizer", None)).__name__ if not isinstance(loaded, ElmoModel) else "spacy",
         "versions": json.dumps(package_versions(), sort_keys=True),

@@ -22,6 +22,7 @@ from contextuality.atomic import atomic_path
 log = logging.getLogger(__name__)
 
 CHUNK_ROWS = 4096
+EXPORT_CHUNK_SENTENCES = 1000
 
 
 class StoreError(RuntimeError):
@@ -113,11 +114,15 @@ def export_classic(layers_dir: Path, occurrences: pd.DataFrame, out_h5: Path, ou
     try:
         offsets = handles[0]["sentence_offsets"][:]
         ids = handles[0]["sentence_ids"][:]
-        arrays = [handle["vectors"][:] for handle in handles]
         with atomic_path(out_h5) as tmp, h5py.File(tmp, "w") as out:
-            for i, sentence_id in enumerate(ids):
-                block = np.stack([array[offsets[i]:offsets[i + 1]] for array in arrays])
-                out.create_dataset(str(int(sentence_id)), data=block)
+            # a chunk of sentences at a time: memory stays at one chunk of every layer
+            for first in range(0, len(ids), EXPORT_CHUNK_SENTENCES):
+                last = min(first + EXPORT_CHUNK_SENTENCES, len(ids))
+                rows = slice(offsets[first], offsets[last])
+                chunk = np.stack([handle["vectors"][rows] for handle in handles])
+                for i in range(first, last):
+                    block = chunk[:, offsets[i] - offsets[first]:offsets[i + 1] - offsets[first]]
+                    out.create_dataset(str(int(ids[i])), data=block)
             out.create_dataset("sentence_to_index", data=json.dumps({}))
     finally:
         for handle in handles:

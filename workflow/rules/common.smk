@@ -1,7 +1,9 @@
 # Configuration checks and the helpers every rule file uses.
+import sys
+
 from snakemake.utils import validate
 
-from contextuality.config import ConfigError, check_config, validate_against_schema
+from contextuality.config import ConfigError, check_config, check_targets, requested_targets, validate_against_schema
 
 
 try:
@@ -9,6 +11,8 @@ try:
     validate_against_schema(config, workflow.source_path("../schemas/config.schema.yaml"))
     validate(config, schema="../schemas/config.schema.yaml")
     check_config(config)
+    # Targets naming an unconfigured model or a layer out of range stop the run here too, before any job.
+    check_targets(requested_targets(sys.argv[1:]), config)
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 

@@ -20,4 +20,5 @@ run_extraction_job(
     out_h5=Path(snakemake.output.shard),
     out_units=Path(snakemake.output.units),
     threads=snakemake.threads,
+    seed=snakemake.config["seed"],  # provenance only: read from config so a new seed re-extracts nothing
 )

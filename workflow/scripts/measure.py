@@ -4,6 +4,7 @@ from pathlib import Path
 import pandas as pd
 
 from contextuality.analysis import measure_model
+from contextuality.atomic import atomic_path
 from contextuality.runtime import setup_job_logging
 from contextuality.store import layer_files
 
@@ -27,4 +28,5 @@ measure_model(
     top_k=metrics["top_k_words"],
     log=log,
 )
-pd.read_parquet(snakemake.output.layers_parquet).to_csv(snakemake.output.layers, index=False, float_format="%.6g")
+with atomic_path(snakemake.output.layers) as tmp:
+    pd.read_parquet(snakemake.output.layers_parquet).to_csv(tmp, index=False, float_format="%.6g")

@@ -1,4 +1,5 @@
 """Snakemake entry point: one model's PC embeddings (every layer) -> benchmark scores."""
+from contextuality.atomic import atomic_path
 from contextuality.runtime import setup_job_logging
 from contextuality.static import score_pc_layers, shared_vocabulary
 
@@ -10,4 +11,5 @@ scores = score_pc_layers(
     label=snakemake.params.label,
     seed=snakemake.params.seed,
 )
-scores.to_csv(snakemake.output.scores, index=False)
+with atomic_path(snakemake.output.scores) as tmp:
+    scores.to_csv(tmp, index=False)

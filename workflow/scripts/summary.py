@@ -1,6 +1,7 @@
 """Snakemake entry point: per-layer and per-word tables -> summary (vs the paper) and claims report."""
 import pandas as pd
 
+from contextuality.atomic import atomic_path
 from contextuality.claims import claims_report, summary_table
 from contextuality.runtime import setup_job_logging
 
@@ -11,4 +12,5 @@ word_tables = {model: pd.read_parquet(path) for model, path in zip(models, snake
 labels, paper_models, sources = snakemake.params.labels, snakemake.params.paper_models, snakemake.params.sources
 summary_table(layer_tables, labels, paper_models, snakemake.output.summary_md, snakemake.output.summary_tex, sources=sources)
 claims = claims_report(layer_tables, word_tables, labels, paper_models, snakemake.output.claims_md, sources=sources)
-claims.to_csv(snakemake.output.claims_csv, index=False)
+with atomic_path(snakemake.output.claims_csv) as tmp:
+    claims.to_csv(tmp, index=False)
