@@ -68,7 +68,9 @@ def make_synthetic_model(folder: Path, *, n_layers=7, n_sentences=25_000, mean_l
 
 
 def layer_files(folder: Path) -> dict[int, Path]:
-    return {int(re.fullmatch(r"layer_(\d+)\.h5", p.name).group(1)): p for p in folder.glob("layer_*.h5")}
+    """The pipeline's layout (``{model}/layers/layer_NN.h5``), or a flat folder of layer files."""
+    layers = folder / "layers" if (folder / "layers").is_dir() else folder
+    return {int(re.fullmatch(r"layer_(\d+)\.h5", p.name).group(1)): p for p in layers.glob("layer_*.h5")}
 
 
 def evict_from_page_cache(paths: dict[int, Path]) -> None:
@@ -147,7 +149,7 @@ def time_original(paths: dict[int, Path], occurrences: pd.DataFrame, n_words: in
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--embeddings", type=Path, help="a model folder: layer_*.h5 and occurrences.parquet")
+    source.add_argument("--embeddings", type=Path, help="a model folder: results/embeddings/MODEL (layers/ and occurrences.parquet)")
     source.add_argument("--synthetic", action="store_true", help="generate a realistic model in a temporary folder")
     parser.add_argument("--original-words", type=int, default=40, help="words timed for (c) before extrapolating")
     parser.add_argument("--seed", type=int, default=0)

@@ -59,7 +59,11 @@ def layer_is_complete(path: Path) -> bool:
 
 
 def _require_complete(path: Path) -> None:
-    if not layer_is_complete(path):
+    try:
+        complete = layer_is_complete(path)
+    except OSError as err:  # truncated or overwritten: HDF5 cannot even open it
+        raise ValueError(f"{path}: not a readable HDF5 file ({err}); delete it and rerun its rule") from None
+    if not complete:
         raise ValueError(f"{path}: layer file is incomplete (attribute 'complete' is not 1); rebuild it before measuring")
 
 

@@ -6,6 +6,8 @@ first and says only what is wrong and what is allowed.
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import yaml
@@ -88,3 +90,89 @@ def check_config(config: dict) -> None:
         )
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+# --------------------------------------------------------------------------------------------------
+# Requested targets (checked before any job, like the config)
+
+# A per-model result path: results/{metrics,embeddings,export,static}/{model}/...
+_MODEL_TARGET = re.compile(r"^(?:\./)?results/(metrics|embeddings|export|static)/([^/]+)(?:/(.*))?$")
+# A file of one layer, inside a model's folder output (layers/ of the embeddings, pcs/ of the metrics).
+_LAYER_FILE = re.compile(r"^(layers/layer_(\d+)\.h5|pcs/layer_(\d+)\.txt)$")
+
+
+def requested_targets(argv: list[str]) -> list[str]:
+    """Command-line words that name a per-model result (``snakemake results/metrics/bert/layers.csv``).
+
+    Snakemake parses the Snakefile before it hands the targets to the DAG, so they are read from the
+    command line; every word that looks like such a path is checked, wherever it stands. A job that
+    Snakemake spawns itself (``--target-jobs``, e.g. on a cluster) was planned from checked targets.
+    """
+    if "--target-jobs" in argv:
+        return []
+    return [word for word in argv if _MODEL_TARGET.match(word)]
+
+
+def layer_count(key: str, spec: dict, models_dir: str | Path = "resources/models") -> int | None:
+    """Layers a model returns (input layer included), when known before extraction; else None.
+
+    A random model's count is in its config; any other model's is read from its materialised folder
+    (``resources/models/{key}/source.json``), so it is known once the models rule has run.
+    """
+    if spec.get("source") == "random":
+        return int(spec.get("n_layers", 2)) + 1
+    record_path = Path(models_dir) / key / "source.json"
+    try:
+        record = json.loads(record_path.read_text())
+        if record["source"] == "elmo":
+            return int(json.loads(Path(record["options"]).read_text())["lstm"]["n_layers"]) + 1
+        hf_config = json.loads((Path(record["hf_dir"]) / "config.json").read_text())
+    except (OSError, KeyError, ValueError):
+        return None
+    for name in ("num_hidden_layers", "n_layer", "num_layers"):
+        if isinstance(hf_config.get(name), int):
+            return hf_config[name] + 1
+    return None
+
+
+def check_targets(targets: list[str], config: dict, models_dir: str | Path = "resources/models") -> None:
+    """Raise ConfigError for a requested per-model target that no configured model can produce.
+
+    * the model key must be configured (``results/static/baselines/{name}.csv``: a configured baseline);
+    * a single layer file (``layers/layer_NN.h5``, ``pcs/layer_NN.txt``) lives inside a folder output:
+      its layer must be in the model's range, and the folder is what can be requested.
+    """
+    models = config.get("models") or {}
+    baselines = (config.get("static") or {}).get("baselines") or {}
+    problems = []
+    for target in targets:
+        match = _MODEL_TARGET.match(target)
+        if not match:
+            continue
+        family, key, rest = match.groups()
+        if family == "static" and key == "baselines":
+            name = Path(rest or "").stem
+            if rest and name not in baselines:
+                allowed = ", ".join(sorted(baselines)) or "none"
+                problems.append(f"target {target}: static baseline '{name}' is not in static.baselines; configured: {allowed}")
+            continue
+        if key not in models:
+            problems.append(
+                f"target {target}: model key '{key}' is not configured; configured models: {', '.join(sorted(models)) or 'none'}"
+            )
+            continue
+        layer_match = _LAYER_FILE.match(rest or "")
+        if family in ("embeddings", "metrics") and layer_match:
+            folder = f"results/{family}/{key}/{layer_match.group(1).split('/')[0]}"
+            layer = int(layer_match.group(2) or layer_match.group(3))
+            count = layer_count(key, models[key], models_dir)
+            if count is not None and layer >= count:
+                problems.append(
+                    f"target {target}: layer {layer} is out of range; model '{key}' has layers 0-{count - 1}"
+                )
+            elif not Path(target).exists():
+                problems.append(
+                    f"target {target}: single layer files are written with their folder; request {folder} instead"
+                )
+    if problems:
+        raise ConfigError("invalid target:\n  " + "\n  ".join(problems))

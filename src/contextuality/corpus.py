@@ -170,8 +170,8 @@ def write_bundled_pairs(root: Path, years: list[int], include_2012_train: bool, 
                     out.write(json.dumps(pair, ensure_ascii=False) + "\n")
                 summary[f"{year}/{split}/{domain}"] = {"scored_pairs": len(pairs), **counts}
                 log.info(
-                    "STS%d %-5s %-18s %5d lines, %5d scored pairs, %4d unscored skipped",
-                    year, split, domain, counts["lines"], len(pairs), counts["unscored"],
+                    "STS%d %-5s %-18s %5d lines, %5d scored pairs, %4d unscored skipped, %d empty sentences kept",
+                    year, split, domain, counts["lines"], len(pairs), counts["unscored"], counts["empty_sentences"],
                 )
     return summary
 

@@ -236,7 +236,7 @@ def check_disk(path: Path, needed: int, factor: float) -> None:
     free = shutil.disk_usage(path if path.exists() else path.parent).free
     if free < needed * factor:
         raise ExtractionError(
-            f"not enough disk for {path}: estimated output {_size(needed)} x margin {factor} "
+            f"not enough disk for {path}: estimated output {_size(needed)} x margin {factor:g} "
             f"(extraction.min_free_disk_factor) = {_size(needed * factor)} > {_size(free)} free; "
             "free space, use storage_dtype float16, or set corpus.max_sentences"
         )
@@ -258,18 +258,24 @@ def tokenize_sentences(
     """Tokenize and align every sentence; apply the over-length policy. Returns (aligned, truncated, skipped)."""
     tokenizer = loaded.tokenizer
     texts = sentences["text"].tolist()
-    full = tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
-    too_long = [len(ids) > loaded.max_length for ids in full]
+    if not texts:  # more shards than windows of sentences: this shard is empty (and stored as such)
+        return [], 0, 0
+    options = {"add_special_tokens": True, "return_offsets_mapping": True, "return_special_tokens_mask": True}
+    encodings = tokenizer(texts, truncation=False, **options)
+    too_long = [len(ids) > loaded.max_length for ids in encodings["input_ids"]]
     if policy == "error" and any(too_long):
         first = int(sentences["sentence_id"].iloc[too_long.index(True)])
         raise ExtractionError(
             f"sentence {first} has more than {loaded.max_length} tokens for model '{loaded.key}' "
             "(extraction.max_length_policy: error); allowed policies: truncate, skip, error"
         )
-    encodings = tokenizer(
-        texts, add_special_tokens=True, truncation=True, max_length=loaded.max_length,
-        return_offsets_mapping=True, return_special_tokens_mask=True,
-    )
+    if any(too_long):  # re-encode only the over-long ones, letting the tokenizer keep its special tokens
+        long_positions = [i for i, flag in enumerate(too_long) if flag]
+        cut = tokenizer([texts[i] for i in long_positions], truncation=True, max_length=loaded.max_length, **options)
+        encodings = {key: list(encodings[key]) for key in ("input_ids", "special_tokens_mask", "offset_mapping")}
+        for j, i in enumerate(long_positions):
+            for key in encodings:
+                encodings[key][i] = cut[key][j]
     by_sentence = {sid: group for sid, group in words.groupby("sentence_id", sort=False)}
     aligned, skipped = [], 0
     for i, (sentence_id, text) in enumerate(zip(sentences["sentence_id"].tolist(), texts)):
@@ -391,12 +397,12 @@ def extract_shard(
         datasets = [
             out.create_dataset(
                 f"layer_{layer:02d}", shape=(n_units, dim), dtype=storage_dtype,
-                chunks=(min(4096, max(n_units, 1)), dim),
+                chunks=(min(4096, n_units), dim) if n_units else None,  # HDF5 cannot chunk an empty shard
             )
             for layer in range(loaded.n_layers)
         ]
         bar = tqdm(total=len(aligned), unit="sent", mininterval=5, desc=f"extract {loaded.key}")
-        window = WINDOW_BATCHES * batch_size
+        window, done_tokens = WINDOW_BATCHES * batch_size, 0
         for block_start in range(0, len(aligned), window):
             block = aligned[block_start:block_start + window]
             vectors = forward_block(loaded, block, batch_size, pooling, device)
@@ -406,9 +412,8 @@ def extract_shard(
                 for layer, dataset in enumerate(datasets):
                     dataset[first:last] = slab[layer].astype(storage_dtype)
             bar.update(len(block))
-            elapsed = time.perf_counter() - started
-            done_tokens = sum(len(item.input_ids) for item in aligned[: block_start + len(block)])
-            bar.set_postfix(tokens_per_s=f"{done_tokens / elapsed:.0f}")
+            done_tokens += sum(len(item.input_ids) for item in block)
+            bar.set_postfix(tokens_per_s=f"{done_tokens / (time.perf_counter() - started):.0f}")
         bar.close()
         out.create_dataset("sentence_offsets", data=offsets)
         out.create_dataset("sentence_ids", data=sentences["sentence_id"].to_numpy(dtype=np.int64))

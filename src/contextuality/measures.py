@@ -302,11 +302,12 @@ def bootstrap_ci(
 ) -> tuple[float, float]:
     """Percentile bootstrap confidence interval of the mean of ``values`` (NaNs dropped).
 
-    Returns (nan, nan) for fewer than 2 values, and (m, m) when all values equal m.
+    Returns (nan, nan) for fewer than 2 values or no resamples (``metrics.bootstrap_resamples: 0``),
+    and (m, m) when all values equal m.
     """
     values = np.asarray(values, dtype=np.float64)
     values = values[~np.isnan(values)]
-    if len(values) < 2:
+    if len(values) < 2 or n_resamples < 1:
         return float("nan"), float("nan")
     if np.all(values == values[0]):
         return float(values[0]), float(values[0])

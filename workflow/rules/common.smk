@@ -1,4 +1,5 @@
 # Configuration checks and the helpers every rule file uses.
+import os
 import sys
 
 from snakemake.utils import validate
@@ -15,6 +16,9 @@ try:
     check_targets(requested_targets(sys.argv[1:]), config)
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
+
+# HDF5's file locks fail on NFS/Lustre; jobs inherit this (SLURM jobs too, with --export=ALL).
+os.environ.setdefault("HDF5_USE_FILE_LOCKING", "FALSE")
 
 RESULTS = "results"
 MODELS = sorted(config["models"])
@@ -66,7 +70,12 @@ def on_cuda():
 
 
 def gpus_per_shard(wildcards):
-    """One GPU per shard job on CUDA, none on CPU (so CPU runs need no --resources gpu=N)."""
+    """One GPU per shard job on CUDA, none on CPU (so CPU runs need no --resources gpu=N).
+
+    Locally `--resources gpu=N` (profiles/default) then caps concurrent shards at N, and each shard
+    leases its own device (contextuality.extract.choose_device); on SLURM/Kubernetes the profile's
+    `set-resources: extract: gpu: 1` asks the scheduler for one GPU per shard job.
+    """
     return 1 if on_cuda() else 0
 
 
@@ -83,24 +92,80 @@ def model_size_bytes(record_path):
     return sum((Path(record["hf_dir"]) / name).stat().st_size for name in record["weights"])
 
 
-def extraction_mem_mb(wildcards, input):
-    """Weights (held once, plus a copy while loading) + one block of vectors + interpreter."""
+def model_layers_dim(record_path):
+    """(stored layers including the input layer, vector size) of the materialised model.
+
+    Before the model exists (dry run, DAG planning) the largest shape of the paper's models is assumed:
+    13 x 1024 (BERT-base/GPT-2 have 13 x 768, ELMo 3 x 1024).
+    """
+    import json
+    from pathlib import Path
+
+    if not Path(record_path).exists():
+        return 13, 1024
+    record = json.loads(Path(record_path).read_text())
+    if record["source"] == "elmo":
+        lstm = json.loads(Path(record["options"]).read_text())["lstm"]
+        return lstm["n_layers"] + 1, 2 * lstm["projection_dim"]
+    hf = json.loads((Path(record["hf_dir"]) / "config.json").read_text())
+    hf = hf.get("text_config", hf)
+    layers = next(hf[key] for key in ("num_hidden_layers", "n_layer", "num_layers") if key in hf)
+    dim = next(hf[key] for key in ("hidden_size", "n_embd", "d_model") if key in hf)
+    return layers + 1, dim
+
+
+# Calibration of the extraction estimates (docs/scaling.md shows the arithmetic):
+# * EXTRACT_BASE_MB: Python + torch + transformers + pandas + h5py imported and a model built measured
+#   464 MB peak RSS on the project machine (/usr/bin/time -v); doubled for the tokenised shard,
+#   DataFrames and a CUDA context's host memory.
+# * STS sentences: ~330k WordPieces over 25,088 sentences = 13.2 per sentence, plus 2 special tokens
+#   (the default run's MiniLM tokenizer measured 359k tokens with [CLS]/[SEP] = 14.3 per sentence).
+#   A padded batch is bounded by 128 tokens and a window's mean by 64 units per sentence (the
+#   longest STS sentences sort together into one batch; no window averages more than that).
+# * CPU throughput: all-MiniLM-L6-v2 (23M parameters) ran ~1,500 tokens/s on the project's 2-core
+#   CPU (2,000-3,300 in later runs); time per token scales with the parameter count (2 FLOPs per
+#   parameter and token). Check: SmolLM2-135M predicted 256 tokens/s, measured 185 on a loaded
+#   machine, well inside the runtime bound (x2 + 10 min).
+EXTRACT_BASE_MB = 1000
+TOKENS_PER_SENTENCE = 15
+MAX_BATCH_TOKENS = 128
+MAX_WINDOW_UNITS = 64
+CPU_TOKENS_PER_S_23M = 1500
+STS_SENTENCES = 25088
+
+
+def shard_sentences():
+    """Sentences in the largest shard."""
+    n_sentences = config["corpus"]["max_sentences"] or STS_SENTENCES
+    return -(-n_sentences // config["extraction"]["n_shards"])
+
+
+def extraction_mem_mb(wildcards, input, attempt=1):
+    """Host memory (MB) of one shard job, from the model's size and shape and the batch size.
+
+    weights twice (the checkpoint and the built model while loading) + one batch's hidden states of
+    every layer (float32, the torch tensor and its numpy copy) + one window (4 batches) of pooled unit
+    vectors (the per-sentence arrays and their concatenation) + the interpreter; x attempt on retries.
+    Vectors go to HDF5 window by window, so the shard's size does not add to the peak.
+    """
     weights_mb = model_size_bytes(input.record) / 1e6
-    block_mb = 1024 * 40 * 40 * 1024 * 4 / 1e6  # 1024 sentences x 40 units x 40 layers x 1024 dims, fp32
-    return int(2 * weights_mb + block_mb + 1500)
+    layers, dim = model_layers_dim(input.record)
+    batch = config["models"][wildcards.model].get("batch_size") or config["extraction"]["batch_size"]
+    vector_bytes = layers * dim * 4 * 2
+    batch_mb = batch * MAX_BATCH_TOKENS * vector_bytes / 1e6
+    window_mb = 4 * batch * MAX_WINDOW_UNITS * vector_bytes / 1e6
+    return int((EXTRACT_BASE_MB + 2 * weights_mb + batch_mb + window_mb) * attempt)
 
 
-def extraction_runtime_min(wildcards, input):
+def extraction_runtime_min(wildcards, input, attempt=1):
     """Minutes for one shard from the model size and the shard's share of sentences.
 
-    Calibrated on the 2-core CPU (all-MiniLM-L6-v2: about 1,500 tokens/s for 23M parameters); a
-    GPU is far faster, so this is a safe upper bound for schedulers that kill jobs at their limit.
+    CPU-calibrated (see above), so an upper bound on a GPU, which schedulers that kill jobs at their
+    limit need; 10 minutes are added for start-up and model loading, and the whole doubles per retry.
     """
-    n_sentences = config["corpus"]["max_sentences"] or 26000
-    shard_sentences = n_sentences / config["extraction"]["n_shards"]
     params_m = max(model_size_bytes(input.record) / 4e6, 1.0)  # fp32 bytes -> millions of parameters
-    seconds = shard_sentences * 15 * params_m / (1500 * 23)
-    return int(10 + 2 * seconds / 60)
+    seconds = shard_sentences() * TOKENS_PER_SENTENCE * params_m / (CPU_TOKENS_PER_S_23M * 23)
+    return int((10 + 2 * seconds / 60) * attempt)
 
 
 FIGURES = ["anisotropy", "self_similarity", "intra_sentence", "mev"]
@@ -112,16 +177,22 @@ MODEL_SOURCES = {
 }
 
 
-def measure_mem_mb(wildcards, input):
-    """One layer's vectors as float32 plus a float64 working copy of the sampled rows, plus 1 GiB."""
+def measure_mem_mb(wildcards, input, attempt=1):
+    """One layer's vectors as float32 plus a float64 working copy of the sampled rows, plus 1 GiB; x attempt.
+
+    The measurements read one layer at a time (rows x dim from the gathered layer manifest). Before
+    the layers exist, the paper's largest layer is assumed: 330k WordPieces x 1024 dims.
+    """
     import json
     from pathlib import Path
 
     manifest = Path(input.layers) / "manifest.json"
-    if not manifest.exists():
-        return 4000
-    shape = json.loads(manifest.read_text())
-    return int(shape["rows"] * shape["dim"] * 4 * 2 / 1e6 + 1024)
+    if manifest.exists():
+        shape = json.loads(manifest.read_text())
+        rows, dim = shape["rows"], shape["dim"]
+    else:
+        rows, dim = 330_000, 1024
+    return int((rows * dim * 4 * 2 / 1e6 + 1024) * attempt)
 
 
 def extraction_settings(wildcards):

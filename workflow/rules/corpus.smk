@@ -1,6 +1,10 @@
 # The STS sentences (through `datasets`) and the spaCy word index.
 
 
+localrules:
+    corpus,  # seconds of work, and with `source: hub` a download: compute nodes often have no network
+
+
 rule sts_pairs:
     # The bundled release files, parsed strictly into the JSON-lines form the `datasets` json builder loads.
     input:

@@ -1,0 +1,167 @@
+"""Guarantee: a mistake in the config or in a requested target stops the run before any job, with one
+sentence naming the key (or target) and what is allowed; no Python traceback."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from conftest import run_snakemake, write_config
+from workflow_runs import smoke_config
+
+
+def _broken(mutate) -> dict:
+    config = copy.deepcopy(smoke_config())
+    mutate(config)
+    return config
+
+
+def _stops_before_any_job(tmp_path, config: dict, *targets: str) -> str:
+    """Run the workflow for real (not a dry run): a missed check would start jobs and write results/."""
+    result = run_snakemake(
+        tmp_path, *targets, "--cores", "1", configfile=write_config(tmp_path / "config.yaml", config), timeout=300
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert not (tmp_path / "results").exists() and not (tmp_path / "resources").exists(), output
+    assert "Traceback" not in output, output
+    assert len(output.strip().splitlines()) <= 8, output  # one message, not a wall
+    return output
+
+
+CONFIG_CASES = {
+    "unknown_key": (
+        lambda c: c["corpus"].update(yeers=[2012]),
+        "corpus: unknown key(s) 'yeers'; allowed: bundled_dir, hub_revisions, include_2012_train, max_sentences, source, years",
+    ),
+    "unknown_model_field": (
+        lambda c: c["models"]["tiny-bert"].update(layers=4),
+        "models.tiny-bert: unknown key(s) 'layers'; allowed:",
+    ),
+    "wrong_type": (
+        lambda c: c["extraction"].update(batch_size="eight"),
+        "extraction.batch_size: 'eight' has the wrong type; expected integer",
+    ),
+    "value_not_allowed": (
+        lambda c: c["extraction"].update(storage_dtype="float64"),
+        "extraction.storage_dtype: 'float64' is not allowed; allowed: 'float16', 'float32'",
+    ),
+    "n_shards_below_one": (
+        lambda c: c["extraction"].update(n_shards=0),
+        "extraction.n_shards: 0 is out of range; must be at least 1",
+    ),
+    "model_layers_below_one": (
+        lambda c: c["models"]["tiny-gpt2"].update(n_layers=0),
+        "models.tiny-gpt2.n_layers: 0 is out of range; must be at least 1",
+    ),
+    "model_without_source": (
+        lambda c: c["models"].update(bert={"id": "google-bert/bert-base-cased"}),
+        "models.bert: 'source' is a required property",
+    ),
+    "hub_model_without_revision": (
+        lambda c: c["models"].update(bert={"source": "hub", "id": "google-bert/bert-base-cased"}),
+        "models.bert.revision: missing; a 'hub' model needs id, revision",
+    ),
+    "pypi_model_without_version": (
+        lambda c: c["models"].update(minilm={"source": "pypi", "package": "some-model-wheel"}),
+        "models.minilm.version: missing; a 'pypi' model needs package, version",
+    ),
+    "no_model": (
+        lambda c: c.update(models={}),
+        "models: no model configured; add at least one entry",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONFIG_CASES))
+def test_config_mistake_stops_before_any_job_with_one_message(tmp_path, case):
+    mutate, message = CONFIG_CASES[case]
+    output = _stops_before_any_job(tmp_path, _broken(mutate))
+    assert message in output, output
+
+
+TARGET_CASES = {
+    "unknown_model_key": (
+        "results/metrics/nosuch/layers.csv",
+        "target results/metrics/nosuch/layers.csv: model key 'nosuch' is not configured; "
+        "configured models: tiny-bert, tiny-gpt2",
+    ),
+    "layer_out_of_range": (
+        "results/metrics/tiny-bert/pcs/layer_99.txt",
+        "target results/metrics/tiny-bert/pcs/layer_99.txt: layer 99 is out of range; model 'tiny-bert' has layers 0-2",
+    ),
+    "layer_file_out_of_range": (
+        "results/embeddings/tiny-gpt2/layers/layer_04.h5",
+        "layer 4 is out of range; model 'tiny-gpt2' has layers 0-3",
+    ),
+    "single_layer_file": (
+        "results/embeddings/tiny-gpt2/layers/layer_01.h5",
+        "single layer files are written with their folder; request results/embeddings/tiny-gpt2/layers instead",
+    ),
+    "unknown_static_baseline": (
+        "results/static/baselines/GloVe.csv",
+        "target results/static/baselines/GloVe.csv: static baseline 'GloVe' is not in static.baselines",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TARGET_CASES))
+def test_target_mistake_stops_before_any_job_with_one_message(tmp_path, case):
+    target, message = TARGET_CASES[case]
+    output = _stops_before_any_job(tmp_path, smoke_config(), target)
+    assert message in output, output
+
+
+def test_a_valid_target_of_a_configured_model_is_accepted(tmp_path):
+    result = run_snakemake(
+        tmp_path, "results/metrics/tiny-bert/layers.csv", "-n", "--cores", "1",
+        configfile=write_config(tmp_path / "config.yaml", smoke_config()),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_bootstrap_resamples_zero_allowed_by_the_schema_means_no_interval():
+    """Every value the schema allows must run: 0 resamples (documented as 'none') gives no interval."""
+    import numpy as np
+
+    from contextuality.measures import bootstrap_ci
+
+    low, high = bootstrap_ci(np.array([0.1, 0.5, 0.9]), np.random.default_rng(0), n_resamples=0)
+    assert np.isnan(low) and np.isnan(high)
+
+
+def test_more_shards_than_sentence_windows_gives_empty_shards_not_a_crash(tmp_path):
+    """n_shards is any integer >= 1: shards past the last window of sentences are stored empty."""
+    import h5py
+    import numpy as np
+    import pandas as pd
+
+    from contextuality import models
+    from contextuality.extract import WINDOW_BATCHES, extract_shard, shard_bounds
+    from contextuality.store import gather, layer_files, open_complete
+    from contextuality.words import word_table
+
+    sentences = pd.DataFrame({"sentence_id": range(5), "text": ["The dog runs.", "A cat.", "Dogs run.", "", "The end."]})
+    sentences.to_parquet(tmp_path / "sentences.parquet")
+    words = word_table(sentences)
+    spec = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_size": 16, "vocab_size": 100}
+    record = models.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
+    loaded = models.load(record, spec, "cpu")
+    bounds = [shard_bounds(len(sentences), 3, shard, WINDOW_BATCHES * 2) for shard in range(3)]
+    assert [last - first for first, last in bounds] == [0, 0, 5]  # one window of sentences, three shards
+    paths = []
+    for shard, (first, last) in enumerate(bounds):
+        out = tmp_path / f"s{shard}"
+        extract_shard(
+            loaded, sentences.iloc[first:last], words, out / "shard.h5", out / "units.parquet", indexing="word",
+            pooling="first", batch_size=2, storage_dtype="float32", policy="truncate", device="cpu", disk_factor=1.0,
+            attrs={},
+        )
+        paths.append(out)
+    gather([p / "shard.h5" for p in paths], [p / "units.parquet" for p in paths], tmp_path / "layers", "float32")
+    with h5py.File(paths[2] / "shard.h5") as full:
+        for layer, path in layer_files(tmp_path / "layers").items():
+            with open_complete(path) as gathered:
+                np.testing.assert_array_equal(gathered["vectors"][:], full[f"layer_{layer:02d}"][:])
+                assert gathered["sentence_ids"][:].tolist() == [0, 1, 2, 3, 4]

@@ -1,0 +1,164 @@
+"""Guarantee: every kind of bad corpus input has one documented outcome (an error naming the file and
+line, or kept/skipped with a count in the log), and sentence ids never silently change."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import h5py
+import pandas as pd
+import pytest
+
+from conftest import STS_DIR, run_snakemake, write_config
+from contextuality import models
+from contextuality.corpus import CorpusError, ReleaseFiles, build_corpus, read_release, write_bundled_pairs
+from contextuality.extract import ExtractionError, extract_shard
+from contextuality.words import build_word_index, word_table
+from workflow_runs import failure, smoke_config
+
+
+def _release(root, year, input_text: bytes, gold_text: bytes, domain="toy") -> ReleaseFiles:
+    folder = root / str(year) / "test"
+    folder.mkdir(parents=True, exist_ok=True)
+    prefix = "STS2016" if year == 2016 else "STS"
+    (folder / f"{prefix}.input.{domain}.txt").write_bytes(input_text)
+    (folder / f"{prefix}.gs.{domain}.txt").write_bytes(gold_text)
+    return ReleaseFiles(year, "test", domain, folder / f"{prefix}.input.{domain}.txt", folder / f"{prefix}.gs.{domain}.txt")
+
+
+ERROR_CASES = {
+    "missing_tab": (2014, b"a b\tc d\nno tab here\n", b"1\n2\n", r"STS\.input\.toy\.txt:2: no tab; expected 'sentence1<TAB>sentence2'"),
+    "extra_column": (2014, b"a\tb\tc\n", b"1\n", r"STS\.input\.toy\.txt:1: 3 tab-separated columns; 2014 release files have 2"),
+    "four_columns_outside_2016": (2015, b"a\tb\tsrc1\tsrc2\n", b"1\n", r"STS\.input\.toy\.txt:1: 4 tab-separated columns; 2015 release files have 2"),
+    "five_columns_in_2016": (2016, b"a\tb\tsrc1\tsrc2\textra\n", b"1\n", r"STS2016\.input\.toy\.txt:1: 5 tab-separated columns; 2016 release files have 4"),
+    "gold_and_input_lengths_differ": (2014, b"a\tb\nc\td\n", b"1\n", r"STS\.input\.toy\.txt: 2 lines but its gold file .*STS\.gs\.toy\.txt has 1"),
+    "non_utf8_bytes": (2014, b"a\tb\ncaf\xe9\td\n", b"1\n2\n", r"STS\.input\.toy\.txt:2: bytes that are not UTF-8 \(b'\\xe9'\)"),
+    "gold_not_a_number": (2014, b"a\tb\n", b"high\n", r"STS\.gs\.toy\.txt:1: gold score 'high' is not a number"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERROR_CASES))
+def test_malformed_release_file_is_an_error_naming_file_and_line(tmp_path, case):
+    year, input_text, gold_text, message = ERROR_CASES[case]
+    with pytest.raises(CorpusError, match=message):
+        read_release(_release(tmp_path, year, input_text, gold_text))
+
+
+def test_documented_2016_source_columns_are_accepted_and_ignored(tmp_path):
+    pairs, _ = read_release(_release(tmp_path, 2016, b"a b\tc d\tsource one\tsource two\n", b"3\n"))
+    assert (pairs[0]["sentence1"], pairs[0]["sentence2"]) == ("a b", "c d")
+
+
+def test_malformed_release_file_stops_the_workflow_naming_file_and_line(tmp_path):
+    sts = tmp_path / "sts"
+    shutil.copytree(STS_DIR / "2014", sts / "2014")
+    broken = sts / "2014" / "test" / "STS.input.images.txt"
+    lines = broken.read_bytes().splitlines(keepends=True)
+    lines[4] = lines[4].replace(b"\t", b" ")
+    broken.write_bytes(b"".join(lines))
+    config = smoke_config(corpus={"bundled_dir": str(sts), "years": [2014]})
+    result = run_snakemake(
+        tmp_path, "results/corpus/sts_pairs.jsonl", "--cores", "1", configfile=write_config(tmp_path / "c.yaml", config)
+    )
+    assert result.returncode != 0, failure(result)
+    log = (tmp_path / "logs" / "corpus" / "sts_pairs.log").read_text()
+    assert f"{broken}:5: no tab; expected 'sentence1<TAB>sentence2'" in log
+    assert not (tmp_path / "results" / "corpus" / "sts_pairs.jsonl").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# Odd sentences are kept under their ids, and counted
+
+LONG = " ".join(["extraordinarily"] * 40)
+ODD_INPUT = (
+    "A dog runs.\tA cat sleeps.\n"          # pair 0: sentences 0, 1
+    '""\t?!...\n'                           # pair 1: sentence 2 empty (only quotes), 3 only punctuation
+    f"{LONG}\tThe dog sleeps.\n"            # pair 2: sentence 4 longer than the model allows
+    "\tA hippo is not a dog.\n"             # pair 3: sentence 6 empty
+    "The end.\tThe very end.\n"             # pair 4
+).encode()
+ODD_GOLD = b"1\n2\n3\n4\n5\n"
+
+
+@pytest.fixture(scope="module")
+def odd_corpus(tmp_path_factory):
+    """The bundled path (release file -> pairs -> datasets -> sentences -> words) on odd sentences."""
+    root = tmp_path_factory.mktemp("odd")
+    sts = root / "sts"
+    for domain in ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"):
+        _release(sts, 2014, ODD_INPUT if domain == "deft-forum" else b"x y\tz w\n",
+                 ODD_GOLD if domain == "deft-forum" else b"1\n", domain=domain)
+    logger = logging.getLogger("contextuality")
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        write_bundled_pairs(sts, [2014], False, root / "pairs.jsonl")
+        sentences = build_corpus(root / "sentences.parquet", source="bundled", pairs_jsonl=root / "pairs.jsonl", years=[2014])
+        build_word_index(root / "sentences.parquet", root / "words.parquet", root / "index.parquet", min_occurrences=2)
+    finally:
+        logger.removeHandler(handler)
+    return sentences, root, "\n".join(records)
+
+
+def test_empty_sentences_are_kept_under_their_id_and_counted_in_the_log(odd_corpus):
+    sentences, _, log = odd_corpus
+    assert sentences["sentence_id"].tolist() == list(range(len(sentences)))
+    assert sentences.loc[sentences["text"] == "", "sentence_id"].tolist() == [2, 6]
+    assert "deft-forum             5 lines,     5 scored pairs,    0 unscored skipped, 2 empty sentences kept" in log
+    assert "2 empty" in log  # the corpus total
+
+
+def test_only_punctuation_sentences_are_kept_and_counted_in_the_log(odd_corpus):
+    sentences, root, log = odd_corpus
+    assert sentences.loc[3, "text"] == "?!..."
+    words = pd.read_parquet(root / "words.parquet")
+    assert words[words["sentence_id"] == 3]["is_punct"].all()
+    assert "1 sentences are only punctuation (kept, with no indexed word)" in log
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(odd_corpus, tmp_path_factory):
+    _, root, _ = odd_corpus
+    spec = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_size": 16, "vocab_size": 100}
+    record = models.materialise("tiny", spec, tmp_path_factory.mktemp("model"), sentences_parquet=root / "sentences.parquet", seed=1)
+    loaded = models.load(record, spec, "cpu")
+    loaded.max_length = 16  # sentence 4 (40 long words) is far longer
+    return loaded
+
+
+def _extract(loaded, sentences, out, policy, caplog):
+    with caplog.at_level(logging.INFO, logger="contextuality"):
+        return extract_shard(
+            loaded, sentences, word_table(sentences), out / "shard.h5", out / "units.parquet", indexing="word",
+            pooling="first", batch_size=2, storage_dtype="float32", policy=policy, device="cpu", disk_factor=1.0, attrs={},
+        )
+
+
+@pytest.mark.parametrize("policy", ["truncate", "skip"])
+def test_over_long_sentences_are_kept_under_their_id_and_counted(odd_corpus, tiny_bert, tmp_path, caplog, policy):
+    sentences, _, _ = odd_corpus
+    stats = _extract(tiny_bert, sentences, tmp_path, policy, caplog)
+    expected = {"truncate": (1, 0), "skip": (0, 1)}[policy]
+    assert (stats["truncated"], stats["skipped"]) == expected
+    assert f"over-long sentences (max 16 tokens): {expected[0]} truncated, {expected[1]} skipped" in caplog.text
+    with h5py.File(tmp_path / "shard.h5") as shard:
+        assert shard["sentence_ids"][:].tolist() == sentences["sentence_id"].tolist()  # every id, in order
+        offsets = shard["sentence_offsets"][:]
+        assert (shard.attrs["n_truncated_sentences"], shard.attrs["n_skipped_sentences"]) == expected
+    counts = offsets[1:] - offsets[:-1]
+    assert counts[2] == 0 and counts[6] == 0  # empty sentences: no unit, same id
+    assert counts[4] == (14 if policy == "truncate" else 0)  # 16 tokens minus [CLS], [SEP]; or none
+    units = pd.read_parquet(tmp_path / "units.parquet")
+    assert set(units["sentence_id"]) <= set(sentences["sentence_id"])
+    assert units.groupby("sentence_id").size().reindex(sentences["sentence_id"], fill_value=0).tolist() == counts.tolist()
+
+
+def test_over_long_sentence_under_policy_error_names_sentence_and_model(odd_corpus, tiny_bert, tmp_path, caplog):
+    sentences, _, _ = odd_corpus
+    with pytest.raises(ExtractionError, match=r"sentence 4 has more than 16 tokens for model 'tiny' .*allowed policies: truncate, skip, error"):
+        _extract(tiny_bert, sentences, tmp_path, "error", caplog)
+    assert not (tmp_path / "shard.h5").exists()

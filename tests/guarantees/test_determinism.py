@@ -1,0 +1,98 @@
+"""Guarantee: the same config and seed give byte-identical metric tables on CPU; the batch size changes
+stored vectors and metric means by at most 1e-4 (float32)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from contextuality import models
+from contextuality.analysis import measure_model
+from contextuality.extract import build_occurrences, extract_shard
+from contextuality.store import gather, layer_files, open_complete
+from contextuality.words import word_index, word_table
+from workflow_runs import KILLED_MODEL, audited_smoke_run, interrupted_run
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*")) if path.is_file()
+    }
+
+
+@pytest.mark.slow
+def test_two_runs_with_the_same_seed_give_byte_identical_metric_tables(tmp_path_factory):
+    """Two whole runs in separate directories (the second one even killed mid-shard and resumed)."""
+    first = audited_smoke_run(tmp_path_factory) / "results" / "metrics" / KILLED_MODEL
+    second = interrupted_run(tmp_path_factory)["workdir"] / "results" / "metrics" / KILLED_MODEL
+    want = _digests(first)
+    assert {"layers.csv", "layers.parquet", "words.parquet", "context_specific_words.csv"} <= set(want)
+    assert any(name.startswith("pcs/") for name in want)
+    assert _digests(second) == want
+
+
+# --------------------------------------------------------------------------------------------------
+# Batch size
+
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A dog sleeps.",
+    "The cat and the dog play in the garden all afternoon long.",
+    "Dogs and cats.",
+    "The garden is quiet; the dog sleeps and the cat watches the birds.",
+    "A bird sings.",
+    "The fox runs away from the dog.",
+    "Cats sleep in the sun and dogs sleep in the shade.",
+] * 4
+
+
+@pytest.fixture(scope="module")
+def two_batch_sizes(tmp_path_factory):
+    """The same model and sentences extracted and measured with batch size 1 and 8."""
+    root = tmp_path_factory.mktemp("batch")
+    sentences = pd.DataFrame({"sentence_id": range(len(TEXTS)), "text": TEXTS})
+    sentences.to_parquet(root / "sentences.parquet")
+    words = word_table(sentences)
+    index = word_index(words, sentences, min_occurrences=2)
+    spec = {"source": "random", "architecture": "gpt2", "n_layers": 2, "hidden_size": 32, "vocab_size": 200}
+    record = models.materialise("m", spec, root / "model", sentences_parquet=root / "sentences.parquet", seed=5)
+    loaded = models.load(record, spec, "cpu")
+    runs = {}
+    for batch_size in (1, 8):
+        out = root / f"batch{batch_size}"
+        out.mkdir()
+        extract_shard(
+            loaded, sentences, words, out / "shard.h5", out / "units.parquet", indexing="word", pooling="mean",
+            batch_size=batch_size, storage_dtype="float32", policy="truncate", device="cpu", disk_factor=1.0, attrs={},
+        )
+        gather([out / "shard.h5"], [out / "units.parquet"], out / "layers", "float32")
+        units = pd.read_parquet(out / "layers" / "units.parquet")
+        occurrences = build_occurrences(units, index, "word", 2, "occurrences", sentences)
+        measure_model(
+            layer_files(out / "layers"), occurrences, out / "words.parquet", out / "layers.parquet", out / "pcs",
+            out / "context.csv", model="m", seed=3, intra_sentences="all", baseline_samples=20, bootstrap_resamples=0,
+        )
+        runs[batch_size] = out
+    return runs
+
+
+def test_batch_size_changes_stored_vectors_by_at_most_1e_4(two_batch_sizes):
+    one, eight = two_batch_sizes[1], two_batch_sizes[8]
+    for layer, path in layer_files(one / "layers").items():
+        with open_complete(path) as a, open_complete(layer_files(eight / "layers")[layer]) as b:
+            np.testing.assert_array_equal(a["sentence_offsets"][:], b["sentence_offsets"][:])
+            assert np.abs(a["vectors"][:] - b["vectors"][:]).max() <= 1e-4
+
+
+def test_batch_size_changes_metric_means_by_at_most_1e_4(two_batch_sizes):
+    one = pd.read_parquet(two_batch_sizes[1] / "layers.parquet")
+    eight = pd.read_parquet(two_batch_sizes[8] / "layers.parquet")
+    columns = ["self_similarity", "intra_sentence", "mev", "baseline_cosine", "adjusted_self_similarity", "norm_mean"]
+    assert len(one) == 3
+    diff = (one[columns] - eight[columns]).abs().max()
+    assert diff.max() <= 1e-4, diff

@@ -1,0 +1,142 @@
+"""Guarantees: extraction checks free disk before writing; every output is written under a temporary
+name and renamed when complete; no rule writes outside its declared outputs."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import PROJECT, run_snakemake, write_config
+from contextuality import extract, models
+from contextuality.extract import ExtractionError, extract_shard
+from contextuality.words import word_table
+from workflow_runs import audited_smoke_run, failure, smoke_audit, smoke_config, smoke_config_path
+
+TEXTS = ["The dog runs.", "A cat sleeps on the mat.", "The dog sleeps."]
+
+
+def test_extraction_that_does_not_fit_on_disk_stops_with_the_numbers_before_writing(tmp_path, monkeypatch):
+    sentences = pd.DataFrame({"sentence_id": range(len(TEXTS)), "text": TEXTS})
+    sentences.to_parquet(tmp_path / "sentences.parquet")
+    spec = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_size": 16, "vocab_size": 100}
+    record = models.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
+    loaded = models.load(record, spec, "cpu")
+    asked = []
+
+    def tiny_disk(path):
+        asked.append(Path(path))
+        return shutil._ntuple_diskusage(total=10**6, used=10**6 - 1000, free=1000)
+
+    monkeypatch.setattr(extract.shutil, "disk_usage", tiny_disk)
+    out = tmp_path / "out"
+    out.mkdir()
+    n_units = len(word_table(sentences))  # word indexing: one unit per spaCy word
+    needed = n_units * 2 * 16 * 4  # units x layers (input + 1) x dims x float32 bytes
+    with pytest.raises(ExtractionError) as caught:
+        extract_shard(
+            loaded, sentences, word_table(sentences), out / "shard.h5", out / "units.parquet", indexing="word",
+            pooling="first", batch_size=2, storage_dtype="float32", policy="truncate", device="cpu",
+            disk_factor=1.5, attrs={},
+        )
+    assert str(caught.value) == (
+        f"not enough disk for {out}: estimated output {needed / 1000:.2f} kB x margin 1.5 "
+        f"(extraction.min_free_disk_factor) = {needed * 1.5 / 1000:.2f} kB > 1.00 kB free; "
+        "free space, use storage_dtype float16, or set corpus.max_sentences"
+    )
+    assert asked == [out]
+    assert list(out.iterdir()) == []  # nothing written, not even a temporary file
+
+
+@pytest.mark.slow
+def test_workflow_stops_an_extraction_that_does_not_fit_on_disk(tmp_path):
+    config = smoke_config(corpus={"max_sentences": 40}, extraction={"min_free_disk_factor": 1e15, "n_shards": 1})
+    config["models"] = {"tiny-gpt2": config["models"]["tiny-gpt2"]}
+    target = "results/embeddings/tiny-gpt2/shards/shard_0.h5"
+    result = run_snakemake(tmp_path, target, "--cores", "2", configfile=write_config(tmp_path / "c.yaml", config))
+    assert result.returncode != 0, failure(result)
+    log = (tmp_path / "logs" / "extract" / "tiny-gpt2" / "shard_0.log").read_text()
+    assert "ExtractionError: not enough disk for results/embeddings/tiny-gpt2/shards: estimated output " in log
+    assert "x margin 1e+15 (extraction.min_free_disk_factor) = " in log
+    assert [path for path in (tmp_path / "results").rglob("*") if "embeddings" in path.parts and path.is_file()] == []
+
+
+# --------------------------------------------------------------------------------------------------
+# Outputs of the whole smoke pipeline
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    workdir = audited_smoke_run(tmp_path_factory)
+    summary = run_snakemake(workdir, "--summary", configfile=smoke_config_path())
+    assert summary.returncode == 0, failure(summary)
+    rows = [line.split("\t") for line in summary.stdout.splitlines()[1:] if "\t" in line]
+    outputs = {row[0] for row in rows}
+    logs = {log.strip() for row in rows for log in row[3].split(",") if log.strip() and log.strip() != "-"}
+    files = {
+        str(path.relative_to(workdir)) for path in workdir.rglob("*")
+        if path.is_file() and ".snakemake" not in path.parts
+        and path.name != ".snakemake_timestamp"  # Snakemake's own mark in a folder output, not a rule's write
+    }
+    return workdir, outputs, logs, files, smoke_audit()
+
+
+def _declared_by(path: str, outputs: set[str]) -> bool:
+    """A declared file, a file inside a declared folder, or a file of a model folder (beside its source.json)."""
+    parts = Path(path).parts
+    for depth in range(len(parts), 0, -1):
+        if str(Path(*parts[:depth])) in outputs:
+            return True
+    return parts[:2] == ("resources", "models") and f"resources/models/{parts[2]}/source.json" in outputs
+
+
+@pytest.mark.slow
+def test_no_rule_writes_outside_its_declared_outputs(smoke):
+    workdir, outputs, logs, files, _ = smoke
+    assert {"results/tables/summary.md", "results/metrics/tiny-bert/pcs", "resources/models/tiny-bert/source.json"} <= outputs
+    undeclared = sorted(path for path in files if not path.startswith("logs/") and not _declared_by(path, outputs))
+    assert undeclared == []
+    assert sorted(path for path in files if path.startswith("logs/") and path not in logs) == []
+    assert all(path.split("/")[0] in ("results", "resources", "logs") for path in files)
+    assert not [path for path in files if ".tmp-" in path]  # no temporary left behind
+    # a model folder holds what its source.json records: its weights, checksummed
+    for record_path in workdir.glob("resources/models/*/source.json"):
+        record = json.loads(record_path.read_text())
+        assert models.weights_digest([workdir / record["hf_dir"] / name for name in record["weights"]]) == record["weights_sha256"]
+
+
+@pytest.mark.slow
+def test_every_output_is_written_under_a_temporary_name_then_renamed(smoke):
+    """Every result file became visible by a rename (itself or its folder), never by writing in place."""
+    workdir, outputs, _, files, audit = smoke
+    root = str(workdir) + os.sep
+    renamed = {record["dst"][len(root):] for record in audit if record["event"] == "rename" and record["dst"].startswith(root)}
+    written_in_place = {record["path"][len(root):] for record in audit if record["event"] == "write" and record["path"].startswith(root)}
+    results = sorted(path for path in files if not path.startswith("logs/"))
+    assert len(results) > 50
+    not_renamed = [path for path in results if not any(str(Path(*Path(path).parts[:d])) in renamed for d in range(1, len(Path(path).parts) + 1))]
+    assert not_renamed == []
+    assert sorted(set(results) & written_in_place) == []
+    # and the temporary names were what got written
+    temporaries = [record for record in audit if record["event"] == "rename" and record["dst"].startswith(root)]
+    assert all(Path(record["src"]).name.startswith(f".{Path(record['dst']).stem}.tmp-") for record in temporaries)
+
+
+@pytest.mark.slow
+def test_jobs_write_nothing_outside_the_run_directory_and_the_temp_dir(smoke):
+    """In particular nothing under the project, where the config's data folders (corpus, benchmarks) live."""
+    workdir, _, _, _, audit = smoke
+    allowed = [str(workdir) + os.sep, tempfile.gettempdir() + os.sep, "/dev/", os.path.expanduser("~/.cache") + os.sep]
+    jobs = [record for record in audit if "/.snakemake/scripts/" in record["argv0"]]
+    assert len({record["argv0"] for record in jobs}) >= 20  # every job process was audited
+    paths = [record.get("dst") or record["path"] for record in jobs]
+    outside = collections.Counter(path for path in paths if not any(path.startswith(prefix) for prefix in allowed))
+    assert dict(outside) == {}
+    project = [path for path in paths if path.startswith(str(PROJECT) + os.sep) and "__pycache__" not in path]
+    assert project == []

@@ -1,0 +1,118 @@
+"""Guarantee: a crash costs only the unfinished shard(s), and a damaged file is detected, not read.
+
+The whole run (Snakemake and its job) is killed with SIGKILL while an extraction job is in the middle
+of a shard; ``snakemake --unlock`` then ``--rerun-incomplete`` recomputes the unfinished shards only and
+ends with the same HDF5 content as the uninterrupted smoke run.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import run_snakemake
+from contextuality.analysis import read_layer
+from contextuality.store import StoreError, gather, open_complete
+from workflow_runs import KILLED_MODEL, failure, interrupted_run
+
+pytestmark = pytest.mark.slow
+
+MODEL = KILLED_MODEL
+TARGET = f"results/embeddings/{MODEL}/layers"
+N_SHARDS = 4  # config/smoke.yaml
+
+
+@pytest.fixture(scope="module")
+def interrupted_then_resumed(tmp_path_factory):
+    return interrupted_run(tmp_path_factory)
+
+
+def test_sigkill_mid_shard_then_rerun_incomplete_recomputes_only_unfinished_shards(interrupted_then_resumed):
+    run = interrupted_then_resumed
+    recomputed = {int(shard) for shard in re.findall(rf"wildcards: model={MODEL}, shard=(\d+)", run["rerun"])}
+    assert recomputed == set(range(N_SHARDS)) - run["finished"], run["rerun"]
+    assert run["half_written"] and run["half_written"] <= recomputed
+    assert run["leftovers"], "the kill left no half-written shard: it did not happen mid-shard"
+    for shard in run["finished"]:  # finished shards untouched: same file (inode) and time
+        for name in (f"shard_{shard}.h5", f"shard_{shard}.units.parquet"):
+            assert run["after"][name] == run["before"][name], name
+    shards = run["workdir"] / "results" / "embeddings" / MODEL / "shards"
+    assert not list(shards.glob(".*.tmp-*")), "the rerun left the killed job's temporary file behind"
+
+
+def test_resumed_run_stores_the_same_vectors_as_an_uninterrupted_run(interrupted_then_resumed):
+    run = interrupted_then_resumed
+    resumed = run["workdir"] / TARGET
+    reference = run["reference"] / TARGET
+    names = sorted(path.name for path in reference.glob("layer_*.h5"))
+    assert names and names == sorted(path.name for path in resumed.glob("layer_*.h5"))
+    for name in names:
+        with open_complete(resumed / name) as got, open_complete(reference / name) as want:
+            for dataset in ("vectors", "sentence_offsets", "sentence_ids"):
+                np.testing.assert_array_equal(got[dataset][:], want[dataset][:])
+            assert dict(got.attrs) == dict(want.attrs) or _same_attrs(got.attrs, want.attrs)
+    pd.testing.assert_frame_equal(pd.read_parquet(resumed / "units.parquet"), pd.read_parquet(reference / "units.parquet"))
+
+
+def _same_attrs(a, b) -> bool:
+    assert sorted(a) == sorted(b)
+    for key in a:
+        assert np.array_equal(np.asarray(a[key]), np.asarray(b[key])), key
+    return True
+
+
+# --------------------------------------------------------------------------------------------------
+# Damaged files
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def test_truncated_shard_left_by_hand_is_detected_not_read(interrupted_then_resumed, tmp_path):
+    shards = interrupted_then_resumed["workdir"] / "results" / "embeddings" / MODEL / "shards"
+    copies = []
+    for shard in range(N_SHARDS):
+        for suffix in (".h5", ".units.parquet"):
+            copy = tmp_path / f"shard_{shard}{suffix}"
+            copy.write_bytes((shards / f"shard_{shard}{suffix}").read_bytes())
+        copies.append(tmp_path / f"shard_{shard}.h5")
+    _truncate(copies[1])
+    with pytest.raises(StoreError, match=r"shard_1\.h5: not a readable HDF5 file .*; delete it and rerun its rule"):
+        gather(copies, [tmp_path / f"shard_{s}.units.parquet" for s in range(N_SHARDS)], tmp_path / "layers", "float32")
+    assert not (tmp_path / "layers").exists()
+
+
+def test_hdf5_without_completion_marker_is_detected_not_read(interrupted_then_resumed, tmp_path):
+    reference = interrupted_then_resumed["workdir"] / TARGET / "layer_01.h5"
+    unmarked = tmp_path / "layer_01.h5"
+    unmarked.write_bytes(reference.read_bytes())
+    with h5py.File(unmarked, "a") as handle:  # as a writer killed before its last step would leave it
+        del handle.attrs["complete"]
+    with pytest.raises(StoreError, match=r"layer_01\.h5: incomplete \(no 'complete' marker\); delete it and rerun its rule"):
+        open_complete(unmarked)
+    with pytest.raises(ValueError, match=r"layer file is incomplete \(attribute 'complete' is not 1\)"):
+        read_layer(unmarked)
+    _truncate(unmarked)
+    with pytest.raises(ValueError, match=r"layer_01\.h5: not a readable HDF5 file .*; delete it and rerun its rule"):
+        read_layer(unmarked)
+
+
+def test_truncated_shard_in_a_run_stops_the_gather_naming_the_file(interrupted_then_resumed, tmp_path):
+    run = interrupted_then_resumed
+    workdir = tmp_path / "copy"
+    shutil.copytree(run["workdir"], workdir, symlinks=True)  # the shared run stays intact for other tests
+    shard = Path("results") / "embeddings" / MODEL / "shards" / "shard_2.h5"
+    _truncate(workdir / shard)  # newer than the gathered layers: Snakemake gathers again
+    result = run_snakemake(workdir, TARGET, "--cores", "2", configfile=run["config"])
+    assert result.returncode != 0, failure(result)
+    log = (workdir / "logs" / "extract" / MODEL / "gather.log").read_text()
+    assert f"StoreError: {shard}: not a readable HDF5 file" in log
+    assert not (workdir / TARGET).exists()

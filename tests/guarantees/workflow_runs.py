@@ -1,0 +1,139 @@
+"""Workflow runs shared by the guarantee tests (each whole run happens once per test session).
+
+The smoke config (two tiny random models, 120 sentences) runs through the real Snakemake command line
+in a temporary directory, with the test hooks of ``hooks/sitecustomize.py`` on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from conftest import PROJECT, run_snakemake, with_absolute_data_paths, write_config
+
+HOOKS = Path(__file__).resolve().parent / "hooks"
+_RUNS: dict[str, Path] = {}
+
+
+def smoke_config(**overrides) -> dict:
+    config = with_absolute_data_paths(yaml.safe_load((PROJECT / "config" / "smoke.yaml").read_text()))
+    for section, values in overrides.items():
+        if isinstance(values, dict):
+            config.setdefault(section, {}).update(values)
+        else:
+            config[section] = values
+    return config
+
+
+def hook_env(**variables: str) -> dict:
+    """Environment for a run with the test hooks loaded (PYTHONPATH) and the given hook variables."""
+    path = os.pathsep.join(filter(None, [str(HOOKS), os.environ.get("PYTHONPATH")]))
+    return {"PYTHONPATH": path, **variables}
+
+
+def failure(result) -> str:
+    return f"exit {result.returncode}\n--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}"
+
+
+def audited_smoke_run(tmp_path_factory) -> Path:
+    """The whole smoke pipeline, every file write and rename of every process recorded in audit/."""
+    if "smoke" not in _RUNS:
+        workdir = tmp_path_factory.mktemp("guarantees-smoke")
+        audit = tmp_path_factory.mktemp("guarantees-audit")
+        config = write_config(tmp_path_factory.mktemp("guarantees-config") / "smoke.yaml", smoke_config())
+        result = run_snakemake(
+            workdir, "--cores", "2", configfile=config, env=hook_env(GUARANTEES_AUDIT_DIR=str(audit))
+        )
+        assert result.returncode == 0, failure(result)
+        _RUNS["smoke"] = workdir
+        _RUNS["smoke-audit"] = audit
+        _RUNS["smoke-config"] = config
+    return _RUNS["smoke"]
+
+
+def smoke_audit() -> list[dict]:
+    records = []
+    for path in sorted(_RUNS["smoke-audit"].glob("*.jsonl")):
+        records += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return records
+
+
+def smoke_config_path() -> Path:
+    return _RUNS["smoke-config"]
+
+
+# --------------------------------------------------------------------------------------------------
+# A second run of the same config, killed in the middle of a shard and resumed
+
+KILLED_MODEL = "tiny-gpt2"
+KILLED_TARGETS = [
+    f"results/embeddings/{KILLED_MODEL}/layers",
+    f"results/metrics/{KILLED_MODEL}/layers.csv",
+    f"results/metrics/{KILLED_MODEL}/context_specific_words.csv",
+]
+
+
+def _shard_snapshot(shards: Path) -> dict[str, tuple[int, int]]:
+    return {path.name: (path.stat().st_mtime_ns, path.stat().st_ino) for path in shards.glob("shard_*")}
+
+
+def _kill_mid_shard(workdir: Path, config: Path) -> tuple[set[int], set[int]]:
+    """Start the run with slowed extraction; SIGKILL Snakemake and its jobs once a shard is half written.
+
+    Returns (shards finished before the kill, shards whose temporary file the kill left behind).
+    """
+    command = [sys.executable, "-m", "snakemake", *KILLED_TARGETS, "--snakefile", str(PROJECT / "Snakefile"),
+               "--directory", str(workdir), "--cores", "2", "--configfile", str(config)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **hook_env(GUARANTEES_SLOW_EXTRACT="3")}
+    shards = workdir / "results" / "embeddings" / KILLED_MODEL / "shards"
+    with open(workdir / "killed-run.out", "w") as out:
+        run = subprocess.Popen(command, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 300
+        try:
+            while time.monotonic() < deadline and run.poll() is None:
+                # temporaries first: a shard renamed in between then counts as finished, not as half written
+                writing = {
+                    int(re.match(r"\.shard_(\d+)\.tmp-", p.name).group(1)) for p in shards.glob(".shard_*.tmp-*.h5")
+                } if shards.is_dir() else set()
+                finished = {int(p.stem.split("_")[1]) for p in shards.glob("shard_*.h5")} if shards.is_dir() else set()
+                if len(finished) >= 2 and writing - finished:
+                    os.killpg(run.pid, signal.SIGKILL)  # as on a node crash or the OOM killer
+                    run.wait()
+                    return finished, writing - finished
+                time.sleep(0.05)
+        finally:
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)
+                run.wait()
+    raise AssertionError(f"never saw a shard half written: {(workdir / 'killed-run.out').read_text()[-3000:]}")
+
+
+def interrupted_run(tmp_path_factory) -> dict:
+    """The smoke config again in a fresh directory (tiny-gpt2 up to its metrics), SIGKILLed mid-shard,
+    then ``snakemake --unlock`` and ``--rerun-incomplete``. Also the second run of the determinism tests."""
+    if "interrupted" not in _RUNS:
+        reference = audited_smoke_run(tmp_path_factory)
+        config = smoke_config_path()
+        workdir = tmp_path_factory.mktemp("guarantees-interrupted")
+        finished, half_written = _kill_mid_shard(workdir, config)
+        shards = workdir / "results" / "embeddings" / KILLED_MODEL / "shards"
+        before = _shard_snapshot(shards)
+        leftovers = sorted(path.name for path in shards.glob(".shard_*.tmp-*.h5"))
+        unlock = run_snakemake(workdir, *KILLED_TARGETS, "--unlock", configfile=config)
+        assert unlock.returncode == 0, failure(unlock)
+        rerun = run_snakemake(workdir, *KILLED_TARGETS, "--cores", "2", "--rerun-incomplete", configfile=config)
+        assert rerun.returncode == 0, failure(rerun)
+        _RUNS["interrupted"] = {
+            "workdir": workdir, "reference": reference, "config": config, "finished": finished,
+            "half_written": half_written, "leftovers": leftovers, "before": before,
+            "after": _shard_snapshot(shards), "rerun": rerun.stdout + rerun.stderr,
+        }
+    return _RUNS["interrupted"]

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Proof on a real scheduler: the smoke pipeline through SLURM equals a local run.
+#
+#   tests/slurm/run.sh [VENV]        (as root on Debian 12; VENV defaults to the project's .venv)
+#
+# 1. installs Debian's slurm-wlm daemons, munge and MariaDB (for slurmdbd, so sacct works) and starts
+#    a one-node cluster on localhost with 2 fake GPUs (tests/slurm/setup.sh);
+# 2. pip-installs snakemake-executor-plugin-slurm into VENV;
+# 3. runs the smoke config (tiny random models, 120 sentences, 4 shards) twice in temp workdirs:
+#    locally (`--cores 2`, device cpu; from the SLURM run's corpus and random models, see below) and on SLURM (`--profile profiles/slurm --workflow-profile none`,
+#    device cuda on fake GPUs: CONTEXTUALITY_FAKE_GPUS=1 computes on the CPU but records the device
+#    each shard chose, its CUDA_VISIBLE_DEVICES and SLURM job id);
+# 4. asserts that every non-local job went through sbatch (sacct lists it, COMPLETED), that each
+#    extraction job got its own GPU from SLURM and used cuda:0, and that the outputs equal the local
+#    run's (tests/slurm/compare.py);
+# 5. stops the daemons (tests/slurm/teardown.sh) and removes the workdirs (KEEP=1 keeps both).
+# Exit status 0 = pass. About 4 minutes on 2 cores (4 min 8 s measured; most of it SLURM polling and job
+# start-up), plus ~35 s for apt-get and pip the first time.
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+PROJECT="$(cd "$HERE/../.." && pwd)"
+VENV="$(cd "${1:-$PROJECT/.venv}" && pwd)"   # absolute: the runs cd into their workdirs
+PY="$VENV/bin/python"
+TIMEOUT="${SLURM_TEST_TIMEOUT:-900}"
+START=$(date +%s)
+WORK="$(mktemp -d /tmp/contextuality-slurm.XXXXXX)"
+LOCAL_PID=""
+SLURM_PID=""
+say() { echo "[slurm-test $(( $(date +%s) - START ))s] $*"; }
+
+cleanup() {
+  rc=$?
+  [ -n "$LOCAL_PID" ] && kill "$LOCAL_PID" 2>/dev/null || true
+  [ -n "$SLURM_PID" ] && kill "$SLURM_PID" 2>/dev/null && wait "$SLURM_PID" 2>/dev/null || true
+  if [ "${KEEP:-0}" != 1 ]; then
+    "$HERE/teardown.sh"
+    rm -rf "$WORK"
+  else
+    say "KEEP=1: daemons left running, workdirs in $WORK"
+  fi
+  say "finished with status $rc"
+}
+trap cleanup EXIT
+
+[ "$(id -u)" = 0 ] || { echo "run as root (installs packages, starts daemons)"; exit 2; }
+[ -x "$PY" ] || { echo "no python in $VENV"; exit 2; }
+
+say "starting a one-node SLURM cluster"
+FAKE_GPUS=2 "$HERE/setup.sh"
+
+if ! "$PY" -c "import snakemake_executor_plugin_slurm" 2>/dev/null; then
+  say "installing snakemake-executor-plugin-slurm into $VENV"
+  "$PY" -m pip install --quiet "snakemake-executor-plugin-slurm==2.8.0"
+fi
+
+# --- configs: the smoke config with absolute paths; the SLURM run asks for (fake) GPUs -------------
+mkdir -p "$WORK/local" "$WORK/slurm"
+"$PY" - "$PROJECT" "$WORK" <<'PYEOF'
+import sys
+from pathlib import Path
+import yaml
+project, work = Path(sys.argv[1]), Path(sys.argv[2])
+config = yaml.safe_load((project / "config" / "smoke.yaml").read_text())
+config["corpus"]["bundled_dir"] = str(project / "resources" / "sts")
+config["static"] = {"benchmark_dir": str(project / "resources" / "benchmarks")}
+(work / "local" / "smoke.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+config["extraction"]["device"] = "cuda"   # one GPU per shard job, from SLURM's GRES
+(work / "slurm" / "smoke.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+PYEOF
+
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HDF5_USE_FILE_LOCKING=FALSE
+
+# The tiny BERT's WordPiece tokenizer is trained on the corpus by the `models` rule, and the tokenizers
+# library's WordPiece trainer breaks ties differently from run to run. So the local reference run reuses
+# the SLURM run's corpus and models (copied, with their times, as soon as both `models` jobs are done)
+# and recomputes everything after them: words, extraction, measurements, tables.
+say "SLURM run: --profile profiles/slurm --workflow-profile none (background)"
+( cd "$WORK/slurm" && CONTEXTUALITY_FAKE_GPUS=1 exec timeout -k 15 "$TIMEOUT" "$PY" -m snakemake \
+    --snakefile "$PROJECT/Snakefile" --directory "$WORK/slurm" --configfile smoke.yaml \
+    --profile "$PROJECT/profiles/slurm" --workflow-profile none \
+    --slurm-init-seconds-before-status-checks 2 > "$WORK/slurm.log" 2>&1 ) &
+SLURM_PID=$!
+for i in $(seq "$TIMEOUT"); do
+  [ "$(grep -c '(Rule: models)' "$WORK/slurm.log" 2>/dev/null)" = 2 ] && break
+  kill -0 "$SLURM_PID" 2>/dev/null || break
+  sleep 1
+done
+[ "$(grep -c '(Rule: models)' "$WORK/slurm.log" 2>/dev/null)" = 2 ] || { tail -40 "$WORK/slurm.log"; exit 1; }
+mkdir -p "$WORK/local/results/corpus" "$WORK/local/resources"
+cp -a "$WORK/slurm/results/corpus/sts_pairs.jsonl" "$WORK/slurm/results/corpus/sentences.parquet" "$WORK/local/results/corpus/"
+cp -a "$WORK/slurm/resources/models" "$WORK/local/resources/"
+say "local reference run from the same corpus and models (background)"
+( cd "$WORK/local" && exec timeout -k 15 "$TIMEOUT" "$PY" -m snakemake --snakefile "$PROJECT/Snakefile" \
+    --directory "$WORK/local" --configfile smoke.yaml --cores 2 --workflow-profile none \
+    > "$WORK/local.log" 2>&1 ) &
+LOCAL_PID=$!
+set +e
+wait "$SLURM_PID"; SLURM_RC=$?; SLURM_PID=""
+wait "$LOCAL_PID"; LOCAL_RC=$?; LOCAL_PID=""
+set -e
+say "SLURM run exit $SLURM_RC, local run exit $LOCAL_RC"
+if [ "$SLURM_RC" != 0 ]; then tail -60 "$WORK/slurm.log"; exit 1; fi
+if [ "$LOCAL_RC" != 0 ]; then tail -60 "$WORK/local.log"; exit 1; fi
+if grep -qE "^(local)?rule (models|corpus|sts_pairs):" "$WORK/local.log"; then
+  echo "the local run rebuilt the corpus or the models instead of reusing the SLURM run's"; exit 1
+fi
+
+# --- every non-local job went through sbatch -------------------------------------------------------
+RUN=$(grep -oP 'SLURM run ID: \K\S+' "$WORK/slurm.log" | head -1)
+[ -n "$RUN" ] || { echo "no 'SLURM run ID' in the log"; exit 1; }
+sacct -X -n -P --name "$RUN" -o JobID,Comment,State,ExitCode > "$WORK/sacct.txt"
+say "sacct lists $(wc -l < "$WORK/sacct.txt") jobs of run $RUN"
+"$PY" "$HERE/compare.py" --slurm-log "$WORK/slurm.log" --sacct "$WORK/sacct.txt" \
+    --local "$WORK/local" --slurm "$WORK/slurm"
+say "PASS in $(( $(date +%s) - START )) s"
