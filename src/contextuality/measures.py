@@ -80,7 +80,8 @@ def self_similarity_exact(X: np.ndarray, group_starts: np.ndarray) -> np.ndarray
     pairs = nonzero * nonzero - nonzero
     with np.errstate(invalid="ignore", divide="ignore"):
         values = (np.einsum("ij,ij->i", sums, sums) - nonzero) / pairs
-    return np.where(pairs > 0, values, np.nan)
+    # identical vectors give 1 + a rounding error; a mean of cosines lies in [-1, 1]
+    return np.where(pairs > 0, np.clip(values, -1.0, 1.0), np.nan)
 
 
 def self_similarity_sampled(X_word: np.ndarray, rng: np.random.Generator, n_pairs: int = 1000) -> float:
