@@ -70,12 +70,7 @@ def main() -> None:
         order = sorted(range(len(block)), key=lambda i: len(block[i].input_ids))
         for start in range(0, len(order), batch_size):
             batch = [block[i] for i in order[start:start + batch_size]]
-            width = max(len(item.input_ids) for item in batch)
-            ids = torch.full((len(batch), width), loaded.tokenizer.pad_token_id, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for row, item in enumerate(batch):
-                ids[row, : len(item.input_ids)] = torch.tensor(item.input_ids)
-                mask[row, : len(item.input_ids)] = 1
+            ids, mask = extract.padded_batch(batch, loaded.tokenizer.pad_token_id)
             with torch.inference_mode():
                 loaded.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
     ceiling_s = time.perf_counter() - started

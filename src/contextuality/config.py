@@ -6,7 +6,6 @@ first and says only what is wrong and what is allowed.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -121,18 +120,10 @@ def layer_count(key: str, spec: dict, models_dir: str | Path = "resources/models
     """
     if spec.get("source") == "random":
         return int(spec.get("n_layers", 2)) + 1
-    record_path = Path(models_dir) / key / "source.json"
-    try:
-        record = json.loads(record_path.read_text())
-        if record["source"] == "elmo":
-            return int(json.loads(Path(record["options"]).read_text())["lstm"]["n_layers"]) + 1
-        hf_config = json.loads((Path(record["hf_dir"]) / "config.json").read_text())
-    except (OSError, KeyError, ValueError):
-        return None
-    for name in ("num_hidden_layers", "n_layer", "num_layers"):
-        if isinstance(hf_config.get(name), int):
-            return hf_config[name] + 1
-    return None
+    from contextuality.models import materialised_shape
+
+    shape = materialised_shape(Path(models_dir) / key / "source.json")
+    return shape[0] if shape else None
 
 
 def check_targets(targets: list[str], config: dict, models_dir: str | Path = "resources/models") -> None:

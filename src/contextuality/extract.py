@@ -294,6 +294,19 @@ def tokenize_sentences(
     return aligned, sum(too_long) - skipped, skipped
 
 
+def padded_batch(batch: list[AlignedSentence], pad: int):
+    """Input ids and attention mask of a batch, right-padded so real tokens keep positions 0..n-1."""
+    import torch
+
+    width = max(len(item.input_ids) for item in batch)
+    ids = torch.full((len(batch), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, item in enumerate(batch):
+        ids[row, : len(item.input_ids)] = torch.tensor(item.input_ids)
+        mask[row, : len(item.input_ids)] = 1
+    return ids, mask
+
+
 def forward_block(loaded, block: list[AlignedSentence], batch_size: int, pooling: str, device: str):
     """Per-sentence pooled vectors (layers, units, dim) as float32, in the block's order."""
     if isinstance(loaded, ElmoModel):
@@ -306,13 +319,7 @@ def forward_block(loaded, block: list[AlignedSentence], batch_size: int, pooling
     # an empty sentence has no token for a decoder without BOS: nothing to run, nothing to store
     order = sorted((i for i in range(len(block)) if block[i].input_ids), key=lambda i: len(block[i].input_ids))
     for start in range(0, len(order), batch_size):
-        batch = [block[i] for i in order[start:start + batch_size]]
-        width = max(len(item.input_ids) for item in batch)
-        ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, item in enumerate(batch):  # right padding: real tokens keep positions 0..n-1
-            ids[row, : len(item.input_ids)] = torch.tensor(item.input_ids)
-            mask[row, : len(item.input_ids)] = 1
+        ids, mask = padded_batch([block[i] for i in order[start:start + batch_size]], pad)
         with torch.inference_mode():
             output = loaded.model(input_ids=ids.to(device), attention_mask=mask.to(device), output_hidden_states=True)
         hidden = torch.stack(output.hidden_states, dim=1).float().cpu().numpy()  # (batch, layers, tokens, dim)

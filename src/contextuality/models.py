@@ -341,6 +341,36 @@ def _materialise_elmo(key: str, spec: dict, model_dir: Path) -> dict:
             "licence": "Apache-2.0 (AllenNLP ELMo)"}
 
 
+def materialised_shape(record_path: str | Path) -> tuple[int, int] | None:
+    """(layers returned, input layer included; vector size) of a materialised model, or None.
+
+    Read from ``source.json`` and the model's own config (ELMo: its options file), so it is known
+    without loading any weights; None before the models rule has run or if the files are unreadable.
+    """
+    try:
+        record = json.loads(Path(record_path).read_text())
+        if record["source"] == "elmo":
+            lstm = json.loads(Path(record["options"]).read_text())["lstm"]
+            return int(lstm["n_layers"]) + 1, 2 * int(lstm["projection_dim"])
+        hf_config = json.loads((Path(record["hf_dir"]) / "config.json").read_text())
+    except (OSError, KeyError, ValueError):
+        return None
+    hf_config = hf_config.get("text_config", hf_config)
+    layers = next((hf_config[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if isinstance(hf_config.get(k), int)), None)
+    dim = next((hf_config[k] for k in ("hidden_size", "n_embd", "d_model") if isinstance(hf_config.get(k), int)), None)
+    return (layers + 1, dim) if layers is not None and dim is not None else None
+
+
+def materialised_weights_bytes(record_path: str | Path) -> int:
+    """Size of a materialised model's weight files (0 before the models rule has run)."""
+    if not Path(record_path).exists():
+        return 0
+    record = json.loads(Path(record_path).read_text())
+    if record["source"] == "elmo":
+        return Path(record["weights_file"]).stat().st_size
+    return sum((Path(record["hf_dir"]) / name).stat().st_size for name in record["weights"])
+
+
 def write_source_record(record: dict, out_json: Path) -> None:
     import transformers
 

@@ -5,6 +5,7 @@ import sys
 from snakemake.utils import validate
 
 from contextuality.config import ConfigError, check_config, check_targets, requested_targets, validate_against_schema
+from contextuality.models import materialised_shape, materialised_weights_bytes
 
 
 try:
@@ -79,39 +80,13 @@ def gpus_per_shard(wildcards):
     return 1 if on_cuda() else 0
 
 
-def model_size_bytes(record_path):
-    """Weights size from the materialised model (0 before it exists, e.g. in a dry run)."""
-    import json
-    from pathlib import Path
-
-    if not Path(record_path).exists():
-        return 0
-    record = json.loads(Path(record_path).read_text())
-    if record["source"] == "elmo":
-        return Path(record["weights_file"]).stat().st_size
-    return sum((Path(record["hf_dir"]) / name).stat().st_size for name in record["weights"])
-
-
 def model_layers_dim(record_path):
     """(stored layers including the input layer, vector size) of the materialised model.
 
     Before the model exists (dry run, DAG planning) the largest shape of the paper's models is assumed:
     13 x 1024 (BERT-base/GPT-2 have 13 x 768, ELMo 3 x 1024).
     """
-    import json
-    from pathlib import Path
-
-    if not Path(record_path).exists():
-        return 13, 1024
-    record = json.loads(Path(record_path).read_text())
-    if record["source"] == "elmo":
-        lstm = json.loads(Path(record["options"]).read_text())["lstm"]
-        return lstm["n_layers"] + 1, 2 * lstm["projection_dim"]
-    hf = json.loads((Path(record["hf_dir"]) / "config.json").read_text())
-    hf = hf.get("text_config", hf)
-    layers = next(hf[key] for key in ("num_hidden_layers", "n_layer", "num_layers") if key in hf)
-    dim = next(hf[key] for key in ("hidden_size", "n_embd", "d_model") if key in hf)
-    return layers + 1, dim
+    return materialised_shape(record_path) or (13, 1024)
 
 
 # Calibration of the extraction estimates (docs/scaling.md shows the arithmetic):
@@ -148,7 +123,7 @@ def extraction_mem_mb(wildcards, input, attempt=1):
     vectors (the per-sentence arrays and their concatenation) + the interpreter; x attempt on retries.
     Vectors go to HDF5 window by window, so the shard's size does not add to the peak.
     """
-    weights_mb = model_size_bytes(input.record) / 1e6
+    weights_mb = materialised_weights_bytes(input.record) / 1e6
     layers, dim = model_layers_dim(input.record)
     batch = config["models"][wildcards.model].get("batch_size") or config["extraction"]["batch_size"]
     vector_bytes = layers * dim * 4 * 2
@@ -163,7 +138,7 @@ def extraction_runtime_min(wildcards, input, attempt=1):
     CPU-calibrated (see above), so an upper bound on a GPU, which schedulers that kill jobs at their
     limit need; 10 minutes are added for start-up and model loading, and the whole doubles per retry.
     """
-    params_m = max(model_size_bytes(input.record) / 4e6, 1.0)  # fp32 bytes -> millions of parameters
+    params_m = max(materialised_weights_bytes(input.record) / 4e6, 1.0)  # fp32 bytes -> millions of parameters
     seconds = shard_sentences() * TOKENS_PER_SENTENCE * params_m / (CPU_TOKENS_PER_S_23M * 23)
     return int((10 + 2 * seconds / 60) * attempt)
 
