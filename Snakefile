@@ -27,4 +27,4 @@ include: "workflow/rules/static.smk"
 rule all:
     default_target: True
     input:
-        final_outputs(),
+        final_outputs,

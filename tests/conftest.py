@@ -60,3 +60,16 @@ def with_absolute_data_paths(config: dict) -> dict:
     config.setdefault("corpus", {})["bundled_dir"] = str(STS_DIR)
     config.setdefault("static", {})["benchmark_dir"] = str(BENCHMARK_DIR)
     return config
+
+
+def gather_layers(shard_paths: list[Path], unit_paths: list[Path], out_dir: Path) -> dict[int, Path]:
+    """What the workflow's gather and layer_file rules make of shard files: ``out_dir/units.parquet``,
+    ``out_dir/manifest.json`` and ``out_dir/layers/layer_{LL}.h5``; returns the layer files by layer."""
+    from contextuality.store import gather, layer_file_name, write_layer_file
+
+    manifest = gather(shard_paths, unit_paths, out_dir / "units.parquet", out_dir / "manifest.json")
+    layers = {}
+    for layer in range(manifest["n_layers"]):
+        layers[layer] = out_dir / "layers" / layer_file_name(layer)
+        write_layer_file(shard_paths, layer, layers[layer])
+    return layers

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from contextuality import analysis
+from contextuality.store import StoreError
 
 N_SENTENCES, DIM, LAYERS = 40, 16, (0, 1, 2)
 WORDS = ["alpha", "beta", "gamma", "delta", "the"]
@@ -93,8 +94,8 @@ def test_measure_model_writes_the_contract(fake_model, tmp_path):
     assert (layers["n_sentences_sampled"] <= 20).all() and (layers["n_baseline_vectors"] <= 30).all()
 
     pc_files = sorted(p.name for p in outputs["out_pcs_dir"].iterdir())
-    assert pc_files == ["layer_0.txt", "layer_1.txt", "layer_2.txt"]  # layer 0: Table 1's static baseline
-    lines = (outputs["out_pcs_dir"] / "layer_1.txt").read_text().splitlines()
+    assert pc_files == ["layer_00.txt", "layer_01.txt", "layer_02.txt"]  # layer 0: Table 1's static baseline
+    lines = (outputs["out_pcs_dir"] / "layer_01.txt").read_text().splitlines()
     assert [line.split()[0] for line in lines] == sorted(WORDS)
     vectors = np.array([[float(x) for x in line.split()[1:]] for line in lines])
     assert vectors.shape == (len(WORDS), DIM)
@@ -142,15 +143,18 @@ def test_incomplete_layer_file_is_refused(fake_model, tmp_path):
     paths, occurrences = fake_model
     with h5py.File(paths[2], "a") as f:
         f.attrs["complete"] = 0
-    with pytest.raises(ValueError, match="layer_2.h5.*incomplete"):
+    with pytest.raises(StoreError, match=r"layer_2\.h5: incomplete \(no 'complete' marker\); delete it and rerun snakemake"):
         run(paths, occurrences, tmp_path / "x")
-    with pytest.raises(ValueError, match="layer_2.h5"):
+    with pytest.raises(StoreError, match="layer_2.h5"):
         analysis.read_layer(paths[2])
     assert not (tmp_path / "x" / "words.parquet").exists()
 
 
-def test_read_layer_returns_float32(fake_model):
+def test_read_layer_keeps_the_stored_dtype_or_converts(fake_model):
     paths, _ = fake_model
-    vectors, offsets = analysis.read_layer(paths[1])
+    stored, _ = analysis.read_layer(paths[1])
+    assert stored.dtype == np.float16
+    vectors, offsets = analysis.read_layer(paths[1], dtype=np.float32)
     assert vectors.dtype == np.float32 and offsets.dtype == np.int64
+    np.testing.assert_array_equal(vectors, stored.astype(np.float32))
     assert offsets[-1] == len(vectors) and vectors.shape[1] == DIM

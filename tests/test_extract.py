@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import job_counts, run_snakemake, write_config
+from conftest import gather_layers, job_counts, run_snakemake, write_config
 from contextuality import models
 from contextuality import extract
 from contextuality.extract import build_occurrences, extract_shard, shard_bounds
-from contextuality.store import export_classic, gather, layer_files, open_complete
+from contextuality.store import export_classic, open_complete
 from contextuality.words import word_index, word_table
 
 SENTENCES = [
@@ -47,7 +47,7 @@ def tiny_model(request, corpus, tmp_path_factory):
     vocab_size = 120 if request.param == "bert" else 300
     spec = {"source": "random", "architecture": request.param, "n_layers": 2, "hidden_size": 32, "vocab_size": vocab_size}
     record = models.materialise(request.param, spec, folder, sentences_parquet=sentences_path, seed=3)
-    return models.load(record, spec, "cpu"), spec
+    return models.load(record, folder / "model", spec, "cpu"), spec
 
 
 def _extract(loaded, sentences, words, out_dir: Path, indexing="subword", pooling="first", batch_size=3, **kw):
@@ -143,13 +143,13 @@ def test_shards_gathered_equal_a_one_shard_run(tiny_model, corpus, tmp_path, mon
         _extract(loaded, sentences.iloc[first:last], words, out, batch_size=2)
         shard_paths.append(out / "shard.h5")
         unit_paths.append(out / "units.parquet")
-    gather(shard_paths, unit_paths, tmp_path / "layers", "float32")
+    layers = gather_layers(shard_paths, unit_paths, tmp_path)
     with h5py.File(one / "shard.h5") as reference:
-        for layer, path in layer_files(tmp_path / "layers").items():
+        for layer, path in layers.items():
             with open_complete(path) as gathered:
                 np.testing.assert_array_equal(gathered["vectors"][:], reference[f"layer_{layer:02d}"][:])
                 np.testing.assert_array_equal(gathered["sentence_offsets"][:], reference["sentence_offsets"][:])
-    units = pd.read_parquet(tmp_path / "layers" / "units.parquet")
+    units = pd.read_parquet(tmp_path / "units.parquet")
     reference_units = pd.read_parquet(one / "units.parquet")
     assert units.drop(columns="row").equals(reference_units)
     assert units["row"].tolist() == list(range(len(units)))
@@ -199,12 +199,12 @@ def test_classic_export_has_one_dataset_per_sentence_and_word2sent(tiny_model, c
     loaded, _ = tiny_model
     sentences, words, _ = corpus
     _extract(loaded, sentences, words, tmp_path)
-    gather([tmp_path / "shard.h5"], [tmp_path / "units.parquet"], tmp_path / "layers", "float32")
-    units = pd.read_parquet(tmp_path / "layers" / "units.parquet")
+    layers = gather_layers([tmp_path / "shard.h5"], [tmp_path / "units.parquet"], tmp_path / "gathered")
+    units = pd.read_parquet(tmp_path / "gathered" / "units.parquet")
     occurrences = build_occurrences(units, None, "subword", 2, "occurrences", sentences)
-    export_classic(tmp_path / "layers", occurrences, tmp_path / "classic.h5", tmp_path / "w2s.json")
+    export_classic([layers[layer] for layer in sorted(layers)], occurrences, tmp_path / "classic.h5", tmp_path / "w2s.json")
     word2sent = json.loads((tmp_path / "w2s.json").read_text())
-    with h5py.File(tmp_path / "classic.h5") as classic, open_complete(tmp_path / "layers" / "layer_01.h5") as layer1:
+    with h5py.File(tmp_path / "classic.h5") as classic, open_complete(layers[1]) as layer1:
         offsets = layer1["sentence_offsets"][:]
         for i in range(len(SENTENCES)):
             block = classic[str(i)]

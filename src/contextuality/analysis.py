@@ -1,20 +1,22 @@
-"""The measurement step: a model's layer files in, the metric tables and PC embeddings out.
+"""The measurement step: one layer file in, that layer's measures out; then one model's tables.
 
-Each layer file is read once, whole, into memory (in its stored dtype), and every measure of that layer
-is taken from the in-memory array, in float64 chunks, before the next layer is read; peak memory is
-about one layer plus one chunk. Random draws come from streams derived from one seed, one per purpose
-(and per layer where the paper redraws), so a rerun with the same seed writes byte-identical files. Outputs follow docs/data-contract.md.
+``measure_layer`` reads one layer file once, whole, into memory (in its stored dtype), and takes every
+measure of that layer from the in-memory array, in float64 chunks; peak memory is about one layer plus
+one chunk. It is one workflow job per (model, layer), so layers are measured in parallel.
+``combine_layers`` then joins the per-layer results into the model's tables. Random draws come from
+streams derived from one seed, one per purpose (and per layer where the paper redraws), never from the
+order the layers are measured in, so a rerun with the same seed writes byte-identical files. Outputs
+follow docs/data-contract.md.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-import h5py
 import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
@@ -22,17 +24,15 @@ from tqdm import tqdm
 
 from contextuality import measures
 from contextuality.atomic import atomic_path
+from contextuality.store import StoreError, check_layer, check_layer_set, read_layer
 
-__all__ = ["atomic_path", "layer_is_complete", "measure_model", "read_layer", "write_vectors_text"]
+__all__ = ["combine_layers", "measure_layer", "measure_model", "read_layer", "write_layer_results", "write_vectors_text"]
 
 LOG = logging.getLogger(__name__)
 
 SELF_SIMILARITY_MODES = ("exact", "sampled", "both")
 # Sub-seeds of the random streams; each purpose draws from its own stream.
 _SENTENCE_SAMPLE, _BASELINE, _SAMPLED_PAIRS, _BOOTSTRAP = range(4)
-# Elements read from HDF5 per slice while converting a layer to another dtype (bounds the temporary copy).
-READ_SLICE_ELEMENTS = 1 << 24
-
 WORD_COLUMNS = ["model", "word", "layer", "n", "self_similarity", "self_similarity_sampled", "mev", "mev_literal", "mev_centered"]
 LAYER_COLUMNS = [
     "model", "layer", "n_words", "n_sentences_sampled",
@@ -50,46 +50,6 @@ CONTEXT_WORD_COLUMNS = ["rank", "kind", "word", "mean_self_similarity", "n"]
 def _rng(seed: int, purpose: int, layer: int = 0) -> np.random.Generator:
     """The random stream for one purpose (and layer), independent of the order work is done in."""
     return np.random.default_rng([seed, purpose, layer])
-
-
-def layer_is_complete(path: Path) -> bool:
-    """Whether a layer file carries ``complete == 1`` (set by its writer once fully written)."""
-    with h5py.File(path, "r") as f:
-        return int(f.attrs.get("complete", 0)) == 1
-
-
-def _require_complete(path: Path) -> None:
-    try:
-        complete = layer_is_complete(path)
-    except OSError as err:  # truncated or overwritten: HDF5 cannot even open it
-        raise ValueError(f"{path}: not a readable HDF5 file ({err}); delete it and rerun its rule") from None
-    if not complete:
-        raise ValueError(f"{path}: layer file is incomplete (attribute 'complete' is not 1); rebuild it before measuring")
-
-
-def read_layer(path: Path, dtype: np.dtype | None = np.float32) -> tuple[np.ndarray, np.ndarray]:
-    """A layer file's ``vectors`` as one in-memory array and its ``sentence_offsets``; refuses incomplete files.
-
-    ``dtype=None`` keeps the stored dtype: the measures convert the rows they use to float64 anyway, so
-    the measurement step skips a full-layer conversion and holds float16 files at half the memory.
-    Otherwise the file is read in contiguous slices converted into one preallocated array.
-    """
-    path = Path(path)
-    _require_complete(path)
-    with h5py.File(path, "r") as f:
-        dataset = f["vectors"]
-        if dtype is None or np.dtype(dtype) == dataset.dtype:
-            vectors = dataset[...]
-        else:
-            n_rows, dim = dataset.shape
-            vectors = np.empty((n_rows, dim), dtype=dtype)
-            step = max(1, READ_SLICE_ELEMENTS // max(dim, 1))
-            for start in range(0, n_rows, step):
-                vectors[start : start + step] = dataset[start : start + step]
-        offsets = np.asarray(f["sentence_offsets"][...], dtype=np.int64)
-    if offsets[-1] != len(vectors):
-        raise ValueError(f"{path}: sentence_offsets ends at {offsets[-1]} but vectors has {len(vectors)} rows")
-    return vectors, offsets
 
 
 def write_vectors_text(path: Path, words: np.ndarray, vectors: np.ndarray) -> None:
@@ -147,31 +107,85 @@ def _context_specific_words(words: pd.DataFrame, top_k: int) -> pd.DataFrame:
     return table[CONTEXT_WORD_COLUMNS].reset_index(drop=True)
 
 
-def _measure_layer(path, layer, rows, group_starts, intra_ids, baseline_ids, *, seed, options):
-    """Every measure of one layer: its ``layers.parquet`` record, the per-word arrays, and the PC vectors."""
-    vectors, offsets = read_layer(path, dtype=None)
-    if len(rows) and rows.max() >= len(vectors):
-        raise ValueError(f"{path}: occurrences refer to row {rows.max()} but the file has {len(vectors)} rows")
-    if len(offsets) - 1 != options["n_sentences"]:
-        raise ValueError(f"{path}: {len(offsets) - 1} sentences, but the first layer file has {options['n_sentences']}")
-    mode = options["self_similarity"]
-    exact, sampled, pcs = _measure_words(
-        vectors, rows, group_starts, seed=seed, self_similarity=mode,
-        sampled_pairs=options["sampled_pairs"], with_pcs=True,
-    )  # fmt: skip
-    if layer == 0 and not options["mev_layer0"]:
-        # the paper reports no MEV at the input layer; its PC vectors are still Table 1's layer-0 baseline
-        pcs = measures.PCStats(*(np.full_like(column, np.nan) for column in pcs[:3]), pcs.first_vector)
-    primary = sampled if mode == "sampled" else exact
-    intra = measures.intra_sentence_similarity(vectors, offsets, intra_ids)
-    baseline = measures.anisotropy_baseline(vectors, offsets, baseline_ids, _rng(seed, _BASELINE, layer), options["baseline_samples"])
-    norms = measures.row_norms(vectors[measures.sentence_rows(offsets, baseline_ids)[0]])
+class OccurrenceIndex:
+    """The occurrences of one model as the measures need them: rows grouped by word (sorted by word, row)."""
 
-    bootstrap_rng, resamples = _rng(seed, _BOOTSTRAP, layer), options["bootstrap_resamples"]
-    self_ci, intra_ci, mev_ci = (measures.bootstrap_ci(values, bootstrap_rng, resamples) for values in (primary, intra, pcs.mev))
+    def __init__(self, occurrences: pd.DataFrame):
+        occurrences = occurrences.sort_values(["word", "row"], kind="stable")
+        word_of_row = occurrences["word"].to_numpy()
+        self.rows = occurrences["row"].to_numpy(dtype=np.int64)
+        self.group_starts = np.flatnonzero(np.concatenate([[len(self.rows) > 0], word_of_row[1:] != word_of_row[:-1]]))
+        self.words = word_of_row[self.group_starts]
+        self.counts = measures.group_sizes(self.group_starts, len(self.rows))
+
+
+def measure_layer(
+    layer_path: Path,
+    layer: int,
+    occurrences: pd.DataFrame | OccurrenceIndex,
+    *,
+    model: str,
+    seed: int,
+    intra_sentences: int | str = 500,
+    baseline_samples: int = 1000,
+    self_similarity: str = "exact",
+    sampled_pairs: int = 1000,
+    mev_layer0: bool = False,
+    bootstrap_resamples: int = 1000,
+    manifest: dict | None = None,
+    log: logging.Logger = LOG,
+) -> tuple[dict, pd.DataFrame, np.ndarray]:
+    """Every measure of one layer: its ``layers`` record, its rows of the ``words`` table, its PC vectors.
+
+    ``intra_sentences`` sentences (or ``"all"``) are averaged for intra-sentence similarity and
+    ``baseline_samples`` sentences feed the baselines (and ``baseline_samples`` pairs the cosine
+    baseline); both sets are prefixes of one seeded permutation of the sentences, the same for every
+    layer (spec 4.4). ``self_similarity`` chooses the exact all-pairs mean, the paper's sampled estimate
+    (at most ``sampled_pairs`` ordered pairs), or both; the per-layer mean uses the exact values
+    whenever they are computed. MEV is computed for layers >= 1 (and layer 0 too if ``mev_layer0``);
+    the PC vectors for every layer (layer 0: Table 1's static baseline). With a ``manifest`` (the
+    model's ``manifest.json``), the layer file is first checked against it (index, rows, dims).
+    """
+    if self_similarity not in SELF_SIMILARITY_MODES:
+        raise ValueError(f"self_similarity must be one of {SELF_SIMILARITY_MODES}, got {self_similarity!r}")
+    if not (intra_sentences == "all" or (isinstance(intra_sentences, int) and intra_sentences > 0)):
+        raise ValueError(f"intra_sentences must be a positive integer or 'all', got {intra_sentences!r}")
+    index = occurrences if isinstance(occurrences, OccurrenceIndex) else OccurrenceIndex(occurrences)
+    if manifest is not None:
+        check_layer(layer_path, manifest, layer)
+    started = time.perf_counter()
+    vectors, offsets = read_layer(layer_path)
+    if len(index.rows) and index.rows.max() >= len(vectors):
+        raise StoreError(f"{layer_path}: occurrences refer to row {index.rows.max()} but the file has {len(vectors)} rows")
+    n_sentences = len(offsets) - 1
+    if manifest is not None and n_sentences != manifest["n_sentences"]:
+        raise StoreError(f"{layer_path}: {n_sentences} sentences, but the manifest lists {manifest['n_sentences']}")
+    sentence_sample = _rng(seed, _SENTENCE_SAMPLE).permutation(n_sentences)
+    intra_ids = sentence_sample if intra_sentences == "all" else sentence_sample[:intra_sentences]
+    baseline_ids = sentence_sample[:baseline_samples]
+
+    # The linear algebra is thousands of small problems, where BLAS threads cost more than they gain:
+    # on 2 cores shared with another job, a layer took 2.5 s with one BLAS thread and 15 s with two.
+    with threadpool_limits(limits=1, user_api="blas"):
+        exact, sampled, pcs = _measure_words(
+            vectors, index.rows, index.group_starts, seed=seed, self_similarity=self_similarity,
+            sampled_pairs=sampled_pairs, with_pcs=True,
+        )  # fmt: skip
+        if layer == 0 and not mev_layer0:
+            # the paper reports no MEV at the input layer; its PC vectors are still Table 1's layer-0 baseline
+            pcs = measures.PCStats(*(np.full_like(column, np.nan) for column in pcs[:3]), pcs.first_vector)
+        primary = sampled if self_similarity == "sampled" else exact
+        intra = measures.intra_sentence_similarity(vectors, offsets, intra_ids)
+        baseline = measures.anisotropy_baseline(vectors, offsets, baseline_ids, _rng(seed, _BASELINE, layer), baseline_samples)
+        norms = measures.row_norms(vectors[measures.sentence_rows(offsets, baseline_ids)[0]])
+
+        bootstrap_rng = _rng(seed, _BOOTSTRAP, layer)
+        self_ci, intra_ci, mev_ci = (
+            measures.bootstrap_ci(values, bootstrap_rng, bootstrap_resamples) for values in (primary, intra, pcs.mev)
+        )
     self_mean, intra_mean, mev_mean = _mean_or_nan(primary), _mean_or_nan(intra), _mean_or_nan(pcs.mev)
     record = {
-        "layer": layer, "n_words": len(group_starts), "n_sentences_sampled": int((~np.isnan(intra)).sum()),
+        "model": model, "layer": layer, "n_words": len(index.group_starts), "n_sentences_sampled": int((~np.isnan(intra)).sum()),
         "self_similarity": self_mean, "self_similarity_ci_low": self_ci[0], "self_similarity_ci_high": self_ci[1],
         "intra_sentence": intra_mean, "intra_sentence_ci_low": intra_ci[0], "intra_sentence_ci_high": intra_ci[1],
         "mev": mev_mean, "mev_ci_low": mev_ci[0], "mev_ci_high": mev_ci[1],
@@ -183,11 +197,56 @@ def _measure_layer(path, layer, rows, group_starts, intra_ids, baseline_ids, *, 
         "norm_mean": _mean_or_nan(norms), "norm_std": float(norms.std()) if len(norms) else float("nan"),
         "self_similarity_sampled": _mean_or_nan(sampled), "n_baseline_vectors": baseline.n_vectors,
     }  # fmt: skip
-    per_word = {
+    words = pd.DataFrame({
+        "model": model, "word": index.words, "layer": layer, "n": index.counts,
         "self_similarity": exact, "self_similarity_sampled": sampled,
         "mev": pcs.mev, "mev_literal": pcs.mev_literal, "mev_centered": pcs.mev_centered, "primary": primary,
-    }  # fmt: skip
-    return record, per_word, pcs.first_vector
+    })  # fmt: skip
+    log.info(
+        "%s layer %d: self-sim %.3f, intra %.3f, MEV %.3f, baseline cos %.3f MEV %.3f (%.1f s)",
+        model, layer, record["self_similarity"], record["intra_sentence"], record["mev"],
+        record["baseline_cosine"], record["baseline_mev"], time.perf_counter() - started,
+    )  # fmt: skip
+    # what the layer was measured on, for the combining step's check against the manifest
+    record["_shape"] = {"rows": int(vectors.shape[0]), "dim": int(vectors.shape[1])}
+    return record, words, pcs.first_vector
+
+
+def write_layer_results(
+    record: dict, words: pd.DataFrame, first_vectors: np.ndarray, out_record: Path, out_words: Path, out_pcs: Path
+) -> None:
+    """One layer's results: its record (JSON, floats exact), its words table (parquet), its PC vectors (text)."""
+    with atomic_path(out_record) as tmp:
+        tmp.write_text(json.dumps(record, indent=1) + "\n")
+    with atomic_path(out_words) as tmp:
+        words.to_parquet(tmp, index=False)
+    write_vectors_text(Path(out_pcs), words["word"].to_numpy(), first_vectors)
+
+
+def combine_layers(
+    records: list[dict],
+    word_tables: list[pd.DataFrame],
+    out_words: Path,
+    out_layers: Path,
+    out_context_words: Path,
+    *,
+    top_k: int = 20,
+    manifest: dict | None = None,
+    manifest_path: Path | str = "manifest.json",
+) -> None:
+    """A model's tables from its per-layer results, after checking they cover exactly the manifest's layers."""
+    if manifest is not None:
+        check_layer_set(manifest, {record["layer"]: record["_shape"] for record in records}, manifest_path)
+    order = np.argsort([record["layer"] for record in records], kind="stable")
+    records = [{k: v for k, v in records[i].items() if not k.startswith("_")} for i in order]
+    word_table = pd.concat([word_tables[i] for i in order], ignore_index=True).astype({"layer": "int64", "n": "int64"})
+    layer_table = pd.DataFrame(records, columns=LAYER_COLUMNS).astype({"layer": "int64", "n_words": "int64"})
+    with atomic_path(out_words) as tmp:
+        word_table[WORD_COLUMNS].to_parquet(tmp, index=False)
+    with atomic_path(out_layers) as tmp:
+        layer_table.to_parquet(tmp, index=False)
+    with atomic_path(out_context_words) as tmp:
+        _context_specific_words(word_table, top_k).to_csv(tmp, index=False)
 
 
 def measure_model(
@@ -200,80 +259,27 @@ def measure_model(
     *,
     model: str,
     seed: int,
-    intra_sentences: int | str = 500,
-    baseline_samples: int = 1000,
-    self_similarity: str = "exact",
-    sampled_pairs: int = 1000,
-    mev_layer0: bool = False,
-    bootstrap_resamples: int = 1000,
     top_k: int = 20,
     log: logging.Logger = LOG,
+    **options,
 ) -> None:
-    """Measure every layer of one model and write the metric tables and PC embeddings.
+    """Every layer of one model in one process, with the same outputs as the workflow's per-layer jobs.
 
-    ``layer_paths`` maps layer index to its HDF5 file; ``occurrences`` is occurrences.parquet (word, row,
-    ...). ``intra_sentences`` sentences (or ``"all"``) are averaged for intra-sentence similarity and
-    ``baseline_samples`` sentences feed the baselines (and ``baseline_samples`` pairs the cosine
-    baseline); both sets are prefixes of one seeded permutation of the sentences, drawn once and shared
-    by all layers (spec 4.4). ``self_similarity`` chooses the exact all-pairs mean, the paper's sampled
-    estimate (at most ``sampled_pairs`` ordered pairs), or both; the per-layer mean uses the exact values
-    whenever they are computed. MEV and the PC vectors are computed for layers >= 1 (and layer 0 too if
-    ``mev_layer0``); PC files are written for every layer (layer 0: Table 1's static baseline).
+    For tests and benchmarks; ``options`` are those of ``measure_layer``. PC vectors go to
+    ``out_pcs_dir/layer_{LL}.txt``.
     """
-    if self_similarity not in SELF_SIMILARITY_MODES:
-        raise ValueError(f"self_similarity must be one of {SELF_SIMILARITY_MODES}, got {self_similarity!r}")
-    if not (intra_sentences == "all" or (isinstance(intra_sentences, int) and intra_sentences > 0)):
-        raise ValueError(f"intra_sentences must be a positive integer or 'all', got {intra_sentences!r}")
     if not layer_paths:
         raise ValueError(f"{model}: no layer files to measure")
-    layers = sorted(layer_paths)
-    for layer in layers:
-        _require_complete(Path(layer_paths[layer]))
-    options = {
-        "self_similarity": self_similarity, "sampled_pairs": sampled_pairs, "baseline_samples": baseline_samples,
-        "mev_layer0": mev_layer0, "bootstrap_resamples": bootstrap_resamples,
-    }  # fmt: skip
-
-    occurrences = occurrences.sort_values(["word", "row"], kind="stable")
-    word_of_row = occurrences["word"].to_numpy()
-    rows = occurrences["row"].to_numpy(dtype=np.int64)
-    group_starts = np.flatnonzero(np.concatenate([[len(rows) > 0], word_of_row[1:] != word_of_row[:-1]]))
-    words = word_of_row[group_starts]
-    counts = measures.group_sizes(group_starts, len(rows))
-    log.info("%s: %d words, %d occurrences, layers %s", model, len(words), len(rows), layers)
-
-    with h5py.File(layer_paths[layers[0]], "r") as f:
-        n_sentences = len(f["sentence_offsets"]) - 1
-    sentence_sample = _rng(seed, _SENTENCE_SAMPLE).permutation(n_sentences)
-    intra_ids = sentence_sample if intra_sentences == "all" else sentence_sample[:intra_sentences]
-    baseline_ids = sentence_sample[:baseline_samples]
-    options["n_sentences"] = n_sentences
-
-    records, word_tables = [], []
+    index = OccurrenceIndex(occurrences)
+    log.info("%s: %d words, %d occurrences, layers %s", model, len(index.words), len(index.rows), sorted(layer_paths))
+    records, tables = [], []
     out_pcs_dir = Path(out_pcs_dir)
     out_pcs_dir.mkdir(parents=True, exist_ok=True)
-    # The linear algebra is thousands of small problems, where BLAS threads cost more than they gain:
-    # on 2 cores shared with another job, a layer took 2.5 s with one BLAS thread and 15 s with two.
-    with threadpool_limits(limits=1, user_api="blas"):
-        for layer in tqdm(layers, desc=f"measure {model}", unit="layer", file=sys.stderr, mininterval=5):
-            started = time.perf_counter()
-            record, per_word, first_vectors = _measure_layer(
-                Path(layer_paths[layer]), layer, rows, group_starts, intra_ids, baseline_ids, seed=seed, options=options
-            )
-            records.append({"model": model, **record})
-            word_tables.append(pd.DataFrame({"model": model, "word": words, "layer": layer, "n": counts, **per_word}))
-            write_vectors_text(out_pcs_dir / f"layer_{layer}.txt", words, first_vectors)
-            log.info(
-                "%s layer %d: self-sim %.3f, intra %.3f, MEV %.3f, baseline cos %.3f MEV %.3f (%.1f s)",
-                model, layer, record["self_similarity"], record["intra_sentence"], record["mev"],
-                record["baseline_cosine"], record["baseline_mev"], time.perf_counter() - started,
-            )  # fmt: skip
-
-    word_table = pd.concat(word_tables, ignore_index=True).astype({"layer": "int64", "n": "int64"})
-    layer_table = pd.DataFrame(records, columns=LAYER_COLUMNS).astype({"layer": "int64", "n_words": "int64"})
-    with atomic_path(out_words) as tmp:
-        word_table[WORD_COLUMNS].to_parquet(tmp, index=False)
-    with atomic_path(out_layers) as tmp:
-        layer_table.to_parquet(tmp, index=False)
-    with atomic_path(out_context_words) as tmp:
-        _context_specific_words(word_table, top_k).to_csv(tmp, index=False)
+    for layer in tqdm(sorted(layer_paths), desc=f"measure {model}", unit="layer", mininterval=5):
+        record, words, first_vectors = measure_layer(
+            Path(layer_paths[layer]), layer, index, model=model, seed=seed, log=log, **options
+        )
+        records.append(record)
+        tables.append(words)
+        write_vectors_text(out_pcs_dir / f"layer_{layer:02d}.txt", index.words, first_vectors)
+    combine_layers(records, tables, out_words, out_layers, out_context_words, top_k=top_k)

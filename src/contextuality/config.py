@@ -96,42 +96,52 @@ def check_config(config: dict) -> None:
 
 # A per-model result path: results/{metrics,embeddings,export,static}/{model}/...
 _MODEL_TARGET = re.compile(r"^(?:\./)?results/(metrics|embeddings|export|static)/([^/]+)(?:/(.*))?$")
-# A file of one layer, inside a model's folder output (layers/ of the embeddings, pcs/ of the metrics).
-_LAYER_FILE = re.compile(r"^(layers/layer_(\d+)\.h5|pcs/layer_(\d+)\.txt)$")
+# A file of one layer: layers/layer_NN.h5 of the embeddings; pcs/layer_NN.txt, per_layer/layer_NN.* of the metrics.
+_LAYER_FILE = re.compile(r"^(?:layers|pcs|per_layer)/layer_(\d+)\.")
 
 
-def requested_targets(argv: list[str]) -> list[str]:
-    """Command-line words that name a per-model result (``snakemake results/metrics/bert/layers.csv``).
+def command_line_targets(argv: list[str] | None = None) -> list[str]:
+    """The targets of this ``snakemake`` command, as Snakemake's own argument parser reads them.
 
-    Snakemake parses the Snakefile before it hands the targets to the DAG, so they are read from the
-    command line; every word that looks like such a path is checked, wherever it stands. A job that
-    Snakemake spawns itself (``--target-jobs``, e.g. on a cluster) was planned from checked targets.
+    Snakemake hands its parsed targets to the workflow only after the Snakefile is parsed (its DAG
+    settings are set after the include), so the target check, which must run before any job, asks
+    Snakemake's parser instead of matching words by hand. None for a job Snakemake spawns itself
+    (``--target-jobs``: planned from checked targets) or a process that is not the snakemake CLI.
     """
-    if "--target-jobs" in argv:
+    import sys
+
+    argv = sys.argv if argv is None else argv
+    program = Path(argv[0]) if argv else Path()
+    if not (program.name.startswith("snakemake") or program.parent.name == "snakemake"):  # `python -m snakemake`
         return []
-    return [word for word in argv if _MODEL_TARGET.match(word)]
+    from snakemake.cli import get_argument_parser
+
+    try:
+        args, _ = get_argument_parser().parse_known_args(argv[1:])
+    except SystemExit:  # Snakemake itself will report the bad command line
+        return []
+    return [] if args.target_jobs else [str(target) for target in args.targets]
 
 
 def layer_count(key: str, spec: dict, models_dir: str | Path = "resources/models") -> int | None:
     """Layers a model returns (input layer included), when known before extraction; else None.
 
-    A random model's count is in its config; any other model's is read from its materialised folder
-    (``resources/models/{key}/source.json``), so it is known once the models rule has run.
+    A random model's count is in its config; any other model's is in its ``source.json``, so it is
+    known once the model is built.
     """
     if spec.get("source") == "random":
         return int(spec.get("n_layers", 2)) + 1
-    from contextuality.models import materialised_shape
+    from contextuality.models import record_shape
 
-    shape = materialised_shape(Path(models_dir) / key / "source.json")
+    shape = record_shape(Path(models_dir) / key / "source.json")
     return shape[0] if shape else None
 
 
 def check_targets(targets: list[str], config: dict, models_dir: str | Path = "resources/models") -> None:
     """Raise ConfigError for a requested per-model target that no configured model can produce.
 
-    * the model key must be configured (``results/static/baselines/{name}.csv``: a configured baseline);
-    * a single layer file (``layers/layer_NN.h5``, ``pcs/layer_NN.txt``) lives inside a folder output:
-      its layer must be in the model's range, and the folder is what can be requested.
+    The model key must be configured (``results/static/baselines/{name}.csv``: a configured baseline),
+    and a single layer's file must name a layer in the model's range (when the range is known).
     """
     models = config.get("models") or {}
     baselines = (config.get("static") or {}).get("baselines") or {}
@@ -154,16 +164,11 @@ def check_targets(targets: list[str], config: dict, models_dir: str | Path = "re
             continue
         layer_match = _LAYER_FILE.match(rest or "")
         if family in ("embeddings", "metrics") and layer_match:
-            folder = f"results/{family}/{key}/{layer_match.group(1).split('/')[0]}"
-            layer = int(layer_match.group(2) or layer_match.group(3))
+            layer = int(layer_match.group(1))
             count = layer_count(key, models[key], models_dir)
             if count is not None and layer >= count:
                 problems.append(
                     f"target {target}: layer {layer} is out of range; model '{key}' has layers 0-{count - 1}"
-                )
-            elif not Path(target).exists():
-                problems.append(
-                    f"target {target}: single layer files are written with their folder; request {folder} instead"
                 )
     if problems:
         raise ConfigError("invalid target:\n  " + "\n  ".join(problems))

@@ -33,6 +33,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from contextuality.atomic import atomic_path
+from contextuality.store import create_checked, layer_name
 from contextuality.words import is_punct
 
 log = logging.getLogger(__name__)
@@ -401,13 +402,7 @@ def extract_shard(
     offsets[1:] = np.cumsum([len(item.units) for item in aligned])
     started = time.perf_counter()
     with atomic_path(out_h5) as tmp, h5py.File(tmp, "w") as out:
-        datasets = [
-            out.create_dataset(
-                f"layer_{layer:02d}", shape=(n_units, dim), dtype=storage_dtype,
-                chunks=(min(4096, n_units), dim) if n_units else None,  # HDF5 cannot chunk an empty shard
-            )
-            for layer in range(loaded.n_layers)
-        ]
+        datasets = [create_checked(out, layer_name(layer), (n_units, dim), storage_dtype) for layer in range(loaded.n_layers)]
         bar = tqdm(total=len(aligned), unit="sent", mininterval=5, desc=f"extract {loaded.key}")
         window, done_tokens = WINDOW_BATCHES * batch_size, 0
         for block_start in range(0, len(aligned), window):
@@ -422,8 +417,9 @@ def extract_shard(
             done_tokens += sum(len(item.input_ids) for item in block)
             bar.set_postfix(tokens_per_s=f"{done_tokens / (time.perf_counter() - started):.0f}")
         bar.close()
-        out.create_dataset("sentence_offsets", data=offsets)
-        out.create_dataset("sentence_ids", data=sentences["sentence_id"].to_numpy(dtype=np.int64))
+        create_checked(out, "sentence_offsets", offsets.shape, np.int64, data=offsets)
+        sentence_ids = sentences["sentence_id"].to_numpy(dtype=np.int64)
+        create_checked(out, "sentence_ids", sentence_ids.shape, np.int64, data=sentence_ids)
         out.attrs.update(attrs)
         out.attrs.update(
             {
@@ -493,27 +489,27 @@ def package_versions() -> dict:
     return versions
 
 
-def load_for_extraction(key: str, spec: dict, record: dict, device: str, compute_dtype: str):
-    """A loaded HF model, or ELMo wrapped in the same interface."""
+def load_for_extraction(key: str, spec: dict, record: dict, model_dir: Path, device: str, compute_dtype: str):
+    """A loaded HF model, or ELMo wrapped in the same interface, from the materialised folder ``model_dir``."""
+    from contextuality import models
+
     if record["source"] == "elmo":
         from contextuality.elmo import ElmoEmbedder
-        from contextuality.models import verify_weights
 
-        verify_weights(record)
+        models.verify_weights(record, model_dir)
         stateful = spec.get("stateful", False)
         if stateful:
             log.warning("stateful ELMo: LSTM state is carried across sentences in corpus order within each "
                         "shard; use n_shards: 1 to reproduce the original single-embedder run exactly")
-        embedder = ElmoEmbedder(record["options"], record["weights_file"], device=device, stateful=stateful)
-        options = json.loads(Path(record["options"]).read_text())
+        options_path, weights_path = Path(model_dir) / models.ELMO_OPTIONS, Path(model_dir) / models.ELMO_WEIGHTS
+        embedder = ElmoEmbedder(options_path, weights_path, device=device, stateful=stateful)
+        options = json.loads(options_path.read_text())
         return ElmoModel(key, embedder, options["lstm"]["n_layers"] + 1, 2 * options["lstm"]["projection_dim"], stateful)
-    from contextuality import models
-
-    return models.load(record, spec, device, compute_dtype)
+    return models.load(record, model_dir, spec, device, compute_dtype)
 
 
 def run_extraction_job(
-    *, model_key: str, spec: dict, extraction: dict, record_path: Path, sentences_path: Path, words_path: Path,
+    *, model_key: str, spec: dict, extraction: dict, record_path: Path, model_dir: Path, sentences_path: Path, words_path: Path,
     shard: int, out_h5: Path, out_units: Path, threads: int, seed: int | None = None,
 ) -> dict:
     """Everything one shard job does: pick device, load the model, extract the shard's sentences."""
@@ -532,7 +528,7 @@ def run_extraction_job(
     )
     log.info("model %s, shard %d/%d (sentences %d-%d) on %s", model_key, shard, extraction["n_shards"],
              first, last - 1, device)
-    loaded = load_for_extraction(model_key, spec, record, device, extraction.get("compute_dtype", "float32"))
+    loaded = load_for_extraction(model_key, spec, record, model_dir, device, extraction.get("compute_dtype", "float32"))
     attrs = {
         "model": model_key, "source": record["source"],
         "revision": record.get("revision") or record.get("version") or record.get("weights_sha256", ""),

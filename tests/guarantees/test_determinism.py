@@ -13,8 +13,9 @@ import pytest
 from contextuality import models
 from contextuality.analysis import measure_model
 from contextuality.extract import build_occurrences, extract_shard
-from contextuality.store import gather, layer_files, open_complete
+from contextuality.store import open_complete
 from contextuality.words import word_index, word_table
+from conftest import gather_layers
 from workflow_runs import KILLED_MODEL, audited_smoke_run, interrupted_run
 
 
@@ -61,7 +62,7 @@ def two_batch_sizes(tmp_path_factory):
     index = word_index(words, sentences, min_occurrences=2)
     spec = {"source": "random", "architecture": "gpt2", "n_layers": 2, "hidden_size": 32, "vocab_size": 200}
     record = models.materialise("m", spec, root / "model", sentences_parquet=root / "sentences.parquet", seed=5)
-    loaded = models.load(record, spec, "cpu")
+    loaded = models.load(record, root / "model" / "model", spec, "cpu")
     runs = {}
     for batch_size in (1, 8):
         out = root / f"batch{batch_size}"
@@ -70,28 +71,28 @@ def two_batch_sizes(tmp_path_factory):
             loaded, sentences, words, out / "shard.h5", out / "units.parquet", indexing="word", pooling="mean",
             batch_size=batch_size, storage_dtype="float32", policy="truncate", device="cpu", disk_factor=1.0, attrs={},
         )
-        gather([out / "shard.h5"], [out / "units.parquet"], out / "layers", "float32")
-        units = pd.read_parquet(out / "layers" / "units.parquet")
+        layers = gather_layers([out / "shard.h5"], [out / "units.parquet"], out / "gathered")
+        units = pd.read_parquet(out / "gathered" / "units.parquet")
         occurrences = build_occurrences(units, index, "word", 2, "occurrences", sentences)
         measure_model(
-            layer_files(out / "layers"), occurrences, out / "words.parquet", out / "layers.parquet", out / "pcs",
+            layers, occurrences, out / "words.parquet", out / "layers.parquet", out / "pcs",
             out / "context.csv", model="m", seed=3, intra_sentences="all", baseline_samples=20, bootstrap_resamples=0,
         )
-        runs[batch_size] = out
+        runs[batch_size] = (out, layers)
     return runs
 
 
 def test_batch_size_changes_stored_vectors_by_at_most_1e_4(two_batch_sizes):
-    one, eight = two_batch_sizes[1], two_batch_sizes[8]
-    for layer, path in layer_files(one / "layers").items():
-        with open_complete(path) as a, open_complete(layer_files(eight / "layers")[layer]) as b:
+    (_, one), (_, eight) = two_batch_sizes[1], two_batch_sizes[8]
+    for layer, path in one.items():
+        with open_complete(path) as a, open_complete(eight[layer]) as b:
             np.testing.assert_array_equal(a["sentence_offsets"][:], b["sentence_offsets"][:])
             assert np.abs(a["vectors"][:] - b["vectors"][:]).max() <= 1e-4
 
 
 def test_batch_size_changes_metric_means_by_at_most_1e_4(two_batch_sizes):
-    one = pd.read_parquet(two_batch_sizes[1] / "layers.parquet")
-    eight = pd.read_parquet(two_batch_sizes[8] / "layers.parquet")
+    one = pd.read_parquet(two_batch_sizes[1][0] / "layers.parquet")
+    eight = pd.read_parquet(two_batch_sizes[8][0] / "layers.parquet")
     columns = ["self_similarity", "intra_sentence", "mev", "baseline_cosine", "adjusted_self_similarity", "norm_mean"]
     assert len(one) == 3
     diff = (one[columns] - eight[columns]).abs().max()

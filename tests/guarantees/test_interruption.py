@@ -17,14 +17,14 @@ import pandas as pd
 import pytest
 
 from conftest import run_snakemake
-from contextuality.analysis import read_layer
-from contextuality.store import StoreError, gather, open_complete
+from contextuality.store import StoreError, gather, open_complete, read_layer
 from workflow_runs import KILLED_MODEL, failure, interrupted_run
 
 pytestmark = pytest.mark.slow
 
 MODEL = KILLED_MODEL
-TARGET = f"results/embeddings/{MODEL}/layers"
+EMBEDDINGS = f"results/embeddings/{MODEL}"
+TARGET = f"{EMBEDDINGS}/manifest.json"
 N_SHARDS = 4  # config/smoke.yaml
 
 
@@ -48,12 +48,13 @@ def test_sigkill_mid_shard_then_rerun_incomplete_recomputes_only_unfinished_shar
 
 def test_resumed_run_stores_the_same_vectors_as_an_uninterrupted_run(interrupted_then_resumed):
     run = interrupted_then_resumed
-    resumed = run["workdir"] / TARGET
-    reference = run["reference"] / TARGET
-    names = sorted(path.name for path in reference.glob("layer_*.h5"))
-    assert names and names == sorted(path.name for path in resumed.glob("layer_*.h5"))
+    resumed = run["workdir"] / EMBEDDINGS
+    reference = run["reference"] / EMBEDDINGS
+    names = sorted(path.name for path in (reference / "layers").glob("layer_*.h5"))
+    assert names and names == sorted(path.name for path in (resumed / "layers").glob("layer_*.h5"))
     for name in names:
-        with open_complete(resumed / name) as got, open_complete(reference / name) as want:
+        np.testing.assert_array_equal(read_layer(resumed / "layers" / name)[0], read_layer(reference / "layers" / name)[0])
+        with open_complete(resumed / "layers" / name) as got, open_complete(reference / "layers" / name) as want:
             for dataset in ("vectors", "sentence_offsets", "sentence_ids"):
                 np.testing.assert_array_equal(got[dataset][:], want[dataset][:])
             assert dict(got.attrs) == dict(want.attrs) or _same_attrs(got.attrs, want.attrs)
@@ -85,23 +86,25 @@ def test_truncated_shard_left_by_hand_is_detected_not_read(interrupted_then_resu
             copy.write_bytes((shards / f"shard_{shard}{suffix}").read_bytes())
         copies.append(tmp_path / f"shard_{shard}.h5")
     _truncate(copies[1])
-    with pytest.raises(StoreError, match=r"shard_1\.h5: not a readable HDF5 file .*; delete it and rerun its rule"):
-        gather(copies, [tmp_path / f"shard_{s}.units.parquet" for s in range(N_SHARDS)], tmp_path / "layers", "float32")
-    assert not (tmp_path / "layers").exists()
+    with pytest.raises(StoreError, match=r"shard_1\.h5: not a readable HDF5 file .*; delete it and rerun snakemake"):
+        gather(copies, [tmp_path / f"shard_{s}.units.parquet" for s in range(N_SHARDS)], tmp_path / "units.parquet",
+               tmp_path / "manifest.json")
+    assert not (tmp_path / "units.parquet").exists() and not (tmp_path / "manifest.json").exists()
 
 
 def test_hdf5_without_completion_marker_is_detected_not_read(interrupted_then_resumed, tmp_path):
-    reference = interrupted_then_resumed["workdir"] / TARGET / "layer_01.h5"
-    unmarked = tmp_path / "layer_01.h5"
+    reference = interrupted_then_resumed["workdir"] / EMBEDDINGS / "layers" / "layer_01.h5"
+    unmarked = tmp_path / "layers" / "layer_01.h5"
+    unmarked.parent.mkdir()
     unmarked.write_bytes(reference.read_bytes())
     with h5py.File(unmarked, "a") as handle:  # as a writer killed before its last step would leave it
         del handle.attrs["complete"]
-    with pytest.raises(StoreError, match=r"layer_01\.h5: incomplete \(no 'complete' marker\); delete it and rerun its rule"):
+    with pytest.raises(StoreError, match=r"layer_01\.h5: incomplete \(no 'complete' marker\); delete it and rerun snakemake"):
         open_complete(unmarked)
-    with pytest.raises(ValueError, match=r"layer file is incomplete \(attribute 'complete' is not 1\)"):
+    with pytest.raises(StoreError, match=r"layer_01\.h5: incomplete"):
         read_layer(unmarked)
     _truncate(unmarked)
-    with pytest.raises(ValueError, match=r"layer_01\.h5: not a readable HDF5 file .*; delete it and rerun its rule"):
+    with pytest.raises(StoreError, match=r"layer_01\.h5: not a readable HDF5 file .*; delete it and rerun snakemake"):
         read_layer(unmarked)
 
 
@@ -115,4 +118,4 @@ def test_truncated_shard_in_a_run_stops_the_gather_naming_the_file(interrupted_t
     assert result.returncode != 0, failure(result)
     log = (workdir / "logs" / "extract" / MODEL / "gather.log").read_text()
     assert f"StoreError: {shard}: not a readable HDF5 file" in log
-    assert not (workdir / TARGET).exists()
+    assert not (workdir / TARGET).exists()  # removed by Snakemake as the failed job's output

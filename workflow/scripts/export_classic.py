@@ -8,7 +8,7 @@ from contextuality.store import export_classic
 
 setup_job_logging(snakemake.log[0])
 export_classic(
-    Path(snakemake.input.layers),
+    [Path(path) for path in snakemake.input.layers],
     pd.read_parquet(snakemake.input.occurrences),
     Path(snakemake.output.embeddings),
     Path(snakemake.output.word2sent),

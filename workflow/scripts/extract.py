@@ -12,8 +12,9 @@ setup_job_logging(snakemake.log[0])
 run_extraction_job(
     model_key=snakemake.wildcards.model,
     spec=dict(snakemake.params.spec),
-    extraction=dict(snakemake.params.extraction),
+    extraction={**snakemake.config["extraction"], **snakemake.params.extraction},
     record_path=Path(snakemake.input.record),
+    model_dir=Path(snakemake.input.model),
     sentences_path=Path(snakemake.input.sentences),
     words_path=Path(snakemake.input.words),
     shard=int(snakemake.wildcards.shard),

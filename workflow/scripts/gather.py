@@ -1,4 +1,4 @@
-"""Snakemake entry point: a model's shard files -> one HDF5 file per layer + units.parquet."""
+"""Snakemake entry point: a model's shard files -> its units table and manifest (the vectors stay in the shards)."""
 from pathlib import Path
 
 from contextuality.runtime import setup_job_logging
@@ -8,6 +8,7 @@ setup_job_logging(snakemake.log[0])
 gather(
     [Path(path) for path in snakemake.input.shards],
     [Path(path) for path in snakemake.input.units],
-    Path(snakemake.output.layers),
-    snakemake.params.storage_dtype,
+    Path(snakemake.output.units),
+    Path(snakemake.output.manifest),
+    model=snakemake.wildcards.model,
 )

@@ -1,14 +1,14 @@
-"""Snakemake entry point: one model's PC embeddings (every layer) -> benchmark scores."""
+"""Snakemake entry point: one model's PC embeddings (every layer) -> benchmark scores (keyed by model key)."""
 from contextuality.atomic import atomic_path
 from contextuality.runtime import setup_job_logging
 from contextuality.static import score_pc_layers, shared_vocabulary
 
 setup_job_logging(snakemake.log[0])
 scores = score_pc_layers(
-    snakemake.input.pcs,
+    list(snakemake.input.pcs),
     shared_vocabulary(snakemake.input.word_index),
     snakemake.input.benchmarks,
-    label=snakemake.params.label,
+    label=snakemake.wildcards.model,
     seed=snakemake.params.seed,
 )
 with atomic_path(snakemake.output.scores) as tmp:

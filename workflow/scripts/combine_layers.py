@@ -1,0 +1,24 @@
+"""Snakemake entry point: a model's per-layer results -> its words/layers tables and context-specific words."""
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from contextuality.analysis import combine_layers
+from contextuality.atomic import atomic_path
+from contextuality.runtime import setup_job_logging
+from contextuality.store import read_manifest
+
+setup_job_logging(snakemake.log[0])
+combine_layers(
+    [json.loads(Path(path).read_text()) for path in snakemake.input.records],
+    [pd.read_parquet(path) for path in snakemake.input.words],
+    Path(snakemake.output.words),
+    Path(snakemake.output.layers_parquet),
+    Path(snakemake.output.context_words),
+    top_k=snakemake.params.top_k,
+    manifest=read_manifest(snakemake.input.manifest),
+    manifest_path=snakemake.input.manifest,
+)
+with atomic_path(snakemake.output.layers) as tmp:
+    pd.read_parquet(snakemake.output.layers_parquet).to_csv(tmp, index=False, float_format="%.6g")
