@@ -42,7 +42,14 @@ def _describe(error) -> str:
     if error.validator == "enum":
         return f"{key}: {error.instance!r} is not allowed; allowed: {', '.join(map(repr, schema['enum']))}"
     if error.validator == "type":
-        return f"{key}: {error.instance!r} has the wrong type; expected {schema['type']}"
+        expected = " or ".join(_as_list(schema["type"]))
+        hint = ""
+        if isinstance(error.instance, float) and "integer" in _as_list(schema["type"]) and error.instance.is_integer():
+            hint = f" (write {int(error.instance)}, not {error.instance!r})"
+        return f"{key}: {error.instance!r} has the wrong type; expected {expected}{hint}"
+    if error.validator in ("oneOf", "anyOf"):
+        expected = " or ".join(_alternative(option) for option in error.validator_value)
+        return f"{key}: {error.instance!r} is not allowed; expected {expected}"
     if error.validator in ("minimum", "maximum"):
         word = "at least" if error.validator == "minimum" else "at most"
         return f"{key}: {error.instance!r} is out of range; must be {word} {error.validator_value}"
@@ -55,12 +62,41 @@ def _describe(error) -> str:
     return f"{key}: {error.message}"
 
 
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _alternative(schema: dict) -> str:
+    """One branch of a oneOf/anyOf in words: ``integer at least 2``, ``'all'``."""
+    if "enum" in schema:
+        return " or ".join(map(repr, schema["enum"]))
+    words = " or ".join(_as_list(schema.get("type", "any value")))
+    if "minimum" in schema:
+        words += f" at least {schema['minimum']}"
+    if "maximum" in schema:
+        words += f" at most {schema['maximum']}"
+    return words
+
+
+def strict_validator_class():
+    """Draft 2020-12, except that a float is never an integer (jsonschema accepts 2.0 as one).
+
+    ``n_shards: 2.0`` must stop the run here, not pass the schema and fail later, when a step needs an int.
+    """
+    from jsonschema import Draft202012Validator, validators
+
+    base = Draft202012Validator.TYPE_CHECKER
+    checker = base.redefine(
+        "integer", lambda checker, instance: base.is_type(instance, "integer") and not isinstance(instance, float)
+    )
+    return validators.extend(Draft202012Validator, type_checker=checker)
+
+
 def validate_against_schema(config: dict, schema_path: str | Path) -> None:
     """Raise ConfigError listing every schema violation, one line each (no schema dump)."""
-    from jsonschema import Draft202012Validator
-
     schema = yaml.safe_load(Path(schema_path).read_text())
-    errors = sorted(Draft202012Validator(schema).iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    validator = strict_validator_class()(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(_describe(error) for error in errors))
 

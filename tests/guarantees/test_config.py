@@ -71,6 +71,23 @@ CONFIG_CASES = {
         lambda c: c.update(models={}),
         "models: no model configured; add at least one entry",
     ),
+    # jsonschema alone counts 2.0 as an integer: it passed the schema, and the run failed later
+    "integer_given_as_float": (
+        lambda c: c["extraction"].update(n_shards=2.0),
+        "extraction.n_shards: 2.0 has the wrong type; expected integer (write 2, not 2.0)",
+    ),
+    "model_integer_given_as_float": (
+        lambda c: c["models"]["tiny-bert"].update(n_layers=2.0),
+        "models.tiny-bert.n_layers: 2.0 has the wrong type; expected integer",
+    ),
+    "nullable_integer_given_as_float": (
+        lambda c: c["corpus"].update(max_sentences=120.0),
+        "corpus.max_sentences: 120.0 has the wrong type; expected integer or null",
+    ),
+    "integer_or_all_given_as_float": (
+        lambda c: c["metrics"].update(intra_sentences=50.0),
+        "metrics.intra_sentences: 50.0 is not allowed; expected integer at least 2 or 'all'",
+    ),
 }
 
 
