@@ -24,6 +24,70 @@ class ConfigError(ValueError):
     """The configuration is valid against the schema but cannot be run."""
 
 
+class _DuplicateKeyLoader(yaml.SafeLoader):
+    """A SafeLoader that records every key given twice in one mapping (PyYAML silently keeps the last).
+
+    Each mapping's keys are checked before its values are built, so the dotted path of every value
+    (``models.tiny-bert``) is known when its own mapping is checked. Merge keys (``<<: *base``) may be
+    overridden on purpose and are not duplicates.
+    """
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self.duplicates: list[tuple[str, int, int]] = []  # (dotted key, line, line of the first one)
+        self._paths: dict[int, str] = {}
+
+    def construct_mapping(self, node, deep=False):
+        parent = self._paths.get(id(node), "")
+        first_line: dict = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                continue
+            dotted = f"{parent}.{key}" if parent else str(key)
+            self._paths[id(value_node)] = dotted
+            line = key_node.start_mark.line + 1
+            if key in first_line:
+                self.duplicates.append((dotted, line, first_line[key]))
+            else:
+                first_line[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def duplicate_keys(path: str | Path) -> list[str]:
+    """One line per key given twice in the same mapping of a YAML (or JSON) file: ``FILE:LINE: ...``."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []  # Snakemake read it already; anything unreadable is its error to report
+    loader = _DuplicateKeyLoader(text)
+    try:
+        loader.get_single_data()
+    except yaml.YAMLError:
+        return []  # not YAML (Snakemake also reads JSON that YAML cannot): nothing to check here
+    finally:
+        loader.dispose()
+    return [
+        f"{path}:{line}: duplicate key '{key}' (first at line {first}); YAML would silently keep only the "
+        "last one, so remove or rename one of them"
+        for key, line, first in sorted(loader.duplicates, key=lambda duplicate: duplicate[1])
+    ]
+
+
+def check_duplicate_keys(paths) -> None:
+    """Raise ConfigError naming every duplicate key (file and line) in the config files Snakemake read.
+
+    ``paths``: ``workflow.configfiles`` (the ``--configfile`` files, or config/config.yaml without one).
+    """
+    problems = [line for path in paths for line in duplicate_keys(path)]
+    if problems:
+        raise ConfigError("\n".join(problems))
+
+
 def _key_path(error) -> str:
     return ".".join(str(part) for part in error.absolute_path) or "(top level)"
 

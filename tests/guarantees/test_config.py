@@ -6,8 +6,10 @@ from __future__ import annotations
 import copy
 
 import pytest
+import yaml
 
 from conftest import run_snakemake, write_config
+from contextuality.config import ConfigError, check_duplicate_keys
 from workflow_runs import smoke_config
 
 
@@ -19,9 +21,12 @@ def _broken(mutate) -> dict:
 
 def _stops_before_any_job(tmp_path, config: dict, *targets: str) -> str:
     """Run the workflow for real (not a dry run): a missed check would start jobs and write results/."""
-    result = run_snakemake(
-        tmp_path, *targets, "--cores", "1", configfile=write_config(tmp_path / "config.yaml", config), timeout=300
-    )
+    return _run_stops_before_any_job(tmp_path, write_config(tmp_path / "config.yaml", config), *targets)
+
+
+def _run_stops_before_any_job(tmp_path, configfile, *targets: str) -> str:
+    """``configfile`` None: the Snakefile's default, config/config.yaml in the working directory."""
+    result = run_snakemake(tmp_path, *targets, "--cores", "1", configfile=configfile, timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
     assert not (tmp_path / "results").exists() and not (tmp_path / "resources").exists(), output
@@ -96,6 +101,68 @@ def test_config_mistake_stops_before_any_job_with_one_message(tmp_path, case):
     mutate, message = CONFIG_CASES[case]
     output = _stops_before_any_job(tmp_path, _broken(mutate))
     assert message in output, output
+
+
+# A key given twice: (line after which a duplicate is inserted, the inserted lines, the line that is given
+# twice, the dotted key reported)
+DUPLICATE_CASES = {
+    "model_key": (
+        "models:", ["  tiny-gpt2:", "    source: random", "    architecture: gpt2"], "  tiny-gpt2:", "models.tiny-gpt2"
+    ),
+    "nested_key": ("  tiny-bert:", ["    n_layers: 5"], "    n_layers:", "models.tiny-bert.n_layers"),
+    "top_level_key": ("seed: 7", ["seed: 8"], "seed:", "seed"),
+}
+
+
+def _config_text_with_duplicate(case: str) -> tuple[str, str, int, int]:
+    """The smoke config as YAML text with one key given twice; (text, key, its line, the first one's line)."""
+    anchor, inserted, repeated, key = DUPLICATE_CASES[case]
+    lines = yaml.safe_dump(smoke_config(), sort_keys=False).splitlines()
+    at = lines.index(anchor) + 1
+    lines[at:at] = inserted
+    first, second = [number for number, line in enumerate(lines, start=1) if line.startswith(repeated)][:2]
+    return "\n".join(lines) + "\n", key, second, first
+
+
+@pytest.mark.parametrize("case", sorted(DUPLICATE_CASES))
+def test_duplicate_key_in_the_config_stops_before_any_job_naming_key_file_and_line(tmp_path, case):
+    """YAML keeps the last of two equal keys silently (two ``models:`` entries: one model vanished)."""
+    text, key, line, first = _config_text_with_duplicate(case)
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(text)
+    output = _run_stops_before_any_job(tmp_path, configfile)
+    message = f"{configfile}:{line}: duplicate key '{key}' (first at line {first}); YAML would silently keep"
+    assert message in output, output
+    assert len([row for row in output.splitlines() if "duplicate key" in row]) == 1, output  # one line
+
+
+def test_duplicate_key_in_the_default_config_file_is_found_too(tmp_path):
+    """Without --configfile the Snakefile loads config/config.yaml (in the working directory): checked too."""
+    text, key, line, first = _config_text_with_duplicate("model_key")
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text(text)
+    output = _run_stops_before_any_job(tmp_path, None)
+    assert f"config/config.yaml:{line}: duplicate key '{key}' (first at line {first})" in output, output
+
+
+def test_duplicate_keys_are_found_at_any_level_and_merge_keys_are_not_duplicates(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "base: &base\n  batch_size: 8\n"                        # lines 1-2
+        "extraction:\n  <<: *base\n  batch_size: 4\n"           # 3-5: overriding a merged key is allowed
+        "corpus: {years: [2012], years: [2013]}\n"               # 6: flow style
+        "static:\n  baselines:\n    glove: a.txt\n    glove: b.txt\n"  # 7-10
+    )
+    with pytest.raises(ConfigError) as raised:
+        check_duplicate_keys([path])
+    assert str(raised.value).splitlines() == [
+        f"{path}:6: duplicate key 'corpus.years' (first at line 6); YAML would silently keep only the last one, "
+        "so remove or rename one of them",
+        f"{path}:10: duplicate key 'static.baselines.glove' (first at line 9); YAML would silently keep only the "
+        "last one, so remove or rename one of them",
+    ]
+    (tmp_path / "ok.yaml").write_text(yaml.safe_dump(smoke_config()))
+    check_duplicate_keys([tmp_path / "ok.yaml"])
 
 
 TARGET_CASES = {

@@ -5,10 +5,13 @@ import sys
 from snakemake.utils import validate
 
 from contextuality.config import ConfigError, check_config, check_targets, requested_targets, validate_against_schema
+from contextuality.config import check_duplicate_keys
 from contextuality.models import materialised_shape, materialised_weights_bytes
 
 
 try:
+    check_duplicate_keys(workflow.configfiles)  # a key given twice: YAML would keep the last silently
+
     # One clear line per problem first; Snakemake's validate then fills in the schema's defaults.
     validate_against_schema(config, workflow.source_path("../schemas/config.schema.yaml"))
     validate(config, schema="../schemas/config.schema.yaml")
