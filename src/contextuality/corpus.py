@@ -14,6 +14,7 @@ SentEval order, lines in file order). ``sentence_id`` is the running counter ove
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import tempfile
@@ -73,10 +74,16 @@ def release_files(root: Path, year: int, split: str, domain: str) -> ReleaseFile
 
 
 def _read_lines(path: Path) -> list[str]:
-    """Read a release file as UTF-8 lines; a bad byte is reported with its line number."""
+    """Read a release file as UTF-8 lines; a bad byte is reported with its line number.
+
+    A byte-order mark at the start of the file (some editors write one) is not text: it is dropped,
+    so that it does not become part of the first word.
+    """
     lines = []
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
+            if number == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as err:

@@ -3,6 +3,7 @@ line, or kept/skipped with a count in the log), and sentence ids never silently 
 
 from __future__ import annotations
 
+import codecs
 import logging
 import shutil
 
@@ -65,6 +66,16 @@ def test_malformed_release_file_stops_the_workflow_naming_file_and_line(tmp_path
     log = (tmp_path / "logs" / "corpus" / "sts_pairs.log").read_text()
     assert f"{broken}:5: no tab; expected 'sentence1<TAB>sentence2'" in log
     assert not (tmp_path / "results" / "corpus" / "sts_pairs.jsonl").exists()
+
+
+def test_byte_order_mark_at_the_start_of_a_release_file_is_not_part_of_the_first_word(tmp_path):
+    bom = codecs.BOM_UTF8
+    pairs, _ = read_release(_release(tmp_path, 2014, bom + b"The dog runs.\tA cat sleeps.\n", b"3.5\n"))
+    assert pairs[0]["sentence1"] == "The dog runs."  # was '\ufeffThe dog runs.'
+    first = word_table(pd.DataFrame({"sentence_id": [0], "text": [pairs[0]["sentence1"]]}))
+    assert first["word"].tolist()[:2] == ["The", "dog"]
+    pairs, _ = read_release(_release(tmp_path, 2015, b"a\tb\n", bom + b"3.5\n"))  # in a gold file: a number
+    assert pairs[0]["score"] == 3.5
 
 
 # --------------------------------------------------------------------------------------------------
