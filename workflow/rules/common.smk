@@ -5,7 +5,7 @@ import sys
 from snakemake.utils import validate
 
 from contextuality.config import ConfigError, check_config, check_targets, requested_targets, validate_against_schema
-from contextuality.config import check_duplicate_keys
+from contextuality.config import check_bundled_corpus, check_duplicate_keys
 from contextuality.models import materialised_shape, materialised_weights_bytes
 
 
@@ -18,6 +18,8 @@ try:
     check_config(config)
     # Targets naming an unconfigured model or a layer out of range stop the run here too, before any job.
     check_targets(requested_targets(sys.argv[1:]), config)
+
+    check_bundled_corpus(config)  # a malformed release file: its FILE:LINE message, before any job
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 
