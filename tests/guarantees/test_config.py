@@ -4,13 +4,16 @@ sentence naming the key (or target) and what is allowed; no Python traceback."""
 from __future__ import annotations
 
 import copy
+import re
 
+import pandas as pd
 import pytest
 import yaml
 
 from conftest import run_snakemake, write_config
 from contextuality.config import ConfigError, check_duplicate_keys
-from workflow_runs import smoke_config
+from contextuality.words import WordIndexError, build_word_index
+from workflow_runs import failure, smoke_config
 
 
 def _broken(mutate) -> dict:
@@ -163,6 +166,65 @@ def test_duplicate_keys_are_found_at_any_level_and_merge_keys_are_not_duplicates
     ]
     (tmp_path / "ok.yaml").write_text(yaml.safe_dump(smoke_config()))
     check_duplicate_keys([tmp_path / "ok.yaml"])
+
+
+# --------------------------------------------------------------------------------------------------
+# Settings that leave nothing to measure stop at the word index, before any extraction
+
+
+def test_too_few_indexed_words_is_an_error_naming_the_settings_and_nothing_is_written(tmp_path):
+    texts = ["The dog runs.", "The cat runs.", "The dog.", "A cat."]
+    sentences = pd.DataFrame({"sentence_id": range(len(texts)), "text": texts})
+    sentences.to_parquet(tmp_path / "sentences.parquet")
+    out = (tmp_path / "words.parquet", tmp_path / "index.parquet")
+    settings = {"corpus.max_sentences": 4, "corpus.years": [2012]}
+    cases = {
+        5: "word index: no word reaches words.min_occurrences: 5 (words.count: occurrences) in 4 sentences, and the "
+           "measurements need at least 2 words; words.min_occurrences: 2 or lower would index 2, or use more "
+           "sentences (corpus.max_sentences: 4, corpus.years: [2012])",
+        3: "word index: only 1 word ('The') reaches words.min_occurrences: 3",
+    }
+    for min_occurrences, message in cases.items():
+        with pytest.raises(WordIndexError, match=re.escape(message)):
+            build_word_index(
+                tmp_path / "sentences.parquet", *out, min_occurrences=min_occurrences, corpus_settings=settings
+            )
+        assert not any(path.exists() for path in out)
+    assert build_word_index(tmp_path / "sentences.parquet", *out, min_occurrences=2)["word"].nunique() == 4
+
+
+NOTHING_TO_MEASURE = {
+    "min_occurrences_too_high": (
+        {"words": {"min_occurrences": 1000}},
+        "word index: no word reaches words.min_occurrences: 1000 (words.count: occurrences) in 120 sentences",
+        "corpus.max_sentences: 120, corpus.years: [2012, 2013, 2014, 2015, 2016]",
+    ),
+    "one_sentence": (
+        {"corpus": {"max_sentences": 1}},
+        "word index: no word reaches words.min_occurrences: 3 (words.count: occurrences) in 1 sentences",
+        "use more sentences (corpus.max_sentences: 1, corpus.years: [2012, 2013, 2014, 2015, 2016])",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOTHING_TO_MEASURE))
+def test_nothing_to_measure_stops_at_the_word_index_before_any_extraction_with_its_line_first(tmp_path, case):
+    """It used to run every extraction and only then fail in measure with an IndexError."""
+    overrides, message, settings = NOTHING_TO_MEASURE[case]
+    config = smoke_config(**overrides)
+    configfile = write_config(tmp_path / "config.yaml", config)
+    result = run_snakemake(tmp_path, "--cores", "1", configfile=configfile, timeout=600)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, failure(result)
+    assert "rule extract:" not in output and not (tmp_path / "results" / "embeddings").exists(), output
+    assert "Traceback" not in output, output
+    lines = output.splitlines()
+    ours = next((number for number, line in enumerate(lines) if line.startswith(message)), None)
+    assert ours is not None and settings in lines[ours], output
+    # the line comes before Snakemake's report of the failed job, which then only repeats it from the log
+    report = min(number for number, line in enumerate(lines) if line.startswith(("RuleException", "Error in rule")))
+    assert ours < report, output
+    assert not (tmp_path / "results" / "corpus" / "word_index.parquet").exists()
 
 
 TARGET_CASES = {
