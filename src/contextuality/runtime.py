@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -21,3 +22,20 @@ def setup_job_logging(log_path: str | Path | None) -> logging.Logger:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=handlers, force=True
     )
     return logging.getLogger("contextuality")
+
+
+@contextmanager
+def expected_errors(*kinds: type[BaseException]):
+    """End the job on an expected error (bad input, settings that cannot work) with its one line first.
+
+    A traceback would put the message last, under ten lines of frames. Instead the line goes to the
+    job's log and to the terminal's stderr, where Snakemake's report of the failed job follows it, and
+    the job exits with status 1. Any other exception keeps its traceback (in the log).
+    """
+    try:
+        yield
+    except kinds as err:
+        logging.getLogger("contextuality").error("%s", err)
+        if sys.stderr is not sys.__stderr__:  # stderr is the log (setup_job_logging): tell the terminal too
+            print(err, file=sys.__stderr__, flush=True)
+        raise SystemExit(1) from None

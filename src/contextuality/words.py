@@ -19,6 +19,11 @@ from contextuality.atomic import atomic_path
 log = logging.getLogger(__name__)
 
 COUNT_MODES = ("occurrences", "contexts")
+MIN_INDEXED_WORDS = 2  # the measurements compare words: anisotropy baselines draw pairs of different words
+
+
+class WordIndexError(ValueError):
+    """The settings leave too few indexed words to measure; the message names the settings."""
 
 
 @lru_cache(maxsize=1)
@@ -80,20 +85,56 @@ def word_index(
     if count not in COUNT_MODES:
         raise ValueError(f"words.count is {count!r}; allowed: {', '.join(COUNT_MODES)}")
     candidates = words[~words["is_punct"]]
-    if count == "occurrences":
-        support = candidates.groupby("word").size()
-    else:
-        text_of = sentences.set_index("sentence_id")["text"]
-        support = candidates.assign(text=candidates["sentence_id"].map(text_of)).groupby("word")["text"].nunique()
+    support = _support(words, sentences, count)
     kept = support.index[support >= min_occurrences]
     index = candidates[candidates["word"].isin(kept)][["word", "sentence_id", "position"]]
     return index.sort_values(["word", "sentence_id", "position"], kind="stable").reset_index(drop=True)
 
 
+def _support(words: pd.DataFrame, sentences: pd.DataFrame, count: str) -> pd.Series:
+    """Occurrences (or distinct sentence texts) of every non-punctuation word."""
+    candidates = words[~words["is_punct"]]
+    if count == "occurrences":
+        return candidates.groupby("word").size()
+    text_of = sentences.set_index("sentence_id")["text"]
+    return candidates.assign(text=candidates["sentence_id"].map(text_of)).groupby("word")["text"].nunique()
+
+
+def check_enough_words(
+    index: pd.DataFrame, words: pd.DataFrame, sentences: pd.DataFrame, *, min_occurrences: int, count: str,
+    corpus_settings: dict | None = None,
+) -> None:
+    """Raise WordIndexError, in one line naming the settings, when fewer than 2 words are indexed.
+
+    Every later step would run (extraction takes the longest) and the measurements then fail; this
+    stops the run at the word index instead. ``corpus_settings`` (``{"corpus.max_sentences": 120,
+    ...}``) are named in the message as the other ways to get more words.
+    """
+    n_words = index["word"].nunique()
+    if n_words >= MIN_INDEXED_WORDS:
+        return
+    found = "no word reaches" if n_words == 0 else f"only 1 word ({index['word'].iloc[0]!r}) reaches"
+    # The highest threshold that would index 2 words: the support of the second most frequent word.
+    support = _support(words, sentences, count).sort_values(ascending=False, kind="stable")
+    reachable = int(support.iloc[MIN_INDEXED_WORDS - 1]) if len(support) >= MIN_INDEXED_WORDS else 0
+    corpus = ", ".join(f"{key}: {value}" for key, value in (corpus_settings or {}).items())
+    more = f"use more sentences ({corpus})" if corpus else "use more sentences"
+    remedy = f"words.min_occurrences: {reachable} or lower would index 2, or {more}" if reachable >= 2 else more
+    raise WordIndexError(
+        f"word index: {found} words.min_occurrences: {min_occurrences} (words.count: {count}) in "
+        f"{len(sentences)} sentences, and the measurements need at least {MIN_INDEXED_WORDS} words; {remedy}"
+    )
+
+
 def build_word_index(
-    sentences_parquet: Path, out_words: Path, out_index: Path, *, min_occurrences: int = 5, count: str = "occurrences"
+    sentences_parquet: Path, out_words: Path, out_index: Path, *, min_occurrences: int = 5, count: str = "occurrences",
+    corpus_settings: dict | None = None,
 ) -> pd.DataFrame:
-    """Write ``words.parquet`` (every token) and ``word_index.parquet`` (the indexed occurrences)."""
+    """Write ``words.parquet`` (every token) and ``word_index.parquet`` (the indexed occurrences).
+
+    Raises WordIndexError (nothing written) when fewer than 2 words are indexed; ``corpus_settings``
+    are named in its message.
+    """
     sentences = pd.read_parquet(sentences_parquet)
     words = word_table(sentences)
     index = word_index(words, sentences, min_occurrences, count)
@@ -108,6 +149,9 @@ def build_word_index(
     log.info(
         "indexed %d words (%s >= %d) with %d occurrences; %d lower-cased forms",
         n_words, count, min_occurrences, len(index), index["word"].str.lower().nunique(),
+    )
+    check_enough_words(
+        index, words, sentences, min_occurrences=min_occurrences, count=count, corpus_settings=corpus_settings
     )
     with atomic_path(out_words) as tmp:
         words.to_parquet(tmp, index=False)

@@ -4,11 +4,16 @@ sentence naming the key (or target) and what is allowed; no Python traceback."""
 from __future__ import annotations
 
 import copy
+import re
 
+import pandas as pd
 import pytest
+import yaml
 
 from conftest import run_snakemake, write_config
-from workflow_runs import smoke_config
+from contextuality.config import ConfigError, check_duplicate_keys
+from contextuality.words import WordIndexError, build_word_index
+from workflow_runs import failure, smoke_config
 
 
 def _broken(mutate) -> dict:
@@ -19,9 +24,12 @@ def _broken(mutate) -> dict:
 
 def _stops_before_any_job(tmp_path, config: dict, *targets: str) -> str:
     """Run the workflow for real (not a dry run): a missed check would start jobs and write results/."""
-    result = run_snakemake(
-        tmp_path, *targets, "--cores", "1", configfile=write_config(tmp_path / "config.yaml", config), timeout=300
-    )
+    return _run_stops_before_any_job(tmp_path, write_config(tmp_path / "config.yaml", config), *targets)
+
+
+def _run_stops_before_any_job(tmp_path, configfile, *targets: str) -> str:
+    """``configfile`` None: the Snakefile's default, config/config.yaml in the working directory."""
+    result = run_snakemake(tmp_path, *targets, "--cores", "1", configfile=configfile, timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
     assert not (tmp_path / "results").exists() and not (tmp_path / "resources").exists(), output
@@ -71,6 +79,23 @@ CONFIG_CASES = {
         lambda c: c.update(models={}),
         "models: no model configured; add at least one entry",
     ),
+    # jsonschema alone counts 2.0 as an integer: it passed the schema, and the run failed later
+    "integer_given_as_float": (
+        lambda c: c["extraction"].update(n_shards=2.0),
+        "extraction.n_shards: 2.0 has the wrong type; expected integer (write 2, not 2.0)",
+    ),
+    "model_integer_given_as_float": (
+        lambda c: c["models"]["tiny-bert"].update(n_layers=2.0),
+        "models.tiny-bert.n_layers: 2.0 has the wrong type; expected integer",
+    ),
+    "nullable_integer_given_as_float": (
+        lambda c: c["corpus"].update(max_sentences=120.0),
+        "corpus.max_sentences: 120.0 has the wrong type; expected integer or null",
+    ),
+    "integer_or_all_given_as_float": (
+        lambda c: c["metrics"].update(intra_sentences=50.0),
+        "metrics.intra_sentences: 50.0 is not allowed; expected integer at least 2 or 'all'",
+    ),
 }
 
 
@@ -79,6 +104,127 @@ def test_config_mistake_stops_before_any_job_with_one_message(tmp_path, case):
     mutate, message = CONFIG_CASES[case]
     output = _stops_before_any_job(tmp_path, _broken(mutate))
     assert message in output, output
+
+
+# A key given twice: (line after which a duplicate is inserted, the inserted lines, the line that is given
+# twice, the dotted key reported)
+DUPLICATE_CASES = {
+    "model_key": (
+        "models:", ["  tiny-gpt2:", "    source: random", "    architecture: gpt2"], "  tiny-gpt2:", "models.tiny-gpt2"
+    ),
+    "nested_key": ("  tiny-bert:", ["    n_layers: 5"], "    n_layers:", "models.tiny-bert.n_layers"),
+    "top_level_key": ("seed: 7", ["seed: 8"], "seed:", "seed"),
+}
+
+
+def _config_text_with_duplicate(case: str) -> tuple[str, str, int, int]:
+    """The smoke config as YAML text with one key given twice; (text, key, its line, the first one's line)."""
+    anchor, inserted, repeated, key = DUPLICATE_CASES[case]
+    lines = yaml.safe_dump(smoke_config(), sort_keys=False).splitlines()
+    at = lines.index(anchor) + 1
+    lines[at:at] = inserted
+    first, second = [number for number, line in enumerate(lines, start=1) if line.startswith(repeated)][:2]
+    return "\n".join(lines) + "\n", key, second, first
+
+
+@pytest.mark.parametrize("case", sorted(DUPLICATE_CASES))
+def test_duplicate_key_in_the_config_stops_before_any_job_naming_key_file_and_line(tmp_path, case):
+    """YAML keeps the last of two equal keys silently (two ``models:`` entries: one model vanished)."""
+    text, key, line, first = _config_text_with_duplicate(case)
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(text)
+    output = _run_stops_before_any_job(tmp_path, configfile)
+    message = f"{configfile}:{line}: duplicate key '{key}' (first at line {first}); YAML would silently keep"
+    assert message in output, output
+    assert len([row for row in output.splitlines() if "duplicate key" in row]) == 1, output  # one line
+
+
+def test_duplicate_key_in_the_default_config_file_is_found_too(tmp_path):
+    """Without --configfile the Snakefile loads config/config.yaml (in the working directory): checked too."""
+    text, key, line, first = _config_text_with_duplicate("model_key")
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text(text)
+    output = _run_stops_before_any_job(tmp_path, None)
+    assert f"config/config.yaml:{line}: duplicate key '{key}' (first at line {first})" in output, output
+
+
+def test_duplicate_keys_are_found_at_any_level_and_merge_keys_are_not_duplicates(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "base: &base\n  batch_size: 8\n"                        # lines 1-2
+        "extraction:\n  <<: *base\n  batch_size: 4\n"           # 3-5: overriding a merged key is allowed
+        "corpus: {years: [2012], years: [2013]}\n"               # 6: flow style
+        "static:\n  baselines:\n    glove: a.txt\n    glove: b.txt\n"  # 7-10
+    )
+    with pytest.raises(ConfigError) as raised:
+        check_duplicate_keys([path])
+    assert str(raised.value).splitlines() == [
+        f"{path}:6: duplicate key 'corpus.years' (first at line 6); YAML would silently keep only the last one, "
+        "so remove or rename one of them",
+        f"{path}:10: duplicate key 'static.baselines.glove' (first at line 9); YAML would silently keep only the "
+        "last one, so remove or rename one of them",
+    ]
+    (tmp_path / "ok.yaml").write_text(yaml.safe_dump(smoke_config()))
+    check_duplicate_keys([tmp_path / "ok.yaml"])
+
+
+# --------------------------------------------------------------------------------------------------
+# Settings that leave nothing to measure stop at the word index, before any extraction
+
+
+def test_too_few_indexed_words_is_an_error_naming_the_settings_and_nothing_is_written(tmp_path):
+    texts = ["The dog runs.", "The cat runs.", "The dog.", "A cat."]
+    sentences = pd.DataFrame({"sentence_id": range(len(texts)), "text": texts})
+    sentences.to_parquet(tmp_path / "sentences.parquet")
+    out = (tmp_path / "words.parquet", tmp_path / "index.parquet")
+    settings = {"corpus.max_sentences": 4, "corpus.years": [2012]}
+    cases = {
+        5: "word index: no word reaches words.min_occurrences: 5 (words.count: occurrences) in 4 sentences, and the "
+           "measurements need at least 2 words; words.min_occurrences: 2 or lower would index 2, or use more "
+           "sentences (corpus.max_sentences: 4, corpus.years: [2012])",
+        3: "word index: only 1 word ('The') reaches words.min_occurrences: 3",
+    }
+    for min_occurrences, message in cases.items():
+        with pytest.raises(WordIndexError, match=re.escape(message)):
+            build_word_index(
+                tmp_path / "sentences.parquet", *out, min_occurrences=min_occurrences, corpus_settings=settings
+            )
+        assert not any(path.exists() for path in out)
+    assert build_word_index(tmp_path / "sentences.parquet", *out, min_occurrences=2)["word"].nunique() == 4
+
+
+NOTHING_TO_MEASURE = {
+    "min_occurrences_too_high": (
+        {"words": {"min_occurrences": 1000}},
+        "word index: no word reaches words.min_occurrences: 1000 (words.count: occurrences) in 120 sentences",
+        "corpus.max_sentences: 120, corpus.years: [2012, 2013, 2014, 2015, 2016]",
+    ),
+    "one_sentence": (
+        {"corpus": {"max_sentences": 1}},
+        "word index: no word reaches words.min_occurrences: 3 (words.count: occurrences) in 1 sentences",
+        "use more sentences (corpus.max_sentences: 1, corpus.years: [2012, 2013, 2014, 2015, 2016])",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOTHING_TO_MEASURE))
+def test_nothing_to_measure_stops_at_the_word_index_before_any_extraction_with_its_line_first(tmp_path, case):
+    """It used to run every extraction and only then fail in measure with an IndexError."""
+    overrides, message, settings = NOTHING_TO_MEASURE[case]
+    config = smoke_config(**overrides)
+    configfile = write_config(tmp_path / "config.yaml", config)
+    result = run_snakemake(tmp_path, "--cores", "1", configfile=configfile, timeout=600)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, failure(result)
+    assert "rule extract:" not in output and not (tmp_path / "results" / "embeddings").exists(), output
+    assert "Traceback" not in output, output
+    lines = output.splitlines()
+    ours = next((number for number, line in enumerate(lines) if line.startswith(message)), None)
+    assert ours is not None and settings in lines[ours], output
+    # the line comes before Snakemake's report of the failed job, which then only repeats it from the log
+    report = min(number for number, line in enumerate(lines) if line.startswith(("RuleException", "Error in rule")))
+    assert ours < report, output
+    assert not (tmp_path / "results" / "corpus" / "word_index.parquet").exists()
 
 
 TARGET_CASES = {

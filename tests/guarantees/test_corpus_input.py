@@ -3,6 +3,7 @@ line, or kept/skipped with a count in the log), and sentence ids never silently 
 
 from __future__ import annotations
 
+import codecs
 import logging
 import shutil
 
@@ -50,7 +51,9 @@ def test_documented_2016_source_columns_are_accepted_and_ignored(tmp_path):
     assert (pairs[0]["sentence1"], pairs[0]["sentence2"]) == ("a b", "c d")
 
 
-def test_malformed_release_file_stops_the_workflow_naming_file_and_line(tmp_path):
+def test_malformed_release_file_stops_the_run_before_any_job_with_file_and_line_first(tmp_path):
+    """The bundled release files are parsed when the workflow is (0.1 s for all of them): the message is
+    Snakemake's error itself, not the last line of a job's traceback."""
     sts = tmp_path / "sts"
     shutil.copytree(STS_DIR / "2014", sts / "2014")
     broken = sts / "2014" / "test" / "STS.input.images.txt"
@@ -58,13 +61,24 @@ def test_malformed_release_file_stops_the_workflow_naming_file_and_line(tmp_path
     lines[4] = lines[4].replace(b"\t", b" ")
     broken.write_bytes(b"".join(lines))
     config = smoke_config(corpus={"bundled_dir": str(sts), "years": [2014]})
-    result = run_snakemake(
-        tmp_path, "results/corpus/sts_pairs.jsonl", "--cores", "1", configfile=write_config(tmp_path / "c.yaml", config)
-    )
+    result = run_snakemake(tmp_path, "--cores", "1", configfile=write_config(tmp_path / "c.yaml", config))
+    output = result.stdout + result.stderr
     assert result.returncode != 0, failure(result)
-    log = (tmp_path / "logs" / "corpus" / "sts_pairs.log").read_text()
-    assert f"{broken}:5: no tab; expected 'sentence1<TAB>sentence2'" in log
-    assert not (tmp_path / "results" / "corpus" / "sts_pairs.jsonl").exists()
+    assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists(), output  # no job ran
+    assert "Traceback" not in output, output
+    lines = output.splitlines()
+    error = next(number for number, line in enumerate(lines) if line.startswith("WorkflowError"))
+    assert lines[error + 1] == f"{broken}:5: no tab; expected 'sentence1<TAB>sentence2'", output
+
+
+def test_byte_order_mark_at_the_start_of_a_release_file_is_not_part_of_the_first_word(tmp_path):
+    bom = codecs.BOM_UTF8
+    pairs, _ = read_release(_release(tmp_path, 2014, bom + b"The dog runs.\tA cat sleeps.\n", b"3.5\n"))
+    assert pairs[0]["sentence1"] == "The dog runs."  # was '\ufeffThe dog runs.'
+    first = word_table(pd.DataFrame({"sentence_id": [0], "text": [pairs[0]["sentence1"]]}))
+    assert first["word"].tolist()[:2] == ["The", "dog"]
+    pairs, _ = read_release(_release(tmp_path, 2015, b"a\tb\n", bom + b"3.5\n"))  # in a gold file: a number
+    assert pairs[0]["score"] == 3.5
 
 
 # --------------------------------------------------------------------------------------------------

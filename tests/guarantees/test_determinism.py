@@ -4,14 +4,19 @@ stored vectors and metric means by at most 1e-4 (float32)."""
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import PROJECT, STS_DIR
 from contextuality import models
 from contextuality.analysis import measure_model
+from contextuality.corpus import read_release, release_files
 from contextuality.extract import build_occurrences, extract_shard
 from contextuality.store import open_complete
 from contextuality.words import word_index, word_table
@@ -35,6 +40,44 @@ def test_two_runs_with_the_same_seed_give_byte_identical_metric_tables(tmp_path_
     assert {"layers.csv", "layers.parquet", "words.parquet", "context_specific_words.csv"} <= set(want)
     assert any(name.startswith("pcs/") for name in want)
     assert _digests(second) == want
+
+
+# --------------------------------------------------------------------------------------------------
+# Smoke models
+
+MATERIALISE = """
+import sys
+from pathlib import Path
+
+from contextuality import models
+
+sentences, out = Path(sys.argv[1]), Path(sys.argv[2])
+for architecture in ("bert", "gpt2"):
+    spec = {"source": "random", "architecture": architecture, "n_layers": 2, "hidden_size": 32, "vocab_size": 400}
+    models.materialise(architecture, spec, out / architecture, sentences_parquet=sentences, seed=7)
+"""
+
+
+def test_two_materialisations_of_a_random_model_give_byte_identical_tokenizer_and_weights(tmp_path):
+    """Each run builds its smoke models anew. In separate processes (Python's and Rust's hash seeds differ;
+    the ``tokenizers`` trainers broke ties between equally frequent pairs in hash order) the same seed and
+    corpus give the same files, byte for byte."""
+    pairs, _ = read_release(release_files(STS_DIR, 2014, "test", "images"))
+    texts = [text for pair in pairs[:60] for text in (pair["sentence1"], pair["sentence2"])]
+    pd.DataFrame({"sentence_id": range(len(texts)), "text": texts}).to_parquet(tmp_path / "sentences.parquet")
+    path = os.pathsep.join(filter(None, [str(PROJECT / "src"), os.environ.get("PYTHONPATH")]))
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONPATH": path, "PYTHONHASHSEED": hash_seed}
+        command = [sys.executable, "-c", MATERIALISE, str(tmp_path / "sentences.parquet"), str(tmp_path / hash_seed)]
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+    first, second = _digests(tmp_path / "1"), _digests(tmp_path / "2")
+    # tokenizer.json holds the vocabulary (and the merges); transformers 5 writes no vocab.txt/merges.txt
+    assert {
+        f"{architecture}/model/{name}" for architecture in ("bert", "gpt2")
+        for name in ("tokenizer.json", "tokenizer_config.json", "config.json", "model.safetensors")
+    } <= set(first)
+    assert second == first
 
 
 # --------------------------------------------------------------------------------------------------

@@ -5,10 +5,13 @@ import os
 from snakemake.utils import validate
 
 from contextuality.config import ConfigError, check_config, check_targets, command_line_targets, validate_against_schema
+from contextuality.config import check_bundled_corpus, check_duplicate_keys
 from contextuality.models import BUILD_KEYS, SOURCE_KEYS, record_shape, record_weights_bytes
 
 
 try:
+    check_duplicate_keys(workflow.configfiles)  # a key given twice: YAML would keep the last silently
+
     # One clear line per problem first; Snakemake's validate then fills in the schema's defaults.
     validate_against_schema(config, workflow.source_path("../schemas/config.schema.yaml"))
     validate(config, schema="../schemas/config.schema.yaml")
@@ -16,6 +19,8 @@ try:
     # Targets naming an unconfigured model or a layer out of range stop the run here too, before any
     # job, in one line (the DAG would say "No rule to produce ..." or raise inside an input function).
     check_targets(command_line_targets(), config)
+
+    check_bundled_corpus(config)  # a malformed release file: its FILE:LINE message, before any job
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 

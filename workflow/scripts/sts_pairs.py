@@ -1,13 +1,14 @@
 """Snakemake entry point: bundled STS release files -> scored pairs (JSON lines)."""
 from pathlib import Path
 
-from contextuality.corpus import write_bundled_pairs
-from contextuality.runtime import setup_job_logging
+from contextuality.corpus import CorpusError, write_bundled_pairs
+from contextuality.runtime import expected_errors, setup_job_logging
 
 setup_job_logging(snakemake.log[0])
-write_bundled_pairs(
-    Path(snakemake.input.release_dir),
-    years=snakemake.params.years,
-    include_2012_train=snakemake.params.include_2012_train,
-    out_jsonl=Path(snakemake.output.pairs),
-)
+with expected_errors(CorpusError):
+    write_bundled_pairs(
+        Path(snakemake.input.release_dir),
+        years=snakemake.params.years,
+        include_2012_train=snakemake.params.include_2012_train,
+        out_jsonl=Path(snakemake.output.pairs),
+    )
