@@ -747,11 +747,16 @@ def geometry_panel(
     standard deviations of its isotropic null, see ``rogue_shares``), rogue_dims (up to ten dimensions
     with positive contribution, largest first, e.g. "588,12,3"; "" when the shares are NaN),
     massive_dims (ascending, "" if none), massive_occurrences, massive_top_units (JSON list of
-    [unit, count], most first, "" without ``units``/``positions``), massive_first_position_share,
+    [unit, count], most first; "" if none or without ``units``/``positions``), massive_first_position_share,
     massive_first_position_rate (see ``massive_carriers``; NaN without them), pc1_ratio,
     effective_rank, isoscore, isoscore_star, twonn_dimension, twonn_duplicate_fraction, then
     null_gaussian_* and null_permuted_* for the five isotropy measures, twonn_duplicate_fraction and
     rogue_top1_share.
+
+    Cost (CPU seconds on one core, 300k x 384 float16): the rogue pass 0.4 (mostly converting float16),
+    massive activations 0.05 (0.4 when some |x| > 100, for the exact median), and about 0.7 for each
+    of the three isotropy blocks on 5,000 rows, nearly all of it TwoNN's exact neighbour search
+    (N^2 d): 3.3 in all, 1.6 with ``twonn_sample_size=2000``.
     """
     d = X.shape[1]
     rogue = rogue_dimensions(X, weights)
