@@ -69,6 +69,7 @@ def test_paper_config_plans_elmo_next_to_bert_and_gpt2(tmp_path):
     result = run_snakemake(tmp_path, "-n", "--cores", "2", configfile=write_config(tmp_path / "paper.yaml", config))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     counts = job_counts(result.stdout)
-    # the layer counts come from the built models (a checkpoint): the dry run plans up to them
     assert counts["download_model"] == 3 and counts["materialise_model"] == 3
+    # the per-layer jobs follow once each model is built (its layer count is a checkpoint's output)
+    assert counts["extract"] == 3 * 8 and counts["measure"] == 3 and "measure_layer" not in counts
     assert "resources/models/elmo/source.json" in result.stdout
