@@ -187,8 +187,32 @@ def check_config(config: dict) -> None:
             f"extraction.compute_dtype: {extraction['compute_dtype']} needs a CUDA device; "
             "on device 'cpu' use float32"
         )
+    problems += check_hub_revisions(config)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+# What huggingface_hub treats as a commit (REGEX_COMMIT_HASH); anything else is looked up as a branch or tag.
+_COMMIT_HASH = re.compile(r"[0-9a-f]{40}")
+
+
+def check_hub_revisions(config: dict) -> list[str]:
+    """One line per hub revision that is not a full commit hash: hub models and corpus.hub_revisions.
+
+    A branch or tag (``main``, ``v1.0``) or a shortened hash names different files as the repository
+    changes, so the run would not be reproducible; offline, huggingface_hub resolves it through the
+    cache's ``refs/``, which says what was downloaded last, not what was configured.
+    """
+    needed = "a commit hash is required: the full 40-character lower-case hash (a branch or tag such as 'main' can move)"
+    problems = []
+    for key, model in (config.get("models") or {}).items():
+        revision = model.get("revision")
+        if model.get("source") == "hub" and revision and not _COMMIT_HASH.fullmatch(str(revision)):
+            problems.append(f"models.{key}.revision: {revision!r} is not a commit hash; {needed}")
+    for year, revision in ((config.get("corpus") or {}).get("hub_revisions") or {}).items():
+        if not _COMMIT_HASH.fullmatch(str(revision)):
+            problems.append(f"corpus.hub_revisions.{year}: {revision!r} is not a commit hash; {needed}")
+    return problems
 
 
 def check_bundled_corpus(config: dict) -> None:

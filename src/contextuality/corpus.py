@@ -5,7 +5,8 @@ Two sources feed the same sentence table:
 * ``bundled``: the SemEval release files shipped in ``resources/sts/``. They are parsed strictly
   (every malformed line is an error naming the file and line), turned into one JSON-lines file of
   scored pairs, and loaded back through the ``datasets`` ``json`` builder.
-* ``hub``: the MTEB copies ``mteb/sts12-sts`` ... ``mteb/sts16-sts`` at pinned revisions.
+* ``hub``: the MTEB copies ``mteb/sts12-sts`` ... ``mteb/sts16-sts`` at pinned revisions, through the
+  Hugging Face cache (``HF_HOME``), so a cache holding those snapshots works offline.
 
 Rules applied to both: scored pairs only, every ``"`` removed (many are unclosed), duplicates kept,
 each pair contributes Sent1 then Sent2, and the order is stable (years ascending, sub-datasets in the
@@ -223,23 +224,46 @@ def load_pairs_bundled(pairs_jsonl: Path) -> pd.DataFrame:
         return dataset.to_pandas()
 
 
+def hub_snapshot(name: str, revision: str) -> Path:
+    """The files of a hub dataset repository at ``revision``, through the Hugging Face cache.
+
+    ``snapshot_download`` reads and fills the cache (``HF_HUB_CACHE``, by default ``$HF_HOME/hub``):
+    online it downloads what the cache lacks; offline (``HF_HUB_OFFLINE=1``) it returns the cached
+    snapshot of that commit, or raises. ``datasets.load_dataset(name, revision=...)`` is not used: with
+    ``HF_HUB_OFFLINE=1`` (datasets 5.2) it raises before looking at this cache and falls back to its own
+    Arrow cache (``$HF_HOME/datasets``), where it takes the most recently written copy of ``name``
+    whatever its revision, so a pinned revision could be silently replaced by another one.
+    """
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(name, repo_type="dataset", revision=revision))
+
+
 def load_pairs_hub(years: list[int], include_2012_train: bool, revisions: dict[int, str] | None = None) -> pd.DataFrame:
-    """Scored pairs from the pinned MTEB copies on the Hugging Face hub (needs network or a warm cache)."""
+    """Scored pairs from the pinned MTEB copies on the Hugging Face hub (needs network or the cached snapshots).
+
+    Each repository's snapshot is loaded by the ``datasets`` loader for a local folder, which reads its
+    data files (``test.jsonl.gz``, ``train.jsonl.gz``) and splits as it would on the hub.
+    """
     import datasets
+    from huggingface_hub import constants
 
     frames = []
     for year, split in selected_releases(years, include_2012_train):
         name, revision = HUB_DATASETS[year]
         revision = (revisions or {}).get(year, revision)
         try:
-            dataset = datasets.load_dataset(name, split=split, revision=revision)
+            folder = hub_snapshot(name, revision)
+            with tempfile.TemporaryDirectory(prefix="hf-datasets-") as cache:
+                frame = datasets.load_dataset(str(folder), split=split, cache_dir=cache).to_pandas()
         except Exception as err:  # the hub raises many types (connection, offline mode, missing cache)
+            reason = (str(err).strip().splitlines() or [""])[0]
             raise CorpusError(
-                f"corpus.source 'hub': could not load {name} (split {split}, revision {revision}): {err}. "
-                "Without network, use corpus.source: bundled (the default) or pre-populate the "
-                "Hugging Face datasets cache (HF_DATASETS_CACHE) on a machine that can reach the hub."
+                f"corpus.source 'hub': could not load {name} (split {split}, revision {revision}): "
+                f"{type(err).__name__}: {reason.rstrip('.')}. Without network, use corpus.source: bundled (the default) or "
+                f"pre-populate the Hugging Face cache (HF_HOME; here {constants.HF_HUB_CACHE}) on a machine that "
+                f"can reach the hub (hf download {name} --repo-type dataset --revision {revision}) and copy it here."
             ) from None
-        frame = dataset.to_pandas()
         frame = frame[frame["score"].notna()]
         frames.append(
             pd.DataFrame(

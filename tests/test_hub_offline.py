@@ -1,0 +1,371 @@
+"""The hub sources, proven offline: a Hugging Face cache in the hub's own layout, no network.
+
+``source: hub`` models and ``corpus.source: hub`` read the Hugging Face cache (``$HF_HOME/hub``). The
+fixture writes one as huggingface_hub itself does (``file_download.py``, ``_snapshot_download.py``,
+``_tree_cache.py``):
+
+    $HF_HOME/hub/{models|datasets}--{org}--{name}/
+        blobs/{etag}                      the files' bytes; etag = sha256 for an LFS file, else git's blob sha1
+        refs/main                         the commit hash the branch pointed at (no newline)
+        snapshots/{commit}/{path}         relative symlinks to ../../blobs/{etag}
+        trees/{commit}.json               the commit's file listing (written by snapshot_download since 2.x)
+
+It holds two tiny random models (a BERT and a GPT-2, with a newer ``main`` than the pinned commit and
+stale pickle weights beside the safetensors) and the five MTEB STS repositories at the pinned commits,
+their ``test.jsonl.gz`` (and 2012's ``train.jsonl.gz``) made from the bundled release files.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import PROJECT, STS_DIR, run_snakemake, with_absolute_data_paths, write_config
+from contextuality import corpus
+from contextuality.config import ConfigError, check_config
+
+BERT_ID, BERT_REV = "tiny-org/bert-tiny", "0123456789abcdef0123456789abcdef01234567"
+GPT2_ID, GPT2_REV = "tiny-org/gpt2-tiny", "89abcdef0123456789abcdef0123456789abcdef"
+GPT2_NEWER = "fedcba9876543210fedcba9876543210fedcba98"  # refs/main: a later commit, never to be used
+ABSENT_REV = "1111111111111111111111111111111111111111"
+LFS_SUFFIXES = (".safetensors", ".bin", ".h5", ".msgpack", ".gz", ".parquet")
+GITATTRIBUTES = b"".join(f"*{suffix} filter=lfs diff=lfs merge=lfs -text\n".encode() for suffix in LFS_SUFFIXES)
+
+
+# --------------------------------------------------------------------------------------------------
+# The cache, in the hub's layout
+
+
+def git_blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def add_snapshot(hub: Path, repo_type: str, repo_id: str, commit: str, files: dict[str, bytes], *,
+                 main: bool = True, tree: bool = False) -> Path:
+    """One commit of a repository in the cache ``hub``, as hf_hub_download / snapshot_download write it."""
+    storage = hub / f"{repo_type}s--{repo_id.replace('/', '--')}"
+    listing = {}
+    for name, data in files.items():
+        lfs = name.endswith(LFS_SUFFIXES)
+        etag = hashlib.sha256(data).hexdigest() if lfs else git_blob_id(data)
+        blob = storage / "blobs" / etag
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+        link = storage / "snapshots" / commit / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath(blob, link.parent), link)
+        entry = {"size": len(data), "blob_id": git_blob_id(data)}
+        if lfs:
+            pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{etag}\nsize {len(data)}\n".encode()
+            entry = {"size": len(data), "blob_id": git_blob_id(pointer), "lfs_sha256": etag, "lfs_size": len(data)}
+        listing[name] = entry
+    if main:
+        (storage / "refs").mkdir(exist_ok=True)
+        (storage / "refs" / "main").write_text(commit)
+    if tree:
+        (storage / "trees").mkdir(exist_ok=True)
+        (storage / "trees" / f"{commit}.json").write_text(
+            json.dumps({"format_version": 1, "files": dict(sorted(listing.items()))}, indent=1)
+        )
+    return storage
+
+
+def blob_of(hub: Path, repo_id: str, commit: str, name: str) -> Path:
+    return (hub / f"models--{repo_id.replace('/', '--')}" / "snapshots" / commit / name).resolve()
+
+
+def folder_files(folder: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir()) if path.is_file()}
+
+
+def bundled_texts(limit: int = 600) -> list[str]:
+    pairs, _ = corpus.read_release(corpus.release_files(STS_DIR, 2012, "test", "MSRpar"))
+    return [text for pair in pairs for text in (pair["sentence1"], pair["sentence2"])][:limit]
+
+
+def mteb_rows(year: int, split: str) -> list[dict]:
+    """A split of an MTEB STS repository made from the bundled files: scored pairs, raw text, file order."""
+    rows = []
+    for domain in corpus.RELEASES[(year, split)]:
+        if (year, split, domain) in corpus.NOT_REDISTRIBUTABLE:
+            continue  # MTEB's sts13-sts lacks SMT too (1,500 pairs)
+        files = corpus.release_files(STS_DIR, year, split, domain)
+        for line, gold in zip(corpus._read_lines(files.input), corpus._read_lines(files.gold)):
+            if gold.strip():
+                sentence1, sentence2 = line.split("\t")[:2]
+                rows.append({"split": split, "sentence1": sentence1, "sentence2": sentence2, "score": float(gold)})
+    return rows
+
+
+def jsonl_gz(rows: list[dict]) -> bytes:
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as out:
+        out.write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows).encode())
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def hf_home(tmp_path_factory) -> Path:
+    from contextuality.models import build_random_model
+
+    home = tmp_path_factory.mktemp("hf-home")
+    hub, texts = home / "hub", bundled_texts()
+    built = {}
+    for architecture, layers in (("bert", 2), ("gpt2", 3)):
+        out = tmp_path_factory.mktemp(f"built-{architecture}")
+        spec = {"architecture": architecture, "n_layers": layers, "hidden_size": 32, "vocab_size": 400}
+        build_random_model(spec, texts, out, seed=11)
+        built[architecture] = folder_files(out)
+    # BERT: pickle weights cached beside the safetensors (as for google-bert/bert-base-cased), no tree listing
+    # (a cache filled by from_pretrained / hf_hub_download file by file).
+    add_snapshot(hub, "model", BERT_ID, BERT_REV,
+                 {**built["bert"], ".gitattributes": GITATTRIBUTES, "pytorch_model.bin": b"stale pickle, never read"})
+    # GPT-2: a tree listing (a cache filled by snapshot_download / `hf download`), and refs/main moved on.
+    add_snapshot(hub, "model", GPT2_ID, GPT2_REV, {**built["gpt2"], ".gitattributes": GITATTRIBUTES}, tree=True)
+    add_snapshot(hub, "model", GPT2_ID, GPT2_NEWER,
+                 {**built["gpt2"], "model.safetensors": b"a later commit's weights"}, tree=True)
+    for year, (name, commit) in corpus.HUB_DATASETS.items():
+        files = {".gitattributes": GITATTRIBUTES, "test.jsonl.gz": jsonl_gz(mteb_rows(year, "test"))}
+        if year == 2012:
+            files["train.jsonl.gz"] = jsonl_gz(mteb_rows(year, "train"))
+        add_snapshot(hub, "dataset", name, commit, files, tree=year == 2013)
+    return home
+
+
+def offline_env(home: Path) -> dict:
+    return {"HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"), "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def hub_smoke_config(**corpus_settings) -> dict:
+    """config/smoke.yaml with its two models as hub models at pinned commits (paper.yaml's mechanics)."""
+    config = with_absolute_data_paths(yaml.safe_load((PROJECT / "config" / "smoke.yaml").read_text()))
+    keep = ("label", "stands_for", "indexing", "pooling")
+    for key, (model_id, revision) in {"tiny-bert": (BERT_ID, BERT_REV), "tiny-gpt2": (GPT2_ID, GPT2_REV)}.items():
+        old = config["models"][key]
+        config["models"][key] = {"source": "hub", "id": model_id, "revision": revision,
+                                 **{name: old[name] for name in keep if name in old}}
+    config["corpus"].update(corpus_settings)
+    return config
+
+
+def python_lines(code: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=300)
+
+
+def failure(result) -> str:
+    return f"exit {result.returncode}\n--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Models
+
+
+@pytest.mark.slow
+def test_hub_models_run_the_whole_pipeline_offline_from_the_cache_at_the_pinned_commit(hf_home, tmp_path):
+    config = write_config(tmp_path / "hub.yaml", hub_smoke_config())
+    result = run_snakemake(tmp_path, "--cores", "2", configfile=config, env=offline_env(hf_home))
+    assert result.returncode == 0, failure(result)
+    hub = hf_home / "hub"
+    for key, model_id, commit, layers in (("tiny-bert", BERT_ID, BERT_REV, 3), ("tiny-gpt2", GPT2_ID, GPT2_REV, 4)):
+        record = json.loads((tmp_path / "resources/models" / key / "source.json").read_text())
+        blob = blob_of(hub, model_id, commit, "model.safetensors")
+        assert (record["source"], record["id"], record["revision"]) == ("hub", model_id, commit)
+        assert record["weights"] == ["model.safetensors"]
+        # the weights' sha256 is the blob's, which the hub names by its sha256 (an LFS file)
+        assert record["weights_sha256"] == hashlib.sha256(blob.read_bytes()).hexdigest() == blob.name
+        assert record["n_layers"] == layers
+        folder = tmp_path / "resources/models" / key / "model"
+        snapshot = hub / f"models--{model_id.replace('/', '--')}" / "snapshots" / commit
+        # the pinned commit's files, copied (not links into the cache), and only the allowed ones
+        assert {path.name for path in folder.iterdir()} - {".snakemake_timestamp"} == {
+            name for name in os.listdir(snapshot) if name not in (".gitattributes", "pytorch_model.bin")
+        }
+        assert not any(path.is_symlink() for path in folder.iterdir())
+        assert folder_files(folder)["config.json"] == (snapshot / "config.json").read_bytes()
+        assert len(list((tmp_path / "results/embeddings" / key / "layers").glob("layer_*.h5"))) == layers
+    assert (tmp_path / "results/tables/claims.md").stat().st_size > 0
+    assert not (tmp_path / "resources/models/tiny-bert/download").exists()  # temporary, deleted once built
+
+
+def test_hub_revision_missing_from_the_cache_is_one_line_naming_model_id_and_revision(hf_home, tmp_path):
+    code = (
+        "from pathlib import Path\n"
+        "from contextuality.models import materialise\n"
+        f"materialise('tiny-gpt2', {{'source': 'hub', 'id': {GPT2_ID!r}, 'revision': {ABSENT_REV!r}}}, Path('m'))\n"
+    )
+    result = python_lines(code, offline_env(hf_home), tmp_path)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"contextuality.models.ModelError: model 'tiny-gpt2' (source hub, {GPT2_ID} @ {ABSENT_REV}) could not be "
+        "fetched: LocalEntryNotFoundError; "
+        f"the Hugging Face cache {hf_home / 'hub'} holds {GPT2_ID} only at {GPT2_REV}, {GPT2_NEWER}. "
+    ), last
+    assert "pre-populate the Hugging Face cache (HF_HOME) on a machine that can reach the hub" in last
+    assert f"hf download {GPT2_ID} --revision {ABSENT_REV}" in last
+    assert not (tmp_path / "m" / "download").exists() and not (tmp_path / "m" / "model").exists()
+
+
+def test_a_cached_weights_file_that_does_not_match_its_blob_name_is_refused(hf_home, tmp_path):
+    home = tmp_path / "hf-home"
+    cached = folder_files(hf_home / "hub" / f"models--{BERT_ID.replace('/', '--')}" / "snapshots" / BERT_REV)
+    storage = add_snapshot(home / "hub", "model", BERT_ID, BERT_REV, cached)
+    blob = blob_of(home / "hub", BERT_ID, BERT_REV, "model.safetensors")
+    blob.write_bytes(blob.read_bytes()[:-1] + b"\x00")  # one changed byte: the blob's name no longer matches
+    code = (
+        "from pathlib import Path\n"
+        "from contextuality.models import materialise\n"
+        f"materialise('tiny-bert', {{'source': 'hub', 'id': {BERT_ID!r}, 'revision': {BERT_REV!r}}}, Path('m'))\n"
+    )
+    result = python_lines(code, offline_env(home), tmp_path)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"contextuality.models.ModelError: model 'tiny-bert' (source hub, {BERT_ID} @ {BERT_REV}): model.safetensors "
+        f"in the Hugging Face cache does not match its sha256 {blob.name} (the cache is damaged)"
+    ), last
+    assert storage.is_dir() and not (tmp_path / "m" / "model").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# Revisions must be commits
+
+
+@pytest.mark.parametrize("revision", ["main", "v1.0", "cd5ef92", "CD5EF92A9FB2F889E972770A36D4ED042DAF221E",
+                                      "cd5ef92a9fb2f889e972770a36d4ed042daf221g"])
+def test_a_hub_revision_that_is_not_a_full_commit_hash_is_a_config_error(revision):
+    config = hub_smoke_config(hub_revisions={"2013": revision})
+    config["models"]["tiny-bert"]["revision"] = revision
+    with pytest.raises(ConfigError) as raised:
+        check_config(config)
+    needed = ("is not a commit hash; a commit hash is required: the full 40-character lower-case hash "
+              "(a branch or tag such as 'main' can move)")
+    assert str(raised.value).splitlines()[1:] == [
+        f"  models.tiny-bert.revision: {revision!r} {needed}",
+        f"  corpus.hub_revisions.2013: {revision!r} {needed}",
+    ]
+
+
+def test_pinned_commits_pass_the_revision_check_and_paper_yaml_is_pinned():
+    check_config(hub_smoke_config(hub_revisions={"2012": corpus.HUB_DATASETS[2012][1]}))
+    check_config(yaml.safe_load((PROJECT / "config" / "paper.yaml").read_text()))
+
+
+@pytest.mark.slow
+def test_an_unpinned_hub_revision_stops_the_run_before_any_job_naming_the_key(hf_home, tmp_path):
+    config = hub_smoke_config()
+    config["models"]["tiny-gpt2"]["revision"] = "main"
+    result = run_snakemake(tmp_path, "--cores", "1", configfile=write_config(tmp_path / "c.yaml", config),
+                           env=offline_env(hf_home), timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert not (tmp_path / "results").exists() and not (tmp_path / "resources").exists(), output
+    assert "Traceback" not in output and len(output.strip().splitlines()) <= 8, output
+    assert ("models.tiny-gpt2.revision: 'main' is not a commit hash; a commit hash is required: "
+            "the full 40-character lower-case hash (a branch or tag such as 'main' can move)") in output
+
+
+# --------------------------------------------------------------------------------------------------
+# Corpus
+
+
+def bundled_sentences(tmp_path: Path, years: list[int], include_2012_train: bool) -> pd.DataFrame:
+    pairs_jsonl = tmp_path / "pairs.jsonl"
+    corpus.write_bundled_pairs(STS_DIR, years, include_2012_train, pairs_jsonl)
+    return corpus.pairs_to_sentences(corpus.load_pairs_bundled(pairs_jsonl))
+
+
+@pytest.mark.slow
+def test_hub_corpus_rule_runs_offline_from_the_cache_and_gives_the_bundled_sentences(hf_home, tmp_path):
+    years = [2012, 2013, 2014, 2015, 2016]
+    config = hub_smoke_config(source="hub", years=years, include_2012_train=True, max_sentences=None)
+    result = run_snakemake(tmp_path, "results/corpus/sentences.parquet", "--cores", "1",
+                           configfile=write_config(tmp_path / "c.yaml", config), env=offline_env(hf_home))
+    assert result.returncode == 0, failure(result)
+    hub = pd.read_parquet(tmp_path / "results/corpus/sentences.parquet")
+    bundled = bundled_sentences(tmp_path, years, include_2012_train=True)
+    same = ["sentence_id", "year", "split", "side", "score", "text"]
+    pd.testing.assert_frame_equal(hub[same], bundled[same])  # same sentences, scores and order
+    assert len(hub) == len(bundled) > 25_000
+    # what the MTEB copies do not carry: the sub-dataset, and so its line numbers
+    assert set(hub["domain"]) == {"all"}
+    for (year, split), group in hub[hub["side"] == 1].groupby(["year", "split"]):
+        assert group["pair_id"].tolist() == list(range(len(group)))
+    assert not (tmp_path / "results/corpus/sts_pairs.jsonl").exists()  # the release files were not read
+    log = (tmp_path / "logs/corpus/corpus.log").read_text()
+    assert "total:" in log
+
+
+def test_hub_corpus_missing_from_the_cache_is_one_line_naming_dataset_and_revision(tmp_path):
+    code = (
+        "from pathlib import Path\n"
+        "from contextuality.corpus import build_corpus\n"
+        "build_corpus(Path('s.parquet'), source='hub', years=[2014])\n"
+    )
+    home = tmp_path / "empty-hf-home"
+    result = python_lines(code, offline_env(home), tmp_path)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    name, commit = corpus.HUB_DATASETS[2014]
+    assert last.startswith(
+        f"contextuality.corpus.CorpusError: corpus.source 'hub': could not load {name} (split test, revision {commit}): "
+        "LocalEntryNotFoundError: "
+    ), last
+    assert last.endswith(
+        f"Without network, use corpus.source: bundled (the default) or pre-populate the Hugging Face cache (HF_HOME; "
+        f"here {home / 'hub'}) on a machine that can reach the hub (hf download {name} --repo-type dataset "
+        f"--revision {commit}) and copy it here."
+    ), last
+    assert not (tmp_path / "s.parquet").exists()
+
+
+def test_datasets_load_dataset_offline_ignores_the_hub_cache_and_the_pinned_revision(hf_home, tmp_path):
+    """Why corpus.py does not call ``datasets.load_dataset(name, revision=...)`` (datasets 5.2).
+
+    Offline, it raises before looking at the hub cache, then falls back to its own Arrow cache
+    (``$HF_HOME/datasets/{org}___{name}/{config}/{version}/{commit}``), whose newest copy it returns
+    whatever the commit it was made from. If this test fails, datasets changed: check whether the
+    plain call now honours the pinned revision offline.
+    """
+    name, pinned = corpus.HUB_DATASETS[2012]
+    code = f"""
+import json, os, datasets
+from datasets.packaged_modules.json.json import Json
+name, pinned = {name!r}, {pinned!r}
+try:
+    datasets.load_dataset(name, split="test", revision=pinned)
+    print("loaded from the hub cache")
+except ConnectionError as err:
+    print("hub cache not used:", type(err).__name__, err)
+# an Arrow cache as an online load of another commit leaves it
+os.makedirs("other", exist_ok=True)
+with open("other/test.jsonl", "w") as out:
+    out.write(json.dumps({{"sentence1": "another", "sentence2": "commit", "score": 0.0}}) + "\\n")
+Json(dataset_name="sts12-sts", hash="f" * 40, data_files={{"test": os.path.abspath("other/test.jsonl")}},
+     config_name="default").download_and_prepare()
+root = datasets.config.HF_DATASETS_CACHE
+config_dir = next((root / "sts12-sts").iterdir())
+os.makedirs(root / "mteb___sts12-sts")
+os.rename(config_dir, root / "mteb___sts12-sts" / "default")
+frame = datasets.load_dataset(name, split="test", revision=pinned).to_pandas()
+print("offline rows:", frame["sentence1"].tolist())
+"""
+    home = tmp_path / "hf-home"
+    (home / "hub").mkdir(parents=True)
+    os.symlink(hf_home / "hub" / "datasets--mteb--sts12-sts", home / "hub" / "datasets--mteb--sts12-sts")
+    result = python_lines(code, offline_env(home), tmp_path)
+    assert result.returncode == 0, failure(result)
+    assert f"hub cache not used: ConnectionError Couldn't reach '{name}' on the Hub (OfflineModeIsEnabled)" in result.stdout
+    assert "offline rows: ['another']" in result.stdout  # the pinned commit's snapshot was in the hub cache
