@@ -299,3 +299,98 @@ def test_batched_near_duplicates_match_sklearn(rng):
     for word, block in enumerate(blocks):
         got = [stats.mev[word], stats.mev_literal[word], stats.mev_centered[word]]
         np.testing.assert_allclose(got, sklearn_mevs(block), rtol=0, atol=SKLEARN_TOL)
+
+
+def layer_with_sentences(rng, lengths, d=6, sentence_scale=0.0):
+    """Rows of sentences of the given lengths (zero allowed), optionally sharing a per-sentence offset."""
+    lengths = np.asarray(lengths)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    shared = np.repeat(rng.normal(size=(len(lengths), d)) * sentence_scale, lengths, axis=0)
+    return rng.normal(size=(offsets[-1], d)) + 0.6 + shared, offsets
+
+
+def brute_force_baselines(X, offsets):
+    """The three exact cosines by explicit double sums over all pairs, with the paper's weights."""
+    lengths = np.diff(offsets)
+    S = np.count_nonzero(lengths)
+    sentence = np.repeat(np.arange(len(lengths)), lengths)
+    p = 1.0 / (S * lengths[sentence])
+    norms = np.linalg.norm(X, axis=1)
+    sums = dict.fromkeys(["w", "wd", "b", "bd", "u", "ud"], 0.0)
+    for i in range(len(X)):
+        for j in range(len(X)):
+            if i == j or norms[i] == 0 or norms[j] == 0:
+                continue
+            cosine = X[i] @ X[j] / (norms[i] * norms[j])
+            sums["w"] += p[i] * p[j] * cosine
+            sums["wd"] += p[i] * p[j]
+            sums["u"] += cosine
+            sums["ud"] += 1
+            if sentence[i] != sentence[j]:
+                sums["b"] += p[i] * p[j] * cosine
+                sums["bd"] += p[i] * p[j]
+    return sums["w"] / sums["wd"], sums["b"] / sums["bd"], sums["u"] / sums["ud"]
+
+
+def test_exact_baseline_matches_all_pairs(rng):
+    X, offsets = layer_with_sentences(rng, [3, 0, 1, 4, 2, 0, 5, 1, 2], sentence_scale=0.8)
+    X[4] = 0.0  # a zero row inside a sentence
+    X[offsets[7]] = 0.0  # a sentence whose only row is zero: it can be drawn, its cosines are left out
+    expected = brute_force_baselines(X, offsets)
+    for chunk_elements in (measures.BATCH_ELEMENTS, 6, 20):  # whole layer, one sentence per chunk, a few
+        for data in (X, X.astype(np.float16)):
+            got = measures.exact_baseline(data, offsets, chunk_elements=chunk_elements)
+            want = expected if data.dtype == np.float64 else brute_force_baselines(data.astype(np.float64), offsets)
+            np.testing.assert_allclose([got.cosine, got.cosine_between, got.cosine_uniform], want, rtol=0, atol=1e-12)
+            assert (got.n_vectors, got.n_sentences) == (len(X) - 2, 7)
+    assert abs(expected[0] - expected[1]) > 0.01  # same-sentence pairs matter here
+
+
+def test_exact_baseline_mev_is_the_mev_of_weight_replicated_rows(rng):
+    """With integer weights the population MEV is sklearn's MEV of rows repeated in proportion to p_i."""
+    lengths = np.array([1, 2, 3, 4, 6, 0, 12])
+    X, offsets = layer_with_sentences(rng, lengths, d=10)
+    X *= rng.uniform(0.5, 4.0, size=10)  # unequal column scales: a definite first component
+    X[offsets[3]] = 0.0  # a zero row is a point of the distribution (TruncatedSVD includes it)
+    repeats = np.repeat(np.where(lengths > 0, 12 // np.maximum(lengths, 1), 0), lengths)
+    replicated = np.repeat(X, repeats, axis=0)
+    got = measures.exact_baseline(X, offsets, chunk_elements=30)
+    expected = sklearn_mevs(replicated)
+    np.testing.assert_allclose([got.mev, got.mev_literal, got.mev_centered], expected, rtol=0, atol=1e-10)
+    cosines = measures.exact_baseline(X, offsets, with_mev=False, chunk_elements=30)
+    assert np.isnan([cosines.mev, cosines.mev_literal, cosines.mev_centered]).all()
+    assert cosines.cosine == got.cosine
+
+
+def test_exact_baseline_mev_keeps_precision_on_near_duplicates(rng):
+    X = near_duplicate_word(rng, 400, 64, 2000.0, True)
+    offsets = np.arange(0, 401, 4)  # equal lengths: equal weights
+    got = measures.exact_baseline(X, offsets, chunk_elements=64 * 50)
+    np.testing.assert_allclose([got.mev, got.mev_literal, got.mev_centered], sklearn_mevs(X), rtol=0, atol=SKLEARN_TOL)
+
+
+def test_sampled_baseline_averages_to_the_exact_between_sentence_value(rng):
+    """The paper's estimator (anisotropy_baseline, every sentence sampled, m = S vectors) has expected
+    value 1/m + (1 - 1/m) * cosine_between: a vector paired with itself gives 1, two distinct draws
+    come from different sentences."""
+    lengths = rng.integers(1, 6, size=25)
+    X, offsets = layer_with_sentences(rng, lengths, d=8, sentence_scale=1.0)
+    exact = measures.exact_baseline(X, offsets)
+    m = len(lengths)
+    expected = 1 / m + (1 - 1 / m) * exact.cosine_between
+    draws = np.array([
+        measures.anisotropy_baseline(X, offsets, np.arange(m), np.random.default_rng(seed), n_pairs=400).cosine
+        for seed in range(1500)
+    ])  # fmt: skip
+    standard_error = draws.std() / np.sqrt(len(draws))
+    assert abs(draws.mean() - expected) < 4 * standard_error
+    assert abs(draws.mean() - (1 / m + (1 - 1 / m) * exact.cosine)) > 4 * standard_error
+
+
+def test_exact_baseline_without_rows():
+    empty = measures.exact_baseline(np.zeros((0, 4)), np.array([0, 0, 0]))
+    assert empty.n_sentences == 0 and np.isnan(empty.cosine) and np.isnan(empty.mev)
+    one = measures.exact_baseline(np.ones((1, 4)), np.array([0, 1]))
+    assert one.n_vectors == 1 and np.isnan([one.cosine, one.cosine_between, one.cosine_uniform]).all()
+    with pytest.raises(ValueError, match="sentence_offsets"):
+        measures.exact_baseline(np.ones((3, 4)), np.array([0, 2]))
