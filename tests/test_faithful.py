@@ -98,7 +98,8 @@ def test_trained_tokenizer_pieces_decode_to_their_words():
     """A byte-level BPE trained here: every word's span decodes to the word, with or without a leading
     space, and the misalignment count is the number of words after the first multi-piece word."""
     corpus = ["the cat sat on the mat .", "a dog sat on the log !", "the dog and the cat ran ."] * 40
-    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=alphabet, show_progress=False)
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
