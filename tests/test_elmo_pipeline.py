@@ -14,7 +14,8 @@ import yaml
 
 from conftest import PROJECT, job_counts, run_snakemake, with_absolute_data_paths, write_config
 from contextuality.elmo import ElmoEmbedder
-from contextuality.extract import extract_shard, load_for_extraction
+from conftest import extract_planned
+from contextuality.extract import load_for_extraction
 from contextuality.models import ModelError, materialise, write_source_record
 from contextuality.words import word_table
 
@@ -44,11 +45,7 @@ def test_elmo_extraction_stores_spacy_words_and_three_layers(elmo_record, tmp_pa
     sentences = pd.DataFrame({"sentence_id": range(len(SENTENCES)), "text": SENTENCES})
     words = word_table(sentences)
     loaded = load_for_extraction("elmo", spec, record, tmp_path / "elmo" / "model", "cpu", "float32")
-    extract_shard(
-        loaded, sentences, words, tmp_path / "shard.h5", tmp_path / "units.parquet", indexing="word",
-        pooling="first", batch_size=2, storage_dtype="float32", policy="truncate", device="cpu",
-        disk_factor=1.0, attrs={},
-    )
+    extract_planned(loaded, sentences, words, tmp_path, indexing="word", batch_size=2)
     units = pd.read_parquet(tmp_path / "units.parquet")
     assert units["unit"].tolist() == words["word"].tolist()
     direct = ElmoEmbedder(GOLDEN / "options.json", GOLDEN / "lm_weights.hdf5")
@@ -69,6 +66,7 @@ def test_paper_config_plans_elmo_next_to_bert_and_gpt2(tmp_path):
     result = run_snakemake(tmp_path, "-n", "--cores", "2", configfile=write_config(tmp_path / "paper.yaml", config))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     counts = job_counts(result.stdout)
-    # the layer counts come from the built models (a checkpoint): the dry run plans up to them
     assert counts["download_model"] == 3 and counts["materialise_model"] == 3
+    # the per-layer jobs follow once each model is built (its layer count is a checkpoint's output)
+    assert counts["extract"] == 3 * 8 and counts["measure"] == 3 and "measure_layer" not in counts
     assert "resources/models/elmo/source.json" in result.stdout

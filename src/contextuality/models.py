@@ -575,16 +575,44 @@ def verify_weights(record: dict, model_dir: str | Path) -> None:
         )
 
 
+def load_tokenizer(record: dict, model_dir: str | Path, spec: dict):
+    """A model's fast tokenizer and its length limit (tokens, specials included), without loading the weights.
+
+    The limit is the smallest of ``models.{key}.max_length``, the model's position limit and the
+    tokenizer's own. Decoders without a pad token get one (padding is masked, any id will do).
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    hf_dir = Path(model_dir)
+    check_no_remote_code(record["key"], hf_dir)
+    tokenizer = AutoTokenizer.from_pretrained(str(hf_dir), trust_remote_code=False)
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelError(
+            f"model '{record['key']}': {hf_dir} has no fast (Rust) tokenizer, which alignment needs for character "
+            "offsets; convert its tokenizer (tokenizer.json) or use another model"
+        )
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    hf_config = AutoConfig.from_pretrained(str(hf_dir), trust_remote_code=False)
+    hf_config = getattr(hf_config, "text_config", None) or hf_config
+    limits = [
+        spec.get("max_length"),
+        getattr(hf_config, "max_position_embeddings", None),
+        getattr(hf_config, "n_positions", None),
+        tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else None,
+    ]
+    return tokenizer, min(limit for limit in limits if limit)
+
+
 def load(record: dict, model_dir: str | Path, spec: dict, device: str, dtype: str = "float32") -> LoadedModel:
     """Tokenizer and base model (hidden states only) from the folder ``model_dir``, in eval mode on ``device``."""
     import torch
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoModel
 
     verify_weights(record, model_dir)
     hf_dir = str(model_dir)
     check_weights_format(record["key"], Path(hf_dir), spec.get("allow_pickle", False))
-    check_no_remote_code(record["key"], Path(hf_dir))
-    tokenizer = AutoTokenizer.from_pretrained(hf_dir, trust_remote_code=False)
+    tokenizer, max_length = load_tokenizer(record, model_dir, spec)
     model = AutoModel.from_pretrained(
         hf_dir,
         trust_remote_code=False,
@@ -592,14 +620,5 @@ def load(record: dict, model_dir: str | Path, spec: dict, device: str, dtype: st
         dtype=getattr(torch, dtype),
     )
     model.eval().to(device)
-    if tokenizer.pad_token is None:  # decoders: padding is masked anyway, any id will do
-        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
-    limits = [
-        spec.get("max_length"),
-        getattr(model.config, "max_position_embeddings", None),
-        getattr(model.config, "n_positions", None),
-        tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else None,
-    ]
-    max_length = min(limit for limit in limits if limit)
     n_layers = model.config.num_hidden_layers + 1
     return LoadedModel(record["key"], tokenizer, model, record, max_length, n_layers)

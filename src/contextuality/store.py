@@ -109,12 +109,12 @@ def _shard_table(shard_paths: list[Path]) -> tuple[dict, np.ndarray, np.ndarray,
     sentence_ids = np.concatenate(ids).astype(np.int64)
     if not np.array_equal(sentence_ids, np.sort(sentence_ids)):
         raise StoreError("shards are not in sentence order; their sentence ids overlap or are shuffled")
-    attrs = {k: v for k, v in attrs.items() if k not in ("complete", "shard", "n_shards")}
+    attrs = {k: v for k, v in attrs.items() if k not in ("complete", "shard", "n_shards", "first_row")}
     return attrs, np.concatenate(offsets), sentence_ids, rows
 
 
-def gather(shard_paths: list[Path], shard_units: list[Path], out_units: Path, out_manifest: Path, *, model: str = "") -> dict:
-    """The model's ``units.parquet`` (one row per stored row, in order) and ``manifest.json``.
+def gather(shard_paths: list[Path], units_path: Path, out_manifest: Path, *, model: str = "") -> dict:
+    """The model's ``manifest.json``, after checking the shards hold exactly the planned units.
 
     The manifest names the layers (``layers/layer_{LL}.h5``), the rows, dims and dtype, and every shard
     with its rows, all relative to the model's embeddings folder; every later reader checks against it.
@@ -127,10 +127,12 @@ def gather(shard_paths: list[Path], shard_units: list[Path], out_units: Path, ou
             truncated += int(shard.attrs.get("n_truncated_sentences", 0))
             skipped += int(shard.attrs.get("n_skipped_sentences", 0))
     total = int(sum(rows))
-    units = pd.concat([pd.read_parquet(path) for path in shard_units], ignore_index=True)
-    units["row"] = np.arange(len(units), dtype=np.int64)
-    if len(units) != total:
-        raise StoreError(f"units tables list {len(units)} rows but the shards hold {total} vectors")
+    units = pd.read_parquet(units_path, columns=["row", "sentence_id"])
+    if len(units) != total or not np.array_equal(units["row"].to_numpy(), np.arange(total)):
+        raise StoreError(f"{units_path} lists {len(units)} rows but the shards hold {total} vectors; {REBUILD_HINT}")
+    planned = np.bincount(np.searchsorted(sentence_ids, units["sentence_id"].to_numpy()), minlength=len(sentence_ids))
+    if not np.array_equal(planned, np.diff(offsets)):
+        raise StoreError(f"the shards' rows per sentence differ from the plan in {units_path}; {REBUILD_HINT}")
     n_layers, dim = int(attrs["n_layers"]), int(attrs["dim"])
     base = Path(out_manifest).parent
     manifest = {
@@ -142,8 +144,6 @@ def gather(shard_paths: list[Path], shard_units: list[Path], out_units: Path, ou
         ],
         "n_truncated_sentences": truncated, "n_skipped_sentences": skipped,
     }
-    with atomic_path(out_units) as tmp:
-        units.to_parquet(tmp, index=False)
     with atomic_path(out_manifest) as tmp:
         tmp.write_text(json.dumps(manifest, indent=1) + "\n")
     log.info("gathered %d shards: %d layers x %d rows x %d dims", len(shard_paths), n_layers, total, dim)

@@ -15,7 +15,9 @@ import pytest
 
 from conftest import PROJECT, run_snakemake, write_config
 from contextuality import extract, models
-from contextuality.extract import ExtractionError, extract_shard
+from contextuality import diskspace
+from contextuality.diskspace import DiskSpaceError
+from contextuality.extract import extract_shard, plan_model
 from contextuality.words import word_table
 from workflow_runs import audited_smoke_run, failure, smoke_audit, smoke_config, smoke_config_path
 
@@ -34,24 +36,23 @@ def test_extraction_that_does_not_fit_on_disk_stops_with_the_numbers_before_writ
         asked.append(Path(path))
         return shutil._ntuple_diskusage(total=10**6, used=10**6 - 1000, free=1000)
 
-    monkeypatch.setattr(extract.shutil, "disk_usage", tiny_disk)
+    monkeypatch.setattr(diskspace.shutil, "disk_usage", tiny_disk)
     out = tmp_path / "out"
     out.mkdir()
-    n_units = len(word_table(sentences))  # word indexing: one unit per spaCy word
-    needed = n_units * 2 * 16 * 4  # units x layers (input + 1) x dims x float32 bytes
-    with pytest.raises(ExtractionError) as caught:
-        extract_shard(
-            loaded, sentences, word_table(sentences), out / "shard.h5", out / "units.parquet", indexing="word",
-            pooling="first", batch_size=2, storage_dtype="float32", policy="truncate", device="cpu",
-            disk_factor=1.5, attrs={},
-        )
+    words = word_table(sentences)
+    plan = plan_model(loaded, sentences, words, indexing="word")
+    needed = len(plan.units) * 2 * 16 * 4  # units x layers (input + 1) x dims x float32 bytes
+    with pytest.raises(DiskSpaceError) as caught:
+        extract_shard(loaded, plan, out / "shard.h5", pooling="first", batch_size=2, storage_dtype="float32",
+                      device="cpu", disk_factor=1.5, attrs={})
     assert str(caught.value) == (
-        f"not enough disk for {out}: estimated output {needed / 1000:.2f} kB x margin 1.5 "
-        f"(extraction.min_free_disk_factor) = {needed * 1.5 / 1000:.2f} kB > 1.00 kB free; "
+        f"not enough disk for {out / 'shard.h5'}: it needs {needed / 1000:.2f} kB x margin 1.5 "
+        f"(extraction.min_free_disk_factor) = {needed * 1.5 / 1000:.2f} kB, and 1.00 kB are free; "
         "free space, use storage_dtype float16, or set corpus.max_sentences"
     )
     assert asked == [out]
-    assert list(out.iterdir()) == []  # nothing written, not even a temporary file
+    assert [path.name for path in out.iterdir()] == [".disk-reservations"]  # nothing written, not even a temporary file
+    assert list((out / ".disk-reservations").glob("*.json")) == []
 
 
 @pytest.mark.slow
@@ -62,8 +63,10 @@ def test_workflow_stops_an_extraction_that_does_not_fit_on_disk(tmp_path):
     result = run_snakemake(tmp_path, target, "--cores", "2", configfile=write_config(tmp_path / "c.yaml", config))
     assert result.returncode != 0, failure(result)
     log = (tmp_path / "logs" / "extract" / "tiny-gpt2" / "shard_0.log").read_text()
-    assert "ExtractionError: not enough disk for results/embeddings/tiny-gpt2/shards: estimated output " in log
+    assert "not enough disk for results/embeddings/tiny-gpt2/shards/shard_0.h5: it needs " in log
     assert "x margin 1e+15 (extraction.min_free_disk_factor) = " in log
+    first = result.stderr.strip().splitlines()
+    assert any(line.startswith("not enough disk for results/embeddings/tiny-gpt2/shards/shard_0.h5") for line in first)
     assert [path for path in (tmp_path / "results").rglob("*") if "embeddings" in path.parts and path.is_file()] == []
 
 

@@ -2,6 +2,7 @@
 import json
 import os
 
+from snakemake.exceptions import IncompleteCheckpointException
 from snakemake.utils import validate
 
 from contextuality.config import ConfigError, check_config, check_targets, command_line_targets, validate_against_schema
@@ -48,8 +49,7 @@ def final_outputs(wildcards):
         f"{RESULTS}/corpus/word_index.parquet",
     ]
     for model in MODELS:
-        targets += expand(f"{RESULTS}/embeddings/{model}/shards/shard_{{shard}}.h5", shard=range(config["extraction"]["n_shards"]))
-        targets += expand(f"{RESULTS}/embeddings/{model}/layers/layer_{{layer}}.h5", layer=layer_names(model))
+        targets += stored_vectors(model)
     targets += expand(f"{RESULTS}/metrics/{{model}}/context_specific_words.csv", model=MODELS)
     targets += expand(f"{RESULTS}/figures/{{name}}.png", name=FIGURES)
     targets += [f"{RESULTS}/tables/summary.md", f"{RESULTS}/tables/claims.md"]
@@ -60,10 +60,11 @@ def final_outputs(wildcards):
     return targets
 
 
-# Keys of a model entry that change the stored vectors (besides what BUILD_KEYS builds). Reporting keys
+# Keys of a model entry that change the stored vectors, besides BUILD_KEYS (the weights) and the keys
+# the model's plan depends on (indexing, tokenization, max_length). Reporting keys
 # (label, stands_for) are in no job's params but the reporting rules', so renaming a model re-draws the
 # figures and tables only.
-EXTRACTION_KEYS = ("indexing", "pooling", "max_length", "batch_size", "stateful", "allow_pickle")
+EXTRACTION_KEYS = ("pooling", "batch_size", "stateful", "allow_pickle")
 
 
 def model_keys(*keys):
@@ -134,6 +135,22 @@ def n_layers_of(model):
         return spec["n_layers"] + 1
     record = checkpoints.materialise_model.get(model=model).output.record
     return record_shape(record)[0]
+
+
+def stored_vectors(model):
+    """The shard and layer files of a model, once its layer count is known.
+
+    Not yet known (a downloaded model not built): nothing is asked here, and the model is built and its
+    layers extracted for its measurements; asking here would wait for each model's build in turn.
+    """
+    try:
+        layers = layer_names(model)
+    except IncompleteCheckpointException:
+        return []
+    shards = range(config["extraction"]["n_shards"])
+    return expand(f"{RESULTS}/embeddings/{model}/shards/shard_{{shard}}.h5", shard=shards) + expand(
+        f"{RESULTS}/embeddings/{model}/layers/layer_{{layer}}.h5", layer=layers
+    )
 
 
 def layer_names(model):
@@ -228,5 +245,5 @@ def measure_mem_mb(wildcards, input, attempt=1):
 
 def extraction_settings(wildcards):
     """The extraction keys that change the stored vectors (disk margins and GPU counts do not)."""
-    keep = ("n_shards", "batch_size", "device", "compute_dtype", "storage_dtype", "max_length_policy")
+    keep = ("n_shards", "batch_size", "device", "compute_dtype", "storage_dtype")
     return {key: config["extraction"][key] for key in keep}
