@@ -23,6 +23,7 @@ any word that takes several pieces, exactly as the paper's code read it.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass, field
 
@@ -92,11 +93,17 @@ def strip_marker(piece: str) -> str:
 
 def _flat(lists) -> tuple[np.ndarray, np.ndarray]:
     """Concatenated values and offsets of a list of lists (as numpy arrays)."""
-    lengths = np.fromiter((len(values) for values in lists), dtype=np.int64, count=len(lists))
+    lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
     offsets = np.zeros(len(lists) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    values = np.fromiter((v for values in lists for v in values), dtype=np.int64, count=int(offsets[-1]))
+    values = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(offsets[-1]))
     return values, offsets
+
+
+def _flat_pairs(lists, count: int) -> np.ndarray:
+    """(count, 2) array of the (begin, end) pairs of a list of lists of pairs."""
+    flat = itertools.chain.from_iterable(itertools.chain.from_iterable(lists))
+    return np.fromiter(flat, dtype=np.int64, count=2 * count).reshape(count, 2)
 
 
 def _encode(tokenizer, texts: list[str], max_length: int, policy: str, sentence_ids: np.ndarray, name: str):
@@ -165,7 +172,7 @@ def plan_pieces(
     truncated = too_long & ~skipped
     input_ids, token_offsets = _flat(ids)
     special = _flat(masks)[0].astype(bool)
-    offsets_flat = np.array([pair for sentence in offsets for pair in sentence], dtype=np.int64).reshape(-1, 2)
+    offsets_flat = _flat_pairs(offsets, len(input_ids))
     token_sentence = np.repeat(np.arange(len(texts)), np.diff(token_offsets))
     sentence_index = np.searchsorted(sentence_ids, words["sentence_id"].to_numpy(dtype=np.int64))
     word_of_piece, _ = _piece_words(texts, offsets_flat, token_sentence, words, sentence_index)

@@ -33,7 +33,7 @@ from contextuality.alignment import Plan
 from contextuality.atomic import atomic_path
 from contextuality.devices import choose_device
 from contextuality.store import create_checked
-from contextuality.writer import ShardWriter
+from contextuality.writer import DeviceBlock, PermutedBlock, ShardWriter, chunk_cache_bytes
 
 log = logging.getLogger(__name__)
 
@@ -232,36 +232,49 @@ def _hf_windows(loaded, plan: Plan, *, batch_size: int, pooling: str, device: st
     dim = loaded.model.config.hidden_size
     window = WINDOW_BATCHES * batch_size
     n_sentences = len(plan.sentence_ids)
+    selected = None  # float32 rows of one batch and layer, reused (fresh large tensors cost page faults)
     for w0 in range(0, n_sentences, window):
         w1 = min(w0 + window, n_sentences)
-        base = int(plan.unit_offsets[w0])
-        slab = torch.empty((loaded.n_layers, int(plan.unit_offsets[w1]) - base, dim), dtype=storage, device=device)
+        base, n_rows = int(plan.unit_offsets[w0]), int(plan.unit_offsets[w1] - plan.unit_offsets[w0])
+        # the window's rows in the order the batches produce them (contiguous writes), put in corpus order at the end
+        in_batch_order = torch.empty((loaded.n_layers, n_rows, dim), dtype=storage, device=device)
+        rows_in_order, filled = np.empty(n_rows, dtype=np.int64), 0
         for batch, ids, mask in padded_batches(plan, w0, w1, batch_size, loaded.tokenizer.pad_token_id):
             rows, index, n_pieces = _selection(plan, batch, ids.shape[1], pooling)
             if not len(rows):
                 continue
+            span = slice(filled, filled + len(rows))
+            rows_in_order[span] = rows - base
+            filled += len(rows)
             with torch.inference_mode():
                 hidden = forward(torch.from_numpy(ids).to(device, non_blocking=True),
                                  torch.from_numpy(mask).to(device, non_blocking=True))
                 index_t = torch.from_numpy(index).to(device, non_blocking=True)
-                target = torch.from_numpy(rows - base).to(device, non_blocking=True)
                 counts = None if n_pieces is None else torch.from_numpy(n_pieces).to(device, dtype=torch.float32)
                 for layer, states in enumerate(hidden):
                     flat = states.reshape(-1, states.shape[-1])
-                    if counts is None:
-                        chosen = flat.index_select(0, index_t)
-                    else:  # mean of a word's pieces: padded gather (a zero row after the grid), summed in float32
+                    target = in_batch_order[layer, span]
+                    if counts is not None:  # mean of a word's pieces: padded gather (a zero row after the grid)
                         padded = torch.cat([flat.float(), flat.new_zeros((1, flat.shape[1]), dtype=torch.float32)])
-                        chosen = padded[index_t].sum(dim=1) / counts[:, None]
-                    slab[layer].index_copy_(0, target, chosen.to(storage))
-        if on_cuda:  # pinned host memory, copied without blocking; the writer waits on the event
-            host = torch.empty(slab.shape, dtype=storage, pin_memory=True)
-            host.copy_(slab, non_blocking=True)
+                        target.copy_(padded[index_t].sum(dim=1) / counts[:, None])
+                    elif flat.dtype == storage:
+                        torch.index_select(flat, 0, index_t, out=target)
+                    else:
+                        if selected is None or selected.shape[0] < len(rows) or selected.dtype != flat.dtype:
+                            selected = torch.empty((max(len(rows), 2 * batch_size * 32), dim), dtype=flat.dtype, device=device)
+                        torch.index_select(flat, 0, index_t, out=selected[: len(rows)])
+                        target.copy_(selected[: len(rows)])  # the cast to the storage dtype, on the device
+        if filled != n_rows:
+            raise ExtractionError(f"window of sentences {w0}-{w1 - 1}: {filled} rows computed, {n_rows} planned")
+        order = torch.from_numpy(np.argsort(rows_in_order, kind="stable")).to(device, non_blocking=True)
+        if on_cuda:  # corpus order on the device, then pinned host memory without blocking
+            host = torch.empty((loaded.n_layers, n_rows, dim), dtype=storage, pin_memory=True)
+            host.copy_(in_batch_order.index_select(1, order), non_blocking=True)
             done = torch.cuda.Event()
             done.record()
-            yield base, (host, done), w1
-        else:
-            yield base, slab.numpy(), w1
+            yield base, DeviceBlock(host, done), w1
+        else:  # the writer thread puts the rows in corpus order while the next window runs
+            yield base, PermutedBlock(in_batch_order, order), w1
 
 
 def _elmo_windows(loaded: ElmoModel, plan: Plan, *, batch_size: int, storage_dtype: str):
@@ -297,7 +310,9 @@ def extract_shard(
                               storage_dtype=storage_dtype, forward=forward)
     started, done = time.perf_counter(), 0
     bar = tqdm(total=len(plan.sentence_ids), unit="sent", mininterval=5, desc=f"extract {loaded.key}")
-    with diskspace.reserve(out_h5, needed, disk_factor), atomic_path(out_h5) as tmp, h5py.File(tmp, "w") as out:
+    cache = chunk_cache_bytes(n_units, dim, storage_dtype)
+    with diskspace.reserve(out_h5, needed, disk_factor), atomic_path(out_h5) as tmp, \
+            h5py.File(tmp, "w", rdcc_nbytes=cache, rdcc_nslots=1009) as out:
         writer = ShardWriter(out, out_h5, loaded.n_layers, n_units, dim, storage_dtype, depth=WRITER_DEPTH)
         try:
             expected = 0
@@ -329,7 +344,7 @@ def extract_shard(
 
 
 def _rows(block) -> int:
-    return block[0].shape[1] if isinstance(block, tuple) else block.shape[1]
+    return block.shape[1]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,12 +1,13 @@
-"""Writing a shard's vectors: a background thread behind a bounded queue, whole chunks at a time.
+"""Writing a shard's vectors: a background thread behind a bounded queue.
 
-The extraction loop hands each window's vectors (layers x rows x dim, already in the storage dtype)
-to ``ShardWriter.put`` and goes on with the next batch while the writer thread appends them to the
-HDF5 file. Rows are buffered until a whole chunk (``store.CHUNK_ROWS``) of every layer is ready, so
-each chunk is written once, whole: no chunk is read back, and its fletcher32 checksum is computed
-once. An error in the writer thread (a full disk, say) stops the extraction at its next ``put`` or at
-``close`` with the writer's message. The file is written under a temporary name and renamed only once
-complete (``contextuality.atomic``).
+The extraction loop hands each window's vectors (layers x rows x dim, in the storage dtype) to
+``ShardWriter.put`` and goes on with the next batch while the writer thread appends them to the HDF5
+file. A block may still need work that releases the GIL (a CUDA copy to wait for, rows to put in
+corpus order), which the writer thread does. The file's chunk cache holds every layer's open chunk,
+so each chunk is checksummed (fletcher32) and written once, whole, never read back. An error in the
+writer thread (a full disk, say) stops the extraction at its next ``put`` or at ``close`` with the
+writer's message. The file is written under a temporary name and renamed only once complete
+(``contextuality.atomic``).
 """
 
 from __future__ import annotations
@@ -38,19 +39,17 @@ class ShardWriter:
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
         self.error: BaseException | None = None
         self.written = 0
-        self._pending: list[np.ndarray] = []
-        self._pending_rows = 0
         self._thread = threading.Thread(target=self._run, name=f"writer {self.path.name}", daemon=True)
         self._thread.start()
 
     def put(self, block) -> None:
         """Queue the next rows of every layer (waits while the queue is full); raises the writer's error.
 
-        ``block``: a (layers, rows, dim) array, or a (host tensor, CUDA event) pair whose copy the
-        writer thread waits for (so the forward passes go on meanwhile).
+        ``block``: a (layers, rows, dim) array, or a ``DeviceBlock``/``PermutedBlock`` the writer thread
+        finishes (so the forward passes go on meanwhile).
         """
         self._raise()
-        if (block[0] if isinstance(block, tuple) else block).shape[1]:
+        if block.shape[1]:
             while True:
                 try:
                     self.queue.put(block, timeout=1.0)
@@ -59,7 +58,7 @@ class ShardWriter:
                     self._raise()
 
     def close(self) -> None:
-        """Flush what is left and wait for the thread; raises its error, or if the rows do not add up."""
+        """Wait for the thread to write what is queued; raises its error, or if the rows do not add up."""
         if self._thread.is_alive():
             self.queue.put(None)
             self._thread.join()
@@ -74,15 +73,10 @@ class ShardWriter:
     def _run(self) -> None:
         try:
             while (block := self.queue.get()) is not None:
-                if isinstance(block, tuple):  # a device-to-host copy in flight
-                    tensor, copied = block
-                    copied.synchronize()
-                    block = tensor.numpy()
-                self._pending.append(block)
-                self._pending_rows += block.shape[1]
-                if self._pending_rows >= CHUNK_ROWS:
-                    self._flush(final=False)
-            self._flush(final=True)
+                rows = block.resolve() if hasattr(block, "resolve") else block
+                for dataset, layer_rows in zip(self.datasets, rows):
+                    dataset[self.written:self.written + rows.shape[1]] = layer_rows
+                self.written += rows.shape[1]
         except BaseException as err:  # handed to the extraction loop, which stops with it
             self.error = err
             while True:  # unblock a producer waiting on a full queue
@@ -91,16 +85,31 @@ class ShardWriter:
                 except queue.Empty:
                     break
 
-    def _flush(self, final: bool) -> None:
-        if not self._pending_rows:
-            return
-        rows = np.concatenate(self._pending, axis=1) if len(self._pending) > 1 else self._pending[0]
-        whole = self._pending_rows if final else self._pending_rows // CHUNK_ROWS * CHUNK_ROWS
-        for dataset, layer_rows in zip(self.datasets, rows):
-            dataset[self.written:self.written + whole] = layer_rows[:whole]
-        self.written += whole
-        rest = rows[:, whole:]
-        self._pending, self._pending_rows = ([rest] if rest.shape[1] else []), rest.shape[1]
+
+class DeviceBlock:
+    """Rows copied from a CUDA device into pinned host memory without blocking; ready once ``event`` is."""
+
+    def __init__(self, host, event):
+        self.host, self.event, self.shape = host, event, tuple(host.shape)
+
+    def resolve(self) -> np.ndarray:
+        self.event.synchronize()
+        return self.host.numpy()
+
+
+class PermutedBlock:
+    """Rows in the order the batches produced them, and the order that puts them in corpus order."""
+
+    def __init__(self, rows, order):
+        self.rows, self.order, self.shape = rows, order, tuple(rows.shape)
+
+    def resolve(self) -> np.ndarray:
+        return self.rows.index_select(1, self.order).numpy()  # torch releases the GIL while it copies
+
+
+def chunk_cache_bytes(n_rows: int, dim: int, dtype: str) -> int:
+    """A per-dataset chunk cache that holds two chunks: every layer's open chunk stays in memory."""
+    return 2 * min(max(n_rows, 1), CHUNK_ROWS) * dim * np.dtype(dtype).itemsize + (1 << 16)
 
 
 def _describe(error: BaseException, path: Path, needed: int) -> WriterError:
