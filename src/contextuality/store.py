@@ -19,6 +19,7 @@ exists, is complete and has the rows the layer file expects.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -28,6 +29,7 @@ import h5py
 import numpy as np
 import pandas as pd
 
+from contextuality import diskspace
 from contextuality.atomic import atomic_path
 
 log = logging.getLogger(__name__)
@@ -331,14 +333,18 @@ def _copy_rows(dataset: h5py.Dataset, path: Path, out: np.ndarray, first: int, c
 # The classic layout of the paper's code and allennlp's `elmo` command
 
 
-def export_classic(layer_paths: list[Path], occurrences: pd.DataFrame, out_h5: Path, out_word2sent: Path) -> None:
+def export_classic(layer_paths: list[Path], occurrences: pd.DataFrame, out_h5: Path, out_word2sent: Path,
+                   disk_factor: float = 1.2) -> None:
     """One HDF5 per model, one dataset per sentence index (a string) of shape ``(layers, tokens, dim)``.
 
     Also ``word2sent.json`` mapping each word to its ``[sentence index, token position]`` pairs. Written
     a chunk of sentences at a time: memory stays at one chunk of every layer.
     """
+    stack = contextlib.ExitStack()  # the disk reservation, held while writing
     readers = [LayerReader(path) for path in layer_paths]
     try:
+        needed = sum(reader.shape[0] * reader.shape[1] * reader.dtype.itemsize for reader in readers)
+        stack.enter_context(diskspace.reserve(out_h5, needed, disk_factor))
         offsets = readers[0].offsets
         ids = _read_checked(readers[0].handle["sentence_ids"], readers[0].path)
         with atomic_path(out_h5) as tmp, h5py.File(tmp, "w") as out:
@@ -350,6 +356,7 @@ def export_classic(layer_paths: list[Path], occurrences: pd.DataFrame, out_h5: P
             # allennlp's layout maps sentence texts to keys; sentences are keyed by index here, so it is empty
             out.create_dataset("sentence_to_index", data=json.dumps({}))
     finally:
+        stack.close()
         for reader in readers:
             reader.close()
     word2sent = {

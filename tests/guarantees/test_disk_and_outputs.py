@@ -18,6 +18,7 @@ from contextuality import extract, models
 from contextuality import diskspace
 from contextuality.diskspace import DiskSpaceError
 from contextuality.extract import extract_shard, plan_model
+from contextuality.writer import DiskFullError
 from contextuality.words import word_table
 from workflow_runs import audited_smoke_run, failure, smoke_audit, smoke_config, smoke_config_path
 
@@ -53,6 +54,66 @@ def test_extraction_that_does_not_fit_on_disk_stops_with_the_numbers_before_writ
     assert asked == [out]
     assert [path.name for path in out.iterdir()] == [".disk-reservations"]  # nothing written, not even a temporary file
     assert list((out / ".disk-reservations").glob("*.json")) == []
+
+
+def test_concurrent_jobs_cannot_all_pass_on_the_same_free_space(tmp_path, monkeypatch):
+    """Two extractions that each fit, but not together: the second one is refused while the first holds its
+    reservation, and passes once the first is done (or its process died)."""
+    import subprocess
+    import sys
+
+    free = 10_000
+    monkeypatch.setattr(diskspace.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**6, 10**6 - free, free))
+    results = tmp_path / "results" / "embeddings" / "m" / "shards"
+    results.mkdir(parents=True)
+    with diskspace.reserve(results / "shard_0.h5", 6_000, 1.2):
+        with pytest.raises(DiskSpaceError, match=r"shard_1\.h5: it needs 6.00 kB x margin 1.2 .* = 7.20 kB, and 10.00 kB are "
+                                                   r"free, of which 6.00 kB are reserved by other running jobs"):
+            with diskspace.reserve(results / "shard_1.h5", 6_000, 1.2):
+                pass
+    with diskspace.reserve(results / "shard_1.h5", 6_000, 1.2):  # the first job is done: its space is free again
+        pass
+    # a reservation whose process is gone (killed: no lock held) does not count
+    folder = diskspace.reservation_dir(results / "shard_0.h5")
+    code = ("import json, os, sys; from pathlib import Path; folder = Path(sys.argv[1]);"
+            "(folder / 'dead-1-shard_0.h5.json').write_text(json.dumps({'bytes': 9000}))")
+    subprocess.run([sys.executable, "-c", code, str(folder)], check=True)
+    assert folder == tmp_path / ".disk-reservations"
+    with diskspace.reserve(results / "shard_1.h5", 6_000, 1.2):
+        pass
+    assert list(folder.glob("*.json")) == []
+
+
+def test_a_disk_that_fills_mid_write_gives_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    sentences = pd.DataFrame({"sentence_id": range(len(TEXTS) * 20), "text": TEXTS * 20})
+    sentences.to_parquet(tmp_path / "sentences.parquet")
+    spec = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_size": 16, "vocab_size": 100}
+    record = models.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
+    loaded = models.load(record, tmp_path / "model" / "model", spec, "cpu")
+    plan = plan_model(loaded, sentences, word_table(sentences), indexing="word")
+    import h5py
+
+    calls = []
+    original = h5py.Dataset.__setitem__
+
+    def fill_up(self, key, value):  # what HDF5 raises when write() hits ENOSPC
+        calls.append(key)
+        if len(calls) > 2:
+            raise OSError("Can't synchronously write data (file write failed: errno = 28, error message = 'No space left on device')")
+        return original(self, key, value)
+
+    monkeypatch.setattr(h5py.Dataset, "__setitem__", fill_up)
+    out = tmp_path / "results" / "shards"
+    out.mkdir(parents=True)
+    needed = len(plan.units) * 2 * 16 * 4
+    with pytest.raises(DiskFullError) as caught:
+        extract_shard(loaded, plan, out / "shard_0.h5", pooling="first", batch_size=2, storage_dtype="float32",
+                      device="cpu", disk_factor=1.0, attrs={})
+    message = str(caught.value)
+    assert message.startswith(f"{out / 'shard_0.h5'}: the disk filled up while writing it: it needs {needed:,} bytes and ")
+    assert message.endswith("are free; nothing partial was kept (free space, or use storage_dtype float16)")
+    assert "\n" not in message
+    assert [path for path in out.iterdir()] == []  # no shard, no temporary file
 
 
 @pytest.mark.slow
