@@ -62,14 +62,32 @@ def with_absolute_data_paths(config: dict) -> dict:
     return config
 
 
-def gather_layers(shard_paths: list[Path], unit_paths: list[Path], out_dir: Path) -> dict[int, Path]:
-    """What the workflow's gather and layer_file rules make of shard files: ``out_dir/units.parquet``,
-    ``out_dir/manifest.json`` and ``out_dir/layers/layer_{LL}.h5``; returns the layer files by layer."""
+def gather_layers(shard_paths: list[Path], units_path: Path, out_dir: Path) -> dict[int, Path]:
+    """What the workflow's gather and layer_file rules make of shard files: ``out_dir/manifest.json`` and
+    ``out_dir/layers/layer_{LL}.h5``; returns the layer files by layer. ``units_path``: the plan's units."""
     from contextuality.store import gather, layer_file_name, write_layer_file
 
-    manifest = gather(shard_paths, unit_paths, out_dir / "units.parquet", out_dir / "manifest.json")
+    manifest = gather(shard_paths, units_path, out_dir / "manifest.json")
     layers = {}
     for layer in range(manifest["n_layers"]):
         layers[layer] = out_dir / "layers" / layer_file_name(layer)
         write_layer_file(shard_paths, layer, layers[layer])
     return layers
+
+
+def extract_planned(loaded, sentences, words, out_dir: Path, *, indexing: str = "subword", pooling: str = "first",
+                    batch_size: int = 3, policy: str = "truncate", storage_dtype: str = "float32",
+                    tokenization: str = "natural", plan=None):
+    """What the workflow's plan and extract rules do for one shard holding every sentence:
+    ``out_dir/shard.h5`` and ``out_dir/units.parquet``; returns (plan, extraction stats)."""
+    from contextuality import extract
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if plan is None:
+        plan = extract.plan_model(loaded, sentences, words, indexing=indexing, tokenization=tokenization, policy=policy)
+    stats = extract.extract_shard(
+        loaded, plan, out_dir / "shard.h5", pooling=pooling, batch_size=batch_size, storage_dtype=storage_dtype,
+        device="cpu", disk_factor=1.0, attrs={"model": getattr(loaded, "key", "m")},
+    )
+    plan.units.to_parquet(out_dir / "units.parquet", index=False)
+    return plan, stats

@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from conftest import BENCHMARK_DIR, PROJECT, STS_DIR, run_snakemake, write_config
-from contextuality.extract import FAKE_GPUS_ENV, choose_device
+from contextuality.devices import FAKE_GPUS_ENV, choose_device
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ import yaml
 
 from conftest import PROJECT, job_counts, run_snakemake, with_absolute_data_paths, write_config
 from contextuality.elmo import ElmoEmbedder
-from contextuality.extract import extract_shard, load_for_extraction
+from conftest import extract_planned
+from contextuality.extract import load_for_extraction
 from contextuality.models import ModelError, materialise, write_source_record
 from contextuality.words import word_table
 
@@ -44,11 +45,7 @@ def test_elmo_extraction_stores_spacy_words_and_three_layers(elmo_record, tmp_pa
     sentences = pd.DataFrame({"sentence_id": range(len(SENTENCES)), "text": SENTENCES})
     words = word_table(sentences)
     loaded = load_for_extraction("elmo", spec, record, tmp_path / "elmo" / "model", "cpu", "float32")
-    extract_shard(
-        loaded, sentences, words, tmp_path / "shard.h5", tmp_path / "units.parquet", indexing="word",
-        pooling="first", batch_size=2, storage_dtype="float32", policy="truncate", device="cpu",
-        disk_factor=1.0, attrs={},
-    )
+    extract_planned(loaded, sentences, words, tmp_path, indexing="word", batch_size=2)
     units = pd.read_parquet(tmp_path / "units.parquet")
     assert units["unit"].tolist() == words["word"].tolist()
     direct = ElmoEmbedder(GOLDEN / "options.json", GOLDEN / "lm_weights.hdf5")

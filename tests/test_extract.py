@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import gather_layers, job_counts, run_snakemake, write_config
+from conftest import extract_planned, gather_layers, job_counts, run_snakemake, write_config
 from contextuality import models
 from contextuality import extract
-from contextuality.extract import build_occurrences, extract_shard, shard_bounds
+from contextuality.extract import build_occurrences, plan_model, shard_bounds
 from contextuality.store import export_classic, open_complete
 from contextuality.words import word_index, word_table
 
@@ -51,20 +51,20 @@ def tiny_model(request, corpus, tmp_path_factory):
 
 
 def _extract(loaded, sentences, words, out_dir: Path, indexing="subword", pooling="first", batch_size=3, **kw):
-    return extract_shard(
-        loaded, sentences, words, out_dir / "shard.h5", out_dir / "units.parquet",
-        indexing=indexing, pooling=pooling, batch_size=batch_size, storage_dtype="float32",
-        policy=kw.get("policy", "truncate"), device="cpu", disk_factor=1.0, attrs={"model": loaded.key},
-    )
+    return extract_planned(loaded, sentences, words, out_dir, indexing=indexing, pooling=pooling, batch_size=batch_size,
+                           **kw)[1]
 
 
 def _direct_hidden(loaded, text: str) -> tuple[np.ndarray, list[int]]:
-    encoding = loaded.tokenizer(text, return_tensors="pt", return_special_tokens_mask=True)
+    """Every layer of the sentence run alone, and the positions stored: pieces that are neither special
+    tokens nor whitespace only (byte-level BPE's lone 'Ġ' belongs to no word)."""
+    encoding = loaded.tokenizer(text, return_tensors="pt", return_special_tokens_mask=True, return_offsets_mapping=True)
     special = encoding.pop("special_tokens_mask")[0].bool().numpy()
+    spans = encoding.pop("offset_mapping")[0].tolist()
     with torch.inference_mode():
         output = loaded.model(**encoding, output_hidden_states=True)
     hidden = torch.stack(output.hidden_states)[:, 0].numpy()  # (layers, tokens, dim)
-    return hidden, [i for i in range(len(special)) if not special[i]]
+    return hidden, [i for i in range(len(special)) if not special[i] and text[spans[i][0]:spans[i][1]].strip()]
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 8])
@@ -84,8 +84,8 @@ def test_stored_vectors_equal_a_direct_call_on_the_sentence_alone(tiny_model, co
         hidden, kept = _direct_hidden(loaded, text)
         assert stored[:, rows].shape[1] == len(kept)  # special tokens ran but were not stored
         np.testing.assert_allclose(stored[:, rows], hidden[:, kept], atol=1e-4)
-    tokens = [loaded.tokenizer.convert_ids_to_tokens(loaded.tokenizer(t)["input_ids"]) for t in SENTENCES[:1]]
-    assert units[units["sentence_id"] == 0]["unit"].tolist() == [t for t in tokens[0] if t not in ("[CLS]", "[SEP]")]
+    tokens = loaded.tokenizer.convert_ids_to_tokens(loaded.tokenizer(SENTENCES[0])["input_ids"])
+    assert units[units["sentence_id"] == 0]["unit"].tolist() == [t for t in tokens if t not in ("[CLS]", "[SEP]", "Ġ")]
 
 
 def test_word_mode_pools_the_pieces_of_each_word(tiny_model, corpus, tmp_path):
@@ -107,7 +107,7 @@ def test_word_mode_pools_the_pieces_of_each_word(tiny_model, corpus, tmp_path):
         start = text.index("extraordinarily")
         pieces = [
             i for i, ((a, b), special) in enumerate(zip(encoding["offset_mapping"], encoding["special_tokens_mask"]))
-            if not special and b > a and start <= a + (text[a] == " ") < start + len("extraordinarily")
+            if not special and text[a:b].strip() and start <= a + (text[a] == " ") < start + len("extraordinarily")
         ]
         assert len(pieces) > 1, "the test needs a word split into several pieces"
         expected = {"first": hidden[2, pieces[0]], "last": hidden[2, pieces[-1]], "mean": hidden[2, pieces].mean(0)}
@@ -133,26 +133,24 @@ def test_shards_gathered_equal_a_one_shard_run(tiny_model, corpus, tmp_path, mon
     sentences, words, _ = corpus
     one = tmp_path / "one"
     one.mkdir()
-    _extract(loaded, sentences, words, one, batch_size=2)
-    shard_paths, unit_paths = [], []
+    plan, _ = extract_planned(loaded, sentences, words, one, batch_size=2)
+    shard_paths = []
     for shard in range(3):
         first, last = shard_bounds(len(sentences), 3, shard, window=2)  # windows of 2 sentences
-        out = tmp_path / f"s{shard}"
-        out.mkdir()
         assert last > first
-        _extract(loaded, sentences.iloc[first:last], words, out, batch_size=2)
-        shard_paths.append(out / "shard.h5")
-        unit_paths.append(out / "units.parquet")
-    layers = gather_layers(shard_paths, unit_paths, tmp_path)
+        extract_planned(loaded, sentences, words, tmp_path / f"s{shard}", batch_size=2, plan=plan.slice(first, last))
+        shard_paths.append(tmp_path / f"s{shard}" / "shard.h5")
+    layers = gather_layers(shard_paths, one / "units.parquet", tmp_path)
     with h5py.File(one / "shard.h5") as reference:
         for layer, path in layers.items():
             with open_complete(path) as gathered:
                 np.testing.assert_array_equal(gathered["vectors"][:], reference[f"layer_{layer:02d}"][:])
                 np.testing.assert_array_equal(gathered["sentence_offsets"][:], reference["sentence_offsets"][:])
-    units = pd.read_parquet(tmp_path / "units.parquet")
-    reference_units = pd.read_parquet(one / "units.parquet")
-    assert units.drop(columns="row").equals(reference_units)
-    assert units["row"].tolist() == list(range(len(units)))
+    for shard, path in enumerate(shard_paths):  # each shard stores its slice of the one plan, rows numbered on
+        with h5py.File(path) as stored:
+            first, last = shard_bounds(len(sentences), 3, shard, window=2)
+            assert stored.attrs["first_row"] == plan.unit_offsets[first]
+    assert plan.units["row"].tolist() == list(range(len(plan.units)))
 
 
 def test_truncation_drops_the_tail_and_its_occurrences(tiny_model, corpus, tmp_path):
@@ -177,7 +175,7 @@ def test_over_long_sentences_under_policy_error_stop_with_the_sentence_id(tiny_m
     sentences, words, _ = corpus
     loaded.max_length = 6
     try:
-        with pytest.raises(Exception, match=r"sentence \d+ has more than 6 tokens"):
+        with pytest.raises(Exception, match=r"sentence \d+ has \d+ tokens, more than model '\w+' takes \(6\)"):
             _extract(loaded, sentences, words, tmp_path, policy="error")
     finally:
         loaded.max_length = 128
@@ -199,8 +197,8 @@ def test_classic_export_has_one_dataset_per_sentence_and_word2sent(tiny_model, c
     loaded, _ = tiny_model
     sentences, words, _ = corpus
     _extract(loaded, sentences, words, tmp_path)
-    layers = gather_layers([tmp_path / "shard.h5"], [tmp_path / "units.parquet"], tmp_path / "gathered")
-    units = pd.read_parquet(tmp_path / "gathered" / "units.parquet")
+    layers = gather_layers([tmp_path / "shard.h5"], tmp_path / "units.parquet", tmp_path / "gathered")
+    units = pd.read_parquet(tmp_path / "units.parquet")
     occurrences = build_occurrences(units, None, "subword", 2, "occurrences", sentences)
     export_classic([layers[layer] for layer in sorted(layers)], occurrences, tmp_path / "classic.h5", tmp_path / "w2s.json")
     word2sent = json.loads((tmp_path / "w2s.json").read_text())

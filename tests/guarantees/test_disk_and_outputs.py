@@ -15,7 +15,10 @@ import pytest
 
 from conftest import PROJECT, run_snakemake, write_config
 from contextuality import extract, models
-from contextuality.extract import ExtractionError, extract_shard
+from contextuality import diskspace
+from contextuality.diskspace import DiskSpaceError
+from contextuality.extract import extract_shard, plan_model
+from contextuality.writer import DiskFullError
 from contextuality.words import word_table
 from workflow_runs import audited_smoke_run, failure, smoke_audit, smoke_config, smoke_config_path
 
@@ -34,24 +37,83 @@ def test_extraction_that_does_not_fit_on_disk_stops_with_the_numbers_before_writ
         asked.append(Path(path))
         return shutil._ntuple_diskusage(total=10**6, used=10**6 - 1000, free=1000)
 
-    monkeypatch.setattr(extract.shutil, "disk_usage", tiny_disk)
+    monkeypatch.setattr(diskspace.shutil, "disk_usage", tiny_disk)
     out = tmp_path / "out"
     out.mkdir()
-    n_units = len(word_table(sentences))  # word indexing: one unit per spaCy word
-    needed = n_units * 2 * 16 * 4  # units x layers (input + 1) x dims x float32 bytes
-    with pytest.raises(ExtractionError) as caught:
-        extract_shard(
-            loaded, sentences, word_table(sentences), out / "shard.h5", out / "units.parquet", indexing="word",
-            pooling="first", batch_size=2, storage_dtype="float32", policy="truncate", device="cpu",
-            disk_factor=1.5, attrs={},
-        )
+    words = word_table(sentences)
+    plan = plan_model(loaded, sentences, words, indexing="word")
+    needed = len(plan.units) * 2 * 16 * 4  # units x layers (input + 1) x dims x float32 bytes
+    with pytest.raises(DiskSpaceError) as caught:
+        extract_shard(loaded, plan, out / "shard.h5", pooling="first", batch_size=2, storage_dtype="float32",
+                      device="cpu", disk_factor=1.5, attrs={})
     assert str(caught.value) == (
-        f"not enough disk for {out}: estimated output {needed / 1000:.2f} kB x margin 1.5 "
-        f"(extraction.min_free_disk_factor) = {needed * 1.5 / 1000:.2f} kB > 1.00 kB free; "
+        f"not enough disk for {out / 'shard.h5'}: it needs {needed / 1000:.2f} kB x margin 1.5 "
+        f"(extraction.min_free_disk_factor) = {needed * 1.5 / 1000:.2f} kB, and 1.00 kB are free; "
         "free space, use storage_dtype float16, or set corpus.max_sentences"
     )
     assert asked == [out]
-    assert list(out.iterdir()) == []  # nothing written, not even a temporary file
+    assert [path.name for path in out.iterdir()] == [".disk-reservations"]  # nothing written, not even a temporary file
+    assert list((out / ".disk-reservations").glob("*.json")) == []
+
+
+def test_concurrent_jobs_cannot_all_pass_on_the_same_free_space(tmp_path, monkeypatch):
+    """Two extractions that each fit, but not together: the second one is refused while the first holds its
+    reservation, and passes once the first is done (or its process died)."""
+    import subprocess
+    import sys
+
+    free = 10_000
+    monkeypatch.setattr(diskspace.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**6, 10**6 - free, free))
+    results = tmp_path / "results" / "embeddings" / "m" / "shards"
+    results.mkdir(parents=True)
+    with diskspace.reserve(results / "shard_0.h5", 6_000, 1.2):
+        with pytest.raises(DiskSpaceError, match=r"shard_1\.h5: it needs 6.00 kB x margin 1.2 .* = 7.20 kB, and 10.00 kB are "
+                                                   r"free, of which 6.00 kB are reserved by other running jobs"):
+            with diskspace.reserve(results / "shard_1.h5", 6_000, 1.2):
+                pass
+    with diskspace.reserve(results / "shard_1.h5", 6_000, 1.2):  # the first job is done: its space is free again
+        pass
+    # a reservation whose process is gone (killed: no lock held) does not count
+    folder = diskspace.reservation_dir(results / "shard_0.h5")
+    code = ("import json, os, sys; from pathlib import Path; folder = Path(sys.argv[1]);"
+            "(folder / 'dead-1-shard_0.h5.json').write_text(json.dumps({'bytes': 9000}))")
+    subprocess.run([sys.executable, "-c", code, str(folder)], check=True)
+    assert folder == tmp_path / ".disk-reservations"
+    with diskspace.reserve(results / "shard_1.h5", 6_000, 1.2):
+        pass
+    assert list(folder.glob("*.json")) == []
+
+
+def test_a_disk_that_fills_mid_write_gives_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    sentences = pd.DataFrame({"sentence_id": range(len(TEXTS) * 20), "text": TEXTS * 20})
+    sentences.to_parquet(tmp_path / "sentences.parquet")
+    spec = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_size": 16, "vocab_size": 100}
+    record = models.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
+    loaded = models.load(record, tmp_path / "model" / "model", spec, "cpu")
+    plan = plan_model(loaded, sentences, word_table(sentences), indexing="word")
+    import h5py
+
+    calls = []
+    original = h5py.Dataset.__setitem__
+
+    def fill_up(self, key, value):  # what HDF5 raises when write() hits ENOSPC
+        calls.append(key)
+        if len(calls) > 2:
+            raise OSError("Can't synchronously write data (file write failed: errno = 28, error message = 'No space left on device')")
+        return original(self, key, value)
+
+    monkeypatch.setattr(h5py.Dataset, "__setitem__", fill_up)
+    out = tmp_path / "results" / "shards"
+    out.mkdir(parents=True)
+    needed = len(plan.units) * 2 * 16 * 4
+    with pytest.raises(DiskFullError) as caught:
+        extract_shard(loaded, plan, out / "shard_0.h5", pooling="first", batch_size=2, storage_dtype="float32",
+                      device="cpu", disk_factor=1.0, attrs={})
+    message = str(caught.value)
+    assert message.startswith(f"{out / 'shard_0.h5'}: the disk filled up while writing it: it needs {needed:,} bytes and ")
+    assert message.endswith("are free; nothing partial was kept (free space, or use storage_dtype float16)")
+    assert "\n" not in message
+    assert [path for path in out.iterdir()] == []  # no shard, no temporary file
 
 
 @pytest.mark.slow
@@ -62,8 +124,10 @@ def test_workflow_stops_an_extraction_that_does_not_fit_on_disk(tmp_path):
     result = run_snakemake(tmp_path, target, "--cores", "2", configfile=write_config(tmp_path / "c.yaml", config))
     assert result.returncode != 0, failure(result)
     log = (tmp_path / "logs" / "extract" / "tiny-gpt2" / "shard_0.log").read_text()
-    assert "ExtractionError: not enough disk for results/embeddings/tiny-gpt2/shards: estimated output " in log
+    assert "not enough disk for results/embeddings/tiny-gpt2/shards/shard_0.h5: it needs " in log
     assert "x margin 1e+15 (extraction.min_free_disk_factor) = " in log
+    first = result.stderr.strip().splitlines()
+    assert any(line.startswith("not enough disk for results/embeddings/tiny-gpt2/shards/shard_0.h5") for line in first)
     assert [path for path in (tmp_path / "results").rglob("*") if "embeddings" in path.parts and path.is_file()] == []
 
 

@@ -60,10 +60,11 @@ def final_outputs(wildcards):
     return targets
 
 
-# Keys of a model entry that change the stored vectors (besides what BUILD_KEYS builds). Reporting keys
+# Keys of a model entry that change the stored vectors, besides BUILD_KEYS (the weights) and the keys
+# the model's plan depends on (indexing, tokenization, max_length). Reporting keys
 # (label, stands_for) are in no job's params but the reporting rules', so renaming a model re-draws the
 # figures and tables only.
-EXTRACTION_KEYS = ("indexing", "pooling", "max_length", "batch_size", "stateful", "allow_pickle")
+EXTRACTION_KEYS = ("pooling", "batch_size", "stateful", "allow_pickle")
 
 
 def model_keys(*keys):
@@ -244,5 +245,5 @@ def measure_mem_mb(wildcards, input, attempt=1):
 
 def extraction_settings(wildcards):
     """The extraction keys that change the stored vectors (disk margins and GPU counts do not)."""
-    keep = ("n_shards", "batch_size", "device", "compute_dtype", "storage_dtype", "max_length_policy")
+    keep = ("n_shards", "batch_size", "device", "compute_dtype", "storage_dtype")
     return {key: config["extraction"][key] for key in keep}

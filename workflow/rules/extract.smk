@@ -1,16 +1,42 @@
-# Every layer's vectors of every sentence: one extraction job per shard (the only copy of the vectors),
-# then the model's units table and manifest, and one small virtual file per layer over the shards.
+# Every layer's vectors of every sentence: the model's plan, one extraction job per shard (the
+# only copy of the vectors), the manifest, and one small virtual file per layer over the shards.
+
+
+rule plan:
+    # The model's plan before any extraction: every sentence's input ids, every stored unit (its token
+    # range), the occurrences to measure and what cannot be stored (truncation, pieces spanning words).
+    # Stops here, before extraction, when fewer than 2 indexed words would be stored.
+    input:
+        model=rules.materialise_model.output.model,
+        record=rules.materialise_model.output.record,
+        sentences=rules.corpus.output.sentences,
+        words=rules.words.output.words,
+        word_index=rules.words.output.index,
+    output:
+        tokens=f"{RESULTS}/embeddings/{{model}}/tokens.parquet",
+        units=f"{RESULTS}/embeddings/{{model}}/units.parquet",
+        occurrences=f"{RESULTS}/embeddings/{{model}}/occurrences.parquet",
+        losses=f"{RESULTS}/embeddings/{{model}}/losses.json",
+    params:
+        spec=model_keys("indexing", "tokenization", "max_length"),
+        policy=config["extraction"]["max_length_policy"],
+        words=config["words"],
+    log:
+        "logs/extract/{model}/plan.log",
+    conda:
+        "../../envs/models.yaml"
+    script:
+        "../scripts/plan.py"
 
 
 rule extract:
     input:
         model=rules.materialise_model.output.model,
         record=rules.materialise_model.output.record,
-        sentences=rules.corpus.output.sentences,
-        words=rules.words.output.words,
+        tokens=rules.plan.output.tokens,
+        units=rules.plan.output.units,
     output:
         shard=f"{RESULTS}/embeddings/{{model}}/shards/shard_{{shard}}.h5",
-        units=f"{RESULTS}/embeddings/{{model}}/shards/shard_{{shard}}.units.parquet",
     params:
         # only what changes the stored vectors, so toggling e.g. export_classic re-extracts nothing
         spec=model_keys(*EXTRACTION_KEYS),
@@ -29,11 +55,11 @@ rule extract:
 
 
 rule gather:
+    # The manifest: every shard's rows checked against the plan's units; the vectors stay in the shards.
     input:
         shards=expand_shards(f"{RESULTS}/embeddings/{{model}}/shards/shard_{{shard}}.h5"),
-        units=expand_shards(f"{RESULTS}/embeddings/{{model}}/shards/shard_{{shard}}.units.parquet"),
+        units=rules.plan.output.units,
     output:
-        units=f"{RESULTS}/embeddings/{{model}}/units.parquet",
         manifest=f"{RESULTS}/embeddings/{{model}}/manifest.json",
     log:
         "logs/extract/{model}/gather.log",
@@ -57,30 +83,12 @@ rule layer_file:
         "../scripts/layer_file.py"
 
 
-rule occurrences:
-    input:
-        units=rules.gather.output.units,
-        word_index=rules.words.output.index,
-        sentences=rules.corpus.output.sentences,
-    output:
-        occurrences=f"{RESULTS}/embeddings/{{model}}/occurrences.parquet",
-    params:
-        spec=model_keys("indexing"),
-        words=config["words"],
-    log:
-        "logs/extract/{model}/occurrences.log",
-    conda:
-        "../../envs/analysis.yaml"
-    script:
-        "../scripts/occurrences.py"
-
-
 rule export_classic:
     # Opt-in (extraction.export_classic): the layout of the paper's code and allennlp's `elmo` command.
     input:
         layers=every_layer(f"{RESULTS}/embeddings/{{model}}/layers/layer_{{layer}}.h5"),
         shards=expand_shards(f"{RESULTS}/embeddings/{{model}}/shards/shard_{{shard}}.h5"),
-        occurrences=rules.occurrences.output.occurrences,
+        occurrences=rules.plan.output.occurrences,
     output:
         embeddings=f"{RESULTS}/export/{{model}}/embeddings.hdf5",
         word2sent=f"{RESULTS}/export/{{model}}/word2sent.json",

@@ -8,7 +8,7 @@ rule measure_layer:
         layer=f"{RESULTS}/embeddings/{{model}}/layers/layer_{{layer}}.h5",
         shards=expand_shards(f"{RESULTS}/embeddings/{{model}}/shards/shard_{{shard}}.h5"),
         manifest=rules.gather.output.manifest,
-        occurrences=rules.occurrences.output.occurrences,
+        occurrences=rules.plan.output.occurrences,
     output:
         record=f"{RESULTS}/metrics/{{model}}/per_layer/layer_{{layer}}.json",
         words=f"{RESULTS}/metrics/{{model}}/per_layer/layer_{{layer}}.words.parquet",
@@ -88,6 +88,7 @@ rule summary:
     input:
         layers=expand(f"{RESULTS}/metrics/{{model}}/layers.parquet", model=MODELS),
         words=expand(f"{RESULTS}/metrics/{{model}}/words.parquet", model=MODELS),
+        losses=expand(f"{RESULTS}/embeddings/{{model}}/losses.json", model=MODELS),
     output:
         summary_md=report(
             f"{RESULTS}/tables/summary.md",
@@ -105,6 +106,13 @@ rule summary:
             labels={"table": "claims", "format": "markdown"},
         ),
         claims_csv=f"{RESULTS}/tables/claims.csv",
+        losses_csv=report(
+            f"{RESULTS}/tables/losses.csv",
+            caption="../report/losses.rst",
+            category="Tables",
+            subcategory="What could not be stored",
+            labels={"table": "losses", "format": "csv"},
+        ),
     params:
         models=MODELS,
         labels=MODEL_LABELS,

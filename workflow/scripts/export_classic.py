@@ -12,4 +12,5 @@ export_classic(
     pd.read_parquet(snakemake.input.occurrences),
     Path(snakemake.output.embeddings),
     Path(snakemake.output.word2sent),
+    disk_factor=snakemake.config["extraction"]["min_free_disk_factor"],
 )

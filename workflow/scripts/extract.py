@@ -1,25 +1,27 @@
-"""Snakemake entry point: one shard of sentences through one model -> shard HDF5 + units table."""
+"""Snakemake entry point: one shard of a model's planned sentences -> shard HDF5 (every layer's vectors)."""
 import os
 
 os.environ.setdefault("HDF5_USE_FILE_LOCKING", "FALSE")  # shared file systems (NFS, Lustre) lack locks
 
 from pathlib import Path
 
+from contextuality.diskspace import DiskSpaceError
 from contextuality.extract import run_extraction_job
-from contextuality.runtime import setup_job_logging
+from contextuality.writer import DiskFullError
+from contextuality.runtime import expected_errors, setup_job_logging
 
 setup_job_logging(snakemake.log[0])
-run_extraction_job(
-    model_key=snakemake.wildcards.model,
-    spec=dict(snakemake.params.spec),
-    extraction={**snakemake.config["extraction"], **snakemake.params.extraction},
-    record_path=Path(snakemake.input.record),
-    model_dir=Path(snakemake.input.model),
-    sentences_path=Path(snakemake.input.sentences),
-    words_path=Path(snakemake.input.words),
-    shard=int(snakemake.wildcards.shard),
-    out_h5=Path(snakemake.output.shard),
-    out_units=Path(snakemake.output.units),
-    threads=snakemake.threads,
-    seed=snakemake.config["seed"],  # provenance only: read from config so a new seed re-extracts nothing
-)
+with expected_errors(DiskSpaceError, DiskFullError):
+    run_extraction_job(
+        model_key=snakemake.wildcards.model,
+        spec=dict(snakemake.params.spec),
+        extraction={**snakemake.config["extraction"], **snakemake.params.extraction},
+        record_path=Path(snakemake.input.record),
+        model_dir=Path(snakemake.input.model),
+        tokens_path=Path(snakemake.input.tokens),
+        units_path=Path(snakemake.input.units),
+        shard=int(snakemake.wildcards.shard),
+        out_h5=Path(snakemake.output.shard),
+        threads=snakemake.threads,
+        seed=snakemake.config["seed"],  # provenance only: read from config so a new seed re-extracts nothing
+    )

@@ -1,4 +1,4 @@
-"""Snakemake entry point: a model's shard files -> its units table and manifest (the vectors stay in the shards)."""
+"""Snakemake entry point: a model's shard files + its plan's units -> its manifest (the vectors stay in the shards)."""
 from pathlib import Path
 
 from contextuality.runtime import setup_job_logging
@@ -7,8 +7,7 @@ from contextuality.store import gather
 setup_job_logging(snakemake.log[0])
 gather(
     [Path(path) for path in snakemake.input.shards],
-    [Path(path) for path in snakemake.input.units],
-    Path(snakemake.output.units),
+    Path(snakemake.input.units),
     Path(snakemake.output.manifest),
     model=snakemake.wildcards.model,
 )

@@ -12,5 +12,6 @@ record = build(
     download_dir=Path(snakemake.input.download) if snakemake.input.download else None,
     sentences_parquet=Path(snakemake.input.sentences) if snakemake.input.sentences else None,
     seed=snakemake.params.seed or 0,
+    disk_factor=snakemake.config["extraction"]["min_free_disk_factor"],
 )
 write_source_record(record, Path(snakemake.output.record))

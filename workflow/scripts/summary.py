@@ -1,16 +1,24 @@
 """Snakemake entry point: per-layer and per-word tables -> summary (vs the paper) and claims report."""
+import json
+from pathlib import Path
+
 import pandas as pd
 
 from contextuality.atomic import atomic_path
-from contextuality.claims import claims_report, summary_table
+from contextuality.claims import claims_report, losses_frame, summary_table
 from contextuality.runtime import setup_job_logging
 
 setup_job_logging(snakemake.log[0])
 models = snakemake.params.models
 layer_tables = {model: pd.read_parquet(path) for model, path in zip(models, snakemake.input.layers)}
 word_tables = {model: pd.read_parquet(path) for model, path in zip(models, snakemake.input.words)}
+losses = {model: json.loads(Path(path).read_text()) for model, path in zip(models, snakemake.input.losses)}
 labels, paper_models, sources = snakemake.params.labels, snakemake.params.paper_models, snakemake.params.sources
-summary_table(layer_tables, labels, paper_models, snakemake.output.summary_md, snakemake.output.summary_tex, sources=sources)
-claims = claims_report(layer_tables, word_tables, labels, paper_models, snakemake.output.claims_md, sources=sources)
+summary_table(layer_tables, labels, paper_models, snakemake.output.summary_md, snakemake.output.summary_tex,
+              sources=sources, losses=losses)
+claims = claims_report(layer_tables, word_tables, labels, paper_models, snakemake.output.claims_md, sources=sources,
+                       losses=losses)
 with atomic_path(snakemake.output.claims_csv) as tmp:
     claims.to_csv(tmp, index=False)
+with atomic_path(snakemake.output.losses_csv) as tmp:
+    losses_frame(losses, labels).to_csv(tmp, index=False)

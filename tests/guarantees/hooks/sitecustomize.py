@@ -51,10 +51,10 @@ if _SLOW and sys.argv and sys.argv[0].endswith("extract.py"):
 
     import contextuality.extract as _extract
 
-    _forward_block = _extract.forward_block
+    _padded_batches = _extract.padded_batches
 
-    def _slow_forward_block(*args, **kwargs):
+    def _slow_padded_batches(*args, **kwargs):  # called once per window of sentences
         time.sleep(float(_SLOW))
-        return _forward_block(*args, **kwargs)
+        yield from _padded_batches(*args, **kwargs)
 
-    _extract.forward_block = _slow_forward_block
+    _extract.padded_batches = _slow_padded_batches

@@ -1,0 +1,130 @@
+"""Writing a shard's vectors: a background thread behind a bounded queue.
+
+The extraction loop hands each window's vectors (layers x rows x dim, in the storage dtype) to
+``ShardWriter.put`` and goes on with the next batch while the writer thread appends them to the HDF5
+file. A block may still need work that releases the GIL (a CUDA copy to wait for, rows to put in
+corpus order), which the writer thread does. The file's chunk cache holds every layer's open chunk,
+so each chunk is checksummed (fletcher32) and written once, whole, never read back. An error in the
+writer thread (a full disk, say) stops the extraction at its next ``put`` or at ``close`` with the
+writer's message. The file is written under a temporary name and renamed only once complete
+(``contextuality.atomic``).
+"""
+
+from __future__ import annotations
+
+import errno
+import queue
+import shutil
+import threading
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from contextuality.store import CHUNK_ROWS, create_checked, layer_name
+
+
+class WriterError(RuntimeError):
+    """The shard could not be written (the message names the file, and the bytes needed and free on a full disk)."""
+
+
+class ShardWriter:
+    """Appends ``(layers, rows, dim)`` blocks to the ``layer_{LL}`` datasets of an open HDF5 file, in a thread."""
+
+    def __init__(self, out: h5py.File, path: Path, n_layers: int, n_rows: int, dim: int, dtype: str, *, depth: int = 4):
+        """``path``: the file's final name (for messages); ``out`` is open on its temporary name."""
+        self.path, self.n_rows, self.dim, self.dtype = Path(path), n_rows, dim, np.dtype(dtype)
+        self.needed = n_layers * n_rows * dim * self.dtype.itemsize
+        self.datasets = [create_checked(out, layer_name(layer), (n_rows, dim), dtype) for layer in range(n_layers)]
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self.written = 0
+        self._thread = threading.Thread(target=self._run, name=f"writer {self.path.name}", daemon=True)
+        self._thread.start()
+
+    def put(self, block) -> None:
+        """Queue the next rows of every layer (waits while the queue is full); raises the writer's error.
+
+        ``block``: a (layers, rows, dim) array, or a ``DeviceBlock``/``PermutedBlock`` the writer thread
+        finishes (so the forward passes go on meanwhile).
+        """
+        self._raise()
+        if block.shape[1]:
+            while True:
+                try:
+                    self.queue.put(block, timeout=1.0)
+                    return
+                except queue.Full:
+                    self._raise()
+
+    def close(self) -> None:
+        """Wait for the thread to write what is queued; raises its error, or if the rows do not add up."""
+        if self._thread.is_alive():
+            self.queue.put(None)
+            self._thread.join()
+        self._raise()
+        if self.written != self.n_rows:
+            raise WriterError(f"{self.path}: {self.written} rows written, {self.n_rows} expected")
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise _describe(self.error, self.path, self.needed) from self.error
+
+    def _run(self) -> None:
+        try:
+            while (block := self.queue.get()) is not None:
+                rows = block.resolve() if hasattr(block, "resolve") else block
+                for dataset, layer_rows in zip(self.datasets, rows):
+                    dataset[self.written:self.written + rows.shape[1]] = layer_rows
+                self.written += rows.shape[1]
+        except BaseException as err:  # handed to the extraction loop, which stops with it
+            self.error = err
+            while True:  # unblock a producer waiting on a full queue
+                try:
+                    self.queue.get_nowait()
+                except queue.Empty:
+                    break
+
+
+class DeviceBlock:
+    """Rows copied from a CUDA device into pinned host memory without blocking; ready once ``event`` is."""
+
+    def __init__(self, host, event):
+        self.host, self.event, self.shape = host, event, tuple(host.shape)
+
+    def resolve(self) -> np.ndarray:
+        self.event.synchronize()
+        return self.host.numpy()
+
+
+class PermutedBlock:
+    """Rows in the order the batches produced them, and the order that puts them in corpus order."""
+
+    def __init__(self, rows, order):
+        self.rows, self.order, self.shape = rows, order, tuple(rows.shape)
+
+    def resolve(self) -> np.ndarray:
+        return self.rows.index_select(1, self.order).numpy()  # torch releases the GIL while it copies
+
+
+def chunk_cache_bytes(n_rows: int, dim: int, dtype: str) -> int:
+    """A per-dataset chunk cache that holds two chunks: every layer's open chunk stays in memory."""
+    return 2 * min(max(n_rows, 1), CHUNK_ROWS) * dim * np.dtype(dtype).itemsize + (1 << 16)
+
+
+def _describe(error: BaseException, path: Path, needed: int) -> WriterError:
+    """One line for a writer failure; a full disk names the file, the bytes needed and the bytes free."""
+    if isinstance(error, WriterError):
+        return error
+    text = str(error)
+    if (isinstance(error, OSError) and error.errno == errno.ENOSPC) or "errno = 28" in text or "No space left" in text:
+        free = shutil.disk_usage(path.parent if path.parent.exists() else ".").free
+        return DiskFullError(
+            f"{path}: the disk filled up while writing it: it needs {needed:,} bytes and {free:,} are free; "
+            "nothing partial was kept (free space, or use storage_dtype float16)"
+        )
+    return WriterError(f"{path}: writing failed: {type(error).__name__}: {text}")
+
+
+class DiskFullError(WriterError):
+    """The disk filled up mid-write."""
