@@ -371,6 +371,8 @@ def run_extraction_job(
     """Everything one shard job does: pick device, load the model, extract the shard's planned sentences."""
     import torch
 
+    from contextuality import models
+
     torch.set_num_threads(max(1, threads))
     record = json.loads(record_path.read_text())
     batch_size = spec.get("batch_size") or extraction["batch_size"]
@@ -393,6 +395,8 @@ def run_extraction_job(
         "n_shards": extraction["n_shards"], "device": device, "compute_dtype": extraction.get("compute_dtype", "float32"),
         "tokenizer": type(getattr(loaded, "tokenizer", None)).__name__ if not isinstance(loaded, ElmoModel) else "spacy",
         "indexing": spec.get("indexing", "word"), "tokenization": spec.get("tokenization", "natural"),
+        # the last hidden state of a pre-norm decoder has passed its final norm; the others have not
+        "final_norm": "" if isinstance(loaded, ElmoModel) else models.final_norm(loaded.model),
         "versions": json.dumps(package_versions(), sort_keys=True),
     }
     try:

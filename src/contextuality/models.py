@@ -669,6 +669,22 @@ def load_tokenizer(record: dict, model_dir: str | Path, spec: dict):
     return tokenizer, min(limit for limit in limits if limit)
 
 
+FINAL_NORM_NAMES = ("ln_f", "norm", "final_layer_norm", "final_norm", "norm_f", "ln_final")
+
+
+def final_norm(model) -> str:
+    """The final norm a pre-norm decoder applies after its last block (GPT-2's ``ln_f``, Llama's ``norm``), or "".
+
+    transformers returns the last hidden state after that norm, while every other hidden state is the
+    raw residual stream: the last layer then has another geometry (geometry-metrics.md, token hygiene).
+    """
+    children = dict(model.named_children())
+    for name in FINAL_NORM_NAMES:
+        if name in children and "norm" in type(children[name]).__name__.lower():
+            return name
+    return ""
+
+
 def load(record: dict, model_dir: str | Path, spec: dict, device: str, dtype: str = "float32") -> LoadedModel:
     """Tokenizer and base model (hidden states only) from the folder ``model_dir``, in eval mode on ``device``."""
     import torch

@@ -146,6 +146,8 @@ def gather(shard_paths: list[Path], units_path: Path, out_manifest: Path, *, mod
             {"file": os.path.relpath(path, base), "rows": count} for path, count in zip(shard_paths, rows)
         ],
         "n_truncated_sentences": truncated, "n_skipped_sentences": skipped,
+        # the decoder's final norm (GPT-2's ln_f, Llama's norm), which only the last layer has passed; "" if none
+        "final_norm": str(attrs.get("final_norm", "")),
     }
     with atomic_path(out_manifest) as tmp:
         tmp.write_text(json.dumps(manifest, indent=1) + "\n")
@@ -184,6 +186,8 @@ def write_layer_file(shard_paths: list[Path], layer: int, out_path: Path) -> Non
         out.attrs.update(attrs)
         out.attrs.update({
             "layer": layer, "n_truncated_sentences": truncated, "n_skipped_sentences": skipped,
+            # 1 for the last layer of a pre-norm decoder: it has passed the final norm, the others have not
+            "after_final_norm": int(bool(attrs.get("final_norm", "")) and layer == n_layers - 1),
             "sources": json.dumps(sources), "complete": 1,
         })
 
