@@ -17,6 +17,7 @@ the page cache before (a) and (b), so both include the disk reads.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import re
@@ -31,6 +32,7 @@ from scipy.spatial.distance import cosine
 from sklearn.decomposition import TruncatedSVD
 
 from contextuality.analysis import measure_model
+from contextuality.store import read_layer
 
 
 def make_synthetic_model(folder: Path, *, n_layers=7, n_sentences=25_000, mean_length=12, dim=384, n_words=5_000, seed=0):
@@ -73,18 +75,29 @@ def layer_files(folder: Path) -> dict[int, Path]:
     return {int(re.fullmatch(r"layer_(\d+)\.h5", p.name).group(1)): p for p in layers.glob("layer_*.h5")}
 
 
-def evict_from_page_cache(paths: dict[int, Path]) -> None:
-    """Ask the kernel to drop the files' cached pages, so the next read comes from disk."""
+def stored_files(paths: dict[int, Path]) -> list[Path]:
+    """Every file holding the layers' vectors: the layer files and the shards their virtual datasets map."""
+    files = set(paths.values())
     for path in paths.values():
+        with h5py.File(path, "r") as f:
+            if f["vectors"].is_virtual:
+                files |= {Path(os.path.normpath(path.parent / s["file"])) for s in json.loads(f.attrs["sources"])}
+    return sorted(files)
+
+
+def evict_from_page_cache(paths: dict[int, Path]) -> None:
+    """Ask the kernel to drop the cached pages of the layer files and their shards, so the next read is from disk."""
+    for path in stored_files(paths):
         with open(path, "rb") as f:
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def time_sequential_read(paths: dict[int, Path]) -> float:
+    """Every layer read whole, one after the other, as the measurement reads it (``store.read_layer``:
+    shards read directly, every chunk's checksum verified)."""
     started = time.perf_counter()
     for layer in sorted(paths):
-        with h5py.File(paths[layer], "r") as f:
-            f["vectors"][...]
+        read_layer(paths[layer])
     return time.perf_counter() - started
 
 

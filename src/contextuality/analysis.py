@@ -14,26 +14,40 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
-from contextuality import measures
+from contextuality import geometry, layerstats, measures
 from contextuality.atomic import atomic_path
-from contextuality.store import StoreError, check_layer, check_layer_set, read_layer
+from contextuality.store import LayerReader, StoreError, check_layer, check_layer_set, read_layer
 
-__all__ = ["combine_layers", "measure_layer", "measure_model", "read_layer", "write_layer_results", "write_vectors_text"]
+__all__ = [
+    "LayerResult", "combine_layers", "measure_layer", "measure_model", "read_layer", "rogue_table", "write_layer_results",
+    "write_vectors_text",
+]  # fmt: skip
 
 LOG = logging.getLogger(__name__)
 
 SELF_SIMILARITY_MODES = ("exact", "sampled", "both")
+COMPUTE_DTYPES = {"float32": np.float32, "float64": np.float64}
 # Sub-seeds of the random streams; each purpose draws from its own stream.
-_SENTENCE_SAMPLE, _BASELINE, _SAMPLED_PAIRS, _BOOTSTRAP = range(4)
+_SENTENCE_SAMPLE, _BASELINE, _SAMPLED_PAIRS, _BOOTSTRAP, _GEOMETRY, _BOOTSTRAP_VARIANT = range(6)
 WORD_COLUMNS = ["model", "word", "layer", "n", "self_similarity", "self_similarity_sampled", "mev", "mev_literal", "mev_centered"]
+# The isotropy measures of geometry.isotropy_measures, and the columns of its null controls.
+ISOTROPY_COLUMNS = ["pc1_ratio", "effective_rank", "isoscore", "isoscore_star", "twonn_dimension", "twonn_duplicate_fraction"]
+NULL_COLUMNS = [f"null_{null}_{column}" for null in ("gaussian", "permuted") for column in ISOTROPY_COLUMNS + ["rogue_top1_share"]]
+GEOMETRY_COLUMNS = [
+    "rogue_anisotropy", "rogue_top1_share", "rogue_top3_share", "rogue_top10_share", "rogue_dims",
+    "massive_dims", "massive_occurrences", "massive_top_units", "massive_first_position_share",
+    "massive_first_position_rate", *ISOTROPY_COLUMNS, *NULL_COLUMNS, "geometry_sample",
+]  # fmt: skip
+GEOMETRY_TEXT_COLUMNS = ("rogue_dims", "massive_dims", "massive_top_units")
 LAYER_COLUMNS = [
     "model", "layer", "n_words", "n_sentences_sampled",
     "self_similarity", "self_similarity_ci_low", "self_similarity_ci_high",
@@ -43,13 +57,26 @@ LAYER_COLUMNS = [
     "adjusted_self_similarity", "adjusted_intra_sentence", "adjusted_mev",
     "norm_mean", "norm_std",
     "self_similarity_sampled", "n_baseline_vectors",
+    "baseline_cosine_exact", "baseline_cosine_exact_between", "baseline_cosine_uniform", "baseline_mev_exact",
+    "adjusted_self_similarity_exact", "adjusted_intra_sentence_exact", "adjusted_mev_exact",
+    "n_degenerate_words", "after_final_norm",
+    *GEOMETRY_COLUMNS,
 ]  # fmt: skip
+# The paper's measures per post-processing variant (results/metrics/{model}/postprocess.csv).
+POSTPROCESS_COLUMNS = [
+    "model", "layer", "postprocess", "self_similarity", "self_similarity_ci_low", "self_similarity_ci_high",
+    "intra_sentence", "intra_sentence_ci_low", "intra_sentence_ci_high", "mev", "mev_ci_low", "mev_ci_high",
+    "mev_literal", "mev_centered", "baseline_cosine", "baseline_mev", "baseline_cosine_exact", "baseline_mev_exact",
+    "adjusted_self_similarity", "adjusted_intra_sentence", "adjusted_mev",
+    "adjusted_self_similarity_exact", "adjusted_intra_sentence_exact", "adjusted_mev_exact", "n_degenerate_words",
+]  # fmt: skip
+ROGUE_COLUMNS = ["model", "layer", "dimension", "rank", "contribution", "share"]
 CONTEXT_WORD_COLUMNS = ["rank", "kind", "word", "mean_self_similarity", "n"]
 
 
-def _rng(seed: int, purpose: int, layer: int = 0) -> np.random.Generator:
-    """The random stream for one purpose (and layer), independent of the order work is done in."""
-    return np.random.default_rng([seed, purpose, layer])
+def _rng(seed: int, purpose: int, layer: int = 0, *more: int) -> np.random.Generator:
+    """The random stream for one purpose (and layer, ...), independent of the order work is done in."""
+    return np.random.default_rng([seed, purpose, layer, *more])
 
 
 def write_vectors_text(path: Path, words: np.ndarray, vectors: np.ndarray) -> None:
@@ -59,41 +86,20 @@ def write_vectors_text(path: Path, words: np.ndarray, vectors: np.ndarray) -> No
         out.writelines(line_format % (word, *vector) for word, vector in zip(words, vectors.tolist()))
 
 
-def _word_chunks(group_starts: np.ndarray, rows_per_chunk: int) -> Iterator[tuple[int, int]]:
-    """Consecutive word ranges [a, b) whose occurrences span about ``rows_per_chunk`` rows."""
-    chunk_of_word = group_starts // rows_per_chunk
-    bounds = np.concatenate([[0], np.flatnonzero(np.diff(chunk_of_word)) + 1, [len(group_starts)]])
-    return zip(bounds[:-1].tolist(), bounds[1:].tolist())
-
-
 def _mean_or_nan(values: np.ndarray) -> float:
     values = values[~np.isnan(values)]
     return float(values.mean()) if len(values) else float("nan")
 
 
-def _measure_words(vectors, rows, group_starts, *, seed, self_similarity, sampled_pairs, with_pcs):
-    """Self-similarity and PC statistics of every word at one layer; arrays aligned with ``group_starts``."""
-    n_words, dim = len(group_starts), vectors.shape[1]
-    exact, sampled = np.full(n_words, np.nan), np.full(n_words, np.nan)
-    pcs = measures.PCStats(*(np.full(n_words, np.nan) for _ in range(3)), np.full((n_words, dim), np.nan))
+def _sampled_self_similarity(vectors, rows, group_starts, *, seed, sampled_pairs) -> np.ndarray:
+    """The paper's sampled self-similarity of every word (at most ``sampled_pairs`` ordered pairs each)."""
     # Same stream at every layer: a word gets the same sampled pairs in each layer, as in the paper's code.
     pair_rng = _rng(seed, _SAMPLED_PAIRS)
     ends = np.append(group_starts[1:], len(rows))
-    for first, last in _word_chunks(group_starts, max(1, measures.BATCH_ELEMENTS // dim)):
-        row_start, row_end = group_starts[first], ends[last - 1]
-        X = vectors[rows[row_start:row_end]].astype(np.float64)
-        local_starts = group_starts[first:last] - row_start
-        if self_similarity in ("exact", "both"):
-            exact[first:last] = measures.self_similarity_exact(X, local_starts)
-        if self_similarity in ("sampled", "both"):
-            local_ends = np.append(local_starts[1:], len(X))
-            sampled[first:last] = [
-                measures.self_similarity_sampled(X[a:b], pair_rng, sampled_pairs) for a, b in zip(local_starts, local_ends)
-            ]
-        if with_pcs:
-            for column, values in zip(pcs, measures.pc_stats_by_word(X, local_starts)):
-                column[first:last] = values
-    return exact, sampled, pcs
+    return np.array([
+        measures.self_similarity_sampled(np.asarray(vectors[rows[a:b]], dtype=np.float64), pair_rng, sampled_pairs)
+        for a, b in zip(group_starts, ends)
+    ])  # fmt: skip
 
 
 def _context_specific_words(words: pd.DataFrame, top_k: int) -> pd.DataFrame:
@@ -119,6 +125,109 @@ class OccurrenceIndex:
         self.counts = measures.group_sizes(self.group_starts, len(self.rows))
 
 
+class LayerResult(NamedTuple):
+    """Everything one layer's measurement gives (``measure_layer``)."""
+
+    record: dict  # one row of layers.parquet, plus "_shape"
+    words: pd.DataFrame  # the layer's rows of words.parquet, plus "primary"
+    first_vectors: np.ndarray  # (words, d): the PC static embeddings (pcs/layer_LL.txt)
+    postprocess: list  # one row of postprocess.csv per post-processing variant
+    rogue: np.ndarray  # (d,) each dimension's contribution to the exact anisotropy A_p (NaN without geometry)
+
+
+def _layer_read(path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
+    """The one read of a layer: its vectors (stored dtype), sentence offsets and file attributes."""
+    with LayerReader(path) as reader:
+        return reader.rows(), reader.offsets, dict(reader.handle.attrs)
+
+
+def _paper_weights(offsets: np.ndarray) -> np.ndarray:
+    """p_i = 1 / (S len(s_i)): the paper's chance of drawing row i (a sentence, then a row in it)."""
+    lengths = np.diff(offsets)
+    n_sentences = max(int(np.count_nonzero(lengths)), 1)
+    return np.repeat(1.0 / (n_sentences * np.maximum(lengths, 1)), lengths)
+
+
+def _geometry_columns(stored, passed, rng, *, sample_size, twonn_sample, units, positions) -> tuple[dict, np.ndarray]:
+    """``geometry.geometry_panel``'s row of one layer, the rogue contributions taken from the layer pass.
+
+    Same numbers as ``geometry_panel(stored, rng, sample_size, weights=p_i, units=..., positions=...,
+    twonn_sample_size=twonn_sample)`` (the rogue dimensions weighted by the paper's sampling, so that
+    their contributions add up to the exact baseline A_p), with rng used in the same order.
+    """
+    d = stored.shape[1]
+    rogue = layerstats.rogue_summary(passed, d)
+    massive = geometry.massive_activations(stored)
+    row = {
+        "rogue_anisotropy": rogue.total,
+        "rogue_top1_share": rogue.shares[1], "rogue_top3_share": rogue.shares[3], "rogue_top10_share": rogue.shares[10],
+        "rogue_dims": ",".join(str(int(v)) for v in rogue.top_dims),
+        "massive_dims": ",".join(str(int(v)) for v in massive.dims),
+        "massive_occurrences": massive.n_occurrences,
+        "massive_top_units": "", "massive_first_position_share": float("nan"), "massive_first_position_rate": float("nan"),
+    }  # fmt: skip
+    if units is not None and positions is not None:
+        carriers = geometry.massive_carriers(massive.rows, units, positions)
+        row["massive_top_units"] = json.dumps(carriers.top_units, ensure_ascii=False) if carriers.top_units else ""
+        row["massive_first_position_share"] = carriers.first_position_share
+        row["massive_first_position_rate"] = carriers.first_position_rate
+    sample = np.asarray(geometry.sample_rows(stored, rng, sample_size), dtype=np.float64)
+    gaussian = geometry.gaussian_null(len(sample), d, rng)
+    permuted = geometry.permuted_null(sample, rng)
+    row.update(geometry.isotropy_measures(sample, twonn_sample_size=twonn_sample))
+    for prefix, null in (("null_gaussian_", gaussian), ("null_permuted_", permuted)):
+        row.update({prefix + key: value for key, value in geometry.isotropy_measures(null, twonn_sample_size=twonn_sample).items()})
+        row[prefix + "rogue_top1_share"] = geometry.rogue_dimensions(null).shares[1]
+    row["geometry_sample"] = len(sample)
+    return row, rogue.contributions
+
+
+def _no_geometry(d: int) -> tuple[dict, np.ndarray]:
+    row = {column: ("" if column in GEOMETRY_TEXT_COLUMNS else float("nan")) for column in GEOMETRY_COLUMNS}
+    row["massive_occurrences"] = row["geometry_sample"] = 0
+    return row, np.full(d, np.nan)
+
+
+def _sentence_block(X, transform: layerstats.Transform, offsets, sentence_ids):
+    """The rows of the given sentences, transformed (float64), with offsets of their own (sentence k = k)."""
+    rows, counts = measures.sentence_rows(offsets, sentence_ids)
+    return transform.rows(X[rows], np.float64), np.concatenate([[0], np.cumsum(counts)]), np.arange(len(counts))
+
+
+def _variant_measures(X, offsets, transform, word, sums, passed, *, intra_ids, baseline_ids, layer, seed,
+                      baseline_samples, tol, mev_layer0) -> tuple[dict, dict]:
+    """The paper's layer-level measures of one variant: its postprocess.csv row and the per-item arrays."""
+    if transform.identity:
+        intra = measures.intra_sentence_similarity(X, offsets, intra_ids)
+        baseline = measures.anisotropy_baseline(X, offsets, baseline_ids, _rng(seed, _BASELINE, layer), baseline_samples)
+    else:
+        block, local, ids = _sentence_block(X, transform, offsets, intra_ids)
+        intra = measures.intra_sentence_similarity(block, local, ids)
+        block, local, ids = _sentence_block(X, transform, offsets, baseline_ids)
+        # the same stream as the stored vectors' baseline: the same sentences, rows and pairs are drawn
+        baseline = measures.anisotropy_baseline(block, local, ids, _rng(seed, _BASELINE, layer), baseline_samples)
+    exact = layerstats.exact_baseline(passed, sums, transform, tol)
+    mev = word.mev
+    if layer == 0 and not mev_layer0:
+        # the paper reports no MEV at the input layer
+        mev = np.full_like(mev, np.nan)
+    self_mean, intra_mean, mev_mean = _mean_or_nan(word.self_similarity), _mean_or_nan(intra), _mean_or_nan(mev)
+    masked = layer == 0 and not mev_layer0
+    row = {
+        "self_similarity": self_mean, "intra_sentence": intra_mean, "mev": mev_mean,
+        "mev_literal": float("nan") if masked else _mean_or_nan(word.mev_literal),
+        "mev_centered": float("nan") if masked else _mean_or_nan(word.mev_centered),
+        "baseline_cosine": baseline.cosine, "baseline_mev": baseline.mev,
+        "baseline_cosine_exact": exact.cosine, "baseline_mev_exact": exact.mev,
+        "adjusted_self_similarity": self_mean - baseline.cosine, "adjusted_intra_sentence": intra_mean - baseline.cosine,
+        "adjusted_mev": mev_mean - baseline.mev,
+        "adjusted_self_similarity_exact": self_mean - exact.cosine,
+        "adjusted_intra_sentence_exact": intra_mean - exact.cosine, "adjusted_mev_exact": mev_mean - exact.mev,
+        "n_degenerate_words": int(np.count_nonzero(word.degenerate)),
+    }  # fmt: skip
+    return row, {"intra": intra, "mev": mev, "baseline": baseline, "exact": exact}
+
+
 def measure_layer(
     layer_path: Path,
     layer: int,
@@ -133,94 +242,198 @@ def measure_layer(
     mev_layer0: bool = False,
     bootstrap_resamples: int = 1000,
     manifest: dict | None = None,
+    units: pd.DataFrame | None = None,
+    geometry_panel: bool = True,
+    geometry_sample: int = 5000,
+    twonn_sample: int | None = 2000,
+    postprocess: tuple[str, ...] | list[str] = ("none",),
+    compute_dtype: str = "float32",
+    blas_threads: int = 1,
     log: logging.Logger = LOG,
-) -> tuple[dict, pd.DataFrame, np.ndarray]:
-    """Every measure of one layer: its ``layers`` record, its rows of the ``words`` table, its PC vectors.
+) -> LayerResult:
+    """Every measure of one layer, from one read of its file (see ``LayerResult``).
 
-    ``intra_sentences`` sentences (or ``"all"``) are averaged for intra-sentence similarity and
-    ``baseline_samples`` sentences feed the baselines (and ``baseline_samples`` pairs the cosine
-    baseline); both sets are prefixes of one seeded permutation of the sentences, the same for every
-    layer (spec 4.4). ``self_similarity`` chooses the exact all-pairs mean, the paper's sampled estimate
-    (at most ``sampled_pairs`` ordered pairs), or both; the per-layer mean uses the exact values
-    whenever they are computed. MEV is computed for layers >= 1 (and layer 0 too if ``mev_layer0``);
-    the PC vectors for every layer (layer 0: Table 1's static baseline). With a ``manifest`` (the
-    model's ``manifest.json``), the layer file is first checked against it (index, rows, dims).
+    The paper's measures: ``intra_sentences`` sentences (or ``"all"``) are averaged for intra-sentence
+    similarity and ``baseline_samples`` sentences feed the sampled baselines (and ``baseline_samples``
+    pairs the cosine baseline); both sets are prefixes of one seeded permutation of the sentences, the
+    same for every layer (spec 4.4). ``self_similarity`` chooses the exact all-pairs mean, the paper's
+    sampled estimate (at most ``sampled_pairs`` ordered pairs), or both; the per-layer mean uses the
+    exact values whenever they are computed. MEV is computed for layers >= 1 (and layer 0 too if
+    ``mev_layer0``); the PC vectors for every layer (layer 0: Table 1's static baseline).
+
+    Beside them: the exact baselines (``measures.exact_baseline``: no sampling) and the adjusted values
+    against them; the number of degenerate words (``measures.degenerate_words``: their MEV is NaN);
+    ``after_final_norm`` (the file's attribute); with ``geometry_panel`` the columns of
+    ``geometry.geometry_panel`` (isotropy on ``geometry_sample`` rows, TwoNN on ``twonn_sample`` of
+    them); for each variant in ``postprocess`` (``none``, ``standardize``, ``abtt``) the paper's measures
+    of the transformed vectors. All of it is computed from one read of the layer, in
+    ``compute_dtype`` (``contextuality.layerstats``). With a ``manifest`` (the model's
+    ``manifest.json``), the layer file is first checked against it (index, rows, dims); ``units`` (the
+    model's units.parquet) names the units carrying massive activations.
     """
     if self_similarity not in SELF_SIMILARITY_MODES:
         raise ValueError(f"self_similarity must be one of {SELF_SIMILARITY_MODES}, got {self_similarity!r}")
     if not (intra_sentences == "all" or (isinstance(intra_sentences, int) and intra_sentences > 0)):
         raise ValueError(f"intra_sentences must be a positive integer or 'all', got {intra_sentences!r}")
+    if compute_dtype not in COMPUTE_DTYPES:
+        raise ValueError(f"compute_dtype must be one of {sorted(COMPUTE_DTYPES)}, got {compute_dtype!r}")
+    unknown = sorted(set(postprocess) - set(layerstats.VARIANTS))
+    if unknown:
+        raise ValueError(f"unknown post-processing {unknown}; expected some of {list(layerstats.VARIANTS)}")
+    variants = ["none"] + [name for name in layerstats.VARIANTS if name in postprocess and name != "none"]
+    work = COMPUTE_DTYPES[compute_dtype]
     index = occurrences if isinstance(occurrences, OccurrenceIndex) else OccurrenceIndex(occurrences)
     if manifest is not None:
         check_layer(layer_path, manifest, layer)
     started = time.perf_counter()
-    vectors, offsets = read_layer(layer_path)
-    if len(index.rows) and index.rows.max() >= len(vectors):
-        raise StoreError(f"{layer_path}: occurrences refer to row {index.rows.max()} but the file has {len(vectors)} rows")
+    stored, offsets, attrs = _layer_read(Path(layer_path))
+    if len(index.rows) and index.rows.max() >= len(stored):
+        raise StoreError(f"{layer_path}: occurrences refer to row {index.rows.max()} but the file has {len(stored)} rows")
     n_sentences = len(offsets) - 1
     if manifest is not None and n_sentences != manifest["n_sentences"]:
         raise StoreError(f"{layer_path}: {n_sentences} sentences, but the manifest lists {manifest['n_sentences']}")
+    if units is not None and len(units) != len(stored):
+        raise StoreError(f"{layer_path}: {len(stored)} rows, but units.parquet lists {len(units)}")
     sentence_sample = _rng(seed, _SENTENCE_SAMPLE).permutation(n_sentences)
     intra_ids = sentence_sample if intra_sentences == "all" else sentence_sample[:intra_sentences]
     baseline_ids = sentence_sample[:baseline_samples]
+    tol = measures.degenerate_tolerance(stored)  # from the stored dtype, once per layer
+    d = stored.shape[1]
 
-    # The linear algebra is thousands of small problems, where BLAS threads cost more than they gain:
-    # on 2 cores shared with another job, a layer took 2.5 s with one BLAS thread and 15 s with two.
-    with threadpool_limits(limits=1, user_api="blas"):
-        exact, sampled, pcs = _measure_words(
-            vectors, index.rows, index.group_starts, seed=seed, self_similarity=self_similarity,
-            sampled_pairs=sampled_pairs, with_pcs=True,
+    # The linear algebra is many small problems plus a few rank-k updates; the workflow measures one
+    # layer per core (one job each), where one BLAS thread per job is fastest (``blas_threads``).
+    with threadpool_limits(limits=blas_threads, user_api="blas"):
+        if geometry_panel:
+            unit_labels = positions = None
+            if units is not None:
+                ordered = units.sort_values("row", kind="stable")
+                unit_labels, positions = ordered["unit"].to_numpy(dtype=object), ordered["position"].to_numpy()
+        X = stored if stored.dtype == work else stored.astype(work)
+        passed = layerstats.layer_pass(X, offsets, work)
+        transforms = [layerstats.make_transform(name, passed) for name in variants]
+        sums = {"none": passed.cosines, **layerstats.cosine_pass(X, offsets, transforms[1:], work)}
+        words_by_variant = layerstats.word_stats(X, index.rows, index.group_starts, transforms, degenerate_tol=tol,
+                                                 work_dtype=work)  # fmt: skip
+        rows_by_variant, arrays = {}, {}
+        for transform in transforms:
+            rows_by_variant[transform.name], arrays[transform.name] = _variant_measures(
+                X, offsets, transform, words_by_variant[transform.name], sums[transform.name], passed,
+                intra_ids=intra_ids, baseline_ids=baseline_ids, layer=layer, seed=seed,
+                baseline_samples=baseline_samples, tol=tol, mev_layer0=mev_layer0,
+            )  # fmt: skip
+        none_words = words_by_variant["none"]
+        exact_self = none_words.self_similarity if self_similarity in ("exact", "both") else np.full(len(index.words), np.nan)
+        sampled = (
+            _sampled_self_similarity(stored, index.rows, index.group_starts, seed=seed, sampled_pairs=sampled_pairs)
+            if self_similarity in ("sampled", "both") else np.full(len(index.words), np.nan)
         )  # fmt: skip
-        if layer == 0 and not mev_layer0:
-            # the paper reports no MEV at the input layer; its PC vectors are still Table 1's layer-0 baseline
-            pcs = measures.PCStats(*(np.full_like(column, np.nan) for column in pcs[:3]), pcs.first_vector)
-        primary = sampled if self_similarity == "sampled" else exact
-        intra = measures.intra_sentence_similarity(vectors, offsets, intra_ids)
-        baseline = measures.anisotropy_baseline(vectors, offsets, baseline_ids, _rng(seed, _BASELINE, layer), baseline_samples)
-        norms = measures.row_norms(vectors[measures.sentence_rows(offsets, baseline_ids)[0]])
+        primary = sampled if self_similarity == "sampled" else exact_self
+        intra, mev = arrays["none"]["intra"], arrays["none"]["mev"]
+        baseline, exact = arrays["none"]["baseline"], arrays["none"]["exact"]
+        norms = measures.row_norms(stored[measures.sentence_rows(offsets, baseline_ids)[0]])
 
         bootstrap_rng = _rng(seed, _BOOTSTRAP, layer)
         self_ci, intra_ci, mev_ci = (
-            measures.bootstrap_ci(values, bootstrap_rng, bootstrap_resamples) for values in (primary, intra, pcs.mev)
+            measures.bootstrap_ci(values, bootstrap_rng, bootstrap_resamples) for values in (primary, intra, mev)
         )
-    self_mean, intra_mean, mev_mean = _mean_or_nan(primary), _mean_or_nan(intra), _mean_or_nan(pcs.mev)
+        postprocess_rows = []
+        for number, transform in enumerate(transforms):
+            if transform.name not in postprocess:
+                continue
+            row = {"model": model, "layer": layer, "postprocess": transform.name, **rows_by_variant[transform.name]}
+            if transform.identity:
+                cis = (self_ci, intra_ci, mev_ci)
+            else:
+                rng = _rng(seed, _BOOTSTRAP_VARIANT, layer, number)
+                values = (words_by_variant[transform.name].self_similarity, arrays[transform.name]["intra"],
+                          arrays[transform.name]["mev"])  # fmt: skip
+                cis = [measures.bootstrap_ci(v, rng, bootstrap_resamples) for v in values]
+            for name, ci in zip(("self_similarity", "intra_sentence", "mev"), cis):
+                row[f"{name}_ci_low"], row[f"{name}_ci_high"] = ci
+            postprocess_rows.append({column: row[column] for column in POSTPROCESS_COLUMNS})
+
+        if geometry_panel:
+            panel, rogue = _geometry_columns(
+                stored, passed, _rng(seed, _GEOMETRY, layer), sample_size=geometry_sample, twonn_sample=twonn_sample,
+                units=unit_labels, positions=positions,
+            )  # fmt: skip
+        else:
+            panel, rogue = _no_geometry(d)
+    self_mean, intra_mean, mev_mean = _mean_or_nan(primary), _mean_or_nan(intra), _mean_or_nan(mev)
+    masked = layer == 0 and not mev_layer0
     record = {
         "model": model, "layer": layer, "n_words": len(index.group_starts), "n_sentences_sampled": int((~np.isnan(intra)).sum()),
         "self_similarity": self_mean, "self_similarity_ci_low": self_ci[0], "self_similarity_ci_high": self_ci[1],
         "intra_sentence": intra_mean, "intra_sentence_ci_low": intra_ci[0], "intra_sentence_ci_high": intra_ci[1],
         "mev": mev_mean, "mev_ci_low": mev_ci[0], "mev_ci_high": mev_ci[1],
-        "mev_literal": _mean_or_nan(pcs.mev_literal), "mev_centered": _mean_or_nan(pcs.mev_centered),
+        "mev_literal": float("nan") if masked else _mean_or_nan(none_words.mev_literal),
+        "mev_centered": float("nan") if masked else _mean_or_nan(none_words.mev_centered),
         "baseline_cosine": baseline.cosine, "baseline_mev": baseline.mev,
         "adjusted_self_similarity": self_mean - baseline.cosine,
         "adjusted_intra_sentence": intra_mean - baseline.cosine,
         "adjusted_mev": mev_mean - baseline.mev,
         "norm_mean": _mean_or_nan(norms), "norm_std": float(norms.std()) if len(norms) else float("nan"),
         "self_similarity_sampled": _mean_or_nan(sampled), "n_baseline_vectors": baseline.n_vectors,
+        "baseline_cosine_exact": exact.cosine, "baseline_cosine_exact_between": exact.cosine_between,
+        "baseline_cosine_uniform": exact.cosine_uniform, "baseline_mev_exact": exact.mev,
+        "adjusted_self_similarity_exact": self_mean - exact.cosine,
+        "adjusted_intra_sentence_exact": intra_mean - exact.cosine,
+        "adjusted_mev_exact": mev_mean - exact.mev,
+        "n_degenerate_words": int(np.count_nonzero(none_words.degenerate)),
+        "after_final_norm": int(attrs.get("after_final_norm", 0)),
+        **panel,
     }  # fmt: skip
     words = pd.DataFrame({
         "model": model, "word": index.words, "layer": layer, "n": index.counts,
-        "self_similarity": exact, "self_similarity_sampled": sampled,
-        "mev": pcs.mev, "mev_literal": pcs.mev_literal, "mev_centered": pcs.mev_centered, "primary": primary,
+        "self_similarity": exact_self, "self_similarity_sampled": sampled,
+        "mev": mev, "mev_literal": np.full_like(mev, np.nan) if masked else none_words.mev_literal,
+        "mev_centered": np.full_like(mev, np.nan) if masked else none_words.mev_centered, "primary": primary,
     })  # fmt: skip
     log.info(
-        "%s layer %d: self-sim %.3f, intra %.3f, MEV %.3f, baseline cos %.3f MEV %.3f (%.1f s)",
-        model, layer, record["self_similarity"], record["intra_sentence"], record["mev"],
-        record["baseline_cosine"], record["baseline_mev"], time.perf_counter() - started,
+        "%s layer %d: self-sim %.3f, intra %.3f, MEV %.3f, baseline cos %.3f (exact %.3f) MEV %.3f (exact %.3f), "
+        "%d degenerate words, variants %s (%.1f s)",
+        model, layer, record["self_similarity"], record["intra_sentence"], record["mev"], record["baseline_cosine"],
+        record["baseline_cosine_exact"], record["baseline_mev"], record["baseline_mev_exact"],
+        record["n_degenerate_words"], ",".join(variants), time.perf_counter() - started,
     )  # fmt: skip
     # what the layer was measured on, for the combining step's check against the manifest
-    record["_shape"] = {"rows": int(vectors.shape[0]), "dim": int(vectors.shape[1])}
-    return record, words, pcs.first_vector
+    record["_shape"] = {"rows": int(stored.shape[0]), "dim": int(d)}
+    return LayerResult(record, words, none_words.first_vector, postprocess_rows, rogue)
 
 
-def write_layer_results(
-    record: dict, words: pd.DataFrame, first_vectors: np.ndarray, out_record: Path, out_words: Path, out_pcs: Path
-) -> None:
-    """One layer's results: its record (JSON, floats exact), its words table (parquet), its PC vectors (text)."""
+def write_layer_results(result: LayerResult, out_record: Path, out_words: Path, out_pcs: Path) -> None:
+    """One layer's results: its record (JSON, floats exact, with its post-processing rows under
+    ``_postprocess`` and its rogue contributions under ``_rogue``), its words table (parquet), its PC
+    vectors (text)."""
+    record = {**result.record, "_postprocess": result.postprocess, "_rogue": [float(v) for v in result.rogue]}
     with atomic_path(out_record) as tmp:
         tmp.write_text(json.dumps(record, indent=1) + "\n")
     with atomic_path(out_words) as tmp:
-        words.to_parquet(tmp, index=False)
-    write_vectors_text(Path(out_pcs), words["word"].to_numpy(), first_vectors)
+        result.words.to_parquet(tmp, index=False)
+    write_vectors_text(Path(out_pcs), result.words["word"].to_numpy(), result.first_vectors)
+
+
+def rogue_table(records: list[dict]) -> pd.DataFrame:
+    """Each layer's per-dimension contributions to its exact anisotropy A_p, largest first (rank 1).
+
+    ``share`` is the contribution over the layer's A_p (NaN when A_p is not above its isotropic noise,
+    as the rogue shares are). Layers measured without the geometry panel have no rows.
+    """
+    frames = []
+    for record in records:
+        contributions = np.asarray(record.get("_rogue", []), dtype=np.float64)
+        if not len(contributions) or not np.isfinite(contributions).any():
+            continue
+        order = np.argsort(-contributions, kind="stable")
+        total = float(np.sum(contributions))
+        usable = np.isfinite(record.get("rogue_top1_share", np.nan))
+        frames.append(pd.DataFrame({
+            "model": record["model"], "layer": record["layer"], "dimension": order, "rank": np.arange(1, len(order) + 1),
+            "contribution": contributions[order], "share": contributions[order] / total if usable else np.nan,
+        }))  # fmt: skip
+    if not frames:
+        return pd.DataFrame(columns=ROGUE_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[ROGUE_COLUMNS]
 
 
 def combine_layers(
@@ -233,20 +446,38 @@ def combine_layers(
     top_k: int = 20,
     manifest: dict | None = None,
     manifest_path: Path | str = "manifest.json",
+    out_postprocess: Path | None = None,
+    out_rogue: Path | None = None,
 ) -> None:
-    """A model's tables from its per-layer results, after checking they cover exactly the manifest's layers."""
+    """A model's tables from its per-layer results, after checking they cover exactly the manifest's layers.
+
+    Also, when asked: ``out_postprocess`` (CSV, one row per layer and post-processing variant) and
+    ``out_rogue`` (CSV, ``rogue_table``).
+    """
     if manifest is not None:
         check_layer_set(manifest, {record["layer"]: record["_shape"] for record in records}, manifest_path)
     order = np.argsort([record["layer"] for record in records], kind="stable")
-    records = [{k: v for k, v in records[i].items() if not k.startswith("_")} for i in order]
+    ordered = [records[i] for i in order]
+    layer_records = [{k: v for k, v in record.items() if not k.startswith("_")} for record in ordered]
     word_table = pd.concat([word_tables[i] for i in order], ignore_index=True).astype({"layer": "int64", "n": "int64"})
-    layer_table = pd.DataFrame(records, columns=LAYER_COLUMNS).astype({"layer": "int64", "n_words": "int64"})
+    layer_table = pd.DataFrame(layer_records, columns=LAYER_COLUMNS).astype(
+        {"layer": "int64", "n_words": "int64", "n_degenerate_words": "int64", "after_final_norm": "int64",
+         "massive_occurrences": "int64", "geometry_sample": "int64", **{c: "str" for c in GEOMETRY_TEXT_COLUMNS}}
+    )  # fmt: skip
     with atomic_path(out_words) as tmp:
         word_table[WORD_COLUMNS].to_parquet(tmp, index=False)
     with atomic_path(out_layers) as tmp:
         layer_table.to_parquet(tmp, index=False)
     with atomic_path(out_context_words) as tmp:
         _context_specific_words(word_table, top_k).to_csv(tmp, index=False)
+    if out_postprocess is not None:
+        rows = [row for record in ordered for row in record.get("_postprocess", [])]
+        table = pd.DataFrame(rows, columns=POSTPROCESS_COLUMNS).astype({"layer": "int64", "n_degenerate_words": "int64"})
+        with atomic_path(out_postprocess) as tmp:
+            table.to_csv(tmp, index=False, float_format="%.6g")
+    if out_rogue is not None:
+        with atomic_path(out_rogue) as tmp:
+            rogue_table(ordered).to_csv(tmp, index=False, float_format="%.6g")
 
 
 def measure_model(
@@ -260,6 +491,8 @@ def measure_model(
     model: str,
     seed: int,
     top_k: int = 20,
+    out_postprocess: Path | None = None,
+    out_rogue: Path | None = None,
     log: logging.Logger = LOG,
     **options,
 ) -> None:
@@ -276,10 +509,9 @@ def measure_model(
     out_pcs_dir = Path(out_pcs_dir)
     out_pcs_dir.mkdir(parents=True, exist_ok=True)
     for layer in tqdm(sorted(layer_paths), desc=f"measure {model}", unit="layer", mininterval=5):
-        record, words, first_vectors = measure_layer(
-            Path(layer_paths[layer]), layer, index, model=model, seed=seed, log=log, **options
-        )
-        records.append(record)
-        tables.append(words)
-        write_vectors_text(out_pcs_dir / f"layer_{layer:02d}.txt", index.words, first_vectors)
-    combine_layers(records, tables, out_words, out_layers, out_context_words, top_k=top_k)
+        result = measure_layer(Path(layer_paths[layer]), layer, index, model=model, seed=seed, log=log, **options)
+        records.append({**result.record, "_postprocess": result.postprocess, "_rogue": list(result.rogue)})
+        tables.append(result.words)
+        write_vectors_text(out_pcs_dir / f"layer_{layer:02d}.txt", index.words, result.first_vectors)
+    combine_layers(records, tables, out_words, out_layers, out_context_words, top_k=top_k,
+                   out_postprocess=out_postprocess, out_rogue=out_rogue)  # fmt: skip

@@ -22,6 +22,7 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from contextuality.atomic import atomic_path
+from contextuality.static import PAPER_TABLE1, TABLE1_TASKS, TASK_DISPLAY
 from contextuality.paper import (
     CLAIMS,
     PAPER_CHECKPOINTS,
@@ -45,7 +46,31 @@ SUMMARY_COLUMNS = (
     ("adjusted_mev", "MEV adj"),
 )
 
+# (layers.parquet column, short header) of the summary's second table per model: the exact baselines (no
+# sampling), the values adjusted by them, and the degenerate words.
+EXACT_SUMMARY_COLUMNS = (
+    ("baseline_cosine", "Baseline"),
+    ("baseline_cosine_exact", "Baseline exact"),
+    ("adjusted_self_similarity_exact", "SelfSim adj exact"),
+    ("adjusted_intra_sentence_exact", "Intra adj exact"),
+    ("baseline_mev", "MEV base"),
+    ("baseline_mev_exact", "MEV base exact"),
+    ("adjusted_mev_exact", "MEV adj exact"),
+    ("n_degenerate_words", "Degenerate words"),
+)
+
 A10_TOLERANCE = 0.05
+A9_TOLERANCE = 0.03  # paper-spec §7 A9: "a suggested absolute tolerance of about ±0.03"
+A9A_TASKS = ("SimLex999", "RW", "Google", "MSR", "SemEval2012_2")
+A9B_TASKS = ("MEN", "WS353")
+# Claims about a model's last layer: the report notes when that layer is taken after the final norm.
+LAST_LAYER_CLAIMS = frozenset({"A2", "A3", "A5a", "A5b", "A7a", "A7c", "A9c", "A9d"})
+# Columns read in place of the sampled baselines and adjusted values for the exact-baseline verdict.
+EXACT_COLUMNS = {
+    "baseline_cosine": "baseline_cosine_exact", "baseline_mev": "baseline_mev_exact",
+    "adjusted_self_similarity": "adjusted_self_similarity_exact",
+    "adjusted_intra_sentence": "adjusted_intra_sentence_exact", "adjusted_mev": "adjusted_mev_exact",
+}  # fmt: skip
 ISOTROPY_THRESHOLD = 0.05  # S1: a mean random cosine above this is clearly not isotropic
 S3_MAX_RHO = -0.5  # S3: "almost monotonic" decrease = Spearman rho(layer, adjusted self-sim) at most this
 A6_WORDS = ("and", "of", "'s", "the", "to")
@@ -167,6 +192,7 @@ def summary_table(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str],
             md.append("| " + " | ".join(md_cells) + " |")
             body.append(" & ".join(tex_cells).replace("–", "--") + r" \\")
         md.append("")
+        md += _exact_summary_md(layer_tables[model])
         groups = " & ".join(rf"\multicolumn{{2}}{{c}}{{{short}}}" for _, short in SUMMARY_COLUMNS)
         rules = "".join(rf"\cmidrule(lr){{{3 + 2 * i}-{4 + 2 * i}}}" for i in range(len(SUMMARY_COLUMNS)))
         tex += [r"\begin{table}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{3pt}",
@@ -177,10 +203,60 @@ def summary_table(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str],
                 rf"\caption{{{_latex_escape(label)}: per-layer values of this run beside the paper's. "
                 + _latex_escape(role) + r" $\approx$: approximate (released statistics); --: no value.}",
                 rf"\label{{tab:summary-{re.sub(r'[^A-Za-z0-9]+', '-', model)}}}", r"\end{table}", ""]
+        tex += _exact_summary_tex(layer_tables[model], label, model)
     md += losses_section(losses or {}, labels)
     _write_text(out_md, "\n".join(md))
     _write_text(out_tex, "\n".join(tex))
     return frame
+
+
+def _exact_cells(table: pd.DataFrame) -> tuple[list[str], list[list[str]], bool]:
+    """Header, rows and whether a layer is marked after the final norm, for the exact-baseline table."""
+    t = table.sort_values("layer")
+    present = [(col, short) for col, short in EXACT_SUMMARY_COLUMNS if col in t.columns]
+    flags = t["after_final_norm"].fillna(0).astype(int).to_numpy() if "after_final_norm" in t.columns else np.zeros(len(t), int)
+    rows = []
+    for (_, r), flag in zip(t.iterrows(), flags):
+        cells = [f"{int(r['layer'])}" + ("†" if flag else "")]
+        for col, _ in present:
+            cells.append(str(int(r[col])) if col == "n_degenerate_words" and np.isfinite(r[col]) else _fmt(r[col]))
+        rows.append(cells)
+    return ["Layer"] + [short for _, short in present], rows, bool(flags.any())
+
+
+_EXACT_NOTE = ("*Exact* baselines are the values the paper's estimates aim at, over every stored row without "
+               "sampling (the cosine weighted as the paper samples: a sentence, then a token); *adj exact* = raw "
+               "measure minus them. Degenerate words have every occurrence identical up to storage rounding "
+               "(duplicate sentences, identical left contexts), so their MEV is undefined and left out.")
+_FINAL_NORM_NOTE = "†: taken after the model's final norm (the last hidden state of a pre-norm decoder); the other layers before it."
+
+
+def _exact_summary_md(table: pd.DataFrame) -> list[str]:
+    """Markdown lines: the exact baselines, the values adjusted by them and the degenerate words, per layer."""
+    if "baseline_cosine_exact" not in table.columns:
+        return []
+    header, rows, flagged = _exact_cells(table)
+    md = ["Exact baselines and degenerate words:", "", "| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
+    md += ["| " + " | ".join(cells) + " |" for cells in rows]
+    md += ["", _EXACT_NOTE + (" " + _FINAL_NORM_NOTE if flagged else ""), ""]
+    return md
+
+
+def _exact_summary_tex(table: pd.DataFrame, label: str, model: str) -> list[str]:
+    """The LaTeX version of ``_exact_summary_md``."""
+    if "baseline_cosine_exact" not in table.columns:
+        return []
+    header, rows, flagged = _exact_cells(table)
+    body = [" & ".join(cell.replace("†", r"$^\dagger$") for cell in cells).replace("–", "--") + r" \\" for cells in rows]
+    caption = _latex_escape(f"{label}: the exact anisotropy baselines, the measures adjusted by them, and the "
+                            "degenerate words per layer. ") + _latex_escape(_EXACT_NOTE.replace("*", ""))
+    if flagged:
+        caption += " " + _latex_escape(_FINAL_NORM_NOTE).replace("†", r"$^\dagger$")
+    return [r"\begin{table}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{3pt}",
+            r"\begin{tabular}{r" + "r" * (len(header) - 1) + "}", r"\toprule",
+            " & ".join(_latex_escape(h) for h in header) + r" \\", r"\midrule", *body, r"\bottomrule",
+            r"\end{tabular}", rf"\caption{{{caption}}}",
+            rf"\label{{tab:summary-exact-{re.sub(r'[^A-Za-z0-9]+', '-', model)}}}", r"\end{table}", ""]
 
 
 LOSS_COLUMNS = [
@@ -232,6 +308,8 @@ class _Model:
     depth: int
     paper_model: str | None
     words: pd.DataFrame | None
+    label: str = ""
+    table1: pd.DataFrame | None = None  # this run's Table 1 rows (table1.csv, source "this run"), or None
 
     def col(self, name: str) -> pd.Series:
         """A layers.parquet column indexed by layer (all NaN when absent)."""
@@ -438,6 +516,130 @@ def _a10(m: _Model) -> Result:
     return (HOLDS if within == len(gaps) else FAILS), evidence, ""
 
 
+def _shown_rows(table1: pd.DataFrame) -> pd.DataFrame:
+    """The rows the paper's Table 1 shows: every static baseline and each model's first two and last two
+    contextual layers (1, 2, L-1 and L; layer 0 and the middle layers are left out, as in the paper)."""
+    rows = table1[table1["layer"].isna()]
+    layered = table1[table1["layer"].notna()]
+    keep = [rows]
+    for _, group in layered.groupby("model", sort=False):
+        depth = int(group["layer"].max())
+        shown = {layer for layer in (1, 2, depth - 1, depth) if 1 <= layer <= depth}
+        keep.append(group[group["layer"].isin(shown)])
+    return pd.concat(keep, ignore_index=True)
+
+
+class _NotApplicable(Exception):
+    """A claim that cannot be checked with this run's outputs; the message is the evidence."""
+
+
+def _table1_parts(m: _Model) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """(the shown rows of the run's Table 1, this model's shown rows, Table 1's tasks with its scores)."""
+    if m.table1 is None:
+        raise _NotApplicable("no Table 1 in this run (static.enabled: false)")
+    shown = _shown_rows(m.table1)
+    mine = shown[(shown["model"] == m.label) & shown["layer"].notna()]
+    if mine.empty:
+        raise _NotApplicable(f"no Table 1 rows for {m.label}")
+    tasks = [t for t in TABLE1_TASKS if t in shown.columns and np.isfinite(mine[t].to_numpy(float)).any()]
+    return shown, mine, tasks
+
+
+def _row_name(row) -> str:
+    return row["model"] if pd.isna(row["layer"]) else f"layer {int(row['layer'])}"
+
+
+def _best(frame: pd.DataFrame, task: str) -> tuple[float, str]:
+    values = frame[task].astype(float)
+    if not np.isfinite(values).any():
+        return float("nan"), ""
+    i = values.idxmax()
+    row = frame.loc[i]
+    name = row["model"] if pd.isna(row["layer"]) else f"{row['model']}, layer {int(row['layer'])}"
+    return float(values[i]), name
+
+
+def _a9a(m: _Model) -> Result:
+    shown, mine, tasks = _table1_parts(m)
+    first = mine[mine["layer"].isin([1, 2])]
+    tasks = [t for t in A9A_TASKS if t in tasks]
+    if first.empty or not tasks:
+        return NA, "needs Table 1 scores of layers 1-2 on SimLex999, RW, Google, MSR or SemEval2012(2)", ""
+    misses, parts_text = [], []
+    for task in tasks:
+        own, _ = _best(first, task)
+        best, who = _best(shown, task)
+        parts_text.append(f"{TASK_DISPLAY[task]} {own:.3f} (best {best:.3f}, {who})")
+        if not own >= best - A9_TOLERANCE:
+            misses.append(TASK_DISPLAY[task])
+    evidence = "best of layers 1-2: " + "; ".join(parts_text)
+    if misses:
+        evidence += f"; more than {A9_TOLERANCE} below the best on {', '.join(misses)}"
+    return (FAILS if misses else HOLDS), evidence, "rows compared: each model's layers 1, 2, L-1, L and every static baseline"
+
+
+def _a9b(m: _Model) -> Result:
+    shown, mine, _ = _table1_parts(m)
+    fasttext = shown[shown["layer"].isna() & shown["model"].astype(str).str.lower().str.replace(" ", "").str.contains("fasttext")]
+    if fasttext.empty:
+        return NA, "no FastText baseline in Table 1 (add its vectors under static.baselines)", ""
+    misses, parts_text = [], []
+    for task in A9B_TASKS:
+        if task not in shown.columns:
+            continue
+        theirs, _ = _best(fasttext, task)
+        own, who = _best(mine, task)
+        parts_text.append(f"{TASK_DISPLAY[task]}: FastText {theirs:.3f}, best row of the model {own:.3f} ({who})")
+        if not theirs >= own - A9_TOLERANCE:
+            misses.append(TASK_DISPLAY[task])
+    if not parts_text:
+        return NA, "Table 1 has no MEN or WS353 scores", ""
+    return (FAILS if misses else HOLDS), "; ".join(parts_text), ""
+
+
+def _a9c(m: _Model) -> Result:
+    shown, mine, tasks = _table1_parts(m)
+    others = shown[~((shown["model"] == m.label) & shown["layer"].notna())]
+    if others.empty:
+        return NA, "no other model or baseline in Table 1 to compare with", ""
+    worst = []
+    for task in tasks:
+        own_best = float(mine[task].astype(float).max())
+        others_worst = float(others[task].astype(float).min())
+        if np.isfinite(own_best) and np.isfinite(others_worst) and own_best < others_worst + A9_TOLERANCE:
+            worst.append(TASK_DISPLAY[task])
+    needed = max(len(tasks) - 1, 1)
+    rest = [TASK_DISPLAY[t] for t in tasks if TASK_DISPLAY[t] not in worst]
+    evidence = (f"its rows are below every other row on {len(worst)} of {len(tasks)} tasks (needed: {needed})"
+                + (f"; not on {', '.join(rest)}" if rest else ""))
+    note = "rows compared: each model's layers 1, 2, L-1, L and every static baseline"
+    return (HOLDS if len(worst) >= needed else FAILS), evidence, note
+
+
+def _a9d(m: _Model) -> Result:
+    pdepth = PAPER_DEPTH[m.paper_model]
+    if m.depth != pdepth:
+        return NA, f"depth {m.depth} differs from the paper's {pdepth}: no row-by-row comparison", ""
+    _, mine, tasks = _table1_parts(m)
+    name = PAPER_LABELS[m.paper_model]
+    gaps = []
+    for label, values in PAPER_TABLE1.items():
+        if not label.startswith(f"{name}, Layer "):
+            continue
+        layer = int(label.rsplit(" ", 1)[1])
+        row = mine[mine["layer"] == layer]
+        for task in tasks:
+            if len(row) and np.isfinite(float(row[task].iloc[0])):
+                gaps.append((abs(float(row[task].iloc[0]) - values[task]), TASK_DISPLAY[task], layer))
+    if not gaps:
+        return NA, "no comparable rows", ""
+    worst = max(gaps)
+    within = sum(g <= A9_TOLERANCE for g, _, _ in gaps)
+    evidence = (f"{within} of {len(gaps)} scores within ±{A9_TOLERANCE}; largest gap {worst[0]:.3f} "
+                f"({worst[1]}, layer {worst[2]})")
+    return (HOLDS if within == len(gaps) else FAILS), evidence, ""
+
+
 def _s1(m: _Model) -> Result:
     return _all_above(m.col("baseline_cosine").loc[1:], ISOTROPY_THRESHOLD, "baseline cosine, layers ≥ 1")
 
@@ -475,33 +677,75 @@ def _s5(m: _Model) -> Result:
 
 _EVALUATORS: dict[str, Callable[[_Model], Result]] = {
     "A1a": _a1a, "A1b": _a1b, "A2": _a2, "A3": _a3, "A4": _a4, "A5a": _a5a, "A5b": _a5b, "A6": _a6,
-    "A7a": _a7a, "A7b": _a7b, "A7c": _a7c, "A8a": _a8a, "A8b": _a8b, "A10": _a10,
+    "A7a": _a7a, "A7b": _a7b, "A7c": _a7c, "A8a": _a8a, "A8b": _a8b,
+    "A9a": _a9a, "A9b": _a9b, "A9c": _a9c, "A9d": _a9d, "A10": _a10,
     "S1": _s1, "S2": _s2, "S3": _s3, "S4": _s4, "S5": _s5,
 }
 
 
+def _exact_view(table: pd.DataFrame) -> pd.DataFrame:
+    """The layers table with the exact baselines (and the values adjusted by them) in the sampled ones' place."""
+    if not all(column in table.columns for column in EXACT_COLUMNS.values()):
+        return table.iloc[0:0]
+    return table.assign(**{sampled: table[exact] for sampled, exact in EXACT_COLUMNS.items()})
+
+
+def _evaluate(claim_id: str, m: _Model) -> Result:
+    try:
+        return _EVALUATORS[claim_id](m)
+    except _NotApplicable as reason:
+        return NA, str(reason), ""
+
+
+def _final_norm_note(table: pd.DataFrame, depth: int) -> str:
+    """A note when the model's last layer is the hidden state after its final norm ('' otherwise)."""
+    if "after_final_norm" not in table.columns or depth not in table.index:
+        return ""
+    if int(np.nan_to_num(table.loc[depth, "after_final_norm"])) != 1:
+        return ""
+    return (f"layer {depth} is the hidden state after the model's final norm (as transformers returns the last "
+            "layer of a pre-norm decoder); every other layer is the raw residual stream")
+
+
 def evaluate_claims(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, pd.DataFrame] | None,
                     labels: dict[str, str], paper_models: dict[str, str | None], *,
-                    sources: dict[str, str] | None = None) -> pd.DataFrame:
+                    sources: dict[str, str] | None = None, table1: pd.DataFrame | None = None) -> pd.DataFrame:
     """Evaluate every applicable claim on every model; one row per (model, claim).
 
     Columns: model, label, paper_model, stand_in, role (one sentence: paper checkpoint or stand-in),
-    claim, about, statement, status (HOLDS/FAILS/N/A), evidence (the numbers), note (adaptations).
+    claim, about, statement, status (HOLDS/FAILS/N/A), evidence (the numbers), note (adaptations),
+    status_exact and evidence_exact (the same claim with the exact baselines, ``baseline_*_exact``, in
+    place of the paper's sampled ones; N/A when the table has no exact baselines). ``table1``: the
+    run's ``table1.csv`` (claims A9a-d; None: N/A). A claim about the last layer notes when that layer
+    is taken after the model's final norm (``after_final_norm``).
     """
     _check_paper_models(layer_tables, paper_models)
     word_tables, sources = word_tables or {}, sources or {}
+    run_table1 = None
+    if table1 is not None:
+        run_table1 = table1[table1["source"] == "this run"] if "source" in table1.columns else table1
     rows = []
     for key, table in layer_tables.items():
         label, pm, depth = labels.get(key, key), paper_models.get(key), _depth(table)
         stand_in, role = _role(key, label, depth, pm, sources.get(key))
-        m = _Model(table.set_index("layer").sort_index(), depth, pm, word_tables.get(key))
+        indexed = table.set_index("layer").sort_index()
+        m = _Model(indexed, depth, pm, word_tables.get(key), label, run_table1)
+        exact_table = _exact_view(indexed)
+        m_exact = _Model(exact_table, depth, pm, word_tables.get(key), label, run_table1) if len(exact_table) else None
+        final_norm = _final_norm_note(indexed, depth)
         for c in claims_for(pm):
-            status, evidence, note = _EVALUATORS[c.id](m)
+            status, evidence, note = _evaluate(c.id, m)
+            status_exact, evidence_exact = (NA, "no exact baselines in the layers table")
+            if m_exact is not None:
+                status_exact, evidence_exact, _ = _evaluate(c.id, m_exact)
             if c.about and stand_in:
                 note = "; ".join(filter(None, [f"stand-in for {PAPER_LABELS[pm]}", note]))
+            if final_norm and c.id in LAST_LAYER_CLAIMS:
+                note = "; ".join(filter(None, [note, final_norm]))
             rows.append({"model": key, "label": label, "paper_model": pm, "stand_in": stand_in, "role": role,
                          "claim": c.id, "about": ", ".join(PAPER_LABELS[p] for p in c.about) or "all models",
-                         "statement": c.text, "status": status, "evidence": evidence, "note": note})
+                         "statement": c.text, "status": status, "evidence": evidence, "note": note,
+                         "status_exact": status_exact, "evidence_exact": evidence_exact})
     return pd.DataFrame(rows)
 
 
@@ -510,40 +754,69 @@ def _md_cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _degenerate_line(table: pd.DataFrame) -> str:
+    """One sentence: how many words per layer have no MEV because all their occurrences are identical."""
+    if "n_degenerate_words" not in table.columns:
+        return ""
+    counts = table.set_index("layer")["n_degenerate_words"].astype(int).sort_index()
+    upper = counts.loc[1:]
+    text = f"Degenerate words (every occurrence identical up to storage rounding, so no MEV): layer 0: {counts.get(0, 0)}"
+    if len(upper):
+        text += f"; layers 1-{int(upper.index.max())}: {int(upper.min())}-{int(upper.max())}"
+    return text + " (of " + str(int(table["n_words"].max())) + " words)." if "n_words" in table.columns else text + "."
+
+
+def _status_cell(status: str, status_exact: str) -> str:
+    """The verdict, with the exact-baseline verdict beside it when the two differ."""
+    return status if status_exact == status or status_exact == NA else f"{status} (exact: {status_exact})"
+
+
 def claims_report(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, pd.DataFrame] | None,
                   labels: dict[str, str], paper_models: dict[str, str | None], out_md, *,
-                  sources: dict[str, str] | None = None, losses: dict[str, dict] | None = None) -> pd.DataFrame:
+                  sources: dict[str, str] | None = None, losses: dict[str, dict] | None = None,
+                  table1: pd.DataFrame | None = None) -> pd.DataFrame:
     """Check the paper's claims on this run and write them as Markdown; returns the results table.
 
     ``word_tables`` maps model keys to their words.parquet (needed for A6 and S5; missing
-    ones give N/A). ``paper_models`` and ``sources`` are as in ``summary_table``.
+    ones give N/A). ``paper_models`` and ``sources`` are as in ``summary_table``; ``table1`` is the
+    run's table1.csv (claims A9a-d).
     """
-    results = evaluate_claims(layer_tables, word_tables, labels, paper_models, sources=sources)
+    results = evaluate_claims(layer_tables, word_tables, labels, paper_models, sources=sources, table1=table1)
     models = list(layer_tables)
     md = ["# The paper's claims, checked on this run", "",
           "Ethayarajh (EMNLP 2019), *How Contextual are Contextualized Word Representations?* "
           "Each claim is evaluated on this run's numbers: **HOLDS**, **FAILS**, or **N/A** (not checkable "
           "with these outputs). Claims about one of the paper's models are checked on the run's model "
           "mapped to it; a stand-in is a different checkpoint, so a FAIL there says the claim does not "
-          "carry over, not that the paper is wrong. *Adjusted* = raw minus the layer's anisotropy baseline.",
+          "carry over, not that the paper is wrong. *Adjusted* = raw minus the layer's anisotropy baseline. "
+          "Every claim is checked with the paper's sampled baselines; *Exact baseline* gives the verdict "
+          "with the exact baselines (every row, no sampling noise) in their place, and `(exact: ...)` marks "
+          "a verdict that changes with them.",
           "", "## Overview", ""]
     head = ["Claim", "About", "Source"] + [_md_cell(labels.get(m, m)) for m in models]
     md += ["| " + " | ".join(head) + " |", "|---|---|---|" + "---|" * len(models)]
     for c in CLAIMS:
-        sub = results[results["claim"] == c.id].set_index("model")["status"] if not results.empty else {}
-        cells = [sub[m] if m in sub else "·" for m in models]
+        sub = results[results["claim"] == c.id].set_index("model") if not results.empty else pd.DataFrame()
+        cells = [_status_cell(sub.loc[m, "status"], sub.loc[m, "status_exact"]) if m in sub.index else "·"
+                 for m in models]  # fmt: skip
         about = ", ".join(PAPER_LABELS[p] for p in c.about) or "all models"
         md.append(f"| {c.id} | {about} | {c.source} | " + " | ".join(cells) + " |")
     md += ["", "Source: sections of the methods spec (paper-spec.md). `·` = the claim is about a paper model "
-           "this model does not stand for.", ""]
+           "this model does not stand for. A9a-d compare the rows the paper's Table 1 shows: every static "
+           f"baseline and each model's layers 1, 2, L-1 and L, with a tolerance of {A9_TOLERANCE}.", ""]
     for model in models:
         sub = results[results["model"] == model]
         label = labels.get(model, model)
-        md += [f"## {label} (`{model}`)", "", sub["role"].iloc[0] if not sub.empty else "", "",
-               "| Claim | Statement | Result | Evidence | Note |", "|---|---|---|---|---|"]
+        md += [f"## {label} (`{model}`)", "", sub["role"].iloc[0] if not sub.empty else ""]
+        degenerate = _degenerate_line(layer_tables[model])
+        md += ["", degenerate] if degenerate else []
+        md += ["", "| Claim | Statement | Result | Evidence | Exact baseline | Note |", "|---|---|---|---|---|---|"]
         for _, r in sub.iterrows():
+            exact = r["status_exact"]
+            if exact != r["status"] and exact != NA:
+                exact = f"**{exact}**: {r['evidence_exact']}"
             md.append(f"| {r['claim']} | {_md_cell(r['statement'])} | **{r['status']}** | "
-                      f"{_md_cell(r['evidence'])} | {_md_cell(r['note'])} |")
+                      f"{_md_cell(r['evidence'])} | {_md_cell(exact)} | {_md_cell(r['note'])} |")
         md.append("")
     covered = {pm for pm in paper_models.values() if pm}
     unchecked = [c for c in CLAIMS if c.about and not covered.intersection(c.about)]

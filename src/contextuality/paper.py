@@ -178,6 +178,16 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("A8a", "Raw MEV averages below 0.05 in every layer (≥ 1) of ELMo and BERT.", ("elmo", "bert"),
           "§6.4; §7 A8"),
     Claim("A8b", "GPT-2's raw MEV averages about 0.30 (0.2-0.4) over layers 2-11.", ("gpt2",), "§6.4; §7 A8"),
+    Claim("A9a", "Table 1: BERT's first two layers give the best static embeddings on SimLex999, RW, Google, MSR and "
+                 "SemEval2012(2) (the best of its layers 1-2 within 0.03 of the best row of the table).", ("bert",),
+          "§6.5; §7 A9"),
+    Claim("A9b", "Table 1: FastText is best on MEN and WS353 (it scores at least as high as every row of the model's "
+                 "PC embeddings, within 0.03).", ("elmo", "bert", "gpt2"), "§6.5; §7 A9"),
+    Claim("A9c", "Table 1: GPT-2's rows are the worst: on at least 8 of the 9 tasks each of its rows scores below every "
+                 "row of the other models and baselines (within 0.03; the paper's GPT-2 is not worst on RW).",
+          ("gpt2",), "§6.5; §7 A9"),
+    Claim("A9d", "Table 1: the scores of the model's rows lie within ±0.03 of the paper's.", ("elmo", "bert", "gpt2"),
+          "§6.5; §7 A9"),
     Claim("A10", "Per-layer values lie within ±0.05 of the released statistics.",
           ("elmo", "bert", "gpt2"), "§6.1-6.4; §7 A10"),
     Claim("S1", "No layer of the contextualizing model is isotropic: baseline cosine clearly above 0 "

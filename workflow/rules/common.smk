@@ -52,6 +52,7 @@ def final_outputs(wildcards):
         targets += stored_vectors(model)
     targets += expand(f"{RESULTS}/metrics/{{model}}/context_specific_words.csv", model=MODELS)
     targets += expand(f"{RESULTS}/figures/{{name}}.png", name=FIGURES)
+    targets += expand(f"{RESULTS}/figures/{{model}}/{{name}}.png", model=MODELS, name=MODEL_FIGURES)
     targets += [f"{RESULTS}/tables/summary.md", f"{RESULTS}/tables/claims.md"]
     if config["static"]["enabled"]:
         targets += [f"{RESULTS}/tables/table1.md"]
@@ -221,6 +222,7 @@ def extraction_runtime_min(wildcards, input, attempt=1):
 
 
 FIGURES = ["anisotropy", "self_similarity", "intra_sentence", "mev"]
+MODEL_FIGURES = ["geometry", "rogue_dimensions"]
 MODEL_LABELS = {key: spec.get("label") or key for key, spec in config["models"].items()}
 PAPER_MODELS = {key: spec.get("stands_for") for key, spec in config["models"].items()}
 MODEL_SOURCES = {
@@ -230,17 +232,21 @@ MODEL_SOURCES = {
 
 
 def measure_mem_mb(wildcards, input, attempt=1):
-    """One layer in its stored dtype, float64 working copies of a word chunk and the sampled rows, 1 GiB; x attempt.
+    """MB of one measurement job: the layer in its stored dtype and its copy in metrics.compute_dtype,
+    batches of words (about 64 MB each, a few at once, the post-processed copies of a batch included), 1 GiB; x attempt.
 
     rows x dim x dtype size from the model's manifest; before it exists, the paper's largest layer is
     assumed: 330k WordPieces x 1024 dims in float32.
     """
+    work_bytes = 8 if config["metrics"]["compute_dtype"] == "float64" else 4
     try:
         shape = json.loads(open(input.manifest).read())
-        layer_bytes = shape["rows"] * shape["dim"] * (2 if shape["dtype"] == "float16" else 4)
+        rows_dims = shape["rows"] * shape["dim"]
+        stored_bytes = 2 if shape["dtype"] == "float16" else 4
     except (OSError, ValueError, KeyError):
-        layer_bytes = 330_000 * 1024 * 4
-    return int((layer_bytes / 1e6 + 2 * 64 + 1024) * attempt)
+        rows_dims, stored_bytes = 330_000 * 1024, 4
+    layer_mb = rows_dims * (stored_bytes + (0 if stored_bytes == work_bytes else work_bytes)) / 1e6
+    return int((layer_mb + 6 * 64 + 1024) * attempt)
 
 
 def extraction_settings(wildcards):

@@ -3,12 +3,14 @@
 
 rule measure_layer:
     # One job per (model, layer): reads the layer once (its shards, checksums verified) after checking it
-    # against the model's manifest.
+    # against the model's manifest; every measure (the paper's, exact baselines, geometry, post-processed
+    # variants) comes from that one read. The units name the tokens carrying massive activations.
     input:
         layer=f"{RESULTS}/embeddings/{{model}}/layers/layer_{{layer}}.h5",
         shards=expand_shards(f"{RESULTS}/embeddings/{{model}}/shards/shard_{{shard}}.h5"),
         manifest=rules.gather.output.manifest,
         occurrences=rules.plan.output.occurrences,
+        units=rules.plan.output.units,
     output:
         record=f"{RESULTS}/metrics/{{model}}/per_layer/layer_{{layer}}.json",
         words=f"{RESULTS}/metrics/{{model}}/per_layer/layer_{{layer}}.words.parquet",
@@ -42,6 +44,14 @@ rule measure:
             labels={"model": "{model}", "table": "per layer"},
         ),
         layers_parquet=f"{RESULTS}/metrics/{{model}}/layers.parquet",
+        postprocess=report(
+            f"{RESULTS}/metrics/{{model}}/postprocess.csv",
+            caption="../report/postprocess_table.rst",
+            category="Tables",
+            subcategory="Post-processed variants",
+            labels={"model": "{model}", "table": "post-processing"},
+        ),
+        rogue=f"{RESULTS}/metrics/{{model}}/rogue_dimensions.csv",
         context_words=report(
             f"{RESULTS}/metrics/{{model}}/context_specific_words.csv",
             caption="../report/context_words.rst",
@@ -60,6 +70,7 @@ rule measure:
 
 
 rule figures:
+    # Figures 1-4 of the paper, every model in each.
     input:
         layers=expand(f"{RESULTS}/metrics/{{model}}/layers.parquet", model=MODELS),
     output:
@@ -76,6 +87,7 @@ rule figures:
     params:
         models=MODELS,
         labels=MODEL_LABELS,
+        x_axis=config["figures"]["x_axis"],
     log:
         "logs/figures/figures.log",
     conda:
@@ -84,11 +96,42 @@ rule figures:
         "../scripts/figures.py"
 
 
+rule model_figures:
+    # One model's geometry dashboard and its rogue dimensions across layers.
+    input:
+        layers=rules.measure.output.layers_parquet,
+        postprocess=rules.measure.output.postprocess,
+        rogue=rules.measure.output.rogue,
+    output:
+        **{
+            f"{name}_{ext}": report(
+                f"{RESULTS}/figures/{{model}}/{name}.{ext}",
+                caption=f"../report/fig_{name}.rst",
+                category="Figures",
+                subcategory="Per model",
+                labels={"model": "{model}", "figure": name, "format": ext},
+            )
+            for name in MODEL_FIGURES
+            for ext in ("png", "pdf")
+        },
+    params:
+        label=lambda wildcards: MODEL_LABELS[wildcards.model],
+        x_axis=config["figures"]["x_axis"],
+    log:
+        "logs/figures/{model}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/model_figures.py"
+
+
 rule summary:
+    # This run beside the paper, and the paper's claims (Table 1's ordering, claim A9, from Table 1's scores).
     input:
         layers=expand(f"{RESULTS}/metrics/{{model}}/layers.parquet", model=MODELS),
         words=expand(f"{RESULTS}/metrics/{{model}}/words.parquet", model=MODELS),
         losses=expand(f"{RESULTS}/embeddings/{{model}}/losses.json", model=MODELS),
+        table1=[f"{RESULTS}/tables/table1.csv"] if config["static"]["enabled"] else [],
     output:
         summary_md=report(
             f"{RESULTS}/tables/summary.md",

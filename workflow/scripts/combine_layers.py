@@ -1,4 +1,5 @@
-"""Snakemake entry point: a model's per-layer results -> its words/layers tables and context-specific words."""
+"""Snakemake entry point: a model's per-layer results -> its words/layers/post-processing/rogue tables and
+context-specific words."""
 import json
 from pathlib import Path
 
@@ -19,6 +20,8 @@ combine_layers(
     top_k=snakemake.params.top_k,
     manifest=read_manifest(snakemake.input.manifest),
     manifest_path=snakemake.input.manifest,
+    out_postprocess=Path(snakemake.output.postprocess),
+    out_rogue=Path(snakemake.output.rogue),
 )
 with atomic_path(snakemake.output.layers) as tmp:
     pd.read_parquet(snakemake.output.layers_parquet).to_csv(tmp, index=False, float_format="%.6g")

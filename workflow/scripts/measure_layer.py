@@ -9,7 +9,7 @@ from contextuality.store import read_manifest
 
 log = setup_job_logging(snakemake.log[0])
 metrics = snakemake.params.metrics
-record, words, first_vectors = measure_layer(
+result = measure_layer(
     Path(snakemake.input.layer),
     int(snakemake.wildcards.layer),
     pd.read_parquet(snakemake.input.occurrences),
@@ -22,8 +22,12 @@ record, words, first_vectors = measure_layer(
     mev_layer0=metrics["mev_layer0"],
     bootstrap_resamples=metrics["bootstrap_resamples"],
     manifest=read_manifest(snakemake.input.manifest),
+    units=pd.read_parquet(snakemake.input.units, columns=["row", "unit", "position"]) if metrics["geometry"] else None,
+    geometry_panel=metrics["geometry"],
+    geometry_sample=metrics["geometry_sample"],
+    twonn_sample=metrics["twonn_sample"],
+    postprocess=metrics["postprocess"],
+    compute_dtype=metrics["compute_dtype"],
     log=log,
 )
-write_layer_results(
-    record, words, first_vectors, Path(snakemake.output.record), Path(snakemake.output.words), Path(snakemake.output.pcs)
-)
+write_layer_results(result, Path(snakemake.output.record), Path(snakemake.output.words), Path(snakemake.output.pcs))

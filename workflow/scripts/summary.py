@@ -1,4 +1,4 @@
-"""Snakemake entry point: per-layer and per-word tables -> summary (vs the paper) and claims report."""
+"""Snakemake entry point: per-layer and per-word tables and Table 1 -> summary (vs the paper) and claims report."""
 import json
 from pathlib import Path
 
@@ -14,10 +14,12 @@ layer_tables = {model: pd.read_parquet(path) for model, path in zip(models, snak
 word_tables = {model: pd.read_parquet(path) for model, path in zip(models, snakemake.input.words)}
 losses = {model: json.loads(Path(path).read_text()) for model, path in zip(models, snakemake.input.losses)}
 labels, paper_models, sources = snakemake.params.labels, snakemake.params.paper_models, snakemake.params.sources
+# Table 1's scores (claims A9a-d); absent when static.enabled is false
+table1 = pd.read_csv(snakemake.input.table1[0]) if snakemake.input.table1 else None
 summary_table(layer_tables, labels, paper_models, snakemake.output.summary_md, snakemake.output.summary_tex,
               sources=sources, losses=losses)
 claims = claims_report(layer_tables, word_tables, labels, paper_models, snakemake.output.claims_md, sources=sources,
-                       losses=losses)
+                       losses=losses, table1=table1)
 with atomic_path(snakemake.output.claims_csv) as tmp:
     claims.to_csv(tmp, index=False)
 with atomic_path(snakemake.output.losses_csv) as tmp:
