@@ -43,10 +43,11 @@ from contextuality import geometry, measures
 # Rows per block of the full-layer passes (whole sentences; float32 blocks of about 12 MiB at d = 384).
 BLOCK_ROWS = 8192
 # Lanczos steps per round, rounds before LAPACK takes over, and the accepted residual |A x - theta x| /
-# theta of a top eigenpair (float32 arithmetic reaches about 1e-6; the eigenvalue is then good to the
-# same relative accuracy, far below the 3 decimals the measures are reported to).
-LANCZOS_STEPS = 24
-LANCZOS_ROUNDS = 4
+# theta of a top eigenpair (float32 arithmetic reaches about 1e-7; the eigenvalue is then good to the
+# same relative accuracy, far below the 3 decimals the measures are reported to). On the default
+# models' word matrices 12 steps settle nearly every top eigenpair to 1e-7 (a restart the rest).
+LANCZOS_STEPS = 12
+LANCZOS_ROUNDS = 6
 RESIDUAL_TOL = {np.dtype(np.float32): 2e-5, np.dtype(np.float64): 1e-11}
 # Words with at most this many occurrences are stacked by exact size; larger ones up to d are padded to
 # a multiple of PAD_STEP (zero rows and columns leave the top eigenpair unchanged).
@@ -132,9 +133,12 @@ def top_eigenpairs(A: np.ndarray, start: np.ndarray | None = None, mask: np.ndar
     for _ in range(LANCZOS_ROUNDS):
         if not len(todo):
             break
-        theta, x = _lanczos(A[todo], start[todo], LANCZOS_STEPS)
+        batch = A[todo] if len(todo) < k else A
+        theta, x = _lanczos(batch, start[todo], LANCZOS_STEPS)
         x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), np.finfo(np.float64).tiny)
-        residual = np.linalg.norm(np.matmul(A[todo].astype(np.float64), x[:, :, None])[:, :, 0] - theta[:, None] * x, axis=1)
+        xw = x.astype(A.dtype)
+        product = np.matmul(batch, xw[:, :, None])[:, :, 0]
+        residual = np.linalg.norm((product - theta[:, None].astype(A.dtype) * xw).astype(np.float64), axis=1)
         done = (residual <= tol * theta) & (theta > 0)
         values[todo[done]], vectors[todo[done]] = theta[done], x[done]
         start[todo[~done]] = x[~done] + 1e-3 * generic[todo[~done]]
@@ -267,22 +271,25 @@ def _class_blocks(offsets: np.ndarray, block_rows: int):
 
 
 def _cosine_block(Y: np.ndarray, length: int, p: float, acc: dict) -> None:
-    """Add one block of transformed rows (whole sentences of ``length`` rows, weight p each) to ``acc``."""
+    """Add one block of transformed rows (whole sentences of ``length`` rows, weight p each) to ``acc``.
+
+    Sums of unit rows are products with the inverse norms (BLAS), not sums of a unit-row copy.
+    """
     squared = np.einsum("ij,ij->i", Y, Y)
     nonzero = squared > 0
     inverse = np.zeros(len(Y), dtype=Y.dtype)
-    np.divide(1.0, np.sqrt(squared, where=nonzero, out=np.zeros_like(squared)), where=nonzero, out=inverse)
-    U = Y * inverse[:, None]
-    column = U.sum(axis=0, dtype=np.float64)
+    inverse[nonzero] = 1.0 / np.sqrt(squared[nonzero])
+    column = (inverse @ Y).astype(np.float64)
     acc["sum_unit"] += column
     acc["sum_weighted"] += p * column
-    acc["sum_weighted_sq"] += p * p * np.einsum("ij,ij->j", U, U, dtype=np.float64)
+    acc["sum_weighted_sq"] += p * p * (np.square(inverse) @ np.square(Y)).astype(np.float64)
     count = int(nonzero.sum())
     acc["n_nonzero"] += count
     acc["p_nonzero"] += p * count
     acc["p2_nonzero"] += p * p * count
     acc["p4_nonzero"] += p**4 * count
-    sentence = U.reshape(-1, length, U.shape[1]).sum(axis=1, dtype=np.float64) / length
+    d = Y.shape[1]
+    sentence = np.matmul(inverse.reshape(-1, 1, length), Y.reshape(-1, length, d))[:, 0, :].astype(np.float64) / length
     acc["sentence_sq"] += float(np.einsum("sd,sd->", sentence, sentence))
     w = nonzero.reshape(-1, length).sum(axis=1) / length
     acc["w_sum"] += float(w.sum())
@@ -312,7 +319,6 @@ def layer_pass(X: np.ndarray, offsets: np.ndarray, work_dtype=np.float32, block_
         raise ValueError(f"sentence_offsets ends at {offsets[-1]} but X has {n} rows")
     n_sentences = _sentence_count(offsets)
     shift = X.mean(axis=0, dtype=np.float64) if n else np.zeros(d)
-    shift_work = shift.astype(work_dtype)
     uniform_first, uniform_second = np.zeros(d), np.zeros((d, d))
     weighted_first, weighted_second = np.zeros(d), np.zeros((d, d))
     weighted_total = 0.0
@@ -338,8 +344,8 @@ def layer_pass(X: np.ndarray, offsets: np.ndarray, work_dtype=np.float32, block_
         Y = np.asarray(X[rows], dtype=work_dtype)
         current[1] += len(rows)
         _cosine_block(Y, length, 1.0 / (n_sentences * length), acc)
-        Y -= shift_work
-        class_first += Y.sum(axis=0, dtype=np.float64)
+        _subtract(Y, shift)
+        class_first += (np.ones(len(Y), dtype=Y.dtype) @ Y).astype(np.float64)
         class_second += Y.T @ Y
     close_class()
     # every row of a constant column equals its exact mean, so the shifted column is exactly 0
@@ -476,22 +482,27 @@ def _new_word_stats(k: int, d: int, with_vectors: bool) -> dict:
             "total_var": nan(), "mean_sq": nan()}  # fmt: skip
 
 
-def _self_similarity_from_unit(U: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """Exact self-similarity of stacked words from their unit rows (k, m, d) (zero and padded rows are 0)."""
-    sums = U.sum(axis=1, dtype=np.float64)
-    nonzero = np.einsum("kmd,kmd->km", U, U).round().sum(axis=1)
-    pairs = nonzero * nonzero - nonzero
-    with np.errstate(invalid="ignore", divide="ignore"):
-        values = (np.einsum("kd,kd->k", sums, sums) - nonzero) / pairs
-    return np.where(pairs > 0, np.clip(values, -1.0, 1.0), np.nan)
+def _self_similarity_rows(Y: np.ndarray) -> float:
+    """Exact self-similarity of one word's rows (n, d): (|sum u_i|^2 - n) / (n (n - 1)) over nonzero rows."""
+    squared = np.einsum("ij,ij->i", Y, Y)
+    nonzero = squared > 0
+    inverse = np.zeros(len(Y), dtype=Y.dtype)
+    inverse[nonzero] = 1.0 / np.sqrt(squared[nonzero])
+    total = (inverse @ Y).astype(np.float64)
+    count = float(nonzero.sum())
+    if count < 2:
+        return float("nan")
+    return float(np.clip((total @ total - count) / (count * count - count), -1.0, 1.0))
 
 
-def _unit(Y: np.ndarray) -> np.ndarray:
-    squared = np.einsum("...d,...d->...", Y, Y)
-    inverse = np.zeros_like(squared)
-    positive = squared > 0
-    np.divide(1.0, np.sqrt(squared, where=positive, out=np.zeros_like(squared)), where=positive, out=inverse)
-    return Y * inverse[..., None]
+def _subtract(Y: np.ndarray, v: np.ndarray) -> None:
+    """Y -= v in place, v in float64 and Y in float32 (or float64), v broadcast over rows: v is split into
+    its float32 value and the rounding remainder, subtracted one after the other, so each result is
+    accurate to its own rounding, not to that of |v| (near-duplicate rows keep their spread)."""
+    high = v.astype(Y.dtype)
+    Y -= np.expand_dims(high, -2)
+    if Y.dtype != np.float64:
+        Y -= np.expand_dims((v - high).astype(Y.dtype), -2)
 
 
 def _finish_words(out: dict, words, total_var, mean_sq, n, theta, centred_top, projected_var, v1, mean,
@@ -516,12 +527,18 @@ def _gram_batch(out: dict, words, C, row_sq, valid, n, mean, work_dtype, skip_to
     rows are zero). X X^T follows from the centred Gram matrix by the mean's terms. Words with total_var <= skip_tol * mean_sq get no centred spectrum (their MEV is NaN anyway).
     """
     e = valid.astype(work_dtype)
+    padded = not valid.all()
     gram_c = np.matmul(C, np.swapaxes(C, 1, 2))
-    a = np.einsum("kmd,kd->km", C, mean.astype(work_dtype))
+    a = np.matmul(C, mean.astype(work_dtype)[:, :, None])[:, :, 0]
     mean_norm2 = np.einsum("kd,kd->k", mean, mean)
-    gram = gram_c + a[:, :, None] * e[:, None, :] + e[:, :, None] * a[:, None, :]
-    gram += mean_norm2.astype(work_dtype)[:, None, None] * (e[:, :, None] * e[:, None, :])
-    total_var = np.einsum("kmm->k", gram_c.astype(np.float64)) / n
+    gram = gram_c.copy()
+    gram += a[:, :, None]
+    gram += a[:, None, :]
+    gram += mean_norm2.astype(work_dtype)[:, None, None]
+    if padded:  # padding rows and columns stay 0
+        gram *= e[:, :, None]
+        gram *= e[:, None, :]
+    total_var = np.trace(gram_c, axis1=1, axis2=2, dtype=np.float64) / n
     mean_sq = total_var + mean_norm2
     # self-similarity from the normalised Gram matrix: sum_{i != j} cos = d^T G d - (nonzero rows)
     diagonal = np.asarray(row_sq, dtype=np.float64)
@@ -529,10 +546,11 @@ def _gram_batch(out: dict, words, C, row_sq, valid, n, mean, work_dtype, skip_to
     inverse = np.where(nonzero, 1.0 / np.sqrt(np.where(nonzero, diagonal, 1.0)), 0.0)
     count = nonzero.sum(axis=1).astype(np.float64)
     pairs = count * count - count
+    inverse_w = inverse.astype(work_dtype)
     with np.errstate(invalid="ignore", divide="ignore"):
-        sums = np.einsum("ki,kij,kj->k", inverse, gram.astype(np.float64), inverse) - count
+        sums = np.einsum("ki,ki->k", inverse, np.matmul(gram, inverse_w[:, :, None])[:, :, 0].astype(np.float64)) - count
         out["self_similarity"][words] = np.where(pairs > 0, np.clip(sums / pairs, -1.0, 1.0), np.nan)
-    theta, u1 = top_eigenpairs(gram, np.einsum("kij,kj->ki", gram, e), valid)
+    theta, u1 = top_eigenpairs(gram, np.matmul(gram, e[:, :, None])[:, :, 0], valid)
     centred_top = np.full(len(words), np.nan)
     live = total_var > skip_tol * mean_sq
     if live.any():
@@ -544,7 +562,7 @@ def _gram_batch(out: dict, words, C, row_sq, valid, n, mean, work_dtype, skip_to
         projected_var = np.einsum("km,km->k", projected, projected) / (np.maximum(theta, 0.0) * n)
     v1 = None
     if with_vectors:
-        v1 = np.einsum("kmd,km->kd", C, u1w).astype(np.float64) + mean * (u1 * valid).sum(axis=1)[:, None]
+        v1 = np.matmul(u1w[:, None, :], C)[:, 0, :].astype(np.float64) + mean * (u1 * valid).sum(axis=1)[:, None]
     _finish_words(out, words, total_var, mean_sq, n, theta, centred_top, projected_var, v1, mean, with_vectors)
 
 
@@ -588,17 +606,22 @@ def word_stats(X: np.ndarray, rows: np.ndarray, group_starts: np.ndarray, transf
     limit = min(STACK_MAX, d)
 
     def gram_route(words, block, valid, n):
-        mean = block.sum(axis=1, dtype=np.float64) / n[:, None]
-        for i, t in enumerate(transforms):
+        """Words stacked (k, m, d), zero-padded: every transform, the stored vectors last (centred in place)."""
+        for i in reversed(range(len(transforms))):
+            t = transforms[i]
             if t.identity:
-                Y, m = block, mean
+                Y = block
             else:
-                Y, m = t.rows(block, work_dtype), t.vector(mean)
-                Y *= valid[:, :, None]
+                Y = t.rows(block, work_dtype)
+                if not valid.all():
+                    Y *= valid[:, :, None]
+            # the mean of the rows themselves (float64), so that centring leaves no offset
+            m = Y.sum(axis=1, dtype=np.float64) / n[:, None]
             row_sq = np.einsum("kmd,kmd->km", Y, Y)
-            C = Y - m.astype(work_dtype)[:, None, :]
-            C *= valid[:, :, None]
-            _gram_batch(outs[t.name], words, C, row_sq, valid, n.astype(np.float64), m, work_dtype,
+            _subtract(Y, m)
+            if not valid.all():
+                Y *= valid[:, :, None]
+            _gram_batch(outs[t.name], words, Y, row_sq, valid, n.astype(np.float64), m, work_dtype,
                         degenerate_tol if i == 0 else 0.0, first_vectors and i == 0)
 
     # stacked by size (no padding)
@@ -629,16 +652,17 @@ def word_stats(X: np.ndarray, rows: np.ndarray, group_starts: np.ndarray, transf
     for batch in np.array_split(large, max(1, -(-len(large) // per_batch))) if len(large) else []:
         collected = {t.name: ([], [], []) for t in transforms}
         for word in batch:
-            block = np.asarray(X[rows[group_starts[word]:group_starts[word] + sizes[word]]], dtype=work_dtype)
+            block = np.array(X[rows[group_starts[word]:group_starts[word] + sizes[word]]], dtype=work_dtype)
             mean = block.sum(axis=0, dtype=np.float64) / len(block)
-            C = block - mean.astype(work_dtype)
-            scatter = (C.T @ C).astype(np.float64)
+            for t in transforms[1:]:
+                collected[t.name][1].append(t.vector(mean))
+                collected[t.name][2].append(_self_similarity_rows(t.rows(block, work_dtype)))
+            collected[transforms[0].name][1].append(mean)
+            collected[transforms[0].name][2].append(_self_similarity_rows(block))
+            _subtract(block, mean)
+            scatter = (block.T @ block).astype(np.float64)
             for t in transforms:
-                Y = block if t.identity else t.rows(block, work_dtype)
-                ss = _self_similarity_from_unit(_unit(Y)[None], np.array([len(Y)]))[0]
                 collected[t.name][0].append(scatter if t.identity else t.sandwich(scatter))
-                collected[t.name][1].append(mean if t.identity else t.vector(mean))
-                collected[t.name][2].append(ss)
         for i, t in enumerate(transforms):
             scatters, means, ss = (np.array(v) for v in collected[t.name])
             _scatter_batch(outs[t.name], batch, scatters, means, sizes[batch].astype(np.float64), ss, work_dtype,
