@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from contextuality import analysis
+from contextuality import analysis, geometry, measures
 from contextuality.store import StoreError
 
 N_SENTENCES, DIM, LAYERS = 40, 16, (0, 1, 2)
@@ -158,3 +158,154 @@ def test_read_layer_keeps_the_stored_dtype_or_converts(fake_model):
     assert vectors.dtype == np.float32 and offsets.dtype == np.int64
     np.testing.assert_array_equal(vectors, stored.astype(np.float32))
     assert offsets[-1] == len(vectors) and vectors.shape[1] == DIM
+
+
+# --------------------------------------------------------------------------------------------------
+# Exact baselines, degenerate words, the geometry panel and the post-processed variants (one read)
+
+
+def units_table(paths, occurrences):
+    """A units.parquet for the fake model: every row a unit, named by its word (or 'x'), with its position."""
+    vectors, offsets = analysis.read_layer(paths[0])
+    n = len(vectors)
+    unit = np.full(n, "x", dtype=object)
+    unit[occurrences["row"].to_numpy()] = occurrences["word"].to_numpy()
+    sentence = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    return pd.DataFrame({"row": np.arange(n), "unit": unit, "position": np.arange(n) - offsets[sentence]})
+
+
+def test_one_read_of_the_layer_gives_every_measure(fake_model, monkeypatch):
+    """The paper's measures, the exact baselines, the geometry panel and three variants: one read of the vectors."""
+    from contextuality import store
+
+    paths, occurrences = fake_model
+    units = units_table(paths, occurrences)
+    reads = []
+    original = store.LayerReader.rows
+
+    def counting(self, *args, **kwargs):
+        reads.append((self.path, args, kwargs))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(store.LayerReader, "rows", counting)
+    result = analysis.measure_layer(
+        paths[2], 2, occurrences, model="fake", seed=3, intra_sentences=20, baseline_samples=30, bootstrap_resamples=50,
+        units=units, postprocess=("none", "standardize", "abtt"), geometry_sample=200,
+    )  # fmt: skip
+    assert reads == [(paths[2], (), {})]  # the whole layer, once
+    assert [row["postprocess"] for row in result.postprocess] == ["none", "standardize", "abtt"]
+    assert np.isfinite(result.record["isoscore"]) and np.isfinite(result.record["baseline_cosine_exact"])
+
+
+def test_new_columns_against_their_definitions(fake_model):
+    paths, occurrences = fake_model
+    units = units_table(paths, occurrences)
+    options = dict(model="fake", seed=5, intra_sentences=20, baseline_samples=30, bootstrap_resamples=50,
+                   geometry_sample=150, twonn_sample=100)  # fmt: skip
+    result = analysis.measure_layer(paths[2], 2, occurrences, units=units, **options)
+    record = result.record
+    vectors, offsets = analysis.read_layer(paths[2])
+    # exact baselines: measures.exact_baseline of the layer; adjusted values against them
+    exact = measures.exact_baseline(vectors, offsets)
+    for column, value in (("baseline_cosine_exact", exact.cosine), ("baseline_cosine_exact_between", exact.cosine_between),
+                          ("baseline_cosine_uniform", exact.cosine_uniform), ("baseline_mev_exact", exact.mev)):
+        assert record[column] == pytest.approx(value, abs=1e-6), column
+    assert record["adjusted_self_similarity_exact"] == pytest.approx(record["self_similarity"] - exact.cosine, abs=1e-6)
+    assert record["adjusted_intra_sentence_exact"] == pytest.approx(record["intra_sentence"] - exact.cosine, abs=1e-6)
+    assert record["adjusted_mev_exact"] == pytest.approx(record["mev"] - exact.mev, abs=1e-6)
+    # the paper-faithful columns are still the sampled estimate
+    assert record["adjusted_self_similarity"] == record["self_similarity"] - record["baseline_cosine"]
+    # geometry: geometry_panel's row, with the paper's weights and the same random stream
+    weights = np.repeat(1.0 / (np.count_nonzero(np.diff(offsets)) * np.maximum(np.diff(offsets), 1)), np.diff(offsets))
+    panel = geometry.geometry_panel(vectors, analysis._rng(5, analysis._GEOMETRY, 2), 150, weights=weights,
+                                    units=units["unit"].to_numpy(object), positions=units["position"].to_numpy(),
+                                    twonn_sample_size=100)  # fmt: skip
+    for column, value in panel.items():
+        if isinstance(value, str):
+            assert record[column] == value, column
+        else:
+            np.testing.assert_allclose(record[column], value, rtol=1e-5, atol=1e-6, err_msg=column)
+    assert set(analysis.GEOMETRY_COLUMNS) - {"geometry_sample"} == set(panel)
+    assert record["geometry_sample"] == 150 and record["after_final_norm"] == 0
+    np.testing.assert_allclose(np.sum(result.rogue), record["rogue_anisotropy"], atol=1e-9)
+
+
+def test_degenerate_words_are_counted_and_have_no_mev(fake_model):
+    """Layer 0 of the fake model is static: every word's occurrences are one vector (degenerate)."""
+    paths, occurrences = fake_model
+    static = analysis.measure_layer(paths[0], 0, occurrences, model="fake", seed=1, mev_layer0=True, geometry_panel=False)
+    assert static.record["n_degenerate_words"] == len(WORDS)
+    assert static.words["mev"].isna().all()
+    moving = analysis.measure_layer(paths[1], 1, occurrences, model="fake", seed=1, geometry_panel=False)
+    assert moving.record["n_degenerate_words"] == 0 and moving.words["mev"].notna().all()
+    assert static.record["rogue_top1_share"] != static.record["rogue_top1_share"]  # no panel: NaN
+    assert static.record["rogue_dims"] == "" and np.isnan(static.rogue).all()
+
+
+def test_variants_are_the_measures_of_transformed_vectors(fake_model, tmp_path):
+    """postprocess.csv: 'none' repeats the layer's own row; 'abtt' is the paper's measures of geometry.abtt(X)."""
+    paths, occurrences = fake_model
+    result = analysis.measure_layer(paths[2], 2, occurrences, model="fake", seed=2, intra_sentences=20,
+                                    baseline_samples=30, bootstrap_resamples=50, postprocess=("none", "abtt"),
+                                    geometry_panel=False)  # fmt: skip
+    none, abtt = result.postprocess
+    for column in ("self_similarity", "intra_sentence", "mev", "baseline_cosine", "baseline_mev", "baseline_cosine_exact",
+                   "adjusted_self_similarity", "adjusted_mev_exact", "n_degenerate_words", "mev_ci_low"):
+        assert none[column] == result.record[column], column
+    vectors, offsets = analysis.read_layer(paths[2])
+    transformed = geometry.abtt(vectors)
+    index = analysis.OccurrenceIndex(occurrences)
+    X = transformed[index.rows]
+    assert abtt["self_similarity"] == pytest.approx(np.nanmean(measures.self_similarity_exact(X, index.group_starts)), abs=1e-6)
+    assert abtt["mev"] == pytest.approx(np.nanmean(measures.pc_stats_by_word(X, index.group_starts).mev), abs=1e-5)
+    ids = analysis._rng(2, analysis._SENTENCE_SAMPLE).permutation(len(offsets) - 1)
+    intra = measures.intra_sentence_similarity(transformed, offsets, ids[:20])
+    assert abtt["intra_sentence"] == pytest.approx(np.nanmean(intra), abs=1e-6)
+    baseline = measures.anisotropy_baseline(transformed, offsets, ids[:30], analysis._rng(2, analysis._BASELINE, 2), 30)
+    assert abtt["baseline_cosine"] == pytest.approx(baseline.cosine, abs=1e-6)
+    assert abtt["baseline_cosine_exact"] == pytest.approx(measures.exact_baseline(transformed, offsets).cosine, abs=1e-6)
+    with pytest.raises(ValueError, match="unknown post-processing"):
+        analysis.measure_layer(paths[2], 2, occurrences, model="fake", seed=2, postprocess=("whiten",))
+
+
+def test_tables_carry_the_new_columns_and_stay_byte_identical(fake_model, tmp_path):
+    paths, occurrences = fake_model
+    outputs = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        settings = dict(postprocess=("none", "standardize", "abtt"), geometry_sample=120, twonn_sample=60)
+        run(paths, occurrences, out, seed=9, out_postprocess=out / "postprocess.csv", out_rogue=out / "rogue.csv",
+            **settings)  # fmt: skip
+        outputs.append(out)
+    for a, b in zip(output_files(outputs[0]), output_files(outputs[1])):
+        assert a.read_bytes() == b.read_bytes(), a.name
+    layers = pd.read_parquet(outputs[0] / "layers.parquet")
+    assert list(layers.columns) == analysis.LAYER_COLUMNS
+    assert layers["n_degenerate_words"].tolist() == [len(WORDS), 0, 0]
+    post = pd.read_csv(outputs[0] / "postprocess.csv")
+    assert list(post.columns) == analysis.POSTPROCESS_COLUMNS
+    assert post.groupby("layer")["postprocess"].apply(list).tolist() == [["none", "standardize", "abtt"]] * 3
+    rogue = pd.read_csv(outputs[0] / "rogue.csv")
+    assert list(rogue.columns) == analysis.ROGUE_COLUMNS and len(rogue) == len(LAYERS) * DIM
+    sums = rogue.groupby("layer")["contribution"].sum().to_numpy()
+    np.testing.assert_allclose(sums, layers["rogue_anisotropy"], atol=1e-5)
+
+
+def test_after_final_norm_comes_from_the_layer_file(fake_model):
+    paths, occurrences = fake_model
+    with h5py.File(paths[2], "a") as f:
+        f.attrs["after_final_norm"] = 1
+    result = analysis.measure_layer(paths[2], 2, occurrences, model="fake", seed=1, geometry_panel=False)
+    assert result.record["after_final_norm"] == 1
+
+
+def test_float64_compute_matches_float32(fake_model):
+    paths, occurrences = fake_model
+    options = dict(model="fake", seed=4, geometry_panel=False, postprocess=("none", "standardize"))
+    a = analysis.measure_layer(paths[2], 2, occurrences, compute_dtype="float32", **options)
+    b = analysis.measure_layer(paths[2], 2, occurrences, compute_dtype="float64", **options)
+    for column in ("self_similarity", "mev", "mev_centered", "baseline_cosine_exact", "baseline_mev_exact"):
+        assert a.record[column] == pytest.approx(b.record[column], abs=1e-6), column
+    assert a.postprocess[1]["mev"] == pytest.approx(b.postprocess[1]["mev"], abs=1e-6)
+    with pytest.raises(ValueError, match="compute_dtype"):
+        analysis.measure_layer(paths[2], 2, occurrences, compute_dtype="float16", **options)

@@ -12,7 +12,8 @@ from contextuality import figures
 
 REPORT_DIR = Path(__file__).resolve().parents[1] / "workflow" / "report"
 CAPTIONS = ("fig_anisotropy.rst", "fig_self_similarity.rst", "fig_intra_sentence.rst", "fig_mev.rst",
-            "summary.rst", "claims.rst", "layers_table.rst", "context_words.rst", "workflow.rst")
+            "summary.rst", "claims.rst", "layers_table.rst", "context_words.rst", "workflow.rst",
+            "fig_geometry.rst", "fig_rogue_dimensions.rst", "postprocess_table.rst")
 
 
 def layers_table(model, baseline, self_adj, intra_adj, adj_mev, baseline_mev, ci=0.02):
@@ -100,3 +101,58 @@ def test_report_captions_render(name):
     parts = publish_parts(text, writer="html",
                           settings_overrides={"report_level": 2, "halt_level": 2, "warning_stream": False})
     assert len(parts["body"]) > 100
+
+
+def geometry_tables(depth=6, d=16, seed=0):
+    """A layers table with the geometry columns, its postprocess.csv and rogue_dimensions.csv."""
+    rng = np.random.default_rng(seed)
+    layers = layers_table("m", np.linspace(0.1, 0.6, depth + 1), np.linspace(0.8, 0.3, depth + 1),
+                          np.full(depth + 1, 0.3), np.full(depth + 1, 0.01), np.full(depth + 1, 0.02))
+    n = depth + 1
+    layers = layers.assign(
+        baseline_cosine_exact=layers["baseline_cosine"] - 0.005, adjusted_self_similarity_exact=layers["adjusted_self_similarity"] + 0.005,
+        adjusted_intra_sentence_exact=layers["adjusted_intra_sentence"] + 0.005, adjusted_mev_exact=layers["adjusted_mev"],
+        rogue_top1_share=np.linspace(0.2, 0.8, n), rogue_top3_share=np.linspace(0.4, 0.9, n), rogue_top10_share=np.linspace(0.7, 1.0, n),
+        isoscore=np.linspace(0.5, 0.1, n), isoscore_star=np.linspace(0.55, 0.12, n), effective_rank=np.linspace(14, 6, n),
+        twonn_dimension=np.linspace(9, 5, n), after_final_norm=(np.arange(n) == depth).astype(int),
+        **{f"null_{null}_{c}": np.full(n, v) for null in ("gaussian", "permuted")
+           for c, v in (("isoscore", 0.95), ("isoscore_star", 1.0), ("effective_rank", 15.8), ("twonn_dimension", 12.0),
+                        ("rogue_top1_share", np.nan if null == "gaussian" else 0.3))},
+    )  # fmt: skip
+    layers["rogue_anisotropy"] = layers["baseline_cosine_exact"]
+    post = pd.concat([layers.assign(postprocess=name, adjusted_self_similarity=layers["adjusted_self_similarity"] - shift)
+                      for name, shift in (("none", 0.0), ("standardize", 0.05), ("abtt", 0.1))])
+    rows = []
+    for layer, total in zip(layers["layer"], layers["rogue_anisotropy"]):
+        contributions = rng.dirichlet(np.ones(d) * 0.3) * total
+        order = np.argsort(-contributions)
+        for rank, dim in enumerate(order, start=1):
+            rows.append({"model": "m", "layer": layer, "dimension": dim, "rank": rank,
+                         "contribution": contributions[dim], "share": contributions[dim] / total})
+    return layers, post, pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("relative_depth", [False, True])
+def test_geometry_dashboard_and_rogue_dimensions(tmp_path, relative_depth):
+    layers, post, rogue = geometry_tables()
+    check_files(*figures.plot_geometry_dashboard(layers, post, "M", tmp_path / "g.png", tmp_path / "g.pdf",
+                                                 relative_depth=relative_depth))
+    check_files(*figures.plot_rogue_dimensions(rogue, layers, "M", tmp_path / "r.png", tmp_path / "r.pdf",
+                                               relative_depth=relative_depth))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.pdf", "g.png", "r.pdf", "r.png"]
+
+
+def test_top_rogue_dimensions_follow_each_layers_leaders():
+    rogue = pd.DataFrame({"layer": [0, 0, 0, 1, 1, 1], "dimension": [5, 2, 9, 2, 7, 5], "rank": [1, 2, 3, 1, 2, 3],
+                          "contribution": [0.5, 0.2, 0.1, 0.9, 0.05, 0.01], "share": np.nan})  # fmt: skip
+    assert figures.top_rogue_dimensions(rogue, per_layer=2) == [2, 5, 7]
+    assert figures.top_rogue_dimensions(rogue, per_layer=1, limit=1) == [2]
+    assert figures.top_rogue_dimensions(rogue.iloc[0:0]) == []
+
+
+def test_per_model_figures_without_geometry_columns(tmp_path, run):
+    """A table measured without the geometry panel (or an older one) still gives both figures, mostly empty."""
+    tables, _ = run
+    check_files(*figures.plot_geometry_dashboard(tables["gpt2"], None, "GPT-2", tmp_path / "g.png", tmp_path / "g.pdf"))
+    empty = pd.DataFrame(columns=["model", "layer", "dimension", "rank", "contribution", "share"])
+    check_files(*figures.plot_rogue_dimensions(empty, tables["gpt2"], "GPT-2", tmp_path / "r.png", tmp_path / "r.pdf"))

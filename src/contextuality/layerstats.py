@@ -482,14 +482,24 @@ def _new_word_stats(k: int, d: int, with_vectors: bool) -> dict:
             "total_var": nan(), "mean_sq": nan()}  # fmt: skip
 
 
+SELF_SIMILARITY_CHUNK = 4096
+
+
 def _self_similarity_rows(Y: np.ndarray) -> float:
-    """Exact self-similarity of one word's rows (n, d): (|sum u_i|^2 - n) / (n (n - 1)) over nonzero rows."""
-    squared = np.einsum("ij,ij->i", Y, Y)
-    nonzero = squared > 0
-    inverse = np.zeros(len(Y), dtype=Y.dtype)
-    inverse[nonzero] = 1.0 / np.sqrt(squared[nonzero])
-    total = (inverse @ Y).astype(np.float64)
-    count = float(nonzero.sum())
+    """Exact self-similarity of one word's rows (n, d): (|sum u_i|^2 - n) / (n (n - 1)) over nonzero rows.
+
+    In float64, a chunk of rows at a time: the sum of n unit rows carries no float32 rounding, so a word
+    whose occurrences are one vector has self-similarity 1 to machine precision.
+    """
+    total, count = np.zeros(Y.shape[1]), 0.0
+    for start in range(0, len(Y), SELF_SIMILARITY_CHUNK):
+        chunk = np.asarray(Y[start : start + SELF_SIMILARITY_CHUNK], dtype=np.float64)
+        squared = np.einsum("ij,ij->i", chunk, chunk)
+        nonzero = squared > 0
+        inverse = np.zeros(len(chunk))
+        inverse[nonzero] = 1.0 / np.sqrt(squared[nonzero])
+        total += inverse @ chunk
+        count += float(nonzero.sum())
     if count < 2:
         return float("nan")
     return float(np.clip((total @ total - count) / (count * count - count), -1.0, 1.0))
@@ -540,9 +550,11 @@ def _gram_batch(out: dict, words, C, row_sq, valid, n, mean, work_dtype, skip_to
         gram *= e[:, None, :]
     total_var = np.trace(gram_c, axis1=1, axis2=2, dtype=np.float64) / n
     mean_sq = total_var + mean_norm2
-    # self-similarity from the normalised Gram matrix: sum_{i != j} cos = d^T G d - (nonzero rows)
-    diagonal = np.asarray(row_sq, dtype=np.float64)
-    nonzero = (diagonal > 0) & valid
+    # self-similarity from the normalised Gram matrix: sum_{i != j} cos = d^T G d - (nonzero rows), with
+    # d_i = 1 / sqrt(G_ii) (so identical rows have cosine exactly 1); zero rows (from ``row_sq``: G_ii of a
+    # zero row is a rounding residue) are left out
+    diagonal = np.einsum("kmm->km", gram).astype(np.float64)
+    nonzero = (np.asarray(row_sq) > 0) & valid & (diagonal > 0)
     inverse = np.where(nonzero, 1.0 / np.sqrt(np.where(nonzero, diagonal, 1.0)), 0.0)
     count = nonzero.sum(axis=1).astype(np.float64)
     pairs = count * count - count
