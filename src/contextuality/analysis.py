@@ -1,12 +1,15 @@
 """The measurement step: one layer file in, that layer's measures out; then one model's tables.
 
 ``measure_layer`` reads one layer file once, whole, into memory (in its stored dtype), and takes every
-measure of that layer from the in-memory array, in float64 chunks; peak memory is about one layer plus
-one chunk. It is one workflow job per (model, layer), so layers are measured in parallel.
-``combine_layers`` then joins the per-layer results into the model's tables. Random draws come from
-streams derived from one seed, one per purpose (and per layer where the paper redraws), never from the
-order the layers are measured in, so a rerun with the same seed writes byte-identical files. Outputs
-follow docs/data-contract.md.
+measure of that layer from the in-memory array: the paper's measures, the exact baselines, the degenerate
+words, the geometry beyond the paper (``geometry``) and the paper's measures of post-processed variants
+of the vectors. The work is done by ``contextuality.layerstats`` on one copy of the layer in the compute
+dtype (float32 by default; sums over rows in float64): one pass over all rows, one over the indexed
+occurrences. Peak memory is about the layer in its stored dtype plus that copy plus a few batches. It is
+one workflow job per (model, layer), so layers are measured in parallel. ``combine_layers`` then joins the
+per-layer results into the model's tables. Random draws come from streams derived from one seed, one per
+purpose (and per layer where the paper redraws), never from the order the layers are measured in, so a
+rerun with the same seed writes byte-identical files. Outputs follow docs/data-contract.md.
 """
 
 from __future__ import annotations
