@@ -49,6 +49,8 @@ BLOCK_ROWS = 8192
 LANCZOS_STEPS = 12
 LANCZOS_ROUNDS = 6
 RESIDUAL_TOL = {np.dtype(np.float32): 2e-5, np.dtype(np.float64): 1e-11}
+# Gram matrices of at most this many rows get their spectra from LAPACK (cheaper than Lanczos there).
+LAPACK_MAX = 24
 # Words with at most this many occurrences are stacked by exact size; larger ones up to d are padded to
 # a multiple of PAD_STEP (zero rows and columns leave the top eigenpair unchanged).
 STACK_MAX = 48
@@ -102,7 +104,7 @@ def _lanczos(A: np.ndarray, start: np.ndarray, steps: int) -> tuple[np.ndarray, 
     T[:, idx[:-1], idx[1:]] = beta[:, : s - 1]
     T[:, idx[1:], idx[:-1]] = beta[:, : s - 1]
     values, vectors = np.linalg.eigh(T)
-    x = np.einsum("ksm,ks->km", Q.astype(np.float64), vectors[:, :, -1])
+    x = np.matmul(vectors[:, None, :, -1].astype(dtype), Q)[:, 0, :].astype(np.float64)
     return values[:, -1], x
 
 
@@ -534,7 +536,9 @@ def _gram_batch(out: dict, words, C, row_sq, valid, n, mean, work_dtype, skip_to
 
     ``C`` holds the explicitly centred rows (padding rows 0), ``valid`` (k, m) marks real rows, ``mean``
     (k, d) float64 the words' means, ``row_sq`` (k, m) the squared norms of the uncentred rows (which
-    rows are zero). X X^T follows from the centred Gram matrix by the mean's terms. Words with total_var <= skip_tol * mean_sq get no centred spectrum (their MEV is NaN anyway).
+    rows are zero). X X^T follows from the centred Gram matrix by the mean's terms. Words with total_var
+    <= skip_tol * mean_sq get no centred spectrum (their MEV is NaN anyway). Matrices of at most
+    ``LAPACK_MAX`` rows are solved by LAPACK, larger ones by ``top_eigenpairs``.
     """
     e = valid.astype(work_dtype)
     padded = not valid.all()
@@ -562,11 +566,17 @@ def _gram_batch(out: dict, words, C, row_sq, valid, n, mean, work_dtype, skip_to
     with np.errstate(invalid="ignore", divide="ignore"):
         sums = np.einsum("ki,ki->k", inverse, np.matmul(gram, inverse_w[:, :, None])[:, :, 0].astype(np.float64)) - count
         out["self_similarity"][words] = np.where(pairs > 0, np.clip(sums / pairs, -1.0, 1.0), np.nan)
-    theta, u1 = top_eigenpairs(gram, np.matmul(gram, e[:, :, None])[:, :, 0], valid)
     centred_top = np.full(len(words), np.nan)
     live = total_var > skip_tol * mean_sq
-    if live.any():
-        centred_top[live], _ = top_eigenpairs(gram_c[live], None, valid[live])
+    if C.shape[1] <= LAPACK_MAX:
+        values, vectors = np.linalg.eigh(gram)
+        theta, u1 = values[:, -1].astype(np.float64), vectors[:, :, -1].astype(np.float64)
+        if live.any():
+            centred_top[live] = np.linalg.eigvalsh(gram_c[live])[:, -1]
+    else:
+        theta, u1 = top_eigenpairs(gram, np.matmul(gram, e[:, :, None])[:, :, 0], valid)
+        if live.any():
+            centred_top[live], _ = top_eigenpairs(gram_c[live], None, valid[live])
     # C v1 = C X^T u1 / sigma_1 = (G_c + a 1^T) u1 / sigma_1
     u1w = u1.astype(work_dtype)
     projected = np.matmul(gram_c, u1w[:, :, None])[:, :, 0].astype(np.float64) + a.astype(np.float64) * (u1 * valid).sum(axis=1)[:, None]
@@ -585,13 +595,13 @@ def _scatter_batch(out: dict, words, scatters, means, n, self_similarity, work_d
     total_var = np.trace(scatters, axis1=1, axis2=2) / n
     mean_norm2 = np.einsum("kd,kd->k", means, means)
     mean_sq = total_var + mean_norm2
-    uncentred = scatters + n[:, None, None] * means[:, :, None] * means[:, None, :]
-    theta, v1 = top_eigenpairs(uncentred.astype(work_dtype), means)
+    uncentred = (scatters + n[:, None, None] * means[:, :, None] * means[:, None, :]).astype(work_dtype)
+    theta, v1 = top_eigenpairs(uncentred, means)
     centred_top = np.full(k, np.nan)
     live = total_var > skip_tol * mean_sq
     if live.any():
         centred_top[live], _ = top_eigenpairs(scatters[live].astype(work_dtype))
-    projected_var = np.einsum("kd,kde,ke->k", v1, scatters, v1) / n
+    projected_var = np.einsum("kd,kd->k", v1, np.matmul(scatters, v1[:, :, None])[:, :, 0]) / n
     out["self_similarity"][words] = self_similarity
     _finish_words(out, words, total_var, mean_sq, n, theta, centred_top, projected_var, v1, means, with_vectors)
 
