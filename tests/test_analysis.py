@@ -192,7 +192,8 @@ def test_one_read_of_the_layer_gives_every_measure(fake_model, monkeypatch):
         paths[2], 2, occurrences, model="fake", seed=3, intra_sentences=20, baseline_samples=30, bootstrap_resamples=50,
         units=units, postprocess=("none", "standardize", "abtt"), geometry_sample=200,
     )  # fmt: skip
-    assert reads == [(paths[2], (), {})]  # the whole layer, once
+    assert len(reads) == 1  # once, the whole layer (no row range), converted to the compute dtype as it is read
+    assert reads[0][0] == paths[2] and reads[0][1] == () and set(reads[0][2]) <= {"dtype"}
     assert [row["postprocess"] for row in result.postprocess] == ["none", "standardize", "abtt"]
     assert np.isfinite(result.record["isoscore"]) and np.isfinite(result.record["baseline_cosine_exact"])
 

@@ -156,10 +156,13 @@ class LayerResult(NamedTuple):
     rogue: np.ndarray  # (d,) each dimension's contribution to the exact anisotropy A_p (NaN without geometry)
 
 
-def _layer_read(path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
-    """The one read of a layer: its vectors (stored dtype), sentence offsets and file attributes."""
+def _layer_read(path: Path, dtype=None) -> tuple[np.ndarray, np.ndarray, dict, np.dtype]:
+    """The one read of a layer: its vectors (in ``dtype``, converted slice by slice as they are read; the
+    stored dtype if None), sentence offsets, file attributes and stored dtype."""
     with LayerReader(path) as reader:
-        return reader.rows(), reader.offsets, dict(reader.handle.attrs)
+        stored = reader.dtype
+        wanted = None if dtype is None or np.dtype(dtype).itemsize < stored.itemsize else dtype
+        return reader.rows(dtype=wanted), reader.offsets, dict(reader.handle.attrs), stored
 
 
 def _paper_weights(offsets: np.ndarray) -> np.ndarray:
@@ -307,7 +310,8 @@ def measure_layer(
     if manifest is not None:
         check_layer(layer_path, manifest, layer)
     started = time.perf_counter()
-    stored, offsets, attrs = _layer_read(Path(layer_path))
+    # read in the compute dtype: every stored value is exact in it (float16 and float32 in float32)
+    stored, offsets, attrs, stored_dtype = _layer_read(Path(layer_path), work)
     if len(index.rows) and index.rows.max() >= len(stored):
         raise StoreError(f"{layer_path}: occurrences refer to row {index.rows.max()} but the file has {len(stored)} rows")
     n_sentences = len(offsets) - 1
@@ -318,7 +322,11 @@ def measure_layer(
     sentence_sample = _rng(seed, _SENTENCE_SAMPLE).permutation(n_sentences)
     intra_ids = sentence_sample if intra_sentences == "all" else sentence_sample[:intra_sentences]
     baseline_ids = sentence_sample[:baseline_samples]
-    tol = measures.degenerate_tolerance(stored)  # from the stored dtype, once per layer
+    # the storage format's rounding, once per layer (stored values carry its eps whatever they were read as)
+    if stored.dtype == stored_dtype or stored_dtype.name not in measures.STORAGE_EPSILON:
+        tol = measures.degenerate_tolerance(stored)
+    else:
+        tol = max(measures.STORAGE_EPSILON[stored_dtype.name] ** 2, measures.DEGENERATE_FLOOR)
     d = stored.shape[1]
 
     # The linear algebra is many small problems plus a few rank-k updates; the workflow measures one
@@ -330,7 +338,7 @@ def measure_layer(
             if units is not None:
                 ordered = units.sort_values("row", kind="stable")
                 unit_labels, positions = ordered["unit"].to_numpy(dtype=object), ordered["position"].to_numpy()
-        X = stored if stored.dtype == work else stored.astype(work)
+        X = stored if stored.dtype == work else stored.astype(work)  # a float32 layer in float64 work
         passed = layerstats.layer_pass(X, offsets, work)
         transforms = [layerstats.make_transform(name, passed) for name in variants]
         sums = {"none": passed.cosines, **layerstats.cosine_pass(X, offsets, transforms[1:], work)}

@@ -590,18 +590,20 @@ def _gram_batch(out: dict, words, C, row_sq, valid, n, mean, work_dtype, skip_to
 
 def _scatter_batch(out: dict, words, scatters, means, n, self_similarity, work_dtype, skip_tol,
                    with_vectors) -> None:
-    """Words of more than d occurrences from their centred scatter matrices (k, d, d) float64 and means."""
+    """Words of more than d occurrences from their centred scatter matrices (k, d, d, work dtype) and means."""
     k, d, _ = scatters.shape
-    total_var = np.trace(scatters, axis1=1, axis2=2) / n
+    total_var = np.trace(scatters, axis1=1, axis2=2, dtype=np.float64) / n
     mean_norm2 = np.einsum("kd,kd->k", means, means)
     mean_sq = total_var + mean_norm2
-    uncentred = (scatters + n[:, None, None] * means[:, :, None] * means[:, None, :]).astype(work_dtype)
+    outer = (np.sqrt(n)[:, None] * means).astype(work_dtype)
+    uncentred = scatters + outer[:, :, None] * outer[:, None, :]
     theta, v1 = top_eigenpairs(uncentred, means)
     centred_top = np.full(k, np.nan)
     live = total_var > skip_tol * mean_sq
     if live.any():
-        centred_top[live], _ = top_eigenpairs(scatters[live].astype(work_dtype))
-    projected_var = np.einsum("kd,kd->k", v1, np.matmul(scatters, v1[:, :, None])[:, :, 0]) / n
+        centred_top[live], _ = top_eigenpairs(scatters[live])
+    v1w = v1.astype(work_dtype)
+    projected_var = np.einsum("kd,kd->k", v1, np.matmul(scatters, v1w[:, :, None])[:, :, 0].astype(np.float64)) / n
     out["self_similarity"][words] = self_similarity
     _finish_words(out, words, total_var, mean_sq, n, theta, centred_top, projected_var, v1, means, with_vectors)
 
@@ -682,9 +684,9 @@ def word_stats(X: np.ndarray, rows: np.ndarray, group_starts: np.ndarray, transf
             collected[transforms[0].name][1].append(mean)
             collected[transforms[0].name][2].append(_self_similarity_rows(block))
             _subtract(block, mean)
-            scatter = (block.T @ block).astype(np.float64)
+            scatter = block.T @ block
             for t in transforms:
-                collected[t.name][0].append(scatter if t.identity else t.sandwich(scatter))
+                collected[t.name][0].append(scatter if t.identity else t.sandwich(scatter).astype(work_dtype))
         for i, t in enumerate(transforms):
             scatters, means, ss = (np.array(v) for v in collected[t.name])
             _scatter_batch(outs[t.name], batch, scatters, means, sizes[batch].astype(np.float64), ss, work_dtype,

@@ -232,21 +232,19 @@ MODEL_SOURCES = {
 
 
 def measure_mem_mb(wildcards, input, attempt=1):
-    """MB of one measurement job: the layer in its stored dtype and its copy in metrics.compute_dtype,
-    batches of words (about 64 MB each, a few at once, the post-processed copies of a batch included), 1 GiB; x attempt.
+    """MB of one measurement job: the layer read in metrics.compute_dtype (float16 storage is converted as it is
+    read), batches of words (about 64 MB each, a few at once, the post-processed copies of a batch included), 1 GiB; x attempt.
 
-    rows x dim x dtype size from the model's manifest; before it exists, the paper's largest layer is
-    assumed: 330k WordPieces x 1024 dims in float32.
+    rows x dim from the model's manifest; before it exists, the paper's largest layer is assumed:
+    330k WordPieces x 1024 dims.
     """
     work_bytes = 8 if config["metrics"]["compute_dtype"] == "float64" else 4
     try:
         shape = json.loads(open(input.manifest).read())
         rows_dims = shape["rows"] * shape["dim"]
-        stored_bytes = 2 if shape["dtype"] == "float16" else 4
     except (OSError, ValueError, KeyError):
-        rows_dims, stored_bytes = 330_000 * 1024, 4
-    layer_mb = rows_dims * (stored_bytes + (0 if stored_bytes == work_bytes else work_bytes)) / 1e6
-    return int((layer_mb + 6 * 64 + 1024) * attempt)
+        rows_dims = 330_000 * 1024
+    return int((rows_dims * work_bytes / 1e6 + 6 * 64 + 1024) * attempt)
 
 
 def extraction_settings(wildcards):
