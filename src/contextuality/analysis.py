@@ -336,7 +336,7 @@ def measure_layer(
         if geometry_panel:
             unit_labels = positions = None
             if units is not None:
-                ordered = units.sort_values("row", kind="stable")
+                ordered = units if units["row"].is_monotonic_increasing else units.sort_values("row", kind="stable")
                 unit_labels, positions = ordered["unit"].to_numpy(dtype=object), ordered["position"].to_numpy()
         X = stored if stored.dtype == work else stored.astype(work)  # a float32 layer in float64 work
         passed = layerstats.layer_pass(X, offsets, work)
