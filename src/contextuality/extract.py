@@ -366,7 +366,7 @@ def package_versions() -> dict:
 
 def run_extraction_job(
     *, model_key: str, spec: dict, extraction: dict, record_path: Path, model_dir: Path, tokens_path: Path,
-    units_path: Path, shard: int, out_h5: Path, threads: int, seed: int | None = None,
+    units_path: Path, shard: int, out_h5: Path, threads: int, gpus: int = 0, seed: int | None = None,
 ) -> dict:
     """Everything one shard job does: pick device, load the model, extract the shard's planned sentences."""
     import torch
@@ -381,9 +381,7 @@ def run_extraction_job(
     n_sentences = pq.ParquetFile(tokens_path).metadata.num_rows
     first, last = shard_bounds(n_sentences, extraction["n_shards"], shard, WINDOW_BATCHES * batch_size)
     plan = read_plan(tokens_path, units_path, first, last)
-    device, lease = choose_device(
-        extraction["device"], extraction.get("n_gpus", 0), shard, Path("resources") / ".gpu-leases"
-    )
+    device, lease = choose_device(extraction["device"], gpus, shard, Path("resources") / ".gpu-leases")
     log.info("model %s, shard %d/%d (sentences %d-%d) on %s", model_key, shard, extraction["n_shards"],
              first, last - 1, device)
     loaded = load_for_extraction(model_key, spec, record, model_dir, device, extraction.get("compute_dtype", "float32"))

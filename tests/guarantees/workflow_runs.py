@@ -1,7 +1,7 @@
 """Workflow runs shared by the guarantee tests (each whole run happens once per test session).
 
 The smoke config (two tiny random models, 120 sentences) runs through the real Snakemake command line
-in a temporary directory, with the test hooks of ``hooks/sitecustomize.py`` on PYTHONPATH.
+in a temporary directory, with the test hooks of ``tests/hooks/sitecustomize.py`` on PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import yaml
 
 from conftest import PROJECT, run_snakemake, with_absolute_data_paths, write_config
 
-HOOKS = Path(__file__).resolve().parent / "hooks"
+HOOKS = Path(__file__).resolve().parents[1] / "hooks"
 _RUNS: dict[str, Path] = {}
 
 

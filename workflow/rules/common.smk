@@ -7,6 +7,7 @@ from snakemake.utils import validate
 
 from contextuality.config import ConfigError, check_config, check_targets, command_line_targets, validate_against_schema
 from contextuality.config import check_bundled_corpus, check_duplicate_keys
+from contextuality.devices import LOCAL_GPUS_ENV
 from contextuality.models import BUILD_KEYS, SOURCE_KEYS, record_shape, record_weights_bytes
 
 
@@ -103,19 +104,23 @@ def expand_shards(pattern):
     return shard_files
 
 
-def on_cuda():
-    device = config["extraction"]["device"]
-    return device.startswith("cuda") or (device == "auto" and config["extraction"]["n_gpus"] > 0)
+# The GPUs of this machine the run may use: Snakemake's own `gpu` resource (--resources gpu=N, or
+# profiles/default). Extraction jobs lease one of them each (contextuality.devices); they read the
+# count from the environment, as they read HDF5's locking setting.
+LOCAL_GPUS = workflow.global_resources.get("gpu").value or 0
+os.environ[LOCAL_GPUS_ENV] = str(LOCAL_GPUS)
 
 
 def gpus_per_shard(wildcards):
-    """One GPU per shard job on CUDA, none on CPU (so CPU runs need no --resources gpu=N).
+    """One GPU per shard job when extraction runs on CUDA, else none: the one place the GPU policy lives.
 
-    Locally `--resources gpu=N` (profiles/default) then caps concurrent shards at N, and each shard
-    leases its own device (contextuality.extract.choose_device); on SLURM/Kubernetes the profile's
-    `set-resources: extract: gpu: 1` asks the scheduler for one GPU per shard job.
+    `extraction.device: cuda` (or `cuda:N`) always asks for one; `auto` (the default) asks for one when
+    the run has GPUs (`--resources gpu=N`, N >= 1), so a CPU machine needs nothing. On SLURM and
+    Kubernetes the profile's `set-resources: extract: gpu: 1` asks the scheduler for one per shard job,
+    and the job computes on the GPU it was given (contextuality.devices.choose_device).
     """
-    return 1 if on_cuda() else 0
+    device = config["extraction"]["device"]
+    return 1 if device.startswith("cuda") or (device == "auto" and LOCAL_GPUS > 0) else 0
 
 
 def model_layers_dim(record_path):

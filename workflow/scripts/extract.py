@@ -23,5 +23,6 @@ with expected_errors(DiskSpaceError, DiskFullError):
         shard=int(snakemake.wildcards.shard),
         out_h5=Path(snakemake.output.shard),
         threads=snakemake.threads,
+        gpus=snakemake.resources.gpu,  # the GPU this job was given (0 or 1): the one device policy
         seed=snakemake.config["seed"],  # provenance only: read from config so a new seed re-extracts nothing
     )
