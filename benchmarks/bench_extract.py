@@ -32,6 +32,7 @@ import torch
 import yaml
 
 from contextuality import extract, models
+from contextuality.plan import plan_model
 from contextuality.words import is_punct
 
 
@@ -89,7 +90,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         synchronize(args.device)
         started = time.perf_counter()
-        plan = extract.plan_model(loaded, sentences, words, indexing=indexing, tokenization=tokenization)
+        plan = plan_model(loaded, sentences, words, indexing=indexing, tokenization=tokenization)
         plan_s = time.perf_counter() - started
         extract.extract_shard(loaded, plan, Path(tmp) / "shard.h5", **options)
         pipeline_s = time.perf_counter() - started
@@ -113,7 +114,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         synchronize(args.device)
         started = time.perf_counter()
-        plan_d = extract.plan_model(loaded, sentences, words, indexing=indexing, tokenization=tokenization)
+        plan_d = plan_model(loaded, sentences, words, indexing=indexing, tokenization=tokenization)
         extract.extract_shard(loaded, plan_d, Path(tmp) / "shard.h5", forward=stand_in, **options)
         host_s = time.perf_counter() - started
 

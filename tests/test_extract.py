@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from conftest import extract_planned, gather_layers, job_counts, run_snakemake, write_config
-from contextuality import models
+from contextuality import models, sources
 from contextuality import extract
-from contextuality.extract import build_occurrences, plan_model, shard_bounds
+from contextuality.extract import shard_bounds
+from contextuality.plan import build_occurrences
 from contextuality.store import export_classic, open_complete
 from contextuality.words import word_index, word_table
 
@@ -46,7 +47,7 @@ def tiny_model(request, corpus, tmp_path_factory):
     # a small vocabulary, so that long words are split into several pieces
     vocab_size = 120 if request.param == "bert" else 300
     spec = {"source": "random", "architecture": request.param, "n_layers": 2, "hidden_size": 32, "vocab_size": vocab_size}
-    record = models.materialise(request.param, spec, folder, sentences_parquet=sentences_path, seed=3)
+    record = sources.materialise(request.param, spec, folder, sentences_parquet=sentences_path, seed=3)
     return models.load(record, folder / "model", spec, "cpu"), spec
 
 

@@ -283,8 +283,9 @@ def test_more_shards_than_sentence_windows_gives_empty_shards_not_a_crash(tmp_pa
     import numpy as np
     import pandas as pd
 
-    from contextuality import models
-    from contextuality.extract import WINDOW_BATCHES, plan_model, shard_bounds
+    from contextuality import models, sources
+    from contextuality.extract import WINDOW_BATCHES, shard_bounds
+    from contextuality.plan import plan_model
     from conftest import extract_planned, gather_layers
     from contextuality.store import open_complete
     from contextuality.words import word_table
@@ -293,7 +294,7 @@ def test_more_shards_than_sentence_windows_gives_empty_shards_not_a_crash(tmp_pa
     sentences.to_parquet(tmp_path / "sentences.parquet")
     words = word_table(sentences)
     spec = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_size": 16, "vocab_size": 100}
-    record = models.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
+    record = sources.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
     loaded = models.load(record, tmp_path / "model" / "model", spec, "cpu")
     bounds = [shard_bounds(len(sentences), 3, shard, WINDOW_BATCHES * 2) for shard in range(3)]
     assert [last - first for first, last in bounds] == [0, 0, 5]  # one window of sentences, three shards

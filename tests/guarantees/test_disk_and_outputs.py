@@ -14,10 +14,11 @@ import pandas as pd
 import pytest
 
 from conftest import PROJECT, run_snakemake, write_config
-from contextuality import extract, models
+from contextuality import models, sources
 from contextuality import diskspace
 from contextuality.diskspace import DiskSpaceError
-from contextuality.extract import extract_shard, plan_model
+from contextuality.extract import extract_shard
+from contextuality.plan import plan_model
 from contextuality.writer import DiskFullError
 from contextuality.words import word_table
 from workflow_runs import audited_smoke_run, failure, smoke_audit, smoke_config, smoke_config_path
@@ -29,7 +30,7 @@ def test_extraction_that_does_not_fit_on_disk_stops_with_the_numbers_before_writ
     sentences = pd.DataFrame({"sentence_id": range(len(TEXTS)), "text": TEXTS})
     sentences.to_parquet(tmp_path / "sentences.parquet")
     spec = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_size": 16, "vocab_size": 100}
-    record = models.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
+    record = sources.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
     loaded = models.load(record, tmp_path / "model" / "model", spec, "cpu")
     asked = []
 
@@ -88,7 +89,7 @@ def test_a_disk_that_fills_mid_write_gives_one_line_and_leaves_nothing(tmp_path,
     sentences = pd.DataFrame({"sentence_id": range(len(TEXTS) * 20), "text": TEXTS * 20})
     sentences.to_parquet(tmp_path / "sentences.parquet")
     spec = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_size": 16, "vocab_size": 100}
-    record = models.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
+    record = sources.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
     loaded = models.load(record, tmp_path / "model" / "model", spec, "cpu")
     plan = plan_model(loaded, sentences, word_table(sentences), indexing="word")
     import h5py

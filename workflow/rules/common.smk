@@ -8,7 +8,8 @@ from snakemake.utils import validate
 from contextuality.config import ConfigError, check_config, check_targets, command_line_targets, validate_against_schema
 from contextuality.config import check_bundled_corpus, check_duplicate_keys
 from contextuality.devices import LOCAL_GPUS_ENV
-from contextuality.models import BUILD_KEYS, SOURCE_KEYS, record_shape, record_weights_bytes
+from contextuality.models import record_shape, record_weights_bytes
+from contextuality.sources import BUILD_KEYS, SOURCE_KEYS
 
 
 try:
