@@ -1,6 +1,7 @@
 # Configuration checks and the helpers every rule file uses.
 import json
 import os
+from pathlib import Path
 
 from snakemake.exceptions import IncompleteCheckpointException
 from snakemake.utils import validate
@@ -8,6 +9,7 @@ from snakemake.utils import validate
 from contextuality.config import ConfigError, check_config, check_targets, command_line_targets, validate_against_schema
 from contextuality.config import check_bundled_corpus, check_duplicate_keys
 from contextuality.devices import LOCAL_GPUS_ENV
+from contextuality.runtime import prepend_python_path
 from contextuality.models import record_shape, record_weights_bytes
 from contextuality.sources import BUILD_KEYS, SOURCE_KEYS
 
@@ -27,8 +29,10 @@ try:
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 
-# HDF5's file locks fail on NFS/Lustre; jobs inherit this (SLURM jobs too, with --export=ALL).
+# What every job inherits (SLURM jobs too, with --export=ALL): HDF5's file locks fail on NFS/Lustre;
+# and the contextuality package from src/, which the conda environments (envs/) do not install.
 os.environ.setdefault("HDF5_USE_FILE_LOCKING", "FALSE")
+prepend_python_path(Path(workflow.basedir) / "src")
 
 RESULTS = "results"
 MODELS = sorted(config["models"])

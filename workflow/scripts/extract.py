@@ -1,8 +1,4 @@
 """Snakemake entry point: one shard of a model's planned sentences -> shard HDF5 (every layer's vectors)."""
-import os
-
-os.environ.setdefault("HDF5_USE_FILE_LOCKING", "FALSE")  # shared file systems (NFS, Lustre) lack locks
-
 from pathlib import Path
 
 from contextuality.diskspace import DiskSpaceError
