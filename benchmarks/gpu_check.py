@@ -146,7 +146,7 @@ def check_model(name: str, folder: Path, spec: dict, sentences, words, args, tmp
         started = time.perf_counter()
         for first in range(0, len(plan.sentence_ids), window):
             last = min(first + window, len(plan.sentence_ids))
-            for _, ids, mask in extract.padded_batches(plan, first, last, args.batch_size, loaded.tokenizer.pad_token_id):
+            for _, ids, mask in extract.padded_batches(plan, first, last, args.batch_size, loaded.tokenizer):
                 with torch.inference_mode():
                     forward(torch.from_numpy(ids).to(args.device), torch.from_numpy(mask).to(args.device))
         synchronize(args.device)

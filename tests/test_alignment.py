@@ -50,7 +50,7 @@ def tokenizer(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"tok-{request.param}")
     sentences = pd.DataFrame({"sentence_id": range(len(SENTENCES)), "text": SENTENCES})
     sentences.to_parquet(folder / "sentences.parquet")
-    spec = {"source": "random", "architecture": request.param, "n_layers": 1, "hidden_size": 16,
+    spec = {"source": "random", "architecture": request.param, "n_hidden_layers": 1, "hidden_size": 16,
             "vocab_size": 120 if request.param == "bert" else 300}
     record = sources.materialise("m", spec, folder, sentences_parquet=folder / "sentences.parquet", seed=3)
     return models.load_tokenizer(record, folder / "model", spec)[0]

@@ -46,7 +46,7 @@ def tiny_model(request, corpus, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"model-{request.param}")
     # a small vocabulary, so that long words are split into several pieces
     vocab_size = 120 if request.param == "bert" else 300
-    spec = {"source": "random", "architecture": request.param, "n_layers": 2, "hidden_size": 32, "vocab_size": vocab_size}
+    spec = {"source": "random", "architecture": request.param, "n_hidden_layers": 2, "hidden_size": 32, "vocab_size": vocab_size}
     record = sources.materialise(request.param, spec, folder, sentences_parquet=sentences_path, seed=3)
     return models.load(record, folder / "model", spec, "cpu"), spec
 

@@ -123,7 +123,7 @@ def hf_home(tmp_path_factory) -> Path:
     built = {}
     for architecture, layers in (("bert", 2), ("gpt2", 3)):
         out = tmp_path_factory.mktemp(f"built-{architecture}")
-        spec = {"architecture": architecture, "n_layers": layers, "hidden_size": 32, "vocab_size": 400}
+        spec = {"architecture": architecture, "n_hidden_layers": layers, "hidden_size": 32, "vocab_size": 400}
         build_random_model(spec, texts, out, seed=11)
         built[architecture] = folder_files(out)
     # BERT: pickle weights cached beside the safetensors (as for google-bert/bert-base-cased), no tree listing

@@ -95,7 +95,7 @@ def load_for_extraction(key: str, spec: dict, record: dict, model_dir: Path, dev
         stateful = spec.get("stateful", False)
         if stateful:
             log.warning("stateful ELMo: LSTM state is carried across sentences in corpus order within each "
-                        "shard; use n_shards: 1 to reproduce the original single-embedder run exactly")
+                        "shard; models.%s.n_shards: 1 reproduces the original single-embedder run exactly", key)
         options_path, weights_path = Path(model_dir) / models.ELMO_OPTIONS, Path(model_dir) / models.ELMO_WEIGHTS
         embedder = ElmoEmbedder(options_path, weights_path, device=device, stateful=stateful)
         options = json.loads(options_path.read_text())
@@ -130,24 +130,21 @@ def _selection(plan: Plan, batch: np.ndarray, width: int, pooling: str) -> tuple
     return rows, np.where(span[None, :] < n_pieces[:, None], index, pad), n_pieces
 
 
-def padded_batches(plan: Plan, first: int, last: int, batch_size: int, pad_id: int):
+def padded_batches(plan: Plan, first: int, last: int, batch_size: int, tokenizer):
     """The batches of plan sentences ``[first, last)`` (one window): sorted by length, right-padded.
 
-    Yields (sentence positions, input ids, attention mask) as numpy arrays; real tokens keep positions
-    0..n-1. Sentences without tokens (an empty sentence for a decoder without BOS) are not run.
+    Yields (sentence positions, input ids, attention mask) as numpy arrays, padded by the tokenizer
+    on the right, so real tokens keep positions 0..n-1. Sentences without tokens (an empty sentence
+    for a decoder without BOS) are not run.
     """
     lengths = np.diff(plan.token_offsets)
     order = [i for i in sorted(range(first, last), key=lambda i: lengths[i]) if lengths[i]]
     for b0 in range(0, len(order), batch_size):
         batch = np.asarray(order[b0:b0 + batch_size], dtype=np.int64)
-        width = int(lengths[batch].max())
-        ids = np.full((len(batch), width), pad_id, dtype=np.int64)
-        mask = np.zeros((len(batch), width), dtype=np.int64)
-        for row, i in enumerate(batch):
-            a, b = plan.token_offsets[i], plan.token_offsets[i + 1]
-            ids[row, : b - a] = plan.input_ids[a:b]
-            mask[row, : b - a] = 1
-        yield batch, ids, mask
+        rows = [plan.input_ids[plan.token_offsets[i]:plan.token_offsets[i + 1]].tolist() for i in batch]
+        padded = tokenizer.pad({"input_ids": rows}, padding="longest", padding_side="right", return_tensors="np",
+                               return_attention_mask=True)
+        yield batch, padded["input_ids"].astype(np.int64), padded["attention_mask"].astype(np.int64)
 
 
 def model_forward(loaded):
@@ -180,7 +177,7 @@ def _hf_windows(loaded, plan: Plan, *, batch_size: int, pooling: str, device: st
         # the window's rows in the order the batches produce them (contiguous writes), put in corpus order at the end
         in_batch_order = torch.empty((loaded.n_layers, n_rows, dim), dtype=storage, device=device)
         rows_in_order, filled = np.empty(n_rows, dtype=np.int64), 0
-        for batch, ids, mask in padded_batches(plan, w0, w1, batch_size, loaded.tokenizer.pad_token_id):
+        for batch, ids, mask in padded_batches(plan, w0, w1, batch_size, loaded.tokenizer):
             rows, index, n_pieces = _selection(plan, batch, ids.shape[1], pooling)
             if not len(rows):
                 continue

@@ -25,12 +25,9 @@ class ModelError(RuntimeError):
     """A model cannot be materialised or loaded; the message says which model and what to do."""
 
 
-def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
+def sha256_of(path: Path) -> str:
     with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def weight_files(hf_dir: Path) -> list[Path]:

@@ -139,7 +139,7 @@ def build_random_model(spec: dict, texts: list[str], out_dir: Path, seed: int) -
 
     torch.manual_seed(seed)
     tokenizer = train_corpus_tokenizer(texts, spec["architecture"], spec.get("vocab_size", 2000))
-    layers, hidden = spec.get("n_layers", 2), spec.get("hidden_size", 32)
+    layers, hidden = spec.get("n_hidden_layers", 2), spec.get("hidden_size", 32)
     if spec["architecture"] == "bert":
         config = BertConfig(
             vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2,

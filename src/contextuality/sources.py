@@ -125,7 +125,7 @@ def _link_or_copy(source: str, destination: str) -> None:
 # stands_for) and the extraction keys (indexing, pooling, ...) are not among them, so changing those
 # never downloads or converts again.
 SOURCE_KEYS = ("source", "id", "revision", "package", "version", "extra_packages", "gguf_file", "path", "options", "weights")
-BUILD_KEYS = SOURCE_KEYS + ("sha256", "allow_pickle", "architecture", "n_layers", "hidden_size", "vocab_size")
+BUILD_KEYS = SOURCE_KEYS + ("sha256", "allow_pickle", "architecture", "n_hidden_layers", "hidden_size", "vocab_size")
 
 
 def download(key: str, spec: dict, download_dir: Path) -> None:

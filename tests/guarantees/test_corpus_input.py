@@ -138,7 +138,7 @@ def test_only_punctuation_sentences_are_kept_and_counted_in_the_log(odd_corpus):
 @pytest.fixture(scope="module")
 def tiny_bert(odd_corpus, tmp_path_factory):
     _, root, _ = odd_corpus
-    spec = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_size": 16, "vocab_size": 100}
+    spec = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 100}
     model_root = tmp_path_factory.mktemp("model")
     record = sources.materialise("tiny", spec, model_root, sentences_parquet=root / "sentences.parquet", seed=1)
     loaded = models.load(record, model_root / "model", spec, "cpu")

@@ -53,7 +53,7 @@ from contextuality import models, sources
 
 sentences, out = Path(sys.argv[1]), Path(sys.argv[2])
 for architecture in ("bert", "gpt2"):
-    spec = {"source": "random", "architecture": architecture, "n_layers": 2, "hidden_size": 32, "vocab_size": 400}
+    spec = {"source": "random", "architecture": architecture, "n_hidden_layers": 2, "hidden_size": 32, "vocab_size": 400}
     sources.materialise(architecture, spec, out / architecture, sentences_parquet=sentences, seed=7)
 """
 
@@ -103,7 +103,7 @@ def two_batch_sizes(tmp_path_factory):
     sentences.to_parquet(root / "sentences.parquet")
     words = word_table(sentences)
     index = word_index(words, sentences, min_occurrences=2)
-    spec = {"source": "random", "architecture": "gpt2", "n_layers": 2, "hidden_size": 32, "vocab_size": 200}
+    spec = {"source": "random", "architecture": "gpt2", "n_hidden_layers": 2, "hidden_size": 32, "vocab_size": 200}
     record = sources.materialise("m", spec, root / "model", sentences_parquet=root / "sentences.parquet", seed=5)
     loaded = models.load(record, root / "model" / "model", spec, "cpu")
     runs = {}

@@ -29,7 +29,7 @@ TEXTS = ["The dog runs.", "A cat sleeps on the mat.", "The dog sleeps."]
 def test_extraction_that_does_not_fit_on_disk_stops_with_the_numbers_before_writing(tmp_path, monkeypatch):
     sentences = pd.DataFrame({"sentence_id": range(len(TEXTS)), "text": TEXTS})
     sentences.to_parquet(tmp_path / "sentences.parquet")
-    spec = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_size": 16, "vocab_size": 100}
+    spec = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 100}
     record = sources.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
     loaded = models.load(record, tmp_path / "model" / "model", spec, "cpu")
     asked = []
@@ -88,7 +88,7 @@ def test_concurrent_jobs_cannot_all_pass_on_the_same_free_space(tmp_path, monkey
 def test_a_disk_that_fills_mid_write_gives_one_line_and_leaves_nothing(tmp_path, monkeypatch):
     sentences = pd.DataFrame({"sentence_id": range(len(TEXTS) * 20), "text": TEXTS * 20})
     sentences.to_parquet(tmp_path / "sentences.parquet")
-    spec = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_size": 16, "vocab_size": 100}
+    spec = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 100}
     record = sources.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
     loaded = models.load(record, tmp_path / "model" / "model", spec, "cpu")
     plan = plan_model(loaded, sentences, word_table(sentences), indexing="word")

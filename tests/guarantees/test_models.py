@@ -26,7 +26,7 @@ def sentences(tmp_path_factory) -> Path:
     return path
 
 
-RANDOM = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_size": 16, "vocab_size": 100}
+RANDOM = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 100}
 
 
 @pytest.fixture

@@ -99,12 +99,16 @@ def needs_corpus_for_model(wildcards):
     return config["models"][wildcards.model]["source"] == "random"
 
 
+def n_shards_of(model):
+    """A model's shard count: its own `n_shards` (stateful ELMo needs 1), else `extraction.n_shards`."""
+    return config["models"][model]["n_shards"] or config["extraction"]["n_shards"]
+
+
 def expand_shards(pattern):
     """Input function: every shard file of the model in the wildcards."""
 
     def shard_files(wildcards):
-        n_shards = config["extraction"]["n_shards"]
-        return [pattern.format(model=wildcards.model, shard=shard) for shard in range(n_shards)]
+        return [pattern.format(model=wildcards.model, shard=shard) for shard in range(n_shards_of(wildcards.model))]
 
     return shard_files
 
@@ -142,7 +146,7 @@ def n_layers_of(model):
     its source.json once built (the build is a checkpoint: the DAG's layer files follow from it)."""
     spec = config["models"][model]
     if spec["source"] == "random":
-        return spec["n_layers"] + 1
+        return spec["n_hidden_layers"] + 1
     record = checkpoints.materialise_model.get(model=model).output.record
     return record_shape(record)[0]
 
@@ -157,7 +161,7 @@ def stored_vectors(model):
         layers = layer_names(model)
     except IncompleteCheckpointException:
         return []
-    shards = range(config["extraction"]["n_shards"])
+    shards = range(n_shards_of(model))
     return expand(f"{RESULTS}/embeddings/{model}/shards/shard_{{shard}}.h5", shard=shards) + expand(
         f"{RESULTS}/embeddings/{model}/layers/layer_{{layer}}.h5", layer=layers
     )
@@ -196,10 +200,10 @@ CPU_TOKENS_PER_S_23M = 1500
 STS_SENTENCES = 25088
 
 
-def shard_sentences():
-    """Sentences in the largest shard."""
+def shard_sentences(model):
+    """Sentences in the largest shard of a model."""
     n_sentences = config["corpus"]["max_sentences"] or STS_SENTENCES
-    return -(-n_sentences // config["extraction"]["n_shards"])
+    return -(-n_sentences // n_shards_of(model))
 
 
 def extraction_mem_mb(wildcards, input, attempt=1):
@@ -226,7 +230,7 @@ def extraction_runtime_min(wildcards, input, attempt=1):
     limit need; 10 minutes are added for start-up and model loading, and the whole doubles per retry.
     """
     params_m = max(record_weights_bytes(input.record) / 4e6, 1.0)  # fp32 bytes -> millions of parameters
-    seconds = shard_sentences() * TOKENS_PER_SENTENCE * params_m / (CPU_TOKENS_PER_S_23M * 23)
+    seconds = shard_sentences(wildcards.model) * TOKENS_PER_SENTENCE * params_m / (CPU_TOKENS_PER_S_23M * 23)
     return int((10 + 2 * seconds / 60) * attempt)
 
 
@@ -255,5 +259,5 @@ def measure_mem_mb(wildcards, input, attempt=1):
 
 def extraction_settings(wildcards):
     """The extraction keys that change the stored vectors (disk margins and GPU counts do not)."""
-    keep = ("n_shards", "batch_size", "device", "compute_dtype", "storage_dtype")
-    return {key: config["extraction"][key] for key in keep}
+    keep = ("batch_size", "device", "compute_dtype", "storage_dtype")
+    return {"n_shards": n_shards_of(wildcards.model), **{key: config["extraction"][key] for key in keep}}
