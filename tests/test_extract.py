@@ -201,7 +201,8 @@ def test_classic_export_has_one_dataset_per_sentence_and_word2sent(tiny_model, c
     layers = gather_layers([tmp_path / "shard.h5"], tmp_path / "units.parquet", tmp_path / "gathered")
     units = pd.read_parquet(tmp_path / "units.parquet")
     occurrences = build_occurrences(units, None, "subword", 2, "occurrences", sentences)
-    export_classic([layers[layer] for layer in sorted(layers)], occurrences, tmp_path / "classic.h5", tmp_path / "w2s.json")
+    export_classic([layers[layer] for layer in sorted(layers)], occurrences, tmp_path / "classic.h5", tmp_path / "w2s.json",
+                   sentences=sentences)
     word2sent = json.loads((tmp_path / "w2s.json").read_text())
     with h5py.File(tmp_path / "classic.h5") as classic, open_complete(layers[1]) as layer1:
         offsets = layer1["sentence_offsets"][:]
@@ -214,3 +215,5 @@ def test_classic_export_has_one_dataset_per_sentence_and_word2sent(tiny_model, c
         row = offsets[sentence] + position
         np.testing.assert_array_equal(classic[str(sentence)][1][position], layer1["vectors"][row])
         assert units.loc[row, "unit"] == word
+        to_index = json.loads(classic["sentence_to_index"][()])  # allennlp's map: text -> dataset key
+        assert to_index[SENTENCES[5]] == "5" and to_index["The dog sleeps."] == "2"
