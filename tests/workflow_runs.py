@@ -19,7 +19,7 @@ import yaml
 
 from conftest import PROJECT, run_snakemake, with_absolute_data_paths, write_config
 
-HOOKS = Path(__file__).resolve().parents[1] / "hooks"
+HOOKS = Path(__file__).resolve().parent / "hooks"
 _RUNS: dict[str, Path] = {}
 
 
@@ -34,7 +34,7 @@ def smoke_config(**overrides) -> dict:
 
 
 def hook_env(**variables: str) -> dict:
-    """Environment for a run with the test hooks loaded (PYTHONPATH) and the given hook variables."""
+    """Environment for a run with the test hooks (tests/hooks) loaded (PYTHONPATH) and the given hook variables."""
     path = os.pathsep.join(filter(None, [str(HOOKS), os.environ.get("PYTHONPATH")]))
     return {"PYTHONPATH": path, **variables}
 
