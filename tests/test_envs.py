@@ -28,6 +28,8 @@ RUNTIME_ONLY = {
     "pyarrow": "pandas reads and writes parquet through it",
     "gguf": "transformers reads GGUF files through it",
     "accelerate": "transformers requires it to load a GGUF file",
+    "tabulate": "pandas renders Markdown tables through it",
+    "jinja2": "pandas renders LaTeX tables through it",
 }
 RULE = re.compile(r"^(?:rule|checkpoint) (\w+):\n((?:[ \t]+.*\n|\n)*)", re.M)
 
