@@ -322,24 +322,24 @@ def run_extraction_job(
     device, lease = choose_device(extraction["device"], gpus, shard, Path("resources") / ".gpu-leases")
     log.info("model %s, shard %d/%d (sentences %d-%d) on %s", model_key, shard, extraction["n_shards"],
              first, last - 1, device)
-    loaded = load_for_extraction(model_key, spec, record, model_dir, device, extraction.get("compute_dtype", "float32"))
+    loaded = load_for_extraction(model_key, spec, record, model_dir, device, extraction["compute_dtype"])
     attrs = {
         "model": model_key, "source": record["source"],
         "revision": record.get("revision") or record.get("version") or record.get("weights_sha256", ""),
         "weights_sha256": record.get("weights_sha256", ""), "shard": shard,
         "seed": -1 if seed is None else seed,  # recorded for provenance; extraction itself draws nothing
-        "n_shards": extraction["n_shards"], "device": device, "compute_dtype": extraction.get("compute_dtype", "float32"),
+        "n_shards": extraction["n_shards"], "device": device, "compute_dtype": extraction["compute_dtype"],
         "tokenizer": type(getattr(loaded, "tokenizer", None)).__name__ if not isinstance(loaded, ElmoModel) else "spacy",
-        "indexing": spec.get("indexing", "word"), "tokenization": spec.get("tokenization", "natural"),
+        "indexing": spec["indexing"], "tokenization": spec["tokenization"],
         # the last hidden state of a pre-norm decoder has passed its final norm; the others have not
         "final_norm": "" if isinstance(loaded, ElmoModel) else models.final_norm(loaded.model),
         "versions": json.dumps(package_versions(), sort_keys=True),
     }
     try:
         return extract_shard(
-            loaded, plan, out_h5, pooling=spec.get("pooling", "first"), batch_size=batch_size,
+            loaded, plan, out_h5, pooling=spec["pooling"], batch_size=batch_size,
             storage_dtype=extraction["storage_dtype"], device=device,
-            disk_factor=extraction.get("min_free_disk_factor", 1.2), attrs=attrs,
+            disk_factor=extraction["min_free_disk_factor"], attrs=attrs,
         )
     finally:
         if lease is not None:

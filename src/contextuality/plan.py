@@ -18,6 +18,7 @@ import pandas as pd
 from contextuality import alignment
 from contextuality.alignment import Plan
 from contextuality.atomic import atomic_path
+from contextuality.words import support
 
 log = logging.getLogger(__name__)
 
@@ -98,12 +99,8 @@ def build_occurrences(
         occurrences = merged[["word", "row", "sentence_id", "position"]]
     else:
         candidates = units[~units["is_punct"]].rename(columns={"unit": "word"})
-        if count == "contexts":
-            text_of = sentences.set_index("sentence_id")["text"]
-            support = candidates.assign(text=candidates["sentence_id"].map(text_of)).groupby("word")["text"].nunique()
-        else:
-            support = candidates.groupby("word").size()
-        kept = support.index[support >= min_occurrences]
+        counts = support(candidates, sentences, count)  # the word index's own threshold, on the pieces
+        kept = counts.index[counts >= min_occurrences]
         occurrences = candidates[candidates["word"].isin(kept)][["word", "row", "sentence_id", "position"]]
         # the threshold is on occurrences, as for words; after truncation a word may fall below it
     occurrences = occurrences.sort_values(["word", "row"], kind="stable").reset_index(drop=True)
@@ -172,7 +169,7 @@ def run_plan_job(
     sentences = pd.read_parquet(sentences_path, columns=["sentence_id", "text"])
     words = pd.read_parquet(words_path)
     word_index = pd.read_parquet(word_index_path)
-    indexing, tokenization = spec.get("indexing", "word"), spec.get("tokenization", "natural")
+    indexing, tokenization = spec["indexing"], spec["tokenization"]
     if record["source"] == "elmo":
         plan, max_length = alignment.plan_words(sentences, words), None
     else:

@@ -66,11 +66,10 @@ def final_outputs(wildcards):
     return targets
 
 
-# Keys of a model entry that change the stored vectors, besides BUILD_KEYS (the weights) and the keys
-# the model's plan depends on (indexing, tokenization, max_length). Reporting keys
+# Keys of a model entry that change the stored vectors, besides BUILD_KEYS (the weights). Reporting keys
 # (label, stands_for) are in no job's params but the reporting rules', so renaming a model re-draws the
 # figures and tables only.
-EXTRACTION_KEYS = ("pooling", "batch_size", "stateful", "allow_pickle")
+EXTRACTION_KEYS = ("indexing", "tokenization", "max_length", "pooling", "batch_size", "stateful", "allow_pickle")
 
 
 def model_keys(*keys):
