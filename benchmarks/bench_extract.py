@@ -13,7 +13,7 @@ Targets on the 2-core CPU with all-MiniLM-L6-v2 and 2,000 STS sentences: (a)/(b)
 
     python benchmarks/bench_extract.py --model minilm --sentences 2000
 
-Needs `snakemake --cores 2 results/corpus/words.parquet resources/models/minilm/source.json` first
+Needs `snakemake --cores 2 results/corpus/spacy_words.parquet resources/models/minilm/source.json` first
 (`--device cuda` and `--compute-dtype` run it on a GPU; benchmarks/gpu_check.sh does).
 """
 
@@ -78,7 +78,7 @@ def main() -> None:
     record = json.loads((root / "source.json").read_text())
     loaded = models.load(record, root / "model", spec, args.device, args.compute_dtype)
     sentences = pd.read_parquet("results/corpus/sentences.parquet", columns=["sentence_id", "text"]).iloc[: args.sentences]
-    words = pd.read_parquet("results/corpus/words.parquet")
+    words = pd.read_parquet("results/corpus/spacy_words.parquet")
     words = words[words["sentence_id"].isin(sentences["sentence_id"])]
     indexing, pooling = spec.get("indexing", "word"), spec.get("pooling", "first")
     tokenization = spec.get("tokenization", "natural")

@@ -44,7 +44,7 @@ def test_layer_files_have_the_expected_shapes(smoke_run):
     layers = sorted((smoke_run / "results/embeddings/tiny-gpt2/layers").glob("layer_*.h5"))
     assert len(layers) == 3 + 1  # 3 hidden layers + the input layer
     units = pd.read_parquet(smoke_run / "results/embeddings/tiny-gpt2/units.parquet")
-    words = pd.read_parquet(smoke_run / "results/corpus/words.parquet")
+    words = pd.read_parquet(smoke_run / "results/corpus/spacy_words.parquet")
     assert len(units) == len(words)  # word indexing: one unit per spaCy word
     with h5py.File(layers[0]) as first:
         assert first["vectors"].shape == (len(units), 32)
