@@ -70,9 +70,18 @@ def layer_file_name(layer: int) -> str:
     return f"{layer_name(layer)}.h5"
 
 
+def chunk_rows(n_rows: int) -> int:
+    """Rows per chunk: at most CHUNK_ROWS, balanced so the last chunk is nearly full.
+
+    HDF5 stores a partial last chunk at full size; equal chunks waste fewer rows than chunks.
+    """
+    n_rows = max(1, n_rows)
+    return -(-n_rows // -(-n_rows // CHUNK_ROWS))
+
+
 def create_checked(h5: h5py.File | h5py.Group, name: str, shape: tuple[int, ...], dtype, data=None) -> h5py.Dataset:
     """A chunked dataset with HDF5's fletcher32 checksum on every chunk (verified on every read)."""
-    chunks = (max(1, min(CHUNK_ROWS, shape[0])), *(max(1, size) for size in shape[1:]))
+    chunks = (chunk_rows(shape[0]), *(max(1, size) for size in shape[1:]))
     # HDF5 chunks no empty fixed-size dataset (an empty shard): let it be extendible instead
     maxshape = (None, *shape[1:]) if shape[0] == 0 else None
     return h5.create_dataset(
