@@ -13,7 +13,7 @@ Targets on the 2-core CPU with all-MiniLM-L6-v2 and 2,000 STS sentences: (a)/(b)
 
     python benchmarks/bench_extract.py --model minilm --sentences 2000
 
-Needs `snakemake --cores 2 results/corpus/words.parquet resources/models/minilm/source.json` first
+Needs `snakemake --cores 2 results/corpus/spacy_words.parquet resources/models/minilm/source.json` first
 (`--device cuda` and `--compute-dtype` run it on a GPU; benchmarks/gpu_check.sh does).
 """
 
@@ -32,6 +32,7 @@ import torch
 import yaml
 
 from contextuality import extract, models
+from contextuality.plan import plan_model
 from contextuality.words import is_punct
 
 
@@ -77,7 +78,7 @@ def main() -> None:
     record = json.loads((root / "source.json").read_text())
     loaded = models.load(record, root / "model", spec, args.device, args.compute_dtype)
     sentences = pd.read_parquet("results/corpus/sentences.parquet", columns=["sentence_id", "text"]).iloc[: args.sentences]
-    words = pd.read_parquet("results/corpus/words.parquet")
+    words = pd.read_parquet("results/corpus/spacy_words.parquet")
     words = words[words["sentence_id"].isin(sentences["sentence_id"])]
     indexing, pooling = spec.get("indexing", "word"), spec.get("pooling", "first")
     tokenization = spec.get("tokenization", "natural")
@@ -89,7 +90,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         synchronize(args.device)
         started = time.perf_counter()
-        plan = extract.plan_model(loaded, sentences, words, indexing=indexing, tokenization=tokenization)
+        plan = plan_model(loaded, sentences, words, indexing=indexing, tokenization=tokenization)
         plan_s = time.perf_counter() - started
         extract.extract_shard(loaded, plan, Path(tmp) / "shard.h5", **options)
         pipeline_s = time.perf_counter() - started
@@ -102,7 +103,7 @@ def main() -> None:
     started = time.perf_counter()
     for first in range(0, len(plan.sentence_ids), window):
         last = min(first + window, len(plan.sentence_ids))
-        for _, ids, mask in extract.padded_batches(plan, first, last, batch_size, loaded.tokenizer.pad_token_id):
+        for _, ids, mask in extract.padded_batches(plan, first, last, batch_size, loaded.tokenizer):
             with torch.inference_mode():
                 forward(torch.from_numpy(ids).to(args.device), torch.from_numpy(mask).to(args.device))
     synchronize(args.device)
@@ -113,7 +114,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         synchronize(args.device)
         started = time.perf_counter()
-        plan_d = extract.plan_model(loaded, sentences, words, indexing=indexing, tokenization=tokenization)
+        plan_d = plan_model(loaded, sentences, words, indexing=indexing, tokenization=tokenization)
         extract.extract_shard(loaded, plan_d, Path(tmp) / "shard.h5", forward=stand_in, **options)
         host_s = time.perf_counter() - started
 

@@ -39,8 +39,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from contextuality import alignment, extract, models  # noqa: E402
+from contextuality import alignment, extract, models, randommodels  # noqa: E402
 from contextuality.corpus import read_release, release_files  # noqa: E402
+from contextuality.plan import plan_model  # noqa: E402
 
 COSINE_FLOOR = 0.999
 YEARS_DOMAINS = None  # every bundled release file
@@ -76,7 +77,7 @@ def bert_base_folder(texts: list[str], folder: Path) -> Path:
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
-    tokenizer = models.train_corpus_tokenizer(texts, "bert", 8000)
+    tokenizer = randommodels.train_corpus_tokenizer(texts, "bert", 8000)
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                         intermediate_size=3072, max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id)
     BertModel(config).save_pretrained(folder, safe_serialization=True)
@@ -123,7 +124,7 @@ def synchronize(device: str) -> None:
 def check_model(name: str, folder: Path, spec: dict, sentences, words, args, tmp: Path) -> list[dict]:
     record = record_of(folder, name)
     reference_model = models.load(record, folder, spec, "cpu", "float32")
-    plan = extract.plan_model(reference_model, sentences, words, indexing=spec["indexing"])
+    plan = plan_model(reference_model, sentences, words, indexing=spec["indexing"])
     check = plan.slice(0, min(args.check_sentences, len(plan.sentence_ids)))
     reference_path = tmp / f"{name}-cpu.h5"
     extract.extract_shard(reference_model, check, reference_path, pooling=spec["pooling"], batch_size=args.batch_size,
@@ -135,7 +136,7 @@ def check_model(name: str, folder: Path, spec: dict, sentences, words, args, tmp
         out = tmp / f"{name}-{dtype}.h5"
         synchronize(args.device)
         started = time.perf_counter()
-        timed_plan = extract.plan_model(loaded, sentences, words, indexing=spec["indexing"])
+        timed_plan = plan_model(loaded, sentences, words, indexing=spec["indexing"])
         extract.extract_shard(loaded, timed_plan, out, pooling=spec["pooling"], batch_size=args.batch_size,
                               storage_dtype="float16", device=args.device, disk_factor=1.0, attrs={})
         pipeline_s = time.perf_counter() - started
@@ -145,7 +146,7 @@ def check_model(name: str, folder: Path, spec: dict, sentences, words, args, tmp
         started = time.perf_counter()
         for first in range(0, len(plan.sentence_ids), window):
             last = min(first + window, len(plan.sentence_ids))
-            for _, ids, mask in extract.padded_batches(plan, first, last, args.batch_size, loaded.tokenizer.pad_token_id):
+            for _, ids, mask in extract.padded_batches(plan, first, last, args.batch_size, loaded.tokenizer):
                 with torch.inference_mode():
                     forward(torch.from_numpy(ids).to(args.device), torch.from_numpy(mask).to(args.device))
         synchronize(args.device)

@@ -81,10 +81,11 @@ def extract_planned(loaded, sentences, words, out_dir: Path, *, indexing: str = 
     """What the workflow's plan and extract rules do for one shard holding every sentence:
     ``out_dir/shard.h5`` and ``out_dir/units.parquet``; returns (plan, extraction stats)."""
     from contextuality import extract
+    from contextuality.plan import plan_model
 
     out_dir.mkdir(parents=True, exist_ok=True)
     if plan is None:
-        plan = extract.plan_model(loaded, sentences, words, indexing=indexing, tokenization=tokenization, policy=policy)
+        plan = plan_model(loaded, sentences, words, indexing=indexing, tokenization=tokenization, policy=policy)
     stats = extract.extract_shard(
         loaded, plan, out_dir / "shard.h5", pooling=pooling, batch_size=batch_size, storage_dtype=storage_dtype,
         device="cpu", disk_factor=1.0, attrs={"model": getattr(loaded, "key", "m")},

@@ -3,14 +3,13 @@ cannot be stored (truncation, skipping, pieces spanning words) is counted, never
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from contextuality import alignment, models
-from contextuality.extract import build_occurrences, count_losses, loss_warning
+from contextuality import alignment, models, sources
+from contextuality.plan import build_occurrences, count_losses, loss_warning
 from contextuality.words import word_index, word_table
 
 SENTENCES = [
@@ -51,9 +50,9 @@ def tokenizer(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"tok-{request.param}")
     sentences = pd.DataFrame({"sentence_id": range(len(SENTENCES)), "text": SENTENCES})
     sentences.to_parquet(folder / "sentences.parquet")
-    spec = {"source": "random", "architecture": request.param, "n_layers": 1, "hidden_size": 16,
+    spec = {"source": "random", "architecture": request.param, "n_hidden_layers": 1, "hidden_size": 16,
             "vocab_size": 120 if request.param == "bert" else 300}
-    record = models.materialise("m", spec, folder, sentences_parquet=folder / "sentences.parquet", seed=3)
+    record = sources.materialise("m", spec, folder, sentences_parquet=folder / "sentences.parquet", seed=3)
     return models.load_tokenizer(record, folder / "model", spec)[0]
 
 
@@ -168,7 +167,7 @@ def test_a_shard_plan_is_a_slice_of_the_model_plan(tokenizer):
 
 
 def test_plan_round_trips_through_its_files(tokenizer, tmp_path):
-    from contextuality.extract import read_plan, write_plan
+    from contextuality.plan import read_plan, write_plan
 
     sentences = pd.DataFrame({"sentence_id": range(len(SENTENCES)), "text": SENTENCES})
     plan = alignment.plan_pieces(tokenizer, sentences, word_table(sentences), indexing="subword", max_length=512)

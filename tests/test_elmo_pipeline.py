@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import h5py
 import numpy as np
@@ -16,7 +15,8 @@ from conftest import PROJECT, job_counts, run_snakemake, with_absolute_data_path
 from contextuality.elmo import ElmoEmbedder
 from conftest import extract_planned
 from contextuality.extract import load_for_extraction
-from contextuality.models import ModelError, materialise, write_source_record
+from contextuality.models import ModelError
+from contextuality.sources import materialise, write_source_record
 from contextuality.words import word_table
 
 GOLDEN = PROJECT / "tests" / "data" / "elmo-golden"
@@ -66,7 +66,9 @@ def test_paper_config_plans_elmo_next_to_bert_and_gpt2(tmp_path):
     result = run_snakemake(tmp_path, "-n", "--cores", "2", configfile=write_config(tmp_path / "paper.yaml", config))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     counts = job_counts(result.stdout)
-    assert counts["download_model"] == 3 and counts["materialise_model"] == 3
+    # ELMo, BERT, and GPT-2 twice: its own tokenization and the paper's (gpt2-faithful)
+    assert counts["download_model"] == 4 and counts["materialise_model"] == 4
     # the per-layer jobs follow once each model is built (its layer count is a checkpoint's output)
-    assert counts["extract"] == 3 * 8 and counts["measure"] == 3 and "measure_layer" not in counts
+    # ELMo (stateful) in one shard, the others in 8
+    assert counts["extract"] == 1 + 3 * 8 and counts["measure"] == 4 and "measure_layer" not in counts
     assert "resources/models/elmo/source.json" in result.stdout

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from conftest import extract_planned, gather_layers, job_counts, run_snakemake, write_config
-from contextuality import models
+from contextuality import models, sources
 from contextuality import extract
-from contextuality.extract import build_occurrences, plan_model, shard_bounds
+from contextuality.extract import shard_bounds
+from contextuality.plan import build_occurrences
 from contextuality.store import export_classic, open_complete
 from contextuality.words import word_index, word_table
 
@@ -45,8 +46,8 @@ def tiny_model(request, corpus, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"model-{request.param}")
     # a small vocabulary, so that long words are split into several pieces
     vocab_size = 120 if request.param == "bert" else 300
-    spec = {"source": "random", "architecture": request.param, "n_layers": 2, "hidden_size": 32, "vocab_size": vocab_size}
-    record = models.materialise(request.param, spec, folder, sentences_parquet=sentences_path, seed=3)
+    spec = {"source": "random", "architecture": request.param, "n_hidden_layers": 2, "hidden_size": 32, "vocab_size": vocab_size}
+    record = sources.materialise(request.param, spec, folder, sentences_parquet=sentences_path, seed=3)
     return models.load(record, folder / "model", spec, "cpu"), spec
 
 
@@ -200,7 +201,8 @@ def test_classic_export_has_one_dataset_per_sentence_and_word2sent(tiny_model, c
     layers = gather_layers([tmp_path / "shard.h5"], tmp_path / "units.parquet", tmp_path / "gathered")
     units = pd.read_parquet(tmp_path / "units.parquet")
     occurrences = build_occurrences(units, None, "subword", 2, "occurrences", sentences)
-    export_classic([layers[layer] for layer in sorted(layers)], occurrences, tmp_path / "classic.h5", tmp_path / "w2s.json")
+    export_classic([layers[layer] for layer in sorted(layers)], occurrences, tmp_path / "classic.h5", tmp_path / "w2s.json",
+                   sentences=sentences)
     word2sent = json.loads((tmp_path / "w2s.json").read_text())
     with h5py.File(tmp_path / "classic.h5") as classic, open_complete(layers[1]) as layer1:
         offsets = layer1["sentence_offsets"][:]
@@ -213,3 +215,5 @@ def test_classic_export_has_one_dataset_per_sentence_and_word2sent(tiny_model, c
         row = offsets[sentence] + position
         np.testing.assert_array_equal(classic[str(sentence)][1][position], layer1["vectors"][row])
         assert units.loc[row, "unit"] == word
+        to_index = json.loads(classic["sentence_to_index"][()])  # allennlp's map: text -> dataset key
+        assert to_index[SENTENCES[5]] == "5" and to_index["The dog sleeps."] == "2"

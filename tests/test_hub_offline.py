@@ -116,14 +116,14 @@ def jsonl_gz(rows: list[dict]) -> bytes:
 
 @pytest.fixture(scope="module")
 def hf_home(tmp_path_factory) -> Path:
-    from contextuality.models import build_random_model
+    from contextuality.randommodels import build_random_model
 
     home = tmp_path_factory.mktemp("hf-home")
     hub, texts = home / "hub", bundled_texts()
     built = {}
     for architecture, layers in (("bert", 2), ("gpt2", 3)):
         out = tmp_path_factory.mktemp(f"built-{architecture}")
-        spec = {"architecture": architecture, "n_layers": layers, "hidden_size": 32, "vocab_size": 400}
+        spec = {"architecture": architecture, "n_hidden_layers": layers, "hidden_size": 32, "vocab_size": 400}
         build_random_model(spec, texts, out, seed=11)
         built[architecture] = folder_files(out)
     # BERT: pickle weights cached beside the safetensors (as for google-bert/bert-base-cased), no tree listing
@@ -202,7 +202,7 @@ def test_hub_models_run_the_whole_pipeline_offline_from_the_cache_at_the_pinned_
 def test_hub_revision_missing_from_the_cache_is_one_line_naming_model_id_and_revision(hf_home, tmp_path):
     code = (
         "from pathlib import Path\n"
-        "from contextuality.models import materialise\n"
+        "from contextuality.sources import materialise\n"
         f"materialise('tiny-gpt2', {{'source': 'hub', 'id': {GPT2_ID!r}, 'revision': {ABSENT_REV!r}}}, Path('m'))\n"
     )
     result = python_lines(code, offline_env(hf_home), tmp_path)
@@ -226,7 +226,7 @@ def test_a_cached_weights_file_that_does_not_match_its_blob_name_is_refused(hf_h
     blob.write_bytes(blob.read_bytes()[:-1] + b"\x00")  # one changed byte: the blob's name no longer matches
     code = (
         "from pathlib import Path\n"
-        "from contextuality.models import materialise\n"
+        "from contextuality.sources import materialise\n"
         f"materialise('tiny-bert', {{'source': 'hub', 'id': {BERT_ID!r}, 'revision': {BERT_REV!r}}}, Path('m'))\n"
     )
     result = python_lines(code, offline_env(home), tmp_path)

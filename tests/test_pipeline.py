@@ -10,17 +10,11 @@ import h5py
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
-from conftest import PROJECT, run_snakemake, with_absolute_data_paths, write_config
+from conftest import run_snakemake
+from workflow_runs import audited_smoke_run, smoke_config_path
 
 pytestmark = pytest.mark.slow
-
-
-def smoke_config(**overrides) -> dict:
-    config = with_absolute_data_paths(yaml.safe_load((PROJECT / "config" / "smoke.yaml").read_text()))
-    config.update(overrides)
-    return config
 
 
 def digest(path: Path) -> str:
@@ -29,11 +23,8 @@ def digest(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> Path:
-    workdir = tmp_path_factory.mktemp("smoke")
-    config = write_config(workdir / "smoke.yaml", smoke_config())
-    result = run_snakemake(workdir, "--cores", "2", configfile=config)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return workdir
+    """The smoke run shared by the test session (tests/workflow_runs.py)."""
+    return audited_smoke_run(tmp_path_factory)
 
 
 def test_every_table_and_figure_exists(smoke_run):
@@ -53,7 +44,7 @@ def test_layer_files_have_the_expected_shapes(smoke_run):
     layers = sorted((smoke_run / "results/embeddings/tiny-gpt2/layers").glob("layer_*.h5"))
     assert len(layers) == 3 + 1  # 3 hidden layers + the input layer
     units = pd.read_parquet(smoke_run / "results/embeddings/tiny-gpt2/units.parquet")
-    words = pd.read_parquet(smoke_run / "results/corpus/words.parquet")
+    words = pd.read_parquet(smoke_run / "results/corpus/spacy_words.parquet")
     assert len(units) == len(words)  # word indexing: one unit per spaCy word
     with h5py.File(layers[0]) as first:
         assert first["vectors"].shape == (len(units), 32)
@@ -73,18 +64,20 @@ def test_values_are_in_range(smoke_run):
 
 
 def test_rerun_gives_byte_identical_tables(smoke_run, tmp_path):
-    metrics = smoke_run / "results" / "metrics"
+    workdir = tmp_path / "run"
+    shutil.copytree(smoke_run, workdir, symlinks=True)  # the shared run stays intact for other tests
+    metrics = workdir / "results" / "metrics"
     before = {path: digest(path) for path in metrics.rglob("*") if path.is_file()}
     shutil.rmtree(metrics)
-    result = run_snakemake(smoke_run, "--cores", "2", "--forcerun", "measure", configfile=smoke_run / "smoke.yaml")
+    result = run_snakemake(workdir, "--cores", "2", "--forcerun", "measure", configfile=smoke_config_path())
     assert result.returncode == 0, result.stderr[-3000:]
     after = {path: digest(path) for path in metrics.rglob("*") if path.is_file()}
     assert after == before
 
 
-def test_report_has_every_figure_and_table(smoke_run):
-    result = run_snakemake(smoke_run, "--report", "report.html", configfile=smoke_run / "smoke.yaml")
+def test_report_has_every_figure_and_table(smoke_run, tmp_path):
+    result = run_snakemake(smoke_run, "--report", str(tmp_path / "report.html"), configfile=smoke_config_path())
     assert result.returncode == 0, result.stderr[-3000:]
-    html = (smoke_run / "report.html").read_text(errors="replace")
+    html = (tmp_path / "report.html").read_text(errors="replace")
     for name in ("anisotropy.png", "self_similarity.png", "intra_sentence.png", "mev.png", "table1.md", "claims.md"):
         assert name in html

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from contextuality import static as st
+from contextuality import table1
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "resources" / "benchmarks"
 
@@ -223,35 +224,36 @@ def test_table1_bold_best_per_column(tmp_path):
     # BERT layer 1 is best everywhere; on AP GloVe ties with it (0.48) and is bold too.
     results.loc[(results["model"] == "GloVe") & (results["task"] == "AP"), "score"] = 0.48
     out = [tmp_path / f"table1.{ext}" for ext in ("csv", "md", "tex")]
-    table = st.build_table1(results, *out)
+    table = table1.build_table1(results, *out)
     csv = pd.read_csv(out[0])
     assert csv.loc[csv["source"] == "this run", "method"].tolist() == ["GloVe", "BERT, Layer 0", "BERT, Layer 1",
                                                                       "GPT-2, Layer 1"]
-    assert (csv["source"] == "paper").sum() == len(st.PAPER_TABLE1)
+    assert (csv["source"] == "paper").sum() == len(table1.PAPER_TABLE1)
     assert "coverage_SimLex999" in csv.columns and len(table) == len(csv)
     md = out[1].read_text()
-    bert1 = next(line for line in md.splitlines() if line.startswith("| BERT, Layer 1 |"))
-    assert bert1.count("**") == 2 * 9
-    glove = next(line for line in md.splitlines() if line.startswith("| GloVe |"))
-    assert glove.count("**") == 2 and "**0.480**" in glove
-    assert "| BERT, Layer 1 | 0.315 |" in md  # paper row, not bold
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in md.splitlines() if line.startswith("| ")]
+    bert1 = next(row for row in rows if row[0] == "BERT, Layer 1")  # this run's row comes first
+    assert sum(cell.startswith("**") for cell in bert1) == 9
+    glove = next(row for row in rows if row[0] == "GloVe")
+    assert sum(cell.startswith("**") for cell in glove) == 1 and "**0.480**" in glove
+    assert ["BERT, Layer 1", "0.315"] in [row[:2] for row in rows]  # the paper's row, not bold
     tex = out[2].read_text()
     assert tex.count(r"\textbf{") == 10 and r"\textbf{0.400}" in tex and "SemEval2012(2)" in tex
 
 
 def test_table1_without_paper_rows(tmp_path):
     out = [tmp_path / f"t.{ext}" for ext in ("csv", "md", "tex")]
-    table = st.build_table1(_results(), *out, include_paper=False)
+    table = table1.build_table1(_results(), *out, include_paper=False)
     assert set(table["source"]) == {"this run"} and "Paper" not in out[1].read_text()
 
 
 def test_plot_scores_by_layer(tmp_path):
-    st.plot_scores_by_layer(_results(), tmp_path / "fig.png", tmp_path / "fig.pdf")
+    table1.plot_scores_by_layer(_results(), tmp_path / "fig.png", tmp_path / "fig.pdf")
     assert (tmp_path / "fig.png").stat().st_size > 10_000 and (tmp_path / "fig.pdf").stat().st_size > 1_000
 
 
 def test_paper_table1_data():
-    assert len(st.PAPER_TABLE1) == 12
-    assert all(list(v) == list(st.TABLE1_TASKS) for v in st.PAPER_TABLE1.values())
-    assert st.PAPER_TABLE1["BERT, Layer 1"]["SemEval2012_2"] == 0.166
-    assert st.PAPER_TABLE1["GPT-2, Layer 12"]["MEN"] == -0.009
+    assert len(table1.PAPER_TABLE1) == 12
+    assert all(list(v) == list(st.TABLE1_TASKS) for v in table1.PAPER_TABLE1.values())
+    assert table1.PAPER_TABLE1["BERT, Layer 1"]["SemEval2012_2"] == 0.166
+    assert table1.PAPER_TABLE1["GPT-2, Layer 12"]["MEN"] == -0.009

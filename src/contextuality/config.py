@@ -279,7 +279,7 @@ def layer_count(key: str, spec: dict, models_dir: str | Path = "resources/models
     known once the model is built.
     """
     if spec.get("source") == "random":
-        return int(spec.get("n_layers", 2)) + 1
+        return int(spec.get("n_hidden_layers", 2)) + 1
     from contextuality.models import record_shape
 
     shape = record_shape(Path(models_dir) / key / "source.json")

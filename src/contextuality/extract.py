@@ -25,11 +25,11 @@ from pathlib import Path
 
 import h5py
 import numpy as np
-import pandas as pd
 from tqdm import tqdm
 
-from contextuality import alignment, diskspace
+from contextuality import diskspace
 from contextuality.alignment import Plan
+from contextuality.plan import read_plan
 from contextuality.atomic import atomic_path
 from contextuality.devices import choose_device
 from contextuality.store import create_checked
@@ -95,71 +95,12 @@ def load_for_extraction(key: str, spec: dict, record: dict, model_dir: Path, dev
         stateful = spec.get("stateful", False)
         if stateful:
             log.warning("stateful ELMo: LSTM state is carried across sentences in corpus order within each "
-                        "shard; use n_shards: 1 to reproduce the original single-embedder run exactly")
+                        "shard; models.%s.n_shards: 1 reproduces the original single-embedder run exactly", key)
         options_path, weights_path = Path(model_dir) / models.ELMO_OPTIONS, Path(model_dir) / models.ELMO_WEIGHTS
         embedder = ElmoEmbedder(options_path, weights_path, device=device, stateful=stateful)
         options = json.loads(options_path.read_text())
         return ElmoModel(key, embedder, options["lstm"]["n_layers"] + 1, 2 * options["lstm"]["projection_dim"], stateful)
     return models.load(record, model_dir, spec, device, compute_dtype)
-
-
-def plan_model(
-    model, sentences: pd.DataFrame, words: pd.DataFrame, *, indexing: str, tokenization: str = "natural",
-    policy: str = "truncate", max_length: int | None = None,
-) -> Plan:
-    """The plan of ``model``: an ``ElmoModel``, or anything with ``tokenizer`` and ``max_length``."""
-    if isinstance(model, ElmoModel) or model is None:
-        return alignment.plan_words(sentences, words)
-    limit, name = max_length or model.max_length, getattr(model, "key", "")
-    if tokenization == "faithful":
-        return alignment.plan_faithful(model.tokenizer, sentences, words, max_length=limit, policy=policy, name=name)
-    return alignment.plan_pieces(model.tokenizer, sentences, words, indexing=indexing, max_length=limit, policy=policy,
-                                 name=name)
-
-
-# --------------------------------------------------------------------------------------------------
-# Plans on disk: tokens.parquet (one row per sentence) and units.parquet (one row per stored row)
-
-
-def write_plan(plan: Plan, out_tokens: Path, out_units: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    ids = pa.ListArray.from_arrays(pa.array(plan.token_offsets.astype(np.int32)), pa.array(plan.input_ids.astype(np.int32)))
-    table = pa.table({
-        "sentence_id": pa.array(plan.sentence_ids), "input_ids": ids,
-        "truncated": pa.array(plan.truncated), "skipped": pa.array(plan.skipped),
-    })
-    with atomic_path(out_tokens) as tmp:
-        pq.write_table(table, tmp)
-    with atomic_path(out_units) as tmp:
-        plan.units.to_parquet(tmp, index=False)
-
-
-def read_plan(tokens_path: Path, units_path: Path, first: int = 0, last: int | None = None) -> Plan:
-    """The plan of sentences ``[first, last)`` (corpus positions), as ``Plan.slice`` would give it."""
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(tokens_path)
-    last = table.num_rows if last is None else last
-    all_ids = table.column("sentence_id").to_numpy()
-    table = table.slice(first, last - first)
-    ids = table.column("input_ids").combine_chunks()
-    offsets = np.asarray(ids.offsets, dtype=np.int64)
-    input_ids = np.asarray(ids.values, dtype=np.int64)[offsets[0]:offsets[-1]]
-    sentence_ids = table.column("sentence_id").to_numpy()
-    units = pd.read_parquet(units_path)
-    # the units of the sentences before this slice (all of them when the slice is past the end)
-    before = int((units["sentence_id"] < all_ids[first]).sum()) if first < len(all_ids) else len(units)
-    if len(sentence_ids):
-        units = units[units["sentence_id"].between(sentence_ids[0], sentence_ids[-1])].reset_index(drop=True)
-    else:
-        units = units.iloc[:0]
-    counts = units.groupby("sentence_id", sort=False).size().reindex(sentence_ids, fill_value=0).to_numpy()
-    unit_offsets = np.zeros(len(sentence_ids) + 1, dtype=np.int64)
-    np.cumsum(counts, out=unit_offsets[1:])
-    return Plan(sentence_ids, input_ids, offsets - offsets[0], table.column("truncated").to_numpy(zero_copy_only=False),
-                table.column("skipped").to_numpy(zero_copy_only=False), units, unit_offsets, first_row=before)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -189,24 +130,21 @@ def _selection(plan: Plan, batch: np.ndarray, width: int, pooling: str) -> tuple
     return rows, np.where(span[None, :] < n_pieces[:, None], index, pad), n_pieces
 
 
-def padded_batches(plan: Plan, first: int, last: int, batch_size: int, pad_id: int):
+def padded_batches(plan: Plan, first: int, last: int, batch_size: int, tokenizer):
     """The batches of plan sentences ``[first, last)`` (one window): sorted by length, right-padded.
 
-    Yields (sentence positions, input ids, attention mask) as numpy arrays; real tokens keep positions
-    0..n-1. Sentences without tokens (an empty sentence for a decoder without BOS) are not run.
+    Yields (sentence positions, input ids, attention mask) as numpy arrays, padded by the tokenizer
+    on the right, so real tokens keep positions 0..n-1. Sentences without tokens (an empty sentence
+    for a decoder without BOS) are not run.
     """
     lengths = np.diff(plan.token_offsets)
     order = [i for i in sorted(range(first, last), key=lambda i: lengths[i]) if lengths[i]]
     for b0 in range(0, len(order), batch_size):
         batch = np.asarray(order[b0:b0 + batch_size], dtype=np.int64)
-        width = int(lengths[batch].max())
-        ids = np.full((len(batch), width), pad_id, dtype=np.int64)
-        mask = np.zeros((len(batch), width), dtype=np.int64)
-        for row, i in enumerate(batch):
-            a, b = plan.token_offsets[i], plan.token_offsets[i + 1]
-            ids[row, : b - a] = plan.input_ids[a:b]
-            mask[row, : b - a] = 1
-        yield batch, ids, mask
+        rows = [plan.input_ids[plan.token_offsets[i]:plan.token_offsets[i + 1]].tolist() for i in batch]
+        padded = tokenizer.pad({"input_ids": rows}, padding="longest", padding_side="right", return_tensors="np",
+                               return_attention_mask=True)
+        yield batch, padded["input_ids"].astype(np.int64), padded["attention_mask"].astype(np.int64)
 
 
 def model_forward(loaded):
@@ -239,7 +177,7 @@ def _hf_windows(loaded, plan: Plan, *, batch_size: int, pooling: str, device: st
         # the window's rows in the order the batches produce them (contiguous writes), put in corpus order at the end
         in_batch_order = torch.empty((loaded.n_layers, n_rows, dim), dtype=storage, device=device)
         rows_in_order, filled = np.empty(n_rows, dtype=np.int64), 0
-        for batch, ids, mask in padded_batches(plan, w0, w1, batch_size, loaded.tokenizer.pad_token_id):
+        for batch, ids, mask in padded_batches(plan, w0, w1, batch_size, loaded.tokenizer):
             rows, index, n_pieces = _selection(plan, batch, ids.shape[1], pooling)
             if not len(rows):
                 continue
@@ -366,7 +304,7 @@ def package_versions() -> dict:
 
 def run_extraction_job(
     *, model_key: str, spec: dict, extraction: dict, record_path: Path, model_dir: Path, tokens_path: Path,
-    units_path: Path, shard: int, out_h5: Path, threads: int, seed: int | None = None,
+    units_path: Path, shard: int, out_h5: Path, threads: int, gpus: int = 0, seed: int | None = None,
 ) -> dict:
     """Everything one shard job does: pick device, load the model, extract the shard's planned sentences."""
     import torch
@@ -381,153 +319,28 @@ def run_extraction_job(
     n_sentences = pq.ParquetFile(tokens_path).metadata.num_rows
     first, last = shard_bounds(n_sentences, extraction["n_shards"], shard, WINDOW_BATCHES * batch_size)
     plan = read_plan(tokens_path, units_path, first, last)
-    device, lease = choose_device(
-        extraction["device"], extraction.get("n_gpus", 0), shard, Path("resources") / ".gpu-leases"
-    )
+    device, lease = choose_device(extraction["device"], gpus, shard, Path("resources") / ".gpu-leases")
     log.info("model %s, shard %d/%d (sentences %d-%d) on %s", model_key, shard, extraction["n_shards"],
              first, last - 1, device)
-    loaded = load_for_extraction(model_key, spec, record, model_dir, device, extraction.get("compute_dtype", "float32"))
+    loaded = load_for_extraction(model_key, spec, record, model_dir, device, extraction["compute_dtype"])
     attrs = {
         "model": model_key, "source": record["source"],
         "revision": record.get("revision") or record.get("version") or record.get("weights_sha256", ""),
         "weights_sha256": record.get("weights_sha256", ""), "shard": shard,
         "seed": -1 if seed is None else seed,  # recorded for provenance; extraction itself draws nothing
-        "n_shards": extraction["n_shards"], "device": device, "compute_dtype": extraction.get("compute_dtype", "float32"),
+        "n_shards": extraction["n_shards"], "device": device, "compute_dtype": extraction["compute_dtype"],
         "tokenizer": type(getattr(loaded, "tokenizer", None)).__name__ if not isinstance(loaded, ElmoModel) else "spacy",
-        "indexing": spec.get("indexing", "word"), "tokenization": spec.get("tokenization", "natural"),
+        "indexing": spec["indexing"], "tokenization": spec["tokenization"],
         # the last hidden state of a pre-norm decoder has passed its final norm; the others have not
         "final_norm": "" if isinstance(loaded, ElmoModel) else models.final_norm(loaded.model),
         "versions": json.dumps(package_versions(), sort_keys=True),
     }
     try:
         return extract_shard(
-            loaded, plan, out_h5, pooling=spec.get("pooling", "first"), batch_size=batch_size,
+            loaded, plan, out_h5, pooling=spec["pooling"], batch_size=batch_size,
             storage_dtype=extraction["storage_dtype"], device=device,
-            disk_factor=extraction.get("min_free_disk_factor", 1.2), attrs=attrs,
+            disk_factor=extraction["min_free_disk_factor"], attrs=attrs,
         )
     finally:
         if lease is not None:
             lease.close()
-
-
-def build_occurrences(
-    units: pd.DataFrame, word_index: pd.DataFrame | None, indexing: str, min_occurrences: int, count: str,
-    sentences: pd.DataFrame,
-) -> pd.DataFrame:
-    """The rows measured as word occurrences (the model's index), sorted by word then row.
-
-    ``word``: the corpus word index joined to rows, so occurrences lost to truncation drop out.
-    ``subword``: pieces that are not punctuation and pass the same threshold as the word index.
-    """
-    if indexing == "word":
-        merged = units.merge(
-            word_index.rename(columns={"position": "word_position"}), on=["sentence_id", "word_position"], how="inner"
-        )
-        occurrences = merged[["word", "row", "sentence_id", "position"]]
-    else:
-        candidates = units[~units["is_punct"]].rename(columns={"unit": "word"})
-        if count == "contexts":
-            text_of = sentences.set_index("sentence_id")["text"]
-            support = candidates.assign(text=candidates["sentence_id"].map(text_of)).groupby("word")["text"].nunique()
-        else:
-            support = candidates.groupby("word").size()
-        kept = support.index[support >= min_occurrences]
-        occurrences = candidates[candidates["word"].isin(kept)][["word", "row", "sentence_id", "position"]]
-        # the threshold is on occurrences, as for words; after truncation a word may fall below it
-    occurrences = occurrences.sort_values(["word", "row"], kind="stable").reset_index(drop=True)
-    sizes = occurrences.groupby("word").size()
-    return occurrences[occurrences["word"].isin(sizes.index[sizes >= 2])].reset_index(drop=True)
-
-
-def count_losses(plan: Plan, word_index: pd.DataFrame, occurrences: pd.DataFrame, indexing: str) -> dict:
-    """What the model cannot store, counted: sentences truncated and skipped, words and indexed occurrences lost.
-
-    ``indexed_occurrences_lost``: for ``word`` indexing, entries of the word index without a row, by
-    reason (``truncated``: cut off at the model's length limit; ``skipped``: their sentence was
-    skipped; ``spanning``: no piece starts in the word, because one piece spans it and the word
-    before, e.g. ``cannot`` -> ``can`` + ``not``). For ``subword`` indexing, the pieces of indexed
-    strings that truncation cut off or skipping dropped.
-    """
-    lost = plan.lost
-    reasons = {reason: 0 for reason in alignment.LOSS_REASONS}
-    if indexing == "word":
-        index_lost = word_index.merge(lost, on=["sentence_id", "position"], how="inner")
-        indexed_total = len(word_index)
-        reasons.update(index_lost["reason"].value_counts().astype(int).to_dict())
-    else:
-        indexed = set(occurrences["word"].unique())
-        for piece, reason in plan.lost_pieces:
-            reasons[reason] += piece in indexed
-        indexed_total = len(occurrences) + sum(reasons.values())
-    words_lost = {reason: int((lost["reason"] == reason).sum()) for reason in alignment.LOSS_REASONS}
-    return {
-        "sentences": int(len(plan.sentence_ids)), "tokens": plan.n_tokens, "units": int(len(plan.units)),
-        "sentences_truncated": int(plan.truncated.sum()), "sentences_skipped": int(plan.skipped.sum()),
-        "words_lost": words_lost, "indexed_occurrences": int(indexed_total),
-        "indexed_occurrences_lost": {reason: int(n) for reason, n in reasons.items()},
-        "misaligned_words": int(plan.n_misaligned),
-    }
-
-
-def loss_warning(model: str, losses: dict) -> str | None:
-    """One line for the run's output when anything was lost; None when nothing was."""
-    lost = losses["indexed_occurrences_lost"]
-    if not (losses["sentences_truncated"] or losses["sentences_skipped"] or any(lost.values()) or losses["misaligned_words"]):
-        return None
-    total = sum(lost.values())
-    share = total / losses["indexed_occurrences"] if losses["indexed_occurrences"] else 0.0
-    parts = [f"{losses['sentences_truncated']} sentences truncated", f"{losses['sentences_skipped']} skipped",
-             f"{total} of {losses['indexed_occurrences']} indexed occurrences lost ({share:.1%}: "
-             + ", ".join(f"{n} {reason}" for reason, n in lost.items()) + ")"]
-    if losses["misaligned_words"]:
-        parts.append(f"{losses['misaligned_words']} words read another word's position (tokenization: faithful)")
-    return f"WARNING model {model}: " + "; ".join(parts) + f" (results/embeddings/{model}/losses.json)"
-
-
-class NothingToMeasureError(RuntimeError):
-    """A model would store fewer indexed words than the measurements need; the message names the settings."""
-
-
-def run_plan_job(
-    *, model_key: str, spec: dict, record_path: Path, model_dir: Path, sentences_path: Path, words_path: Path,
-    word_index_path: Path, out_tokens: Path, out_units: Path, out_occurrences: Path, out_losses: Path,
-    policy: str, min_occurrences: int, count: str,
-) -> dict:
-    """The ``tokenize`` job: the model's plan, its occurrences and its losses, before any extraction."""
-    from contextuality import models
-
-    record = json.loads(Path(record_path).read_text())
-    sentences = pd.read_parquet(sentences_path, columns=["sentence_id", "text"])
-    words = pd.read_parquet(words_path)
-    word_index = pd.read_parquet(word_index_path)
-    indexing, tokenization = spec.get("indexing", "word"), spec.get("tokenization", "natural")
-    if record["source"] == "elmo":
-        plan, max_length = alignment.plan_words(sentences, words), None
-    else:
-        tokenizer, max_length = models.load_tokenizer(record, model_dir, spec)
-        holder = type("Tokenized", (), {"tokenizer": tokenizer, "max_length": max_length, "key": model_key})
-        plan = plan_model(holder, sentences, words, indexing=indexing, tokenization=tokenization, policy=policy)
-    occurrences = build_occurrences(plan.units, word_index, indexing, min_occurrences, count, sentences)
-    losses = count_losses(plan, word_index, occurrences, indexing)
-    losses["model"] = model_key
-    n_words = occurrences["word"].nunique()
-    log.info("%s: %d sentences, %d tokens, %d stored units; %s indexing: %d words, %d occurrences",
-             model_key, len(plan.sentence_ids), plan.n_tokens, len(plan.units), indexing, n_words, len(occurrences))
-    if n_words < 2:
-        limit = f"models.{model_key}.max_length: {spec.get('max_length')} (the model's limit: {max_length} tokens)"
-        raise NothingToMeasureError(
-            f"model '{model_key}': only {n_words} indexed word(s) would be stored, and the measurements need at least 2; "
-            f"settings: {limit}, extraction.max_length_policy: {policy}, words.min_occurrences: {min_occurrences}, "
-            f"models.{model_key}.indexing: {indexing}; {losses['sentences_truncated']} sentences truncated, "
-            f"{losses['sentences_skipped']} skipped"
-        )
-    write_plan(plan, out_tokens, out_units)
-    with atomic_path(out_occurrences) as tmp:
-        occurrences.to_parquet(tmp, index=False)
-    with atomic_path(out_losses) as tmp:
-        tmp.write_text(json.dumps(losses, indent=1) + "\n")
-    warning = loss_warning(model_key, losses)
-    if warning:
-        log.warning(warning)
-        print(warning, flush=True)  # the job's stdout: the terminal of the run (the log has it too)
-    return losses

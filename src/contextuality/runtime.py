@@ -1,8 +1,10 @@
-"""What every Snakemake script does first: send logging and stderr (tqdm bars) to the job's log."""
+"""What every job shares: its log (logging and stderr, tqdm's bars), the one-line end of an expected error,
+and the package's place on the jobs' PYTHONPATH."""
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,3 +41,10 @@ def expected_errors(*kinds: type[BaseException]):
         if sys.stderr is not sys.__stderr__:  # stderr is the log (setup_job_logging): tell the terminal too
             print(err, file=sys.__stderr__, flush=True)
         raise SystemExit(1) from None
+
+
+def prepend_python_path(folder: str | Path) -> None:
+    """Put ``folder`` first on the PYTHONPATH every job inherits (the conda environments do not install
+    the project, so its jobs import it from ``src/``)."""
+    current = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), current]))

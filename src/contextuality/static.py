@@ -29,61 +29,28 @@ Deliberate, documented choices where the fork is ambiguous or buggy:
 
 from __future__ import annotations
 
-import csv
 import math
 import os
-import re
 import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Iterable, Literal, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator
 from scipy.stats import ConstantInputWarning, spearmanr
 from sklearn.cluster import AgglomerativeClustering, KMeans
 from sklearn.metrics.cluster import contingency_matrix
 from threadpoolctl import threadpool_limits
 
+from contextuality.wordbenchmarks import (
+    load_simlex999, load_men, load_ws353, load_rw, load_rg65, load_mturk287, load_ws353_relatedness, load_ws353_similarity, load_google, load_msr, SemEval2012, load_semeval2012_2, load_bless, load_ap, load_battig, load_essli_2c,
+)
 from contextuality.atomic import atomic_path
 
 TABLE1_TASKS = ("SimLex999", "MEN", "WS353", "RW", "Google", "MSR", "SemEval2012_2", "BLESS", "AP")
 EXTRA_TASKS = ("RG65", "MTurk", "WS353R", "WS353S", "Battig", "ESSLI_2c")
-
-# Column headers of the paper's Table 1.
-TASK_DISPLAY = {task: task for task in TABLE1_TASKS + EXTRA_TASKS} | {"SemEval2012_2": "SemEval2012(2)"}
-
-# The paper's Table 1 (spec §6.5): method label -> task -> value.
-PAPER_TABLE1: dict[str, dict[str, float]] = {
-    label: dict(zip(TABLE1_TASKS, values))
-    for label, values in {
-        "GloVe": (0.194, 0.216, 0.339, 0.127, 0.189, 0.312, 0.097, 0.390, 0.308),
-        "FastText": (0.239, 0.239, 0.432, 0.176, 0.203, 0.289, 0.104, 0.375, 0.291),
-        "ELMo, Layer 1": (0.276, 0.167, 0.317, 0.148, 0.170, 0.326, 0.114, 0.410, 0.308),
-        "ELMo, Layer 2": (0.215, 0.151, 0.272, 0.133, 0.130, 0.268, 0.132, 0.395, 0.318),
-        "BERT, Layer 1": (0.315, 0.200, 0.394, 0.208, 0.236, 0.389, 0.166, 0.365, 0.321),
-        "BERT, Layer 2": (0.320, 0.166, 0.383, 0.188, 0.230, 0.385, 0.149, 0.365, 0.321),
-        "BERT, Layer 11": (0.221, 0.076, 0.319, 0.135, 0.175, 0.290, 0.149, 0.370, 0.289),
-        "BERT, Layer 12": (0.233, 0.082, 0.325, 0.144, 0.184, 0.307, 0.144, 0.360, 0.294),
-        "GPT-2, Layer 1": (0.174, 0.012, 0.176, 0.183, 0.052, 0.081, 0.033, 0.220, 0.184),
-        "GPT-2, Layer 2": (0.135, 0.036, 0.171, 0.180, 0.045, 0.062, 0.021, 0.245, 0.184),
-        "GPT-2, Layer 11": (0.126, 0.034, 0.165, 0.182, 0.031, 0.038, 0.045, 0.270, 0.189),
-        "GPT-2, Layer 12": (0.140, -0.009, 0.113, 0.163, 0.020, 0.021, 0.014, 0.225, 0.172),
-    }.items()
-}
-
-# The author's released word_embeddings_benchmark/results.csv row equal to "BERT, Layer 11"
-# (spec §6.5): an anchor that also covers the extra tasks. ESSLI_1a/2b and TR9856 are not staged.
-PAPER_RESULTS_CSV_BERT_L11: dict[str, float] = {
-    "AP": 0.2886, "BLESS": 0.37, "MEN": 0.0759, "RW": 0.1354, "SimLex999": 0.2213, "WS353": 0.3190,
-    "Google": 0.1749, "MSR": 0.2898, "SemEval2012_2": 0.1494, "Battig": 0.143, "ESSLI_2c": 0.600,
-    "MTurk": 0.062, "RG65": 0.094, "WS353R": 0.195, "WS353S": 0.324,
-}
-
 
 # --------------------------------------------------------------------------- embeddings
 
@@ -208,175 +175,6 @@ def write_embedding_text(path: str | os.PathLike, words: Sequence[str], matrix: 
         for word, row in zip(words, matrix.tolist()):
             fh.write(word + " " + " ".join(f"{x:.9g}" for x in row) + "\n")
     return path
-
-
-# --------------------------------------------------------------------------- benchmark files
-
-def _read_table(path: Path, **kwargs) -> pd.DataFrame:
-    """Read a benchmark table keeping every string as is (no NaN for words like 'null')."""
-    return pd.read_csv(path, keep_default_na=False, na_filter=False, **kwargs)
-
-
-def _pairs(word1: Iterable[str], word2: Iterable[str], score: Iterable) -> pd.DataFrame:
-    """Similarity pairs: lower-cased words and a float score."""
-    return pd.DataFrame({
-        "word1": [str(w).strip().lower() for w in word1],
-        "word2": [str(w).strip().lower() for w in word2],
-        "score": np.asarray(list(score), dtype=float),
-    })
-
-
-def _tsv3(path: Path) -> pd.DataFrame:
-    """``word1<TAB>word2<TAB>score`` without header."""
-    df = _read_table(path, sep="\t", header=None, quoting=csv.QUOTE_NONE, names=["w1", "w2", "s"])
-    return _pairs(df["w1"], df["w2"], df["s"])
-
-
-def load_simlex999(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """SimLex-999 (999 pairs), original release, column ``SimLex999``."""
-    df = _read_table(Path(benchmark_root) / "wordsim/simlex999/SimLex-999.txt", sep="\t",
-                     quoting=csv.QUOTE_NONE)
-    return _pairs(df["word1"], df["word2"], df["SimLex999"])
-
-
-def load_men(benchmark_root: str | os.PathLike, form: Literal["lemma", "natural"] = "lemma") -> pd.DataFrame:
-    """MEN, all 3000 pairs.
-
-    ``lemma`` (default): the lemma-form file with the POS suffix cut off, which is what the fork's
-    ``fetch_MEN(which="all", form="natural")`` returns. ``natural``: the release's natural-form file.
-    """
-    name = {"lemma": "MEN_dataset_lemma_form_full", "natural": "MEN_dataset_natural_form_full"}[form]
-    df = _read_table(Path(benchmark_root) / "wordsim/men" / name, sep=" ")
-    if form == "lemma":
-        strip = re.compile(r"-[a-z]$")
-        return _pairs((strip.sub("", w) for w in df["word1"]), (strip.sub("", w) for w in df["word2"]),
-                      df["score"])
-    return _pairs(df["word1"], df["word2"], df["score"])
-
-
-def load_ws353(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """WordSim-353, all 353 pairs (``combined.csv``)."""
-    df = _read_table(Path(benchmark_root) / "wordsim/ws353/combined.csv")
-    return _pairs(df["Word 1"], df["Word 2"], df["Human (mean)"])
-
-
-def load_rw(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """Stanford Rare Words, 2034 pairs (mean scores)."""
-    return _tsv3(Path(benchmark_root) / "wordsim/faruqui/EN-RW-STANFORD.txt")
-
-
-def load_rg65(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """RG-65, 65 pairs."""
-    return _tsv3(Path(benchmark_root) / "wordsim/faruqui/EN-RG-65.txt")
-
-
-def load_mturk287(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """MTurk-287 (the fork's ``MTurk``), 287 pairs."""
-    return _tsv3(Path(benchmark_root) / "wordsim/faruqui/EN-MTurk-287.txt")
-
-
-def load_ws353_relatedness(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """WS353 relatedness split (Agirre et al. 2009), 252 pairs."""
-    return _tsv3(Path(benchmark_root) / "wordsim/faruqui/EN-WS-353-REL.txt")
-
-
-def load_ws353_similarity(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """WS353 similarity split (Agirre et al. 2009), 203 pairs."""
-    return _tsv3(Path(benchmark_root) / "wordsim/faruqui/EN-WS-353-SIM.txt")
-
-
-def load_google(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """Google analogies ``a:b :: c:d`` (19,544), lower-cased; section lines give ``category``."""
-    rows, category = [], None
-    with open(Path(benchmark_root) / "analogy/google/questions-words.txt", encoding="utf-8") as fh:
-        for line in fh:
-            tokens = line.split()
-            if not tokens:
-                continue
-            if tokens[0] == ":":
-                category = tokens[1].lower()
-            elif len(tokens) == 4:
-                rows.append([t.lower() for t in tokens] + [category])
-            else:
-                raise ValueError(f"unexpected line in questions-words.txt: {line!r}")
-    return pd.DataFrame(rows, columns=["a", "b", "c", "d", "category"])
-
-
-def load_msr(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """MSR syntactic analogies (8,000), lower-cased; ``category`` is the POS relation type."""
-    df = _read_table(Path(benchmark_root) / "analogy/msr/msr.csv", index_col=0)
-    out = pd.DataFrame({k: df[c].str.strip().str.lower() for k, c in
-                        zip("abcd", ("word1", "word2", "word3", "target"))})
-    out["category"] = df["type"].to_numpy()
-    return out.reset_index(drop=True)
-
-
-@dataclass(frozen=True)
-class SemEval2012:
-    """SemEval-2012 Task 2: prototype (paradigm) pairs and gold-rated pairs per subcategory."""
-
-    prototypes: dict[str, list[tuple[str, str]]]
-    pairs: pd.DataFrame  # category, split, word1, word2, score
-
-
-_SEMEVAL_RATING = re.compile(r'^\s*(-?\d+(?:\.\d+)?)\s+"([^"]+):([^"]+)"\s*$')
-_SEMEVAL_PAIR = re.compile(r"([^\s:,.]+)\s*:\s*([^\s:,.]+)")
-
-
-def load_semeval2012_2(benchmark_root: str | os.PathLike,
-                       which: Literal["all", "train", "test"] = "all") -> SemEval2012:
-    """SemEval-2012 Task 2 with the gold ("golden") ratings: 79 subcategories for ``all``.
-
-    Prototypes are the pairs the Phase 1 question shows (``Phase1Questions-<c>.txt``; some are
-    written ``a:b. c:d`` or ``a: b``, which the fork's parser also splits); rated pairs and
-    scores come from ``GoldRatings-<c>.txt``.
-    """
-    root = Path(benchmark_root) / "analogy/semeval2012_task2"
-    splits = {"train": ["Training"], "test": ["Testing"], "all": ["Training", "Testing"]}[which]
-    prototypes, rows = {}, []
-    for split in splits:
-        for gold in sorted((root / "GoldRatings" / split).glob("GoldRatings-*.txt")):
-            cat = gold.stem.removeprefix("GoldRatings-")
-            question = (root / split / "Phase1Questions" / f"Phase1Questions-{cat}.txt").read_text("utf-8")
-            shown = question.split("Consider the following word pairs:")[1].split("What relation")[0]
-            prototypes[cat] = [(x.lower(), y.lower()) for x, y in _SEMEVAL_PAIR.findall(shown)]
-            for line in gold.read_text("utf-8").splitlines():
-                if line.startswith("#") or not line.strip():
-                    continue
-                m = _SEMEVAL_RATING.match(line)
-                if m is None:
-                    raise ValueError(f"{gold}: cannot parse {line!r}")
-                rows.append((cat, split.lower(), m[2].strip().lower(), m[3].strip().lower(), float(m[1])))
-    pairs = pd.DataFrame(rows, columns=["category", "split", "word1", "word2", "score"])
-    return SemEval2012(prototypes=prototypes, pairs=pairs)
-
-
-def _categories(path: Path) -> pd.DataFrame:
-    """``,category,word`` CSV; rows with an empty word (category separators) are skipped."""
-    df = _read_table(path, index_col=0)
-    df = df[df["word"].str.strip() != ""]
-    return pd.DataFrame({"word": df["word"].str.strip().str.lower().to_numpy(),
-                         "category": df["category"].to_numpy()})
-
-
-def load_bless(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """BLESS categorization: 200 words in 17 categories."""
-    return _categories(Path(benchmark_root) / "categorization/bless.csv")
-
-
-def load_ap(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """Almuhareb-Poesio: 402 words in 21 categories."""
-    return _categories(Path(benchmark_root) / "categorization/ap.csv")
-
-
-def load_battig(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """Battig: 5,231 (word, category) rows in 56 categories."""
-    return _categories(Path(benchmark_root) / "categorization/battig.csv")
-
-
-def load_essli_2c(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """ESSLLI-2008 verb categorization (the fork's ``ESSLI_2c``): 45 verbs in 9 classes."""
-    return _categories(Path(benchmark_root) / "categorization/essli-2008.csv")
 
 
 # --------------------------------------------------------------------------- scoring
@@ -516,155 +314,6 @@ def evaluate_embedding(emb: StaticEmbedding, benchmark_root: str | os.PathLike |
         rows.append({"task": task, "metric": metric, "score": result.score,
                      "coverage": result.coverage, "n_items": result.n_items})
     return pd.DataFrame(rows, columns=["task", "metric", "score", "coverage", "n_items"])
-
-
-# --------------------------------------------------------------------------- Table 1 and figure
-
-def _method_label(model: str, layer: float) -> str:
-    """``GloVe`` for a baseline (no layer), ``BERT, Layer 1`` for a layer's PC embedding."""
-    return model if pd.isna(layer) else f"{model}, Layer {int(layer)}"
-
-
-def _ordered_methods(results: pd.DataFrame) -> pd.DataFrame:
-    """One row per (model, layer): baselines first, then models in order of appearance by layer."""
-    methods = results[["model", "layer"]].drop_duplicates().reset_index(drop=True)
-    first_seen = {m: i for i, m in reversed(list(enumerate(methods["model"])))}
-    methods["_baseline"] = methods["layer"].notna()
-    methods["_model_order"] = methods["model"].map(first_seen)
-    methods = methods.sort_values(["_baseline", "_model_order", "layer"], kind="stable")
-    methods["method"] = [_method_label(m, layer) for m, layer in zip(methods["model"], methods["layer"])]
-    return methods[["method", "model", "layer"]].reset_index(drop=True)
-
-
-def _wide(results: pd.DataFrame, tasks: list[str]) -> pd.DataFrame:
-    """Scores and coverages of this run, one row per method, in table order."""
-    methods = _ordered_methods(results)
-    keyed = results.assign(method=[_method_label(m, layer) for m, layer in zip(results["model"], results["layer"])])
-    scores = keyed.pivot_table(index="method", columns="task", values="score", aggfunc="first", dropna=False)
-    cover = keyed.pivot_table(index="method", columns="task", values="coverage", aggfunc="first", dropna=False)
-    table = methods.assign(source="this run")
-    for task in tasks:
-        table[task] = table["method"].map(scores[task]) if task in scores else math.nan
-    for task in tasks:
-        table[f"coverage_{task}"] = table["method"].map(cover[task]) if task in cover else math.nan
-    return table
-
-
-def _fmt(value: float) -> str:
-    """Three decimals, an en dash for a missing value."""
-    return "–" if pd.isna(value) else f"{value:.3f}"
-
-
-def _bold_mask(block: pd.DataFrame, tasks: list[str]) -> pd.DataFrame:
-    """True where a value equals its column's best (as displayed, so ties are all bold)."""
-    shown = block[tasks].astype(float).round(3)
-    return shown.eq(shown.max(axis=0)) & shown.notna()
-
-
-def _latex_escape(text: str) -> str:
-    """Escape the LaTeX special characters of a label."""
-    return re.sub(r"([&%$#_{}])", r"\\\1", text).replace("~", r"\textasciitilde{}").replace("^", r"\^{}")
-
-
-def build_table1(results: pd.DataFrame, out_csv: str | os.PathLike, out_md: str | os.PathLike,
-                 out_tex: str | os.PathLike, include_paper: bool = True) -> pd.DataFrame:
-    """Write Table 1 as CSV, Markdown and LaTeX; return the CSV's table.
-
-    ``results`` has one row per (model, layer, task) with columns ``model`` (display label),
-    ``layer`` (NaN for a baseline such as GloVe), ``task``, ``score`` and ``coverage``. The best
-    value per column among this run's rows is bold; the paper's rows (spec §6.5) follow as a
-    separate, unbolded reference block. The CSV also holds the coverage of every cell.
-    """
-    tasks = [t for t in TABLE1_TASKS if t in set(results["task"])]
-    tasks += [t for t in dict.fromkeys(results["task"]) if t not in tasks]
-    run = _wide(results, tasks)
-    paper = pd.DataFrame([{"method": label, "model": label.split(",")[0],
-                           "layer": float(label.split("Layer ")[1]) if "Layer" in label else math.nan,
-                           "source": "paper", **{t: values.get(t, math.nan) for t in tasks}}
-                          for label, values in PAPER_TABLE1.items()]) if include_paper else run.iloc[:0]
-    table = pd.concat([run, paper], ignore_index=True)[["source", "method", "model", "layer", *tasks,
-                                                        *[f"coverage_{t}" for t in tasks]]]
-    with atomic_path(out_csv) as tmp:
-        table.to_csv(tmp, index=False, float_format="%.6g")
-
-    header = ["Static embedding", *[TASK_DISPLAY.get(t, t) for t in tasks]]
-    metrics = ", ".join(f"{TASK_DISPLAY.get(t, t)}: {TASK_METRIC.get(t, 'score')}" for t in tasks)
-    bold = _bold_mask(run, tasks)
-
-    def md_rows(block: pd.DataFrame, mask: pd.DataFrame | None) -> list[str]:
-        return ["| " + " | ".join([row["method"]] + [
-            f"**{_fmt(row[t])}**" if mask is not None and mask.at[i, t] else _fmt(row[t]) for t in tasks]) + " |"
-            for i, row in block.iterrows()]
-
-    md = ["Table 1: static embeddings on word benchmarks; best of this run in bold.", "",
-          f"Metrics: {metrics}.", "",
-          "| " + " | ".join(header) + " |", "|" + "---|" * len(header), *md_rows(run, bold)]
-    if include_paper:
-        md += ["", "Paper (Ethayarajh 2019, Table 1), for reference:", "",
-               "| " + " | ".join(header) + " |", "|" + "---|" * len(header), *md_rows(paper, None)]
-    with atomic_path(out_md) as tmp:
-        Path(tmp).write_text("\n".join(md) + "\n", encoding="utf-8")
-
-    def tex_rows(block: pd.DataFrame, mask: pd.DataFrame | None) -> list[str]:
-        return [" & ".join([_latex_escape(row["method"])] + [
-            rf"\textbf{{{_fmt(row[t])}}}" if mask is not None and mask.at[i, t] else _fmt(row[t])
-            for t in tasks]).replace("–", "--") + r" \\" for i, row in block.iterrows()]
-
-    tex = [r"\begin{tabular}{l" + "r" * len(tasks) + "}", r"\hline",
-           " & ".join(_latex_escape(h) for h in header) + r" \\", r"\hline", *tex_rows(run, bold)]
-    if include_paper:
-        tex += [r"\hline", rf"\multicolumn{{{len(header)}}}{{l}}{{\emph{{Paper (Ethayarajh 2019), reference}}}} \\",
-                r"\hline", *tex_rows(paper, None)]
-    tex += [r"\hline", r"\end{tabular}"]
-    with atomic_path(out_tex) as tmp:
-        Path(tmp).write_text("\n".join(tex) + "\n", encoding="utf-8")
-    return table
-
-
-def plot_scores_by_layer(results: pd.DataFrame, out_png: str | os.PathLike, out_pdf: str | os.PathLike) -> None:
-    """One panel per task, score against layer, one line per model.
-
-    Layer 0 (the input embeddings) is drawn as an open square; baselines without a layer
-    (GloVe, FastText) are horizontal dashed lines. ``results`` is as for :func:`build_table1`.
-    """
-    tasks = [t for t in TABLE1_TASKS if t in set(results["task"])]
-    tasks += [t for t in dict.fromkeys(results["task"]) if t not in tasks]
-    layered = results[results["layer"].notna()]
-    baselines = results[results["layer"].isna()]
-    models = list(dict.fromkeys(layered["model"]))
-    colors = [f"C{i % 10}" for i in range(len(models) + baselines["model"].nunique())]
-    ncols = min(3, len(tasks))
-    nrows = math.ceil(len(tasks) / ncols)
-    fig = Figure(figsize=(4.2 * ncols, 3.1 * nrows), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-    for ax, task in zip(axes, tasks):
-        for i, model in enumerate(models):
-            s = layered[(layered["model"] == model) & (layered["task"] == task)].sort_values("layer")
-            ax.plot(s["layer"], s["score"], marker="o", markersize=3.5, linewidth=1.5, color=colors[i])
-            zero = s[s["layer"] == 0]
-            ax.plot(zero["layer"], zero["score"], linestyle="none", marker="s", markersize=7,
-                    markerfacecolor="white", markeredgecolor=colors[i], markeredgewidth=1.5)
-        for j, model in enumerate(dict.fromkeys(baselines["model"])):
-            s = baselines[(baselines["model"] == model) & (baselines["task"] == task)]
-            if len(s):
-                ax.axhline(float(s["score"].iloc[0]), linestyle="--", linewidth=1.2, color=colors[len(models) + j])
-        ax.set_title(f"{TASK_DISPLAY.get(task, task)} ({TASK_METRIC.get(task, 'score')})", fontsize=10)
-        ax.set_xlabel("Layer")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(True, alpha=0.3, linewidth=0.6)
-    for ax in axes[len(tasks):]:
-        ax.set_visible(False)
-    handles = [Line2D([], [], color=colors[i], marker="o", markersize=4, label=m) for i, m in enumerate(models)]
-    handles += [Line2D([], [], color=colors[len(models) + j], linestyle="--", label=m)
-                for j, m in enumerate(dict.fromkeys(baselines["model"]))]
-    handles.append(Line2D([], [], linestyle="none", marker="s", markerfacecolor="white",
-                          markeredgecolor="black", label="layer 0 (input embeddings)"))
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), frameon=False)
-    fig.suptitle("Static (first principal component) embeddings on word benchmarks, by layer")
-    for path, fmt, meta in ((out_png, "png", {"Software": None}),
-                            (out_pdf, "pdf", {"CreationDate": None, "ModDate": None})):
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=150, metadata=meta)
 
 
 def shared_vocabulary(word_index_path: str | os.PathLike) -> set[str]:

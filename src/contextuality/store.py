@@ -70,9 +70,18 @@ def layer_file_name(layer: int) -> str:
     return f"{layer_name(layer)}.h5"
 
 
+def chunk_rows(n_rows: int) -> int:
+    """Rows per chunk: at most CHUNK_ROWS, balanced so the last chunk is nearly full.
+
+    HDF5 stores a partial last chunk at full size; equal chunks waste fewer rows than chunks.
+    """
+    n_rows = max(1, n_rows)
+    return -(-n_rows // -(-n_rows // CHUNK_ROWS))
+
+
 def create_checked(h5: h5py.File | h5py.Group, name: str, shape: tuple[int, ...], dtype, data=None) -> h5py.Dataset:
     """A chunked dataset with HDF5's fletcher32 checksum on every chunk (verified on every read)."""
-    chunks = (max(1, min(CHUNK_ROWS, shape[0])), *(max(1, size) for size in shape[1:]))
+    chunks = (chunk_rows(shape[0]), *(max(1, size) for size in shape[1:]))
     # HDF5 chunks no empty fixed-size dataset (an empty shard): let it be extendible instead
     maxshape = (None, *shape[1:]) if shape[0] == 0 else None
     return h5.create_dataset(
@@ -338,11 +347,13 @@ def _copy_rows(dataset: h5py.Dataset, path: Path, out: np.ndarray, first: int, c
 
 
 def export_classic(layer_paths: list[Path], occurrences: pd.DataFrame, out_h5: Path, out_word2sent: Path,
-                   disk_factor: float = 1.2) -> None:
+                   disk_factor: float = 1.2, sentences: pd.DataFrame | None = None) -> None:
     """One HDF5 per model, one dataset per sentence index (a string) of shape ``(layers, tokens, dim)``.
 
-    Also ``word2sent.json`` mapping each word to its ``[sentence index, token position]`` pairs. Written
-    a chunk of sentences at a time: memory stays at one chunk of every layer.
+    Also ``sentence_to_index`` (a JSON string, as allennlp's ``elmo`` command writes it: each sentence's
+    text to its dataset key; a text that occurs twice keeps its last key, as there) and
+    ``word2sent.json`` mapping each word to its ``[sentence index, token position]`` pairs. Written a
+    chunk of sentences at a time: memory stays at one chunk of every layer.
     """
     stack = contextlib.ExitStack()  # the disk reservation, held while writing
     readers = [LayerReader(path) for path in layer_paths]
@@ -357,8 +368,9 @@ def export_classic(layer_paths: list[Path], occurrences: pd.DataFrame, out_h5: P
                 chunk = np.stack([reader.rows(offsets[first], offsets[last]) for reader in readers])
                 for i in range(first, last):
                     out.create_dataset(str(int(ids[i])), data=chunk[:, offsets[i] - offsets[first]:offsets[i + 1] - offsets[first]])
-            # allennlp's layout maps sentence texts to keys; sentences are keyed by index here, so it is empty
-            out.create_dataset("sentence_to_index", data=json.dumps({}))
+            texts = {} if sentences is None else dict(zip(sentences["sentence_id"].tolist(), sentences["text"].tolist()))
+            to_index = {texts[int(i)]: str(int(i)) for i in ids if int(i) in texts}
+            out.create_dataset("sentence_to_index", data=json.dumps(to_index))
     finally:
         stack.close()
         for reader in readers:

@@ -85,14 +85,17 @@ def word_index(
     if count not in COUNT_MODES:
         raise ValueError(f"words.count is {count!r}; allowed: {', '.join(COUNT_MODES)}")
     candidates = words[~words["is_punct"]]
-    support = _support(words, sentences, count)
-    kept = support.index[support >= min_occurrences]
+    counts = support(words, sentences, count)
+    kept = counts.index[counts >= min_occurrences]
     index = candidates[candidates["word"].isin(kept)][["word", "sentence_id", "position"]]
     return index.sort_values(["word", "sentence_id", "position"], kind="stable").reset_index(drop=True)
 
 
-def _support(words: pd.DataFrame, sentences: pd.DataFrame, count: str) -> pd.Series:
-    """Occurrences (or distinct sentence texts) of every non-punctuation word."""
+def support(words: pd.DataFrame, sentences: pd.DataFrame, count: str) -> pd.Series:
+    """Occurrences (or distinct sentence texts) of every non-punctuation word: the threshold's count.
+
+    ``words`` needs ``word``, ``sentence_id`` and ``is_punct`` (spaCy words, or a model's pieces).
+    """
     candidates = words[~words["is_punct"]]
     if count == "occurrences":
         return candidates.groupby("word").size()
@@ -115,8 +118,8 @@ def check_enough_words(
         return
     found = "no word reaches" if n_words == 0 else f"only 1 word ({index['word'].iloc[0]!r}) reaches"
     # The highest threshold that would index 2 words: the support of the second most frequent word.
-    support = _support(words, sentences, count).sort_values(ascending=False, kind="stable")
-    reachable = int(support.iloc[MIN_INDEXED_WORDS - 1]) if len(support) >= MIN_INDEXED_WORDS else 0
+    counts = support(words, sentences, count).sort_values(ascending=False, kind="stable")
+    reachable = int(counts.iloc[MIN_INDEXED_WORDS - 1]) if len(counts) >= MIN_INDEXED_WORDS else 0
     corpus = ", ".join(f"{key}: {value}" for key, value in (corpus_settings or {}).items())
     more = f"use more sentences ({corpus})" if corpus else "use more sentences"
     remedy = f"words.min_occurrences: {reachable} or lower would index 2, or {more}" if reachable >= 2 else more

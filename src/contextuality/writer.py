@@ -21,7 +21,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from contextuality.store import CHUNK_ROWS, create_checked, layer_name
+from contextuality.store import chunk_rows, create_checked, layer_name
 
 
 class WriterError(RuntimeError):
@@ -109,7 +109,7 @@ class PermutedBlock:
 
 def chunk_cache_bytes(n_rows: int, dim: int, dtype: str) -> int:
     """A per-dataset chunk cache that holds two chunks: every layer's open chunk stays in memory."""
-    return 2 * min(max(n_rows, 1), CHUNK_ROWS) * dim * np.dtype(dtype).itemsize + (1 << 16)
+    return 2 * chunk_rows(n_rows) * dim * np.dtype(dtype).itemsize + (1 << 16)
 
 
 def _describe(error: BaseException, path: Path, needed: int) -> WriterError:

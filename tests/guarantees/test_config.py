@@ -60,8 +60,8 @@ CONFIG_CASES = {
         "extraction.n_shards: 0 is out of range; must be at least 1",
     ),
     "model_layers_below_one": (
-        lambda c: c["models"]["tiny-gpt2"].update(n_layers=0),
-        "models.tiny-gpt2.n_layers: 0 is out of range; must be at least 1",
+        lambda c: c["models"]["tiny-gpt2"].update(n_hidden_layers=0),
+        "models.tiny-gpt2.n_hidden_layers: 0 is out of range; must be at least 1",
     ),
     "model_without_source": (
         lambda c: c["models"].update(bert={"id": "google-bert/bert-base-cased"}),
@@ -85,8 +85,8 @@ CONFIG_CASES = {
         "extraction.n_shards: 2.0 has the wrong type; expected integer (write 2, not 2.0)",
     ),
     "model_integer_given_as_float": (
-        lambda c: c["models"]["tiny-bert"].update(n_layers=2.0),
-        "models.tiny-bert.n_layers: 2.0 has the wrong type; expected integer",
+        lambda c: c["models"]["tiny-bert"].update(n_hidden_layers=2.0),
+        "models.tiny-bert.n_hidden_layers: 2.0 has the wrong type; expected integer",
     ),
     "nullable_integer_given_as_float": (
         lambda c: c["corpus"].update(max_sentences=120.0),
@@ -112,7 +112,7 @@ DUPLICATE_CASES = {
     "model_key": (
         "models:", ["  tiny-gpt2:", "    source: random", "    architecture: gpt2"], "  tiny-gpt2:", "models.tiny-gpt2"
     ),
-    "nested_key": ("  tiny-bert:", ["    n_layers: 5"], "    n_layers:", "models.tiny-bert.n_layers"),
+    "nested_key": ("  tiny-bert:", ["    n_hidden_layers: 5"], "    n_hidden_layers:", "models.tiny-bert.n_hidden_layers"),
     "top_level_key": ("seed: 7", ["seed: 8"], "seed:", "seed"),
 }
 
@@ -283,8 +283,9 @@ def test_more_shards_than_sentence_windows_gives_empty_shards_not_a_crash(tmp_pa
     import numpy as np
     import pandas as pd
 
-    from contextuality import models
-    from contextuality.extract import WINDOW_BATCHES, plan_model, shard_bounds
+    from contextuality import models, sources
+    from contextuality.extract import WINDOW_BATCHES, shard_bounds
+    from contextuality.plan import plan_model
     from conftest import extract_planned, gather_layers
     from contextuality.store import open_complete
     from contextuality.words import word_table
@@ -292,8 +293,8 @@ def test_more_shards_than_sentence_windows_gives_empty_shards_not_a_crash(tmp_pa
     sentences = pd.DataFrame({"sentence_id": range(5), "text": ["The dog runs.", "A cat.", "Dogs run.", "", "The end."]})
     sentences.to_parquet(tmp_path / "sentences.parquet")
     words = word_table(sentences)
-    spec = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_size": 16, "vocab_size": 100}
-    record = models.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
+    spec = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 100}
+    record = sources.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
     loaded = models.load(record, tmp_path / "model" / "model", spec, "cpu")
     bounds = [shard_bounds(len(sentences), 3, shard, WINDOW_BATCHES * 2) for shard in range(3)]
     assert [last - first for first, last in bounds] == [0, 0, 5]  # one window of sentences, three shards

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from conftest import STS_DIR, run_snakemake, write_config
-from contextuality import models
+from contextuality import models, sources
 from contextuality.corpus import CorpusError, ReleaseFiles, build_corpus, read_release, write_bundled_pairs
 from conftest import extract_planned
 from contextuality.alignment import AlignmentError
@@ -138,9 +138,9 @@ def test_only_punctuation_sentences_are_kept_and_counted_in_the_log(odd_corpus):
 @pytest.fixture(scope="module")
 def tiny_bert(odd_corpus, tmp_path_factory):
     _, root, _ = odd_corpus
-    spec = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_size": 16, "vocab_size": 100}
+    spec = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 100}
     model_root = tmp_path_factory.mktemp("model")
-    record = models.materialise("tiny", spec, model_root, sentences_parquet=root / "sentences.parquet", seed=1)
+    record = sources.materialise("tiny", spec, model_root, sentences_parquet=root / "sentences.parquet", seed=1)
     loaded = models.load(record, model_root / "model", spec, "cpu")
     loaded.max_length = 16  # sentence 4 (40 long words) is far longer
     return loaded

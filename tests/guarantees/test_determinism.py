@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 
 from conftest import PROJECT, STS_DIR
-from contextuality import models
+from contextuality import models, sources
 from contextuality.analysis import measure_model
 from contextuality.corpus import read_release, release_files
-from contextuality.extract import build_occurrences
+from contextuality.plan import build_occurrences
 from contextuality.store import open_complete
 from contextuality.words import word_index, word_table
 from conftest import extract_planned, gather_layers
@@ -49,12 +49,12 @@ MATERIALISE = """
 import sys
 from pathlib import Path
 
-from contextuality import models
+from contextuality import models, sources
 
 sentences, out = Path(sys.argv[1]), Path(sys.argv[2])
 for architecture in ("bert", "gpt2"):
-    spec = {"source": "random", "architecture": architecture, "n_layers": 2, "hidden_size": 32, "vocab_size": 400}
-    models.materialise(architecture, spec, out / architecture, sentences_parquet=sentences, seed=7)
+    spec = {"source": "random", "architecture": architecture, "n_hidden_layers": 2, "hidden_size": 32, "vocab_size": 400}
+    sources.materialise(architecture, spec, out / architecture, sentences_parquet=sentences, seed=7)
 """
 
 
@@ -103,8 +103,8 @@ def two_batch_sizes(tmp_path_factory):
     sentences.to_parquet(root / "sentences.parquet")
     words = word_table(sentences)
     index = word_index(words, sentences, min_occurrences=2)
-    spec = {"source": "random", "architecture": "gpt2", "n_layers": 2, "hidden_size": 32, "vocab_size": 200}
-    record = models.materialise("m", spec, root / "model", sentences_parquet=root / "sentences.parquet", seed=5)
+    spec = {"source": "random", "architecture": "gpt2", "n_hidden_layers": 2, "hidden_size": 32, "vocab_size": 200}
+    record = sources.materialise("m", spec, root / "model", sentences_parquet=root / "sentences.parquet", seed=5)
     loaded = models.load(record, root / "model" / "model", spec, "cpu")
     runs = {}
     for batch_size in (1, 8):

@@ -14,10 +14,11 @@ import pandas as pd
 import pytest
 
 from conftest import PROJECT, run_snakemake, write_config
-from contextuality import extract, models
+from contextuality import models, sources
 from contextuality import diskspace
 from contextuality.diskspace import DiskSpaceError
-from contextuality.extract import extract_shard, plan_model
+from contextuality.extract import extract_shard
+from contextuality.plan import plan_model
 from contextuality.writer import DiskFullError
 from contextuality.words import word_table
 from workflow_runs import audited_smoke_run, failure, smoke_audit, smoke_config, smoke_config_path
@@ -28,8 +29,8 @@ TEXTS = ["The dog runs.", "A cat sleeps on the mat.", "The dog sleeps."]
 def test_extraction_that_does_not_fit_on_disk_stops_with_the_numbers_before_writing(tmp_path, monkeypatch):
     sentences = pd.DataFrame({"sentence_id": range(len(TEXTS)), "text": TEXTS})
     sentences.to_parquet(tmp_path / "sentences.parquet")
-    spec = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_size": 16, "vocab_size": 100}
-    record = models.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
+    spec = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 100}
+    record = sources.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
     loaded = models.load(record, tmp_path / "model" / "model", spec, "cpu")
     asked = []
 
@@ -87,8 +88,8 @@ def test_concurrent_jobs_cannot_all_pass_on_the_same_free_space(tmp_path, monkey
 def test_a_disk_that_fills_mid_write_gives_one_line_and_leaves_nothing(tmp_path, monkeypatch):
     sentences = pd.DataFrame({"sentence_id": range(len(TEXTS) * 20), "text": TEXTS * 20})
     sentences.to_parquet(tmp_path / "sentences.parquet")
-    spec = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_size": 16, "vocab_size": 100}
-    record = models.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
+    spec = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 100}
+    record = sources.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
     loaded = models.load(record, tmp_path / "model" / "model", spec, "cpu")
     plan = plan_model(loaded, sentences, word_table(sentences), indexing="word")
     import h5py
@@ -128,7 +129,11 @@ def test_workflow_stops_an_extraction_that_does_not_fit_on_disk(tmp_path):
     assert "x margin 1e+15 (extraction.min_free_disk_factor) = " in log
     first = result.stderr.strip().splitlines()
     assert any(line.startswith("not enough disk for results/embeddings/tiny-gpt2/shards/shard_0.h5") for line in first)
-    assert [path for path in (tmp_path / "results").rglob("*") if "embeddings" in path.parts and path.is_file()] == []
+    # only the plan's small tables (written before extraction) exist: no shard, layer or temporary file
+    embeddings = tmp_path / "results" / "embeddings" / "tiny-gpt2"
+    assert sorted(path.name for path in embeddings.rglob("*") if path.is_file()) == [
+        "losses.json", "occurrences.parquet", "tokens.parquet", "units.parquet"
+    ]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -40,8 +40,8 @@ def test_sigkill_mid_shard_then_rerun_incomplete_recomputes_only_unfinished_shar
     assert run["half_written"] and run["half_written"] <= recomputed
     assert run["leftovers"], "the kill left no half-written shard: it did not happen mid-shard"
     for shard in run["finished"]:  # finished shards untouched: same file (inode) and time
-        for name in (f"shard_{shard}.h5", f"shard_{shard}.units.parquet"):
-            assert run["after"][name] == run["before"][name], name
+        name = f"shard_{shard}.h5"
+        assert run["after"][name] == run["before"][name], name
     shards = run["workdir"] / "results" / "embeddings" / MODEL / "shards"
     assert not list(shards.glob(".*.tmp-*")), "the rerun left the killed job's temporary file behind"
 
@@ -78,18 +78,16 @@ def _truncate(path: Path) -> None:
 
 
 def test_truncated_shard_left_by_hand_is_detected_not_read(interrupted_then_resumed, tmp_path):
-    shards = interrupted_then_resumed["workdir"] / "results" / "embeddings" / MODEL / "shards"
+    embeddings = interrupted_then_resumed["workdir"] / EMBEDDINGS
     copies = []
     for shard in range(N_SHARDS):
-        for suffix in (".h5", ".units.parquet"):
-            copy = tmp_path / f"shard_{shard}{suffix}"
-            copy.write_bytes((shards / f"shard_{shard}{suffix}").read_bytes())
-        copies.append(tmp_path / f"shard_{shard}.h5")
+        copy = tmp_path / f"shard_{shard}.h5"
+        copy.write_bytes((embeddings / "shards" / copy.name).read_bytes())
+        copies.append(copy)
     _truncate(copies[1])
     with pytest.raises(StoreError, match=r"shard_1\.h5: not a readable HDF5 file .*; delete it and rerun snakemake"):
-        gather(copies, [tmp_path / f"shard_{s}.units.parquet" for s in range(N_SHARDS)], tmp_path / "units.parquet",
-               tmp_path / "manifest.json")
-    assert not (tmp_path / "units.parquet").exists() and not (tmp_path / "manifest.json").exists()
+        gather(copies, embeddings / "units.parquet", tmp_path / "manifest.json")
+    assert not (tmp_path / "manifest.json").exists()
 
 
 def test_hdf5_without_completion_marker_is_detected_not_read(interrupted_then_resumed, tmp_path):

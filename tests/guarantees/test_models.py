@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from contextuality import models
+from contextuality import models, sources
 from contextuality.models import ModelError
 
 TEXTS = ["The dog runs.", "A cat sleeps on the mat.", "The dog sleeps.", "Dogs run fast."]
@@ -26,13 +26,13 @@ def sentences(tmp_path_factory) -> Path:
     return path
 
 
-RANDOM = {"source": "random", "architecture": "bert", "n_layers": 1, "hidden_size": 16, "vocab_size": 100}
+RANDOM = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 100}
 
 
 @pytest.fixture
 def hf_folder(sentences, tmp_path) -> Path:
     """A local Hugging Face folder (config, tokenizer, safetensors) to use as a 'path' source."""
-    models.materialise("donor", RANDOM, tmp_path / "donor", sentences_parquet=sentences, seed=1)
+    sources.materialise("donor", RANDOM, tmp_path / "donor", sentences_parquet=sentences, seed=1)
     return tmp_path / "donor" / "model"
 
 
@@ -40,7 +40,7 @@ def test_hub_unreachable_names_model_source_and_how_to_provide_it(tmp_path):
     """HF_HUB_OFFLINE=1 as on a machine without network: the models step says what to do instead."""
     code = (
         "from pathlib import Path\n"
-        "from contextuality.models import materialise\n"
+        "from contextuality.sources import materialise\n"
         "materialise('bert', {'source': 'hub', 'id': 'google-bert/bert-base-cased',"
         " 'revision': 'cd5ef92a9fb2f889e972770a36d4ed042daf221e'}, Path('model'))\n"
     )
@@ -55,15 +55,15 @@ def test_hub_unreachable_names_model_source_and_how_to_provide_it(tmp_path):
 
 def test_weights_differing_from_configured_sha256_are_refused(hf_folder, tmp_path):
     spec = {"source": "path", "path": str(hf_folder)}
-    good = models.materialise("m", spec, tmp_path / "m")["weights_sha256"]
+    good = sources.materialise("m", spec, tmp_path / "m")["weights_sha256"]
     assert good == models.sha256_of(hf_folder / "model.safetensors")
-    assert models.materialise("m", {**spec, "sha256": good}, tmp_path / "m")["weights_sha256"] == good
+    assert sources.materialise("m", {**spec, "sha256": good}, tmp_path / "m")["weights_sha256"] == good
     with pytest.raises(ModelError, match=rf"model 'm': weights sha256 {good} differs from models\.m\.sha256 0{{64}}; refusing"):
-        models.materialise("m", {**spec, "sha256": "0" * 64}, tmp_path / "m")
+        sources.materialise("m", {**spec, "sha256": "0" * 64}, tmp_path / "m")
 
 
 def test_weights_changed_after_download_are_refused_at_load(sentences, tmp_path):
-    record = models.materialise("m", RANDOM, tmp_path / "m", sentences_parquet=sentences, seed=1)
+    record = sources.materialise("m", RANDOM, tmp_path / "m", sentences_parquet=sentences, seed=1)
     folder = tmp_path / "m" / "model"
     models.load(record, folder, RANDOM, "cpu")  # unchanged: loads
     weights = folder / "model.safetensors"
@@ -87,8 +87,8 @@ def test_pickle_weights_are_refused_unless_allowed(hf_folder, tmp_path):
     _to_pickle_only(hf_folder)
     spec = {"source": "path", "path": str(hf_folder)}
     with pytest.raises(ModelError, match=r"model 'm': .* holds only pickle weights \(\.bin\), which can execute code when loaded; convert them to safetensors, or set models\.m\.allow_pickle: true"):
-        models.materialise("m", spec, tmp_path / "m")
-    record = models.materialise("m", {**spec, "allow_pickle": True}, tmp_path / "m")
+        sources.materialise("m", spec, tmp_path / "m")
+    record = sources.materialise("m", {**spec, "allow_pickle": True}, tmp_path / "m")
     with pytest.raises(ModelError, match="holds only pickle weights"):
         models.load(record, tmp_path / "m" / "model", spec, "cpu")  # the load checks again: allow_pickle must be set where it is used
     assert models.load(record, tmp_path / "m" / "model", {**spec, "allow_pickle": True}, "cpu").n_layers == 2
@@ -97,7 +97,7 @@ def test_pickle_weights_are_refused_unless_allowed(hf_folder, tmp_path):
 def test_loading_never_sets_trust_remote_code(sentences, tmp_path, monkeypatch):
     import transformers
 
-    record = models.materialise("m", RANDOM, tmp_path / "m", sentences_parquet=sentences, seed=1)
+    record = sources.materialise("m", RANDOM, tmp_path / "m", sentences_parquet=sentences, seed=1)
     seen = []
     for cls in (transformers.AutoModel, transformers.AutoTokenizer):
         original = cls.from_pretrained.__func__
@@ -118,7 +118,7 @@ def test_a_model_needing_remote_code_is_refused_without_running_it(hf_folder, tm
     (hf_folder / "config.json").write_text(json.dumps(config))
     (hf_folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     with pytest.raises(ModelError, match=r"model 'm': .* defines its architecture \('evilbert'\) in Python files that would have to run \(trust_remote_code\), which this pipeline never allows"):
-        models.materialise("m", {"source": "path", "path": str(hf_folder)}, tmp_path / "m")
+        sources.materialise("m", {"source": "path", "path": str(hf_folder)}, tmp_path / "m")
     record = {"key": "m", "source": "path", "weights": ["model.safetensors"],
               "weights_sha256": models.sha256_of(hf_folder / "model.safetensors")}
     with pytest.raises(ModelError, match="never allows"):
@@ -140,5 +140,5 @@ def test_gguf_with_an_architecture_transformers_cannot_load_is_a_clear_error(tmp
     writer.close()
     spec = {"source": "path", "path": str(folder), "gguf_file": "model.gguf"}
     with pytest.raises(ModelError, match=r"model 'g': .*model\.gguf: transformers cannot load this GGUF \(GGUF model with architecture nosucharch is not supported yet\.\); only architectures transformers supports for GGUF"):
-        models.materialise("g", spec, tmp_path / "g")
+        sources.materialise("g", spec, tmp_path / "g")
     assert not (tmp_path / "g" / "model").exists()

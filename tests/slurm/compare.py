@@ -40,7 +40,7 @@ def check_sbatch(log_path: Path, sacct_path: Path) -> set[str]:
     log = log_path.read_text()
     planned = job_stats(log)
     local = Counter(re.findall(r"^localrule (\w+):", log, flags=re.M))
-    remote = Counter(re.findall(r"^rule (\w+):", log, flags=re.M))
+    remote = Counter(re.findall(r"^(?:rule|checkpoint) (\w+):", log, flags=re.M))
     if not set(local) <= LOCAL_RULES:
         fail(f"rules run outside SLURM: {sorted(set(local) - LOCAL_RULES)}")
     rows = [line.split("|") for line in sacct_path.read_text().splitlines() if line.strip()]

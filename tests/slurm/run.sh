@@ -8,8 +8,8 @@
 # 2. pip-installs snakemake-executor-plugin-slurm into VENV;
 # 3. runs the smoke config (tiny random models, 120 sentences, 4 shards) twice in temp workdirs:
 #    locally (`--cores 1`, device cpu) and on SLURM (`--profile profiles/slurm --workflow-profile none`,
-#    device cuda on fake GPUs: CONTEXTUALITY_FAKE_GPUS=1 computes on the CPU but records the device
-#    each shard chose, its CUDA_VISIBLE_DEVICES and SLURM job id);
+#    device cuda on fake GPUs: the test hook TEST_FAKE_GPUS (tests/hooks/sitecustomize.py) computes on the
+#    CPU but records the device each shard chose, its CUDA_VISIBLE_DEVICES and SLURM job id);
 # 4. asserts that every non-local job went through sbatch (sacct lists it, COMPLETED), that each
 #    extraction job got its own GPU from SLURM and used cuda:0, and that the outputs equal the local
 #    run's (tests/slurm/compare.py);
@@ -73,7 +73,7 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HDF5_USE_FILE_LOCKING=FALSE
 # Both runs start from nothing: the random models' tokenizers and weights are deterministic, so the
 # local reference run builds the same models as the SLURM run, and every output can be compared.
 say "SLURM run: --profile profiles/slurm --workflow-profile none (background)"
-( cd "$WORK/slurm" && CONTEXTUALITY_FAKE_GPUS=1 exec timeout -k 15 "$TIMEOUT" "$PY" -m snakemake \
+( cd "$WORK/slurm" && PYTHONPATH="$PROJECT/tests/hooks" TEST_FAKE_GPUS=2 exec timeout -k 15 "$TIMEOUT" "$PY" -m snakemake \
     --snakefile "$PROJECT/Snakefile" --directory "$WORK/slurm" --configfile smoke.yaml \
     --profile "$PROJECT/profiles/slurm" --workflow-profile none \
     --slurm-init-seconds-before-status-checks 2 > "$WORK/slurm.log" 2>&1 ) &

@@ -1,13 +1,17 @@
 # Configuration checks and the helpers every rule file uses.
 import json
 import os
+from pathlib import Path
 
 from snakemake.exceptions import IncompleteCheckpointException
 from snakemake.utils import validate
 
 from contextuality.config import ConfigError, check_config, check_targets, command_line_targets, validate_against_schema
 from contextuality.config import check_bundled_corpus, check_duplicate_keys
-from contextuality.models import BUILD_KEYS, SOURCE_KEYS, record_shape, record_weights_bytes
+from contextuality.devices import LOCAL_GPUS_ENV
+from contextuality.runtime import prepend_python_path
+from contextuality.models import record_shape, record_weights_bytes
+from contextuality.sources import BUILD_KEYS, SOURCE_KEYS
 
 
 try:
@@ -25,8 +29,10 @@ try:
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 
-# HDF5's file locks fail on NFS/Lustre; jobs inherit this (SLURM jobs too, with --export=ALL).
+# What every job inherits (SLURM jobs too, with --export=ALL): HDF5's file locks fail on NFS/Lustre;
+# and the contextuality package from src/, which the conda environments (envs/) do not install.
 os.environ.setdefault("HDF5_USE_FILE_LOCKING", "FALSE")
+prepend_python_path(Path(workflow.basedir) / "src")
 
 RESULTS = "results"
 MODELS = sorted(config["models"])
@@ -61,11 +67,10 @@ def final_outputs(wildcards):
     return targets
 
 
-# Keys of a model entry that change the stored vectors, besides BUILD_KEYS (the weights) and the keys
-# the model's plan depends on (indexing, tokenization, max_length). Reporting keys
+# Keys of a model entry that change the stored vectors, besides BUILD_KEYS (the weights). Reporting keys
 # (label, stands_for) are in no job's params but the reporting rules', so renaming a model re-draws the
 # figures and tables only.
-EXTRACTION_KEYS = ("pooling", "batch_size", "stateful", "allow_pickle")
+EXTRACTION_KEYS = ("indexing", "tokenization", "max_length", "pooling", "batch_size", "stateful", "allow_pickle")
 
 
 def model_keys(*keys):
@@ -94,29 +99,37 @@ def needs_corpus_for_model(wildcards):
     return config["models"][wildcards.model]["source"] == "random"
 
 
+def n_shards_of(model):
+    """A model's shard count: its own `n_shards` (stateful ELMo needs 1), else `extraction.n_shards`."""
+    return config["models"][model]["n_shards"] or config["extraction"]["n_shards"]
+
+
 def expand_shards(pattern):
     """Input function: every shard file of the model in the wildcards."""
 
     def shard_files(wildcards):
-        n_shards = config["extraction"]["n_shards"]
-        return [pattern.format(model=wildcards.model, shard=shard) for shard in range(n_shards)]
+        return [pattern.format(model=wildcards.model, shard=shard) for shard in range(n_shards_of(wildcards.model))]
 
     return shard_files
 
 
-def on_cuda():
-    device = config["extraction"]["device"]
-    return device.startswith("cuda") or (device == "auto" and config["extraction"]["n_gpus"] > 0)
+# The GPUs of this machine the run may use: Snakemake's own `gpu` resource (--resources gpu=N, or
+# profiles/default). Extraction jobs lease one of them each (contextuality.devices); they read the
+# count from the environment, as they read HDF5's locking setting.
+LOCAL_GPUS = workflow.global_resources.get("gpu").value or 0
+os.environ[LOCAL_GPUS_ENV] = str(LOCAL_GPUS)
 
 
 def gpus_per_shard(wildcards):
-    """One GPU per shard job on CUDA, none on CPU (so CPU runs need no --resources gpu=N).
+    """One GPU per shard job when extraction runs on CUDA, else none: the one place the GPU policy lives.
 
-    Locally `--resources gpu=N` (profiles/default) then caps concurrent shards at N, and each shard
-    leases its own device (contextuality.extract.choose_device); on SLURM/Kubernetes the profile's
-    `set-resources: extract: gpu: 1` asks the scheduler for one GPU per shard job.
+    `extraction.device: cuda` (or `cuda:N`) always asks for one; `auto` (the default) asks for one when
+    the run has GPUs (`--resources gpu=N`, N >= 1), so a CPU machine needs nothing. On SLURM and
+    Kubernetes the profile's `set-resources: extract: gpu: 1` asks the scheduler for one per shard job,
+    and the job computes on the GPU it was given (contextuality.devices.choose_device).
     """
-    return 1 if on_cuda() else 0
+    device = config["extraction"]["device"]
+    return 1 if device.startswith("cuda") or (device == "auto" and LOCAL_GPUS > 0) else 0
 
 
 def model_layers_dim(record_path):
@@ -133,7 +146,7 @@ def n_layers_of(model):
     its source.json once built (the build is a checkpoint: the DAG's layer files follow from it)."""
     spec = config["models"][model]
     if spec["source"] == "random":
-        return spec["n_layers"] + 1
+        return spec["n_hidden_layers"] + 1
     record = checkpoints.materialise_model.get(model=model).output.record
     return record_shape(record)[0]
 
@@ -148,7 +161,7 @@ def stored_vectors(model):
         layers = layer_names(model)
     except IncompleteCheckpointException:
         return []
-    shards = range(config["extraction"]["n_shards"])
+    shards = range(n_shards_of(model))
     return expand(f"{RESULTS}/embeddings/{model}/shards/shard_{{shard}}.h5", shard=shards) + expand(
         f"{RESULTS}/embeddings/{model}/layers/layer_{{layer}}.h5", layer=layers
     )
@@ -187,10 +200,10 @@ CPU_TOKENS_PER_S_23M = 1500
 STS_SENTENCES = 25088
 
 
-def shard_sentences():
-    """Sentences in the largest shard."""
+def shard_sentences(model):
+    """Sentences in the largest shard of a model."""
     n_sentences = config["corpus"]["max_sentences"] or STS_SENTENCES
-    return -(-n_sentences // config["extraction"]["n_shards"])
+    return -(-n_sentences // n_shards_of(model))
 
 
 def extraction_mem_mb(wildcards, input, attempt=1):
@@ -217,7 +230,7 @@ def extraction_runtime_min(wildcards, input, attempt=1):
     limit need; 10 minutes are added for start-up and model loading, and the whole doubles per retry.
     """
     params_m = max(record_weights_bytes(input.record) / 4e6, 1.0)  # fp32 bytes -> millions of parameters
-    seconds = shard_sentences() * TOKENS_PER_SENTENCE * params_m / (CPU_TOKENS_PER_S_23M * 23)
+    seconds = shard_sentences(wildcards.model) * TOKENS_PER_SENTENCE * params_m / (CPU_TOKENS_PER_S_23M * 23)
     return int((10 + 2 * seconds / 60) * attempt)
 
 
@@ -249,5 +262,5 @@ def measure_mem_mb(wildcards, input, attempt=1):
 
 def extraction_settings(wildcards):
     """The extraction keys that change the stored vectors (disk margins and GPU counts do not)."""
-    keep = ("n_shards", "batch_size", "device", "compute_dtype", "storage_dtype")
-    return {key: config["extraction"][key] for key in keep}
+    keep = ("batch_size", "device", "compute_dtype", "storage_dtype")
+    return {"n_shards": n_shards_of(wildcards.model), **{key: config["extraction"][key] for key in keep}}

@@ -47,7 +47,7 @@ rule words:
     input:
         sentences=rules.corpus.output.sentences,
     output:
-        words=f"{RESULTS}/corpus/words.parquet",
+        words=f"{RESULTS}/corpus/spacy_words.parquet",
         index=f"{RESULTS}/corpus/word_index.parquet",
     params:
         min_occurrences=config["words"]["min_occurrences"],

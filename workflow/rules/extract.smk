@@ -89,6 +89,7 @@ rule export_classic:
         layers=every_layer(f"{RESULTS}/embeddings/{{model}}/layers/layer_{{layer}}.h5"),
         shards=expand_shards(f"{RESULTS}/embeddings/{{model}}/shards/shard_{{shard}}.h5"),
         occurrences=rules.plan.output.occurrences,
+        sentences=rules.corpus.output.sentences,
     output:
         embeddings=f"{RESULTS}/export/{{model}}/embeddings.hdf5",
         word2sent=f"{RESULTS}/export/{{model}}/word2sent.json",

@@ -1,7 +1,7 @@
 """Snakemake entry point: one config model entry -> resources/models/{model}/download/ (what its source needs)."""
 from pathlib import Path
 
-from contextuality.models import download
+from contextuality.sources import download
 from contextuality.runtime import setup_job_logging
 
 setup_job_logging(snakemake.log[0])

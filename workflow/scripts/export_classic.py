@@ -13,4 +13,5 @@ export_classic(
     Path(snakemake.output.embeddings),
     Path(snakemake.output.word2sent),
     disk_factor=snakemake.config["extraction"]["min_free_disk_factor"],
+    sentences=pd.read_parquet(snakemake.input.sentences, columns=["sentence_id", "text"]),
 )

@@ -1,8 +1,4 @@
 """Snakemake entry point: one shard of a model's planned sentences -> shard HDF5 (every layer's vectors)."""
-import os
-
-os.environ.setdefault("HDF5_USE_FILE_LOCKING", "FALSE")  # shared file systems (NFS, Lustre) lack locks
-
 from pathlib import Path
 
 from contextuality.diskspace import DiskSpaceError
@@ -23,5 +19,6 @@ with expected_errors(DiskSpaceError, DiskFullError):
         shard=int(snakemake.wildcards.shard),
         out_h5=Path(snakemake.output.shard),
         threads=snakemake.threads,
+        gpus=snakemake.resources.gpu,  # the GPU this job was given (0 or 1): the one device policy
         seed=snakemake.config["seed"],  # provenance only: read from config so a new seed re-extracts nothing
     )

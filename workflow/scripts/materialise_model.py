@@ -1,7 +1,7 @@
 """Snakemake entry point: a model's download (or, for 'random', the corpus) -> its model folder + source.json."""
 from pathlib import Path
 
-from contextuality.models import build, write_source_record
+from contextuality.sources import build, write_source_record
 from contextuality.runtime import setup_job_logging
 
 setup_job_logging(snakemake.log[0])

@@ -2,7 +2,7 @@
 from pathlib import Path
 
 from contextuality.alignment import AlignmentError
-from contextuality.extract import NothingToMeasureError, run_plan_job
+from contextuality.plan import NothingToMeasureError, run_plan_job
 from contextuality.runtime import expected_errors, setup_job_logging
 
 setup_job_logging(snakemake.log[0])

@@ -2,7 +2,7 @@
 import pandas as pd
 
 from contextuality.runtime import setup_job_logging
-from contextuality.static import build_table1, plot_scores_by_layer
+from contextuality.table1 import build_table1, plot_scores_by_layer
 
 setup_job_logging(snakemake.log[0])
 results = pd.concat([pd.read_csv(path) for path in [*snakemake.input.scores, *snakemake.input.baselines]])

@@ -1,7 +1,7 @@
 """Workflow runs shared by the guarantee tests (each whole run happens once per test session).
 
 The smoke config (two tiny random models, 120 sentences) runs through the real Snakemake command line
-in a temporary directory, with the test hooks of ``hooks/sitecustomize.py`` on PYTHONPATH.
+in a temporary directory, with the test hooks of ``tests/hooks/sitecustomize.py`` on PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def smoke_config(**overrides) -> dict:
 
 
 def hook_env(**variables: str) -> dict:
-    """Environment for a run with the test hooks loaded (PYTHONPATH) and the given hook variables."""
+    """Environment for a run with the test hooks (tests/hooks) loaded (PYTHONPATH) and the given hook variables."""
     path = os.pathsep.join(filter(None, [str(HOOKS), os.environ.get("PYTHONPATH")]))
     return {"PYTHONPATH": path, **variables}
 
