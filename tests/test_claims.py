@@ -209,7 +209,7 @@ def test_paper_checkpoint_detection_and_bad_mapping():
 
 def paper_table1(changes=None, drop=()):
     """The paper's Table 1 as this run's table1.csv (labels ELMo, BERT, GPT-2; baselines GloVe, FastText)."""
-    from contextuality.static import PAPER_TABLE1
+    from contextuality.table1 import PAPER_TABLE1
 
     rows = []
     for label, values in PAPER_TABLE1.items():

@@ -124,15 +124,15 @@ def test_batched_pc_stats_match_one_word_at_a_time(rng):
             np.testing.assert_allclose(got[word], expected, atol=1e-10)
 
 
-def test_first_singular_vector_recovers_direction(rng):
+def test_first_vector_is_the_top_singular_vector_pointing_along_the_mean(rng):
     direction = rng.normal(size=64)
     direction /= np.linalg.norm(direction)
     X = rng.uniform(1.0, 2.0, size=(80, 1)) * direction + 0.05 * rng.normal(size=(80, 64))
-    v1 = measures.first_singular_vector(X)
+    v1 = measures.word_pc_stats(X).first_vector
     assert np.linalg.norm(v1) == pytest.approx(1.0, abs=1e-12)
     assert v1 @ X.mean(axis=0) > 0
     assert v1 @ direction > 0.99
-    assert measures.first_singular_vector(-X) @ -X.mean(axis=0) > 0
+    assert measures.word_pc_stats(-X).first_vector @ -X.mean(axis=0) > 0
     components = TruncatedSVD(n_components=1, algorithm="arpack", tol=0).fit(X).components_[0]
     assert abs(v1 @ components) == pytest.approx(1.0, abs=1e-9)
 
@@ -172,7 +172,7 @@ def test_float16_input_is_computed_in_float64(rng):
     X64 = X16.astype(np.float64)
     assert measures.self_similarity_exact(X16, np.array([0]))[0] == measures.self_similarity_exact(X64, np.array([0]))[0]
     assert measures.mev_truncated_svd(X16) == measures.mev_truncated_svd(X64)
-    assert measures.first_singular_vector(X16).dtype == np.float64
+    assert measures.word_pc_stats(X16).first_vector.dtype == np.float64
 
 
 def test_bootstrap_ci(rng):

@@ -28,11 +28,11 @@ from tqdm import tqdm
 
 from contextuality import geometry, layerstats, measures
 from contextuality.atomic import atomic_path
+from contextuality.static import write_embedding_text
 from contextuality.store import LayerReader, StoreError, check_layer, check_layer_set, read_layer
 
 __all__ = [
     "LayerResult", "combine_layers", "measure_layer", "measure_model", "read_layer", "rogue_table", "write_layer_results",
-    "write_vectors_text",
 ]  # fmt: skip
 
 LOG = logging.getLogger(__name__)
@@ -80,13 +80,6 @@ CONTEXT_WORD_COLUMNS = ["rank", "kind", "word", "mean_self_similarity", "n"]
 def _rng(seed: int, purpose: int, layer: int = 0, *more: int) -> np.random.Generator:
     """The random stream for one purpose (and layer, ...), independent of the order work is done in."""
     return np.random.default_rng([seed, purpose, layer, *more])
-
-
-def write_vectors_text(path: Path, words: np.ndarray, vectors: np.ndarray) -> None:
-    """Write ``word v1 ... vd`` lines (word2vec/GloVe text format, no header), 6 significant digits."""
-    line_format = "%s" + " %.6g" * vectors.shape[1] + "\n"
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
-        out.writelines(line_format % (word, *vector) for word, vector in zip(words, vectors.tolist()))
 
 
 def _bootstrap_mean_ci(values: np.ndarray, rng: np.random.Generator, n_resamples: int) -> tuple[float, float]:
@@ -440,7 +433,7 @@ def write_layer_results(result: LayerResult, out_record: Path, out_words: Path, 
         tmp.write_text(json.dumps(record, indent=1) + "\n")
     with atomic_path(out_words) as tmp:
         result.words.to_parquet(tmp, index=False)
-    write_vectors_text(Path(out_pcs), result.words["word"].to_numpy(), result.first_vectors)
+    write_embedding_text(Path(out_pcs), result.words["word"].to_numpy(), result.first_vectors)
 
 
 def rogue_table(records: list[dict]) -> pd.DataFrame:
@@ -542,6 +535,6 @@ def measure_model(
         result = measure_layer(Path(layer_paths[layer]), layer, index, model=model, seed=seed, log=log, **options)
         records.append({**result.record, "_postprocess": result.postprocess, "_rogue": list(result.rogue)})
         tables.append(result.words)
-        write_vectors_text(out_pcs_dir / f"layer_{layer:02d}.txt", index.words, result.first_vectors)
+        write_embedding_text(out_pcs_dir / f"layer_{layer:02d}.txt", index.words, result.first_vectors)
     combine_layers(records, tables, out_words, out_layers, out_context_words, top_k=top_k,
                    out_postprocess=out_postprocess, out_rogue=out_rogue)  # fmt: skip

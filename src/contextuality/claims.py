@@ -22,7 +22,9 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from contextuality.atomic import atomic_path
-from contextuality.static import PAPER_TABLE1, TABLE1_TASKS, TASK_DISPLAY
+from contextuality.tables import fmt, latex_escape
+from contextuality.static import TABLE1_TASKS
+from contextuality.table1 import PAPER_TABLE1, TASK_DISPLAY
 from contextuality.paper import (
     CLAIMS,
     PAPER_CHECKPOINTS,
@@ -30,6 +32,7 @@ from contextuality.paper import (
     PAPER_LABELS,
     QUANTITIES,
     claims_for,
+    model_depth,
     is_paper_checkpoint,
     reference_value,
 )
@@ -92,16 +95,6 @@ def _check_paper_models(layer_tables: dict, paper_models: dict) -> None:
             raise ValueError(f"paper model of {model!r} is {pm!r}; expected one of {sorted(PAPER_DEPTH)} or None")
 
 
-def _fmt(value: float | None) -> str:
-    """Three decimals, or an en dash for a missing value."""
-    return "–" if value is None or not np.isfinite(value) else f"{value:.3f}"
-
-
-def _depth(table: pd.DataFrame) -> int:
-    """Number of contextual layers L: the largest layer index."""
-    return int(table["layer"].max())
-
-
 def _nearest_paper_layer(layer: int, depth: int, paper_depth: int) -> int:
     """The paper layer at the same relative depth (rounded half up)."""
     return layer if depth == paper_depth else min(paper_depth, math.floor(layer * paper_depth / depth + 0.5))
@@ -124,7 +117,7 @@ def _summary_frame(layer_tables, labels, paper_models) -> pd.DataFrame:
     """One row per model and layer: run values, the mapped paper layer and the paper's values."""
     rows = []
     for model, table in layer_tables.items():
-        depth, pm = _depth(table), paper_models.get(model)
+        depth, pm = model_depth(table), paper_models.get(model)
         for _, r in table.sort_values("layer").iterrows():
             layer = int(r["layer"])
             row = {"model": model, "label": labels.get(model, model), "layer": layer, "paper_model": pm,
@@ -143,14 +136,7 @@ def _paper_cell(row, col: str, approx_mark: str) -> str:
     value = row[f"paper_{col}"]
     if not np.isfinite(value):
         return "–"
-    return (approx_mark if bool(row[f"paper_{col}_approximate"]) else "") + _fmt(value)
-
-
-def _latex_escape(text: str) -> str:
-    """Escape LaTeX special characters in free text."""
-    table = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-             "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-    return "".join(table.get(c, c) for c in text)
+    return (approx_mark if bool(row[f"paper_{col}_approximate"]) else "") + fmt(value)
 
 
 def summary_table(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str],
@@ -178,7 +164,7 @@ def summary_table(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str],
            "% Needs \\usepackage{booktabs}."]
     for model, rows in frame.groupby("model", sort=False):
         label, pm = rows["label"].iloc[0], paper_models.get(model)
-        _, role = _role(model, label, _depth(layer_tables[model]), pm, sources.get(model))
+        _, role = _role(model, label, model_depth(layer_tables[model]), pm, sources.get(model))
         md += [f"## {label} (`{model}`)", "", role, ""]
         header = ["Layer", "Paper layer"] + [h for _, short in SUMMARY_COLUMNS for h in (short, "paper")]
         md += ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
@@ -187,8 +173,8 @@ def summary_table(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str],
             lead = [str(int(r["layer"])), "–" if pd.isna(r["paper_layer"]) else str(int(r["paper_layer"]))]
             md_cells, tex_cells = list(lead), list(lead)
             for col, _ in SUMMARY_COLUMNS:
-                md_cells += [_fmt(r[col]), _paper_cell(r, col, "≈")]
-                tex_cells += [_fmt(r[col]), _paper_cell(r, col, r"$\approx$")]
+                md_cells += [fmt(r[col]), _paper_cell(r, col, "≈")]
+                tex_cells += [fmt(r[col]), _paper_cell(r, col, r"$\approx$")]
             md.append("| " + " | ".join(md_cells) + " |")
             body.append(" & ".join(tex_cells).replace("–", "--") + r" \\")
         md.append("")
@@ -200,8 +186,8 @@ def summary_table(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str],
                 rf" & Paper & {groups} \\", rules,
                 "Layer & layer & " + " & ".join(["run & paper"] * len(SUMMARY_COLUMNS)) + r" \\", r"\midrule",
                 *body, r"\bottomrule", r"\end{tabular}",
-                rf"\caption{{{_latex_escape(label)}: per-layer values of this run beside the paper's. "
-                + _latex_escape(role) + r" $\approx$: approximate (released statistics); --: no value.}",
+                rf"\caption{{{latex_escape(label)}: per-layer values of this run beside the paper's. "
+                + latex_escape(role) + r" $\approx$: approximate (released statistics); --: no value.}",
                 rf"\label{{tab:summary-{re.sub(r'[^A-Za-z0-9]+', '-', model)}}}", r"\end{table}", ""]
         tex += _exact_summary_tex(layer_tables[model], label, model)
     md += losses_section(losses or {}, labels)
@@ -219,7 +205,7 @@ def _exact_cells(table: pd.DataFrame) -> tuple[list[str], list[list[str]], bool]
     for (_, r), flag in zip(t.iterrows(), flags):
         cells = [f"{int(r['layer'])}" + ("†" if flag else "")]
         for col, _ in present:
-            cells.append(str(int(r[col])) if col == "n_degenerate_words" and np.isfinite(r[col]) else _fmt(r[col]))
+            cells.append(str(int(r[col])) if col == "n_degenerate_words" and np.isfinite(r[col]) else fmt(r[col]))
         rows.append(cells)
     return ["Layer"] + [short for _, short in present], rows, bool(flags.any())
 
@@ -248,13 +234,13 @@ def _exact_summary_tex(table: pd.DataFrame, label: str, model: str) -> list[str]
         return []
     header, rows, flagged = _exact_cells(table)
     body = [" & ".join(cell.replace("†", r"$^\dagger$") for cell in cells).replace("–", "--") + r" \\" for cells in rows]
-    caption = _latex_escape(f"{label}: the exact anisotropy baselines, the measures adjusted by them, and the "
-                            "degenerate words per layer. ") + _latex_escape(_EXACT_NOTE.replace("*", ""))
+    caption = latex_escape(f"{label}: the exact anisotropy baselines, the measures adjusted by them, and the "
+                            "degenerate words per layer. ") + latex_escape(_EXACT_NOTE.replace("*", ""))
     if flagged:
-        caption += " " + _latex_escape(_FINAL_NORM_NOTE).replace("†", r"$^\dagger$")
+        caption += " " + latex_escape(_FINAL_NORM_NOTE).replace("†", r"$^\dagger$")
     return [r"\begin{table}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{3pt}",
             r"\begin{tabular}{r" + "r" * (len(header) - 1) + "}", r"\toprule",
-            " & ".join(_latex_escape(h) for h in header) + r" \\", r"\midrule", *body, r"\bottomrule",
+            " & ".join(latex_escape(h) for h in header) + r" \\", r"\midrule", *body, r"\bottomrule",
             r"\end{tabular}", rf"\caption{{{caption}}}",
             rf"\label{{tab:summary-exact-{re.sub(r'[^A-Za-z0-9]+', '-', model)}}}", r"\end{table}", ""]
 
@@ -726,7 +712,7 @@ def evaluate_claims(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str
         run_table1 = table1[table1["source"] == "this run"] if "source" in table1.columns else table1
     rows = []
     for key, table in layer_tables.items():
-        label, pm, depth = labels.get(key, key), paper_models.get(key), _depth(table)
+        label, pm, depth = labels.get(key, key), paper_models.get(key), model_depth(table)
         stand_in, role = _role(key, label, depth, pm, sources.get(key))
         indexed = table.set_index("layer").sort_index()
         m = _Model(indexed, depth, pm, word_tables.get(key), label, run_table1)

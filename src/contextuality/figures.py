@@ -22,9 +22,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from contextuality.atomic import atomic_path  # noqa: E402
-from contextuality.paper import AXIS_RANGES, TITLES  # noqa: E402
+from contextuality.paper import AXIS_RANGES, FIGURES, TITLES, model_depth  # noqa: E402
 
-FIGURES = ("anisotropy", "self_similarity", "intra_sentence", "mev")
 DPI = 150
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p")
 MEV_THRESHOLD = 0.05
@@ -63,11 +62,6 @@ def _series(table: pd.DataFrame, value: str, ci: tuple[str, str] | None, shift: 
         out["high"] = t[ci[1]].to_numpy(float) - offset
     out = out[(out["layer"] >= min_layer) & np.isfinite(out["value"])]
     return out.reset_index(drop=True)
-
-
-def _depth(table: pd.DataFrame) -> int:
-    """The model's number of contextual layers L (its largest layer index)."""
-    return int(table["layer"].max())
 
 
 def _finish(ax, name: str, values: list[np.ndarray], relative_depth: bool, max_layer: int) -> None:
@@ -117,7 +111,7 @@ def _line_figure(name: str, value: str, ci: tuple[str, str] | None, shift: str |
         s = _series(table, value, ci, shift)
         if s.empty:
             continue
-        depth = _depth(table)
+        depth = model_depth(table)
         max_layer = max(max_layer, depth)
         x = _x(s["layer"].to_numpy(), depth, relative_depth)
         style = _style(i)
@@ -168,7 +162,7 @@ def plot_mev(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], png,
               for m, t in layer_tables.items()}
     present = [m for m, s in series.items() if not s.empty]
     n = max(len(present), 1)
-    max_layer = max((_depth(layer_tables[m]) for m in present), default=1)
+    max_layer = max((model_depth(layer_tables[m]) for m in present), default=1)
     slot = 1.0 / max_layer if relative_depth else 1.0  # the deepest model's layer spacing
     width = 0.8 * slot / n
     shown = []
@@ -177,7 +171,7 @@ def plot_mev(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], png,
         if s.empty:
             continue
         rank = present.index(model)
-        x = _x(s["layer"].to_numpy(), _depth(layer_tables[model]), relative_depth) + (rank - (n - 1) / 2) * width
+        x = _x(s["layer"].to_numpy(), model_depth(layer_tables[model]), relative_depth) + (rank - (n - 1) / 2) * width
         style = _style(i)
         err = None
         if "low" in s and np.isfinite(s[["low", "high"]].to_numpy()).all():
@@ -202,6 +196,8 @@ _PLOTTERS = {
     "intra_sentence": plot_intra_sentence,
     "mev": plot_mev,
 }
+# the workflow declares one output per name in paper.FIGURES: the two lists are one
+assert tuple(_PLOTTERS) == FIGURES, (tuple(_PLOTTERS), FIGURES)
 
 
 def plot_all(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], out_dir, *,

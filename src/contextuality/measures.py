@@ -434,11 +434,6 @@ def mev_centered(X: np.ndarray) -> float:
     return float(word_pc_stats(X).mev_centered)
 
 
-def first_singular_vector(X: np.ndarray) -> np.ndarray:
-    """Top right singular vector of the uncentred X (the PC static embedding), unit norm, v . mean > 0."""
-    return word_pc_stats(X).first_vector
-
-
 def anisotropy_baseline(
     X: np.ndarray,
     sentence_offsets: np.ndarray,

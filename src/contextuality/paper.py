@@ -27,6 +27,11 @@ PAPER_CHECKPOINTS = {
 # Number of contextual layers; layer 0 (the input embedding) comes on top.
 PAPER_DEPTH = {"elmo": 2, "bert": 12, "gpt2": 12}
 
+
+def model_depth(table: pd.DataFrame) -> int:
+    """A run's number of contextual layers L (its largest layer index), comparable to PAPER_DEPTH."""
+    return int(table["layer"].max())
+
 # Identifiers under which the paper's own checkpoints are known (hub ids, aliases).
 PAPER_IDENTIFIERS = {
     "elmo": frozenset({"elmo", "elmo_2x4096_512_2048cnn_2xhighway", "elmo-2x4096_512_2048cnn_2xhighway",
@@ -49,6 +54,8 @@ TITLES = {
     "intra_sentence": "Average Intra-Sentence Similarity (anisotropy-adjusted)",
     "mev": "Average Maximum Explainable Variance (anisotropy-adjusted)",
 }
+# The paper's Figures 1-4, by the name of their files (results/figures/{name}.png)
+FIGURES = tuple(TITLES)
 
 # [STATS] per-layer values; the list index is the layer. None = not reported.
 _STATS: dict[str, dict[str, list[float | None]]] = {

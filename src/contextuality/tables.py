@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 
 import pandas as pd
 
@@ -14,10 +13,13 @@ def fmt(value, digits: int = 3) -> str:
     return "–" if value is None or pd.isna(value) else f"{value:.{digits}f}"
 
 
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "–": "--"}
+
+
 def latex_escape(text: str) -> str:
-    """Escape LaTeX's special characters in free text (labels, notes)."""
-    text = re.sub(r"([&%$#_{}])", r"\\\1", str(text))
-    return text.replace("~", r"\textasciitilde{}").replace("^", r"\^{}").replace("–", "--")
+    """Escape LaTeX's special characters in free text (labels, notes); an en dash becomes ``--``."""
+    return "".join(_LATEX_SPECIAL.get(char, char) for char in str(text))
 
 
 def _cells(frame: pd.DataFrame, bold: pd.DataFrame | None, mark, digits: int) -> pd.DataFrame:

@@ -11,6 +11,7 @@ from contextuality.config import check_bundled_corpus, check_duplicate_keys
 from contextuality.devices import LOCAL_GPUS_ENV
 from contextuality.runtime import prepend_python_path
 from contextuality.models import record_shape, record_weights_bytes
+from contextuality.paper import FIGURES
 from contextuality.sources import BUILD_KEYS, SOURCE_KEYS
 
 
@@ -234,10 +235,9 @@ def extraction_runtime_min(wildcards, input, attempt=1):
     return int((10 + 2 * seconds / 60) * attempt)
 
 
-FIGURES = ["anisotropy", "self_similarity", "intra_sentence", "mev"]
 MODEL_FIGURES = ["geometry", "rogue_dimensions"]
 MODEL_LABELS = {key: spec.get("label") or key for key, spec in config["models"].items()}
-PAPER_MODELS = {key: spec.get("stands_for") for key, spec in config["models"].items()}
+STANDS_FOR = {key: spec.get("stands_for") for key, spec in config["models"].items()}
 MODEL_SOURCES = {
     key: spec.get("id") or spec.get("package") or spec.get("path") or spec.get("options") or spec["source"]
     for key, spec in config["models"].items()

@@ -159,7 +159,7 @@ rule summary:
     params:
         models=MODELS,
         labels=MODEL_LABELS,
-        paper_models=PAPER_MODELS,
+        paper_models=STANDS_FOR,
         sources=MODEL_SOURCES,
     log:
         "logs/figures/summary.log",
