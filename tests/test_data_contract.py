@@ -1,0 +1,104 @@
+"""docs/data-contract.md against the real outputs of the smoke run: every file it names exists, and its
+columns, datasets, attributes or keys are exactly the ones the contract lists.
+
+The contract's bullets name a file in backticks, then list its fields after ``Columns:``, ``Datasets:``,
+``Attributes:`` or ``Keys:`` as backticked names (what a name means is in parentheses after it, and
+is not a field). Path patterns: ``{model}`` a model key, ``{LL}`` a two-digit layer, ``{s}`` a shard.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import h5py
+import pandas as pd
+import pytest
+
+from conftest import PROJECT
+from workflow_runs import audited_smoke_run
+
+pytestmark = pytest.mark.slow
+
+CONTRACT = PROJECT / "docs" / "data-contract.md"
+KINDS = ("Columns", "Datasets", "Attributes", "Keys")
+
+
+def _strip_parentheses(text: str) -> str:
+    while True:
+        stripped = re.sub(r"\([^()]*\)", "", text)
+        if stripped == text:
+            return text
+        text = stripped
+
+
+def contract() -> dict[str, dict[str, list[str]]]:
+    """{path pattern: {kind: [field, ...]}} from the contract's bullets."""
+    entries = {}
+    for bullet in re.split(r"\n(?=- `)", CONTRACT.read_text()):
+        head = re.match(r"- `([^`]+)`", bullet)
+        if not head:
+            continue
+        fields = {}
+        text = _strip_parentheses(bullet)
+        for kind in KINDS:
+            for listed in re.findall(rf"{kind}:(.*?)(?:\.(?:\s|$)|;|$)", text, flags=re.S):
+                fields.setdefault(kind, []).extend(re.findall(r"`([^`]+)`", listed))
+        if fields:
+            entries[head.group(1)] = fields
+    return entries
+
+
+def named_paths() -> list[str]:
+    """Every path pattern a bullet of the contract opens with, with or without a field list."""
+    return re.findall(r"^- `([^`]+)`", CONTRACT.read_text(), flags=re.M)
+
+
+def _files(workdir: Path, pattern: str) -> list[Path]:
+    glob = re.sub(r"\{[^}]+\}", "*", pattern)
+    return sorted(workdir.glob(glob))
+
+
+def _actual(path: Path, kind: str) -> set[str]:
+    if kind == "Columns":
+        table = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+        return set(table.columns)
+    if kind == "Keys":
+        return set(json.loads(path.read_text()))
+    with h5py.File(path) as handle:
+        return set(handle.keys()) if kind == "Datasets" else set(handle.attrs)
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory) -> Path:
+    return audited_smoke_run(tmp_path_factory)
+
+
+def test_the_contract_lists_fields_for_every_output_format():
+    entries = contract()
+    assert len(entries) >= 15, sorted(entries)
+    for pattern, fields in entries.items():
+        assert all(fields.values()), pattern
+
+
+def test_every_table_and_store_file_of_the_smoke_run_is_in_the_contract(smoke):
+    patterns = [re.sub(r"\{[^}]+\}", "*", pattern) for pattern in named_paths()]
+    written = [path.relative_to(smoke) for path in (smoke / "results").rglob("*")
+               if path.suffix in {".h5", ".parquet", ".csv", ".json"}]
+    assert written
+    unnamed = [str(path) for path in written if not any(path.match(pattern) for pattern in patterns)]
+    assert unnamed == [], f"files the run writes but docs/data-contract.md does not describe: {unnamed}"
+
+
+@pytest.mark.parametrize("pattern", sorted(contract()))
+def test_every_file_of_the_contract_has_exactly_its_fields(smoke, pattern):
+    files = _files(smoke, pattern)
+    assert files, f"the smoke run wrote no {pattern}"
+    for kind, listed in contract()[pattern].items():
+        expected = {re.sub(r"\{LL\}", "00", name) for name in listed}
+        for path in files:
+            actual = _actual(path, kind)
+            if kind == "Datasets" and any("{LL}" in name for name in listed):  # one dataset per layer
+                actual = {re.sub(r"^layer_\d+$", "layer_00", name) for name in actual}
+            assert actual == expected, f"{path.relative_to(smoke)}: {kind.lower()} {sorted(actual ^ expected)} differ from the contract"
