@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_truncation_losses_are_counted_and_shown_in_tables_reports_and_the_runs_output(tmp_path):
-    config = smoke_config(corpus={"max_sentences": 60})
+    config = smoke_config(corpus={"max_sentences": 60}, extraction={"n_shards": 1})
     config["models"] = {"tiny-gpt2": {**config["models"]["tiny-gpt2"], "max_length": 12}}
     result = run_snakemake(tmp_path, "results/tables/summary.md", "--cores", "2",
                            configfile=write_config(tmp_path / "c.yaml", config))

@@ -215,6 +215,7 @@ def test_a_run_without_a_shared_filesystem_equals_a_local_run(smoke, tmp_path):
     config = yaml.safe_load(smoke_config_path().read_text())
     config["corpus"]["bundled_dir"] = "resources/sts"
     config["static"]["benchmark_dir"] = "resources/benchmarks"
+    config["models"] = {MODEL: config["models"][MODEL]}  # one model: every rule runs, in half the jobs
     result = run_snakemake(
         workdir, "--cores", "2", "--shared-fs-usage", "none", "--default-storage-provider", "fs",
         "--default-storage-prefix", str(storage), "--local-storage-prefix", str(scratch),
@@ -222,8 +223,10 @@ def test_a_run_without_a_shared_filesystem_equals_a_local_run(smoke, tmp_path):
     )
     assert result.returncode == 0, failure(result)
     assert not (workdir / "results").exists() and not (workdir / "resources").exists()  # all went to the storage
-    local = {p.relative_to(smoke) for p in (smoke / "results").rglob("*") if p.is_file()}
-    remote = {p.relative_to(storage) for p in (storage / "results").rglob("*") if p.is_file()}
+    # the model's own files equal the shared local run's (the tables across models hold one model here)
+    model_files = [Path("results") / part / MODEL for part in ("embeddings", "metrics", "static")] + [Path("results/corpus")]
+    local = {p.relative_to(smoke) for folder in model_files for p in (smoke / folder).rglob("*") if p.is_file()}
+    remote = {p.relative_to(storage) for folder in model_files for p in (storage / folder).rglob("*") if p.is_file()}
     assert remote == local
     compared = 0
     for relative in sorted(local):
@@ -234,6 +237,7 @@ def test_a_run_without_a_shared_filesystem_equals_a_local_run(smoke, tmp_path):
         else:
             assert (smoke / relative).read_bytes() == (storage / relative).read_bytes(), relative
         compared += 1
-    assert compared > 60
-    for model in ("tiny-bert", "tiny-gpt2"):
-        assert (storage / "resources" / "models" / model / "model" / "model.safetensors").exists()
+    assert compared > 30
+    for name in ("summary.md", "claims.md", "table1.md", "losses.csv"):
+        assert (storage / "results" / "tables" / name).stat().st_size > 0
+    assert (storage / "resources" / "models" / MODEL / "model" / "model.safetensors").exists()
