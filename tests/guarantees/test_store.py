@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 
 MODEL = "tiny-gpt2"  # 3 hidden layers + the input layer, indexing by word
 EMBEDDINGS = Path("results") / "embeddings" / MODEL
-REPORTING_RULES = {"figures", "summary", "table1", "all"}
+REPORTING_RULES = {"figures", "model_figures", "summary", "table1", "all"}
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_deleting_one_layer_file_plans_exactly_its_rebuild_and_what_depends_on_i
     counts, output = _dry_run(scratch)
     assert counts == {
         "layer_file": 1, "measure_layer": 1, "measure": 1, "static_scores": 1,
-        "figures": 1, "summary": 1, "table1": 1, "all": 1,
+        "figures": 1, "model_figures": 1, "summary": 1, "table1": 1, "all": 1,
     }, output
     assert _planned_layers(output, "layer_file") == {"02"} and _planned_layers(output, "measure_layer") == {"02"}
     assert f"wildcards: model={MODEL}" in output and "model=tiny-bert" not in output
