@@ -493,11 +493,16 @@ def _a10(m: _Model) -> Result:
             ref = reference_value(m.paper_model, quantity, layer)
             if ref is not None and np.isfinite(run.get(layer, np.nan)):
                 gaps.append((abs(run[layer] - ref[0]), quantity, layer))
+    return _gap_verdict(gaps, A10_TOLERANCE, "values", "no comparable values")
+
+
+def _gap_verdict(gaps: list[tuple[float, str, int]], tolerance: float, noun: str, none_text: str) -> Result:
+    """HOLDS when every (gap, what, layer) is within ``tolerance`` of the paper; the evidence names the largest."""
     if not gaps:
-        return NA, "no comparable values", ""
+        return NA, none_text, ""
     worst = max(gaps)
-    within = sum(g <= A10_TOLERANCE for g, _, _ in gaps)
-    evidence = (f"{within} of {len(gaps)} values within ±{A10_TOLERANCE}; "
+    within = sum(g <= tolerance for g, _, _ in gaps)
+    evidence = (f"{within} of {len(gaps)} {noun} within ±{tolerance}; "
                 f"largest gap {worst[0]:.3f} ({worst[1]}, layer {worst[2]})")
     return (HOLDS if within == len(gaps) else FAILS), evidence, ""
 
@@ -617,13 +622,7 @@ def _a9d(m: _Model) -> Result:
         for task in tasks:
             if len(row) and np.isfinite(float(row[task].iloc[0])):
                 gaps.append((abs(float(row[task].iloc[0]) - values[task]), TASK_DISPLAY[task], layer))
-    if not gaps:
-        return NA, "no comparable rows", ""
-    worst = max(gaps)
-    within = sum(g <= A9_TOLERANCE for g, _, _ in gaps)
-    evidence = (f"{within} of {len(gaps)} scores within ±{A9_TOLERANCE}; largest gap {worst[0]:.3f} "
-                f"({worst[1]}, layer {worst[2]})")
-    return (HOLDS if within == len(gaps) else FAILS), evidence, ""
+    return _gap_verdict(gaps, A9_TOLERANCE, "scores", "no comparable rows")
 
 
 def _s1(m: _Model) -> Result:

@@ -574,6 +574,18 @@ def exact_baseline(
     return ExactBaseline(*cosines, *mevs, n_nonzero, n_sentences)
 
 
+def bootstrap_input(values, n_resamples: int) -> tuple[np.ndarray, tuple[float, float] | None]:
+    """The values a bootstrap of the mean resamples (float64, NaNs dropped), and its interval where no
+    resampling is needed: (nan, nan) for fewer than 2 values or no resamples, (m, m) when all equal m."""
+    values = np.asarray(values, dtype=np.float64)
+    values = values[~np.isnan(values)]
+    if len(values) < 2 or n_resamples < 1:
+        return values, (float("nan"), float("nan"))
+    if np.all(values == values[0]):
+        return values, (float(values[0]), float(values[0]))
+    return values, None
+
+
 def bootstrap_ci(
     values: np.ndarray, rng: np.random.Generator, n_resamples: int = 1000, confidence_level: float = 0.95
 ) -> tuple[float, float]:
@@ -582,12 +594,9 @@ def bootstrap_ci(
     Returns (nan, nan) for fewer than 2 values or no resamples (``metrics.bootstrap_resamples: 0``),
     and (m, m) when all values equal m.
     """
-    values = np.asarray(values, dtype=np.float64)
-    values = values[~np.isnan(values)]
-    if len(values) < 2 or n_resamples < 1:
-        return float("nan"), float("nan")
-    if np.all(values == values[0]):
-        return float(values[0]), float(values[0])
+    values, trivial = bootstrap_input(values, n_resamples)
+    if trivial is not None:
+        return trivial
     result = scipy.stats.bootstrap(
         (values,), np.mean, n_resamples=n_resamples, confidence_level=confidence_level,
         method="percentile", rng=rng, batch=max(1, (1 << 22) // len(values)),
