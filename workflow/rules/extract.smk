@@ -41,7 +41,7 @@ rule extract:
         # only what changes the stored vectors, so toggling e.g. export_classic re-extracts nothing
         spec=model_keys(*EXTRACTION_KEYS),
         extraction=extraction_settings,
-    threads: 2
+    threads: config["extraction"]["threads"]
     resources:
         gpu=gpus_per_shard,
         mem_mb=extraction_mem_mb,
