@@ -116,7 +116,7 @@ def test_extraction_declares_a_gpu_exactly_when_the_run_has_gpus(tmp_path):
 @pytest.mark.slow
 def test_a_local_run_with_two_gpus_never_puts_two_shards_on_one_device(tmp_path):
     targets = [f"results/embeddings/tiny-gpt2/shards/shard_{shard}.h5" for shard in range(4)]
-    # 8 cores: cores alone would let all 4 two-thread shard jobs run at once; gpu=2 must hold it to 2
+    # 8 cores: cores alone would let all 4 shard jobs run at once; gpu=2 must hold it to 2
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(HOOKS), os.environ.get("PYTHONPATH")])), "TEST_FAKE_GPUS": "4"}
     result = run_snakemake(
         tmp_path, *targets, "--cores", "8", "--resources", "gpu=2",
