@@ -187,6 +187,17 @@ class Transform(NamedTuple):
         """The transform of points v (float64)."""
         return self.rows(np.asarray(v, dtype=np.float64), np.float64)
 
+    def linear_rows(self, C: np.ndarray, dtype) -> np.ndarray:
+        """The linear part applied to rows C (any leading shape, last axis d) in ``dtype``, as a new array:
+        centred rows of the transformed vectors from centred rows of the stored ones."""
+        Y = np.array(C, dtype=dtype)
+        if self.scale is not None:
+            Y *= self.scale.astype(dtype)
+        if self.axes is not None:
+            axes = self.axes.astype(dtype)
+            Y -= (Y @ axes.T) @ axes
+        return Y
+
     def linear(self, v: np.ndarray) -> np.ndarray:
         """The linear part applied to vectors v (..., d): differences of points, centred rows."""
         v = np.asarray(v, dtype=np.float64)
@@ -272,10 +283,11 @@ def _class_blocks(offsets: np.ndarray, block_rows: int):
             yield length, (offsets[chunk][:, None] + np.arange(length)).reshape(-1)
 
 
-def _cosine_block(Y: np.ndarray, length: int, p: float, acc: dict) -> None:
+def _cosine_block(Y: np.ndarray, length: int, p: float, acc: dict, squares: bool = True) -> None:
     """Add one block of transformed rows (whole sentences of ``length`` rows, weight p each) to ``acc``.
 
     Sums of unit rows are products with the inverse norms (BLAS), not sums of a unit-row copy.
+    ``squares``: also the per-dimension sums of p_i^2 u_i^2 (the rogue dimensions; stored vectors only).
     """
     squared = np.einsum("ij,ij->i", Y, Y)
     nonzero = squared > 0
@@ -284,7 +296,8 @@ def _cosine_block(Y: np.ndarray, length: int, p: float, acc: dict) -> None:
     column = (inverse @ Y).astype(np.float64)
     acc["sum_unit"] += column
     acc["sum_weighted"] += p * column
-    acc["sum_weighted_sq"] += p * p * (np.square(inverse) @ np.square(Y)).astype(np.float64)
+    if squares:
+        acc["sum_weighted_sq"] += p * p * (np.square(inverse) @ np.square(Y)).astype(np.float64)
     count = int(nonzero.sum())
     acc["n_nonzero"] += count
     acc["p_nonzero"] += p * count
@@ -360,16 +373,26 @@ def layer_pass(X: np.ndarray, offsets: np.ndarray, work_dtype=np.float32, block_
 
 def cosine_pass(X: np.ndarray, offsets: np.ndarray, transforms: list[Transform], work_dtype=np.float32,
                 block_rows: int = BLOCK_ROWS) -> dict[str, CosineSums]:
-    """Unit-row sums of each transformed layer (one read of every row for all ``transforms``)."""
+    """Unit-row sums of each transformed layer (one read of every row for all ``transforms``).
+
+    Their ``sum_weighted_sq`` is left 0 (only the stored vectors' rogue dimensions use it). Transforms
+    sharing one shift (the layer mean, for ``standardize`` and ``abtt``) share one centred copy of each
+    block, each applying only its linear part to it.
+    """
     offsets = np.asarray(offsets, dtype=np.int64)
     n_sentences = _sentence_count(offsets)
     accs = {t.name: _new_cosine_acc(X.shape[1]) for t in transforms}
     if not transforms:
         return {}
+    shifts = [t.shift for t in transforms]
+    shared = shifts[0] if all(v is not None and np.array_equal(v, shifts[0]) for v in shifts) else None
     for length, rows in _class_blocks(offsets, block_rows):
-        block = np.asarray(X[rows], dtype=work_dtype)
+        block = np.asarray(X[rows], dtype=work_dtype)  # a new array (an index gather), centred in place
+        if shared is not None:
+            _subtract(block, shared)
         for t in transforms:
-            _cosine_block(t.rows(block, work_dtype), length, 1.0 / (n_sentences * length), accs[t.name])
+            Y = t.linear_rows(block, work_dtype) if shared is not None else t.rows(block, work_dtype)
+            _cosine_block(Y, length, 1.0 / (n_sentences * length), accs[t.name], squares=False)
     return {name: CosineSums(**acc) for name, acc in accs.items()}
 
 
@@ -536,7 +559,8 @@ def _gram_batch(out: dict, words, C, row_sq, valid, n, mean, work_dtype, skip_to
 
     ``C`` holds the explicitly centred rows (padding rows 0), ``valid`` (k, m) marks real rows, ``mean``
     (k, d) float64 the words' means, ``row_sq`` (k, m) the squared norms of the uncentred rows (which
-    rows are zero). X X^T follows from the centred Gram matrix by the mean's terms. Words with total_var
+    rows are zero; None: the diagonal of the uncentred Gram matrix decides, for a variant's rows, which
+    are not formed). X X^T follows from the centred Gram matrix by the mean's terms. Words with total_var
     <= skip_tol * mean_sq get no centred spectrum (their MEV is NaN anyway). Matrices of at most
     ``LAPACK_MAX`` rows are solved by LAPACK, larger ones by ``top_eigenpairs``.
     """
@@ -558,7 +582,9 @@ def _gram_batch(out: dict, words, C, row_sq, valid, n, mean, work_dtype, skip_to
     # d_i = 1 / sqrt(G_ii) (so identical rows have cosine exactly 1); zero rows (from ``row_sq``: G_ii of a
     # zero row is a rounding residue) are left out
     diagonal = np.einsum("kmm->km", gram).astype(np.float64)
-    nonzero = (np.asarray(row_sq) > 0) & valid & (diagonal > 0)
+    nonzero = valid & (diagonal > 0)
+    if row_sq is not None:
+        nonzero &= np.asarray(row_sq) > 0
     inverse = np.where(nonzero, 1.0 / np.sqrt(np.where(nonzero, diagonal, 1.0)), 0.0)
     count = nonzero.sum(axis=1).astype(np.float64)
     pairs = count * count - count
@@ -630,22 +656,21 @@ def word_stats(X: np.ndarray, rows: np.ndarray, group_starts: np.ndarray, transf
     limit = min(STACK_MAX, d)
 
     def gram_route(words, block, valid, n):
-        """Words stacked (k, m, d), zero-padded: every transform, the stored vectors last (centred in place)."""
-        for i in reversed(range(len(transforms))):
-            t = transforms[i]
+        """Words stacked (k, m, d), zero-padded: the stored vectors centred once (in place); a variant's
+        centred rows are its linear part applied to them (the shift cancels) and its mean the transform
+        of their float64 mean, so no variant re-reads, re-sums or re-centres the rows."""
+        # the mean of the rows themselves (float64), so that centring leaves no offset
+        m = block.sum(axis=1, dtype=np.float64) / n[:, None]
+        row_sq = np.einsum("kmd,kmd->km", block, block)
+        _subtract(block, m)
+        if not valid.all():
+            block *= valid[:, :, None]
+        for i, t in enumerate(transforms):
             if t.identity:
-                Y = block
-            else:
-                Y = t.rows(block, work_dtype)
-                if not valid.all():
-                    Y *= valid[:, :, None]
-            # the mean of the rows themselves (float64), so that centring leaves no offset
-            m = Y.sum(axis=1, dtype=np.float64) / n[:, None]
-            row_sq = np.einsum("kmd,kmd->km", Y, Y)
-            _subtract(Y, m)
-            if not valid.all():
-                Y *= valid[:, :, None]
-            _gram_batch(outs[t.name], words, Y, row_sq, valid, n.astype(np.float64), m, work_dtype,
+                C, mean, zero_rows = block, m, row_sq
+            else:  # padding rows stay 0 under a linear map
+                C, mean, zero_rows = t.linear_rows(block, work_dtype), t.vector(m), None
+            _gram_batch(outs[t.name], words, C, zero_rows, valid, n.astype(np.float64), mean, work_dtype,
                         degenerate_tol if i == 0 else 0.0, first_vectors and i == 0)
 
     # stacked by size (no padding)
