@@ -133,18 +133,24 @@ def _selection(plan: Plan, batch: np.ndarray, width: int, pooling: str) -> tuple
 def padded_batches(plan: Plan, first: int, last: int, batch_size: int, tokenizer):
     """The batches of plan sentences ``[first, last)`` (one window): sorted by length, right-padded.
 
-    Yields (sentence positions, input ids, attention mask) as numpy arrays, padded by the tokenizer
-    on the right, so real tokens keep positions 0..n-1. Sentences without tokens (an empty sentence
-    for a decoder without BOS) are not run.
+    Yields (sentence positions, input ids, attention mask) as numpy arrays, padded on the right with
+    the tokenizer's pad token (as ``tokenizer.pad`` does, but by array indexing), so real tokens keep
+    positions 0..n-1. Sentences without tokens (an empty sentence for a decoder without BOS) are not run.
     """
     lengths = np.diff(plan.token_offsets)
-    order = [i for i in sorted(range(first, last), key=lambda i: lengths[i]) if lengths[i]]
+    span = np.arange(first, last)
+    order = span[np.argsort(lengths[span], kind="stable")]
+    order = order[lengths[order] > 0]
+    pad = tokenizer.pad_token_id
+    if pad is None:
+        raise ExtractionError(f"tokenizer {type(tokenizer).__name__} has no pad token to pad batches with")
     for b0 in range(0, len(order), batch_size):
-        batch = np.asarray(order[b0:b0 + batch_size], dtype=np.int64)
-        rows = [plan.input_ids[plan.token_offsets[i]:plan.token_offsets[i + 1]].tolist() for i in batch]
-        padded = tokenizer.pad({"input_ids": rows}, padding="longest", padding_side="right", return_tensors="np",
-                               return_attention_mask=True)
-        yield batch, padded["input_ids"].astype(np.int64), padded["attention_mask"].astype(np.int64)
+        batch = order[b0:b0 + batch_size]
+        n = lengths[batch]
+        real = np.arange(int(n.max()))[None, :] < n[:, None]
+        ids = np.full(real.shape, pad, dtype=np.int64)
+        ids[real] = plan.input_ids[(plan.token_offsets[batch][:, None] + np.arange(real.shape[1])[None, :])[real]]
+        yield batch, ids, real.astype(np.int64)
 
 
 def model_forward(loaded):
@@ -171,11 +177,20 @@ def _hf_windows(loaded, plan: Plan, *, batch_size: int, pooling: str, device: st
     window = WINDOW_BATCHES * batch_size
     n_sentences = len(plan.sentence_ids)
     selected = None  # float32 rows of one batch and layer, reused (fresh large tensors cost page faults)
-    for w0 in range(0, n_sentences, window):
+    # The windows' buffers, reused in turn: the writer (WRITER_DEPTH windows queued, one being written)
+    # is done with a window's buffer by the time WRITER_DEPTH + 2 later windows are being filled.
+    ring, scratch = [None] * (WRITER_DEPTH + 2), None
+    starts = np.arange(0, n_sentences, window)
+    widest = int(np.diff(plan.unit_offsets[np.append(starts, n_sentences)]).max(initial=0))
+    for number, w0 in enumerate(starts):
+        w0 = int(w0)
         w1 = min(w0 + window, n_sentences)
         base, n_rows = int(plan.unit_offsets[w0]), int(plan.unit_offsets[w1] - plan.unit_offsets[w0])
         # the window's rows in the order the batches produce them (contiguous writes), put in corpus order at the end
-        in_batch_order = torch.empty((loaded.n_layers, n_rows, dim), dtype=storage, device=device)
+        slot = number % len(ring)
+        if ring[slot] is None:
+            ring[slot] = torch.empty(loaded.n_layers * widest * dim, dtype=storage, device=device)
+        in_batch_order = ring[slot][: loaded.n_layers * n_rows * dim].view(loaded.n_layers, n_rows, dim)
         rows_in_order, filled = np.empty(n_rows, dtype=np.int64), 0
         for batch, ids, mask in padded_batches(plan, w0, w1, batch_size, loaded.tokenizer):
             rows, index, n_pieces = _selection(plan, batch, ids.shape[1], pooling)
@@ -212,7 +227,9 @@ def _hf_windows(loaded, plan: Plan, *, batch_size: int, pooling: str, device: st
             done.record()
             yield base, DeviceBlock(host, done), w1
         else:  # the writer thread puts the rows in corpus order while the next window runs
-            yield base, PermutedBlock(in_batch_order, order), w1
+            if scratch is None:
+                scratch = torch.empty(loaded.n_layers * widest * dim, dtype=storage)
+            yield base, PermutedBlock(in_batch_order, order, scratch), w1
 
 
 def _elmo_windows(loaded: ElmoModel, plan: Plan, *, batch_size: int, storage_dtype: str):

@@ -98,13 +98,23 @@ class DeviceBlock:
 
 
 class PermutedBlock:
-    """Rows in the order the batches produced them, and the order that puts them in corpus order."""
+    """Rows in the order the batches produced them, and the order that puts them in corpus order.
 
-    def __init__(self, rows, order):
-        self.rows, self.order, self.shape = rows, order, tuple(rows.shape)
+    ``scratch``: a flat tensor of at least layers x rows x dim elements the permuted rows go into, reused
+    for every window (the writer thread resolves one block at a time and writes it before the next;
+    fresh large tensors cost page faults)."""
+
+    def __init__(self, rows, order, scratch=None):
+        self.rows, self.order, self.shape, self.scratch = rows, order, tuple(rows.shape), scratch
 
     def resolve(self) -> np.ndarray:
-        return self.rows.index_select(1, self.order).numpy()  # torch releases the GIL while it copies
+        if self.scratch is None:
+            return self.rows.index_select(1, self.order).numpy()  # torch releases the GIL while it copies
+        import torch
+
+        out = self.scratch[: int(np.prod(self.shape))].view(self.shape)
+        torch.index_select(self.rows, 1, self.order, out=out)
+        return out.numpy()
 
 
 def chunk_cache_bytes(n_rows: int, dim: int, dtype: str) -> int:
