@@ -329,7 +329,7 @@ def measure_layer(
                 ordered = units if units["row"].is_monotonic_increasing else units.sort_values("row", kind="stable")
                 unit_labels, positions = ordered["unit"].to_numpy(dtype=object), ordered["position"].to_numpy()
         X = stored if stored.dtype == work else stored.astype(work)  # a float32 layer in float64 work
-        passed = layerstats.layer_pass(X, offsets, work)
+        passed = layerstats.layer_pass(X, offsets, work, rogue=geometry_panel)
         transforms = [layerstats.make_transform(name, passed) for name in variants]
         sums = {"none": passed.cosines, **layerstats.cosine_pass(X, offsets, transforms[1:], work)}
         words_by_variant = layerstats.word_stats(X, index.rows, index.group_starts, transforms, degenerate_tol=tol,

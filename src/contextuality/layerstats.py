@@ -320,13 +320,15 @@ def _sentence_count(offsets: np.ndarray) -> int:
     return int(np.count_nonzero(np.diff(offsets)))
 
 
-def layer_pass(X: np.ndarray, offsets: np.ndarray, work_dtype=np.float32, block_rows: int = BLOCK_ROWS) -> LayerPass:
+def layer_pass(X: np.ndarray, offsets: np.ndarray, work_dtype=np.float32, block_rows: int = BLOCK_ROWS, *,
+               rogue: bool = True) -> LayerPass:
     """One pass over every row of a layer: moments (uniform and the paper's weights) and unit-row sums.
 
     Rows are visited by sentence length class, whole sentences per block, converted once to
     ``work_dtype``. p_i = 1 / (S len(s_i)) as in ``measures.exact_baseline``. The scatter matrices are
     taken around ``shift``, the layer's column mean in float64: for precision, and so that a constant
     dimension (every row the same value, which its float64 mean then is exactly) has variance exactly 0.
+    ``rogue=False`` leaves out the per-dimension squares that only ``rogue_summary`` reads.
     """
     offsets = np.asarray(offsets, dtype=np.int64)
     n, d = X.shape
@@ -358,7 +360,7 @@ def layer_pass(X: np.ndarray, offsets: np.ndarray, work_dtype=np.float32, block_
             current, class_first, class_second = [length, 0], np.zeros(d), np.zeros((d, d))
         Y = np.asarray(X[rows], dtype=work_dtype)
         current[1] += len(rows)
-        _cosine_block(Y, length, 1.0 / (n_sentences * length), acc)
+        _cosine_block(Y, length, 1.0 / (n_sentences * length), acc, squares=rogue)
         _subtract(Y, shift)
         class_first += (np.ones(len(Y), dtype=Y.dtype) @ Y).astype(np.float64)
         class_second += Y.T @ Y
