@@ -185,6 +185,7 @@ def test_over_long_sentences_under_policy_error_stop_with_the_sentence_id(tiny_m
 
 def test_dry_run_plans_one_extraction_job_per_shard_and_model(tmp_path, base_config):
     base_config["extraction"]["n_shards"] = 4
+    base_config["extraction"]["threads"] = 3
     result = run_snakemake(
         tmp_path, "-n", "--cores", "4", "--resources", "gpu=2", configfile=write_config(tmp_path / "c.yaml", base_config)
     )
@@ -192,6 +193,9 @@ def test_dry_run_plans_one_extraction_job_per_shard_and_model(tmp_path, base_con
     counts = job_counts(result.stdout)
     assert counts["extract"] == 4 * len(base_config["models"])
     assert counts["gather"] == len(base_config["models"])
+    # every shard job asks for extraction.threads threads
+    blocks = [block for block in result.stdout.split("\n\n") if "rule extract:" in block]
+    assert blocks and all("threads: 3" in block for block in blocks), blocks[:1]
 
 
 def test_classic_export_has_one_dataset_per_sentence_and_word2sent(tiny_model, corpus, tmp_path):
