@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import h5py
@@ -66,6 +67,31 @@ def _direct_hidden(loaded, text: str) -> tuple[np.ndarray, list[int]]:
         output = loaded.model(**encoding, output_hidden_states=True)
     hidden = torch.stack(output.hidden_states)[:, 0].numpy()  # (layers, tokens, dim)
     return hidden, [i for i in range(len(special)) if not special[i] and text[spans[i][0]:spans[i][1]].strip()]
+
+
+def test_a_lagging_writer_never_sees_a_reused_window_buffer_overwritten(tiny_model, tmp_path, monkeypatch):
+    """The windows' buffers are reused in a ring (WRITER_DEPTH + 2 of them): with a writer slower than the
+    forward passes (the queue full all the time) and more windows than buffers, every row is stored as
+    with a fast writer."""
+    from contextuality import writer
+
+    loaded, _ = tiny_model
+    texts = [f"{text} ({copy})" for copy in range(5) for text in SENTENCES]  # batch size 1: 10 windows of 4
+    sentences = pd.DataFrame({"sentence_id": range(len(texts)), "text": texts})
+    words = word_table(sentences)
+    assert len(texts) > (extract.WRITER_DEPTH + 2) * extract.WINDOW_BATCHES
+    _extract(loaded, sentences, words, tmp_path / "fast", batch_size=1)
+    resolve = writer.PermutedBlock.resolve
+
+    def slow_resolve(self):
+        time.sleep(0.05)
+        return resolve(self)
+
+    monkeypatch.setattr(writer.PermutedBlock, "resolve", slow_resolve)
+    _extract(loaded, sentences, words, tmp_path / "slow", batch_size=1)
+    with h5py.File(tmp_path / "fast" / "shard.h5") as fast, h5py.File(tmp_path / "slow" / "shard.h5") as slow:
+        for layer in range(loaded.n_layers):
+            np.testing.assert_array_equal(fast[f"layer_{layer:02d}"][:], slow[f"layer_{layer:02d}"][:])
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 8])
