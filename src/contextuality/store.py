@@ -37,8 +37,9 @@ log = logging.getLogger(__name__)
 # Rows per HDF5 chunk: 1,024 rows of a 576-dim float16 layer are 1.2 MB, checksummed as one.
 CHUNK_ROWS = 1024
 EXPORT_CHUNK_SENTENCES = 1000
-# Elements read from HDF5 per slice while converting to another dtype (bounds the temporary copy).
-READ_SLICE_ELEMENTS = 1 << 24
+# Elements read from HDF5 per slice while converting to another dtype (bounds the temporary copy, and keeps
+# it in cache for the conversion).
+READ_SLICE_ELEMENTS = 1 << 20
 REBUILD_HINT = "delete it and rerun snakemake, which rebuilds it and everything that depends on it"
 
 
