@@ -23,8 +23,6 @@ any word that takes several pieces, exactly as the paper's code read it.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import itertools
 import logging
 from dataclasses import dataclass, field
@@ -32,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from contextuality.runtime import collection_paused
 from contextuality.words import is_punct
 
 log = logging.getLogger(__name__)
@@ -156,20 +155,6 @@ def _piece_words(texts: list[str], offsets_flat: np.ndarray, token_sentence: np.
     return np.where(inside, word, -1), first
 
 
-@contextlib.contextmanager
-def _collection_paused():
-    """No garbage collection inside: the tokenizer's output is hundreds of thousands of small acyclic
-    lists, and a full collection they set off would walk every object of the loaded model (about 0.4 s
-    per 2,000 sentences with MiniLM loaded) to free nothing."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def plan_pieces(
     tokenizer, sentences: pd.DataFrame, words: pd.DataFrame, *, indexing: str, max_length: int,
     policy: str = "truncate", name: str = "",
@@ -179,7 +164,7 @@ def plan_pieces(
     ``sentences``: ``sentence_id``, ``text`` (corpus order); ``words``: the spaCy words of those
     sentences (``sentence_id``, ``position``, ``word``, ``char_start``, ``is_punct``), in corpus order.
     """
-    with _collection_paused():
+    with collection_paused():
         return _plan_pieces(tokenizer, sentences, words, indexing=indexing, max_length=max_length, policy=policy,
                             name=name)
 

@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from contextuality import geometry, layerstats, measures
 from contextuality.atomic import atomic_path
+from contextuality.runtime import collection_paused
 from contextuality.static import write_embedding_text
 from contextuality.store import LayerReader, StoreError, check_layer, check_layer_set, read_layer
 
@@ -242,6 +243,7 @@ def _variant_measures(X, offsets, transform, word, sums, passed, *, intra_ids, b
     return row, {"intra": intra, "mev": mev, "baseline": baseline, "exact": exact}
 
 
+@collection_paused()  # the layer's work allocates no cycles; a full collection would walk the units table
 def measure_layer(
     layer_path: Path,
     layer: int,

@@ -1,8 +1,9 @@
 """What every job shares: its log (logging and stderr, tqdm's bars), the one-line end of an expected error,
-and the package's place on the jobs' PYTHONPATH."""
+the package's place on the jobs' PYTHONPATH, and pausing the garbage collector over allocation-heavy work."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -48,3 +49,17 @@ def prepend_python_path(folder: str | Path) -> None:
     the project, so its jobs import it from ``src/``)."""
     current = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), current]))
+
+
+@contextmanager
+def collection_paused():
+    """No garbage collection inside. For stretches that allocate many short-lived acyclic objects (the
+    tokenizer's output, a layer's measurement) in a process holding many long-lived ones (a loaded model,
+    a units table): a full collection they set off walks every one of those to free nothing (0.1-0.4 s)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
