@@ -177,13 +177,7 @@ class Transform(NamedTuple):
         """The transformed rows (any leading shape, last axis d) in ``dtype``."""
         if self.identity:
             return np.asarray(X, dtype=dtype)
-        Y = np.asarray(X, dtype=dtype) - self.shift.astype(dtype)
-        if self.scale is not None:
-            Y *= self.scale.astype(dtype)
-        if self.axes is not None:
-            axes = self.axes.astype(dtype)
-            Y -= (Y @ axes.T) @ axes
-        return Y
+        return self._linear_in_place(np.asarray(X, dtype=dtype) - self.shift.astype(dtype), dtype)
 
     def vector(self, v: np.ndarray) -> np.ndarray:
         """The transform of points v (float64)."""
@@ -192,7 +186,9 @@ class Transform(NamedTuple):
     def linear_rows(self, C: np.ndarray, dtype) -> np.ndarray:
         """The linear part applied to rows C (any leading shape, last axis d) in ``dtype``, as a new array:
         centred rows of the transformed vectors from centred rows of the stored ones."""
-        Y = np.array(C, dtype=dtype)
+        return self._linear_in_place(np.array(C, dtype=dtype), dtype)
+
+    def _linear_in_place(self, Y: np.ndarray, dtype) -> np.ndarray:
         if self.scale is not None:
             Y *= self.scale.astype(dtype)
         if self.axes is not None:
