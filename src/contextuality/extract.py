@@ -33,7 +33,7 @@ from contextuality.plan import read_plan
 from contextuality.atomic import atomic_path
 from contextuality.devices import choose_device
 from contextuality.store import create_checked
-from contextuality.writer import DeviceBlock, PermutedBlock, ShardWriter, chunk_cache_bytes
+from contextuality.writer import DeviceBlock, PermutedBlock, ShardWriter, chunk_cache_bytes, front_view
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ def _hf_windows(loaded, plan: Plan, *, batch_size: int, pooling: str, device: st
         slot = number % len(ring)
         if ring[slot] is None:
             ring[slot] = torch.empty(loaded.n_layers * widest * dim, dtype=storage, device=device)
-        in_batch_order = ring[slot][: loaded.n_layers * n_rows * dim].view(loaded.n_layers, n_rows, dim)
+        in_batch_order = front_view(ring[slot], (loaded.n_layers, n_rows, dim))
         rows_in_order, filled = np.empty(n_rows, dtype=np.int64), 0
         for batch, ids, mask in padded_batches(plan, w0, w1, batch_size, loaded.tokenizer):
             rows, index, n_pieces = _selection(plan, batch, ids.shape[1], pooling)

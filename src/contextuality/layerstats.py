@@ -387,7 +387,7 @@ def cosine_pass(X: np.ndarray, offsets: np.ndarray, transforms: list[Transform],
     shifts = [t.shift for t in transforms]
     shared = shifts[0] if all(v is not None and np.array_equal(v, shifts[0]) for v in shifts) else None
     for length, rows in _class_blocks(offsets, block_rows):
-        block = np.asarray(X[rows], dtype=work_dtype)  # a new array (an index gather), centred in place
+        block = np.asarray(X[rows], dtype=work_dtype)  # an index gather: a new array, safe to centre in place
         if shared is not None:
             _subtract(block, shared)
         for t in transforms:

@@ -104,17 +104,20 @@ class PermutedBlock:
     for every window (the writer thread resolves one block at a time and writes it before the next;
     fresh large tensors cost page faults)."""
 
-    def __init__(self, rows, order, scratch=None):
+    def __init__(self, rows, order, scratch):
         self.rows, self.order, self.shape, self.scratch = rows, order, tuple(rows.shape), scratch
 
     def resolve(self) -> np.ndarray:
-        if self.scratch is None:
-            return self.rows.index_select(1, self.order).numpy()  # torch releases the GIL while it copies
         import torch
 
-        out = self.scratch[: int(np.prod(self.shape))].view(self.shape)
-        torch.index_select(self.rows, 1, self.order, out=out)
+        out = front_view(self.scratch, self.shape)
+        torch.index_select(self.rows, 1, self.order, out=out)  # torch releases the GIL while it copies
         return out.numpy()
+
+
+def front_view(buffer, shape: tuple[int, ...]):
+    """The first prod(shape) elements of a flat, reused tensor, as a contiguous tensor of ``shape``."""
+    return buffer[: int(np.prod(shape))].view(shape)
 
 
 def chunk_cache_bytes(n_rows: int, dim: int, dtype: str) -> int:
