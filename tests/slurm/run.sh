@@ -6,7 +6,7 @@
 # 1. installs Debian's slurm-wlm daemons, munge and MariaDB (for slurmdbd, so sacct works) and starts
 #    a one-node cluster on localhost with 2 fake GPUs (tests/slurm/setup.sh);
 # 2. pip-installs snakemake-executor-plugin-slurm into VENV;
-# 3. runs the smoke config (tiny random models, 120 sentences, 4 shards) twice in temp workdirs:
+# 3. runs the smoke config (its tiny random GPT-2, 120 sentences, 4 shards) twice in temp workdirs:
 #    locally (`--cores 1`, device cpu) and on SLURM (`--profile profiles/slurm --workflow-profile none`,
 #    device cuda on fake GPUs: the test hook TEST_FAKE_GPUS (tests/hooks/sitecustomize.py) computes on the
 #    CPU but records the device each shard chose, its CUDA_VISIBLE_DEVICES and SLURM job id);
@@ -63,6 +63,8 @@ project, work = Path(sys.argv[1]), Path(sys.argv[2])
 config = yaml.safe_load((project / "config" / "smoke.yaml").read_text())
 config["corpus"]["bundled_dir"] = str(project / "resources" / "sts")
 config["static"] = {"benchmark_dir": str(project / "resources" / "benchmarks")}
+# one model (the decoder, 4 shards): every rule runs, in about half the jobs of two models
+config["models"] = {"tiny-gpt2": config["models"]["tiny-gpt2"]}
 (work / "local" / "smoke.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 config["extraction"]["device"] = "cuda"   # one GPU per shard job, from SLURM's GRES
 (work / "slurm" / "smoke.yaml").write_text(yaml.safe_dump(config, sort_keys=False))

@@ -54,6 +54,8 @@ rule words:
         count_mode=config["words"]["count"],
     log:
         "logs/corpus/words.log",
+    # before the models are built: a corpus with no word to measure stops the run within seconds
+    priority: 10
     conda:
         "../../envs/corpus.yaml"
     script:
