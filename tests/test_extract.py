@@ -70,9 +70,9 @@ def _direct_hidden(loaded, text: str) -> tuple[np.ndarray, list[int]]:
 
 
 def test_a_lagging_writer_never_sees_a_reused_window_buffer_overwritten(tiny_model, tmp_path, monkeypatch):
-    """The windows' buffers are reused in a ring (WRITER_DEPTH + 2 of them): with a writer slower than the
-    forward passes (the queue full all the time) and more windows than buffers, every row is stored as
-    with a fast writer."""
+    """The windows' buffers are reused once written (at most WRITER_DEPTH + 2 of them): with a writer slower
+    than the forward passes (the queue full all the time) and more windows than buffers, every row is
+    stored as with a fast writer."""
     from contextuality import writer
 
     loaded, _ = tiny_model
@@ -81,13 +81,13 @@ def test_a_lagging_writer_never_sees_a_reused_window_buffer_overwritten(tiny_mod
     words = word_table(sentences)
     assert len(texts) > (extract.WRITER_DEPTH + 2) * extract.WINDOW_BATCHES
     _extract(loaded, sentences, words, tmp_path / "fast", batch_size=1)
-    resolve = writer.PermutedBlock.resolve
+    resolve = writer.HostBlock.resolve
 
     def slow_resolve(self):
         time.sleep(0.05)
         return resolve(self)
 
-    monkeypatch.setattr(writer.PermutedBlock, "resolve", slow_resolve)
+    monkeypatch.setattr(writer.HostBlock, "resolve", slow_resolve)
     _extract(loaded, sentences, words, tmp_path / "slow", batch_size=1)
     with h5py.File(tmp_path / "fast" / "shard.h5") as fast, h5py.File(tmp_path / "slow" / "shard.h5") as slow:
         for layer in range(loaded.n_layers):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,7 @@ from contextuality.plan import read_plan
 from contextuality.atomic import atomic_path
 from contextuality.devices import choose_device
 from contextuality.store import create_checked
-from contextuality.writer import DeviceBlock, PermutedBlock, ShardWriter, chunk_cache_bytes, front_view
+from contextuality.writer import DeviceBlock, HostBlock, ShardWriter, chunk_cache_bytes, front_view
 
 log = logging.getLogger(__name__)
 
@@ -176,60 +177,80 @@ def _hf_windows(loaded, plan: Plan, *, batch_size: int, pooling: str, device: st
     dim = loaded.model.config.hidden_size
     window = WINDOW_BATCHES * batch_size
     n_sentences = len(plan.sentence_ids)
-    selected = None  # float32 rows of one batch and layer, reused (fresh large tensors cost page faults)
-    # The windows' buffers, reused in turn: the writer (WRITER_DEPTH windows queued, one being written)
-    # is done with a window's buffer by the time WRITER_DEPTH + 2 later windows are being filled.
-    ring, scratch = [None] * (WRITER_DEPTH + 2), None
+    # reused per batch and layer (fresh tensors cost page faults): the token grid in the storage dtype,
+    # and the batch's rows of units gathered from it
+    cast, gathered = None, None
+    # The windows' buffers: one handed back (``free``) is reused, else a new one is made. A buffer comes
+    # back once the writer has written its rows (on CUDA once its copy to the host is queued: the device
+    # runs copies in stream order). A writer that keeps up so reuses two or three; one that lags holds at
+    # most WRITER_DEPTH + 2 (queued, being written, being filled), as ``ShardWriter.put`` waits while its
+    # queue is full. Fresh memory costs a page fault per page on first touch.
+    free: queue.SimpleQueue = queue.SimpleQueue()
     starts = np.arange(0, n_sentences, window)
     widest = int(np.diff(plan.unit_offsets[np.append(starts, n_sentences)]).max(initial=0))
-    for number, w0 in enumerate(starts):
+    for w0 in starts:
         w0 = int(w0)
         w1 = min(w0 + window, n_sentences)
         base, n_rows = int(plan.unit_offsets[w0]), int(plan.unit_offsets[w1] - plan.unit_offsets[w0])
-        # the window's rows in the order the batches produce them (contiguous writes), put in corpus order at the end
-        slot = number % len(ring)
-        if ring[slot] is None:
-            ring[slot] = torch.empty(loaded.n_layers * widest * dim, dtype=storage, device=device)
-        in_batch_order = front_view(ring[slot], (loaded.n_layers, n_rows, dim))
-        rows_in_order, filled = np.empty(n_rows, dtype=np.int64), 0
+        try:
+            buffer = free.get_nowait()
+        except queue.Empty:
+            buffer = torch.empty(loaded.n_layers * widest * dim, dtype=storage, device=device)
+        rows_of_window = front_view(buffer, (loaded.n_layers, n_rows, dim))  # in corpus order
+        filled = 0
         for batch, ids, mask in padded_batches(plan, w0, w1, batch_size, loaded.tokenizer):
             rows, index, n_pieces = _selection(plan, batch, ids.shape[1], pooling)
             if not len(rows):
                 continue
-            span = slice(filled, filled + len(rows))
-            rows_in_order[span] = rows - base
             filled += len(rows)
             with torch.inference_mode():
                 hidden = forward(torch.from_numpy(ids).to(device, non_blocking=True),
                                  torch.from_numpy(mask).to(device, non_blocking=True))
                 index_t = torch.from_numpy(index).to(device, non_blocking=True)
+                positions = rows - base
+                if on_cuda:
+                    positions = torch.from_numpy(positions).to(device, non_blocking=True)
                 counts = None if n_pieces is None else torch.from_numpy(n_pieces).to(device, dtype=torch.float32)
-                for layer, states in enumerate(hidden):
-                    flat = states.reshape(-1, states.shape[-1])
-                    target = in_batch_order[layer, span]
-                    if counts is not None:  # mean of a word's pieces: padded gather (a zero row after the grid)
-                        padded = torch.cat([flat.float(), flat.new_zeros((1, flat.shape[1]), dtype=torch.float32)])
-                        target.copy_(padded[index_t].sum(dim=1) / counts[:, None])
-                    elif flat.dtype == storage:
-                        torch.index_select(flat, 0, index_t, out=target)
-                    else:
-                        if selected is None or selected.shape[0] < len(rows) or selected.dtype != flat.dtype:
-                            selected = torch.empty((max(len(rows), 2 * batch_size * 32), dim), dtype=flat.dtype, device=device)
-                        torch.index_select(flat, 0, index_t, out=selected[: len(rows)])
-                        target.copy_(selected[: len(rows)])  # the cast to the storage dtype, on the device
+                cast, gathered = _select_into(hidden, rows_of_window, positions, index_t, counts, storage, cast, gathered)
         if filled != n_rows:
             raise ExtractionError(f"window of sentences {w0}-{w1 - 1}: {filled} rows computed, {n_rows} planned")
-        order = torch.from_numpy(np.argsort(rows_in_order, kind="stable")).to(device, non_blocking=True)
-        if on_cuda:  # corpus order on the device, then pinned host memory without blocking
+        if on_cuda:  # to pinned host memory without blocking
             host = torch.empty((loaded.n_layers, n_rows, dim), dtype=storage, pin_memory=True)
-            host.copy_(in_batch_order.index_select(1, order), non_blocking=True)
+            host.copy_(rows_of_window, non_blocking=True)
+            free.put(buffer)
             done = torch.cuda.Event()
             done.record()
             yield base, DeviceBlock(host, done), w1
-        else:  # the writer thread puts the rows in corpus order while the next window runs
-            if scratch is None:
-                scratch = torch.empty(loaded.n_layers * widest * dim, dtype=storage)
-            yield base, PermutedBlock(in_batch_order, order, scratch), w1
+        else:
+            yield base, HostBlock(rows_of_window, release=lambda b=buffer: free.put(b)), w1
+
+
+def _select_into(hidden, rows_of_window, positions, index, counts, storage, cast, gathered):
+    """Each layer's rows of the batch's units (pooled as planned), in the storage dtype, into the window's
+    buffer at their corpus-order ``positions`` (a tensor on the device, or a numpy array when the device
+    is the CPU). ``cast`` and ``gathered``: reusable buffers in the storage dtype (returned, maybe grown)."""
+    import torch
+
+    n_rows, dim = len(positions), rows_of_window.shape[-1]
+    if gathered is None or gathered.numel() < n_rows * dim:
+        gathered = torch.empty(max(n_rows * dim, 1 << 20), dtype=storage, device=rows_of_window.device)
+    rows = gathered[: n_rows * dim].view(n_rows, dim)
+    for layer, states in enumerate(hidden):
+        flat = states.reshape(-1, states.shape[-1])
+        if counts is not None:  # mean of a word's pieces: padded gather (a zero row after the grid)
+            padded = torch.cat([flat.float(), flat.new_zeros((1, flat.shape[1]), dtype=torch.float32)])
+            rows.copy_(padded[index].sum(dim=1) / counts[:, None])
+        else:
+            if flat.dtype != storage:  # cast the batch's token grid (small enough to stay in cache) first
+                if cast is None or cast.numel() < flat.numel():
+                    cast = torch.empty(max(flat.numel(), 1 << 20), dtype=storage, device=flat.device)
+                flat = cast[: flat.numel()].view(flat.shape).copy_(flat)
+            torch.index_select(flat, 0, index, out=rows)
+        if isinstance(positions, np.ndarray):  # numpy puts whole rows in place, torch's CPU scatter is 6x slower
+            rows_of_window[layer].numpy()[positions] = rows.numpy()
+        else:
+            rows_of_window[layer].index_copy_(0, positions, rows)
+    return cast, gathered
 
 
 def _elmo_windows(loaded: ElmoModel, plan: Plan, *, batch_size: int, storage_dtype: str):

@@ -2,8 +2,8 @@
 
 The extraction loop hands each window's vectors (layers x rows x dim, in the storage dtype) to
 ``ShardWriter.put`` and goes on with the next batch while the writer thread appends them to the HDF5
-file. A block may still need work that releases the GIL (a CUDA copy to wait for, rows to put in
-corpus order), which the writer thread does. The file's chunk cache holds every layer's open chunk,
+file. A block may be a CUDA copy still under way (the writer thread waits for it), or rows whose
+buffer the extraction reuses once they are written (the writer hands it back). The file's chunk cache holds every layer's open chunk,
 so each chunk is checksummed (fletcher32) and written once, whole, never read back. An error in the
 writer thread (a full disk, say) stops the extraction at its next ``put`` or at ``close`` with the
 writer's message. The file is written under a temporary name and renamed only once complete
@@ -45,8 +45,8 @@ class ShardWriter:
     def put(self, block) -> None:
         """Queue the next rows of every layer (waits while the queue is full); raises the writer's error.
 
-        ``block``: a (layers, rows, dim) array, or a ``DeviceBlock``/``PermutedBlock`` the writer thread
-        finishes (so the forward passes go on meanwhile).
+        ``block``: a (layers, rows, dim) array, a ``DeviceBlock`` (a copy from the GPU the writer thread
+        waits for, while the forward passes go on) or a ``HostBlock`` (handed back once written).
         """
         self._raise()
         if block.shape[1]:
@@ -77,6 +77,8 @@ class ShardWriter:
                 for dataset, layer_rows in zip(self.datasets, rows):
                     dataset[self.written:self.written + rows.shape[1]] = layer_rows
                 self.written += rows.shape[1]
+                if hasattr(block, "written"):
+                    block.written()
         except BaseException as err:  # handed to the extraction loop, which stops with it
             self.error = err
             while True:  # unblock a producer waiting on a full queue
@@ -97,22 +99,19 @@ class DeviceBlock:
         return self.host.numpy()
 
 
-class PermutedBlock:
-    """Rows in the order the batches produced them, and the order that puts them in corpus order.
+class HostBlock:
+    """A window's rows in host memory; ``release()`` once they are written (the extraction then reuses
+    their buffer for a later window)."""
 
-    ``scratch``: a flat tensor of at least layers x rows x dim elements the permuted rows go into, reused
-    for every window (the writer thread resolves one block at a time and writes it before the next;
-    fresh large tensors cost page faults)."""
-
-    def __init__(self, rows, order, scratch):
-        self.rows, self.order, self.shape, self.scratch = rows, order, tuple(rows.shape), scratch
+    def __init__(self, rows, release=None):
+        self.rows, self.shape, self.release = rows, tuple(rows.shape), release
 
     def resolve(self) -> np.ndarray:
-        import torch
+        return self.rows.numpy()
 
-        out = front_view(self.scratch, self.shape)
-        torch.index_select(self.rows, 1, self.order, out=out)  # torch releases the GIL while it copies
-        return out.numpy()
+    def written(self) -> None:
+        if self.release is not None:
+            self.release()
 
 
 def front_view(buffer, shape: tuple[int, ...]):
