@@ -14,7 +14,7 @@
 #    extraction job got its own GPU from SLURM and used cuda:0, and that the outputs equal the local
 #    run's (tests/slurm/compare.py);
 # 5. stops the daemons (tests/slurm/teardown.sh) and removes the workdirs (KEEP=1 keeps both).
-# Exit status 0 = pass. About 4 minutes on 2 cores (4 min 8 s measured; most of it SLURM polling and job
+# Exit status 0 = pass. About 5 minutes on 2 cores (289 s measured; most of it SLURM polling and job
 # start-up), plus ~35 s for apt-get and pip the first time.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
