@@ -3,11 +3,11 @@
 The extraction loop hands each window's vectors (layers x rows x dim, in the storage dtype) to
 ``ShardWriter.put`` and goes on with the next batch while the writer thread appends them to the HDF5
 file. A block may be a CUDA copy still under way (the writer thread waits for it), or rows whose
-buffer the extraction reuses once they are written (the writer hands it back). The file's chunk cache holds every layer's open chunk,
-so each chunk is checksummed (fletcher32) and written once, whole, never read back. An error in the
-writer thread (a full disk, say) stops the extraction at its next ``put`` or at ``close`` with the
-writer's message. The file is written under a temporary name and renamed only once complete
-(``contextuality.atomic``).
+buffer the extraction reuses once they are written (the writer hands it back). The file's chunk cache
+holds every layer's open chunk, so each chunk is checksummed (fletcher32) and written once, whole,
+never read back. An error in the writer thread (a full disk, say) stops the extraction at its next
+``put`` or at ``close`` with the writer's message. The file is written under a temporary name and
+renamed only once complete (``contextuality.atomic``).
 """
 
 from __future__ import annotations
