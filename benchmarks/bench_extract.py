@@ -9,7 +9,7 @@
     it: the shard job (it reads its plan from the plan job's files; the job a GPU waits on) in tokens/s,
     and beside it the plan job (tokenize, align, write the plan; once per model, on a CPU, before any
     shard job) and the two one after the other. torch runs on ``--host-threads`` threads (default 1):
-    with the stand-in, torch's only work is the selection, cast and reordering that a GPU job does on
+    with the stand-in, torch's only work is the selection and cast of rows that a GPU job does on
     the device; a second thread gains that memory-bound copying nothing on 2 cores and takes the core
     the writer thread checksums and writes on;
 (e) the write floor: a raw h5py write of the same bytes (contiguous datasets, no checksums).
@@ -69,7 +69,7 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--host-threads", type=int, default=1,
-                        help="torch threads in (d), where the selection, cast and reordering stand for the device's work")
+                        help="torch threads in (d), where the selection and cast of rows stand for the device's work")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--compute-dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--storage-dtype", default="float16", choices=["float16", "float32"])
