@@ -34,7 +34,7 @@ from contextuality.plan import read_plan
 from contextuality.atomic import atomic_path
 from contextuality.devices import choose_device
 from contextuality.store import create_checked
-from contextuality.writer import DeviceBlock, HostBlock, ShardWriter, chunk_cache_bytes, front_view
+from contextuality.writer import DeviceBlock, HostBlock, ShardWriter, chunk_cache_bytes
 
 log = logging.getLogger(__name__)
 
@@ -231,10 +231,9 @@ def _select_into(hidden, rows_of_window, positions, index, counts, storage, cast
     is the CPU). ``cast`` and ``gathered``: reusable buffers in the storage dtype (returned, maybe grown)."""
     import torch
 
-    n_rows, dim = len(positions), rows_of_window.shape[-1]
-    if gathered is None or gathered.numel() < n_rows * dim:
-        gathered = torch.empty(max(n_rows * dim, 1 << 20), dtype=storage, device=rows_of_window.device)
-    rows = gathered[: n_rows * dim].view(n_rows, dim)
+    shape = (len(positions), rows_of_window.shape[-1])
+    gathered = _holding(gathered, shape, storage, rows_of_window.device)
+    rows = front_view(gathered, shape)
     for layer, states in enumerate(hidden):
         flat = states.reshape(-1, states.shape[-1])
         if counts is not None:  # mean of a word's pieces: padded gather (a zero row after the grid)
@@ -242,15 +241,29 @@ def _select_into(hidden, rows_of_window, positions, index, counts, storage, cast
             rows.copy_(padded[index].sum(dim=1) / counts[:, None])
         else:
             if flat.dtype != storage:  # cast the batch's token grid (small enough to stay in cache) first
-                if cast is None or cast.numel() < flat.numel():
-                    cast = torch.empty(max(flat.numel(), 1 << 20), dtype=storage, device=flat.device)
-                flat = cast[: flat.numel()].view(flat.shape).copy_(flat)
+                cast = _holding(cast, flat.shape, storage, flat.device)
+                flat = front_view(cast, flat.shape).copy_(flat)
             torch.index_select(flat, 0, index, out=rows)
         if isinstance(positions, np.ndarray):  # numpy puts whole rows in place, torch's CPU scatter is 6x slower
             rows_of_window[layer].numpy()[positions] = rows.numpy()
         else:
             rows_of_window[layer].index_copy_(0, positions, rows)
     return cast, gathered
+
+
+def front_view(buffer, shape: tuple[int, ...]):
+    """The first prod(shape) elements of a flat, reused tensor, as a contiguous tensor of ``shape``."""
+    return buffer[: int(np.prod(shape))].view(shape)
+
+
+def _holding(buffer, shape: tuple[int, ...], dtype, device):
+    """``buffer`` (a flat tensor, or None) if it holds ``shape``'s elements, else a new one of at least 1M."""
+    import torch
+
+    needed = int(np.prod(shape))
+    if buffer is not None and buffer.numel() >= needed:
+        return buffer
+    return torch.empty(max(needed, 1 << 20), dtype=dtype, device=device)
 
 
 def _elmo_windows(loaded: ElmoModel, plan: Plan, *, batch_size: int, storage_dtype: str):

@@ -114,11 +114,6 @@ class HostBlock:
             self.release()
 
 
-def front_view(buffer, shape: tuple[int, ...]):
-    """The first prod(shape) elements of a flat, reused tensor, as a contiguous tensor of ``shape``."""
-    return buffer[: int(np.prod(shape))].view(shape)
-
-
 def chunk_cache_bytes(n_rows: int, dim: int, dtype: str) -> int:
     """A per-dataset chunk cache that holds two chunks: every layer's open chunk stays in memory."""
     return 2 * chunk_rows(n_rows) * dim * np.dtype(dtype).itemsize + (1 << 16)
