@@ -44,6 +44,9 @@ from contextuality import geometry, measures
 # batches are sized so that the several passes over each stay in cache (L3) even with two layers measured at
 # once: 8192-row blocks and 32 MiB batches made the whole measurement step about 17% slower on 2 cores.
 BLOCK_ROWS = 2048
+# Rows whose float64 mean is the point the layer's moments are taken around (``layer_pass``): a sample
+# spares a full pass over the layer.
+SHIFT_ROWS = 1 << 16
 # Lanczos steps per round, rounds before LAPACK takes over, and the accepted residual |A x - theta x| /
 # theta of a top eigenpair (float32 arithmetic reaches about 1e-7; the eigenvalue is then good to the
 # same relative accuracy, far below the 3 decimals the measures are reported to). On the default
@@ -324,8 +327,9 @@ def layer_pass(X: np.ndarray, offsets: np.ndarray, work_dtype=np.float32, block_
 
     Rows are visited by sentence length class, whole sentences per block, converted once to
     ``work_dtype``. p_i = 1 / (S len(s_i)) as in ``measures.exact_baseline``. The scatter matrices are
-    taken around ``shift``, the layer's column mean in float64: for precision, and so that a constant
-    dimension (every row the same value, which its float64 mean then is exactly) has variance exactly 0.
+    taken around ``shift``, the float64 column mean of the first ``SHIFT_ROWS`` rows: near the layer's
+    mean, for precision, and so that a constant dimension (every row the same value, which its float64
+    mean then is exactly) has variance exactly 0.
     ``rogue=False`` leaves out the per-dimension squares that only ``rogue_summary`` reads.
     """
     offsets = np.asarray(offsets, dtype=np.int64)
@@ -333,7 +337,9 @@ def layer_pass(X: np.ndarray, offsets: np.ndarray, work_dtype=np.float32, block_
     if offsets[-1] != n:
         raise ValueError(f"sentence_offsets ends at {offsets[-1]} but X has {n} rows")
     n_sentences = _sentence_count(offsets)
-    shift = X.mean(axis=0, dtype=np.float64) if n else np.zeros(d)
+    # the mean of the first rows: any shift near the mean keeps the scatter's precision (the moments are
+    # exact for any shift), and a constant column's own value is its exact float64 mean
+    shift = X[:SHIFT_ROWS].mean(axis=0, dtype=np.float64) if n else np.zeros(d)
     uniform_first, uniform_second = np.zeros(d), np.zeros((d, d))
     weighted_first, weighted_second = np.zeros(d), np.zeros((d, d))
     weighted_total = 0.0
@@ -701,7 +707,8 @@ def word_stats(X: np.ndarray, rows: np.ndarray, group_starts: np.ndarray, transf
     for batch in np.array_split(large, max(1, -(-len(large) // per_batch))) if len(large) else []:
         collected = {t.name: ([], [], []) for t in transforms}
         for word in batch:
-            block = np.array(X[rows[group_starts[word]:group_starts[word] + sizes[word]]], dtype=work_dtype)
+            # an index gather is a new array already: centred in place below without a second copy
+            block = np.asarray(X[rows[group_starts[word]:group_starts[word] + sizes[word]]], dtype=work_dtype)
             mean = block.sum(axis=0, dtype=np.float64) / len(block)
             for t in transforms[1:]:
                 collected[t.name][1].append(t.vector(mean))
