@@ -66,3 +66,25 @@ def test_build_writes_both_tables(tmp_path, sentences):
     )
     assert pd.read_parquet(tmp_path / "index.parquet").equals(index)
     assert len(pd.read_parquet(tmp_path / "words.parquet")) == 4 + 4 + 6 + 4 + 4 + 3
+
+
+TOKENIZE_WITHOUT_TORCH = """
+import sys
+from contextuality.words import english_tokenizer
+assert [t.text for t in english_tokenizer()("The dog, again.")] == ["The", "dog", ",", "again", "."]
+assert "torch" not in sys.modules, "spaCy's import pulled in torch"
+import thinc.compat
+assert not thinc.compat.has_torch
+import torch  # the hidden import is restored: torch still imports afterwards
+print(torch.zeros(2).sum().item())
+"""
+
+
+def test_the_tokenizer_imports_no_torch_and_leaves_it_importable():
+    """The word-index job spends no 2.6 s importing torch for spaCy's thinc, and torch imports after it."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", TOKENIZE_WITHOUT_TORCH], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "0.0"

@@ -9,6 +9,7 @@ counts) or, optionally, that many unique contexts (distinct sentence texts, the 
 from __future__ import annotations
 
 import logging
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -28,8 +29,20 @@ class WordIndexError(ValueError):
 
 @lru_cache(maxsize=1)
 def english_tokenizer():
-    import spacy
+    """spaCy's rule-based English tokenizer (``spacy.blank("en")``).
 
+    spaCy imports thinc, which imports torch whenever it is installed (2.6 s, most of the word-index
+    job); the tokenizer uses none of it. A process that has not imported torch yet imports spaCy with
+    ``import torch`` failing (a None entry in ``sys.modules``), which thinc takes as torch being absent.
+    """
+    hide_torch = "torch" not in sys.modules
+    if hide_torch:
+        sys.modules["torch"] = None
+    try:
+        import spacy
+    finally:
+        if hide_torch and sys.modules.get("torch", False) is None:
+            del sys.modules["torch"]
     return spacy.blank("en").tokenizer
 
 
