@@ -10,7 +10,8 @@ Measures, in one run:
       the geometry panel on (``--no-geometry`` to leave it out) and the post-processed variants
       ``--postprocess none,standardize,abtt``;
   (b) one sequential read of every layer file (``store.read_layer``: the shards read directly, every
-      chunk's checksum verified; the floor for any read-once method); and (b') the same read converted
+      chunk's checksum verified; the floor for any read-once method), the median of ``--reads`` such
+      reads (default 3; a cold read's time varies with the disk); and (b') the same read converted
       to the compute dtype, as every measure in float32 (or float64) must convert each stored value once;
   (c) the original code's approach: per word, at most 1,000 sampled ordered pairs with each vector read
       from the HDF5 dataset one at a time and a scipy cosine per pair, at every layer; and one sklearn
@@ -192,6 +193,7 @@ def main() -> None:
     parser.add_argument("--original-words", type=int, default=40, help="words timed for (c) before extrapolating")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cold", action="store_true", help="evict the layer files from the page cache before (a) and (b)")
+    parser.add_argument("--reads", type=int, default=3, help="reads timed for (b) and (b'); their median is printed")
     parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="layers measured at once in (a) (snakemake --cores)")
     parser.add_argument("--no-geometry", action="store_true", help="leave the geometry panel out of (a)")
     parser.add_argument("--postprocess", default="none,standardize,abtt", help="post-processing variants measured in (a)")
@@ -219,12 +221,16 @@ def main() -> None:
         print(f"{folder}: {len(paths)} layers, {shape[0]} rows x {shape[1]} ({dtype}), "
               f"{occurrences['word'].nunique()} words, {len(occurrences)} occurrences")  # fmt: skip
 
-        if args.cold:
-            evict_from_page_cache(paths)
-        read = time_sequential_read(paths)
-        if args.cold:
-            evict_from_page_cache(paths)
-        read_converted = time_sequential_read(paths, args.compute_dtype)
+        # the read floor is the median of --reads reads (a cold read's time varies with the disk by up to 1.7x)
+        reads, reads_converted = [], []
+        for _ in range(args.reads):
+            if args.cold:
+                evict_from_page_cache(paths)
+            reads.append(time_sequential_read(paths))
+            if args.cold:
+                evict_from_page_cache(paths)
+            reads_converted.append(time_sequential_read(paths, args.compute_dtype))
+        read, read_converted = float(np.median(reads)), float(np.median(reads_converted))
         if args.cold:
             evict_from_page_cache(paths)
         pipeline, cpu = time_pipeline(paths, occurrences, units, scratch / "metrics", jobs=args.jobs, options=options)
@@ -235,9 +241,11 @@ def main() -> None:
     print(f"(a) measurement step, all layers:     {pipeline:9.2f} s  ({args.jobs} at once; {cpu:.2f} CPU s in measure_layer; "
           f"geometry {'on' if options['geometry_panel'] else 'off'}, postprocess {','.join(options['postprocess'])}, "
           f"{options['compute_dtype']})")
-    print(f"(b) sequential read of layer files:   {read:9.2f} s  ({'cold: evicted from the page cache first' if args.cold else 'warm page cache'})")
-    print(f"(b') the same read into {args.compute_dtype}:   {read_converted:9.2f} s  (every {args.compute_dtype} measure "
-          f"converts each stored value once; numpy converts float16 at about 3 ns a value)")
+    spread = lambda times: ", ".join(f"{t:.2f}" for t in times)  # noqa: E731
+    print(f"(b) sequential read of layer files:   {read:9.2f} s  (median of {spread(reads)}; "
+          f"{'cold: evicted from the page cache first' if args.cold else 'warm page cache'})")
+    print(f"(b') the same read into {args.compute_dtype}:   {read_converted:9.2f} s  (median of {spread(reads_converted)}; every "
+          f"{args.compute_dtype} measure converts each stored value once; numpy converts float16 at about 3 ns a value)")
     print(f"(a)/(b) = {pipeline / read:.2f}  (target <= 3)")
     print(f"(a)/(b') = {pipeline / read_converted:.2f}")
     if original is not None:
