@@ -337,8 +337,6 @@ def layer_pass(X: np.ndarray, offsets: np.ndarray, work_dtype=np.float32, block_
     if offsets[-1] != n:
         raise ValueError(f"sentence_offsets ends at {offsets[-1]} but X has {n} rows")
     n_sentences = _sentence_count(offsets)
-    # the mean of the first rows: any shift near the mean keeps the scatter's precision (the moments are
-    # exact for any shift), and a constant column's own value is its exact float64 mean
     shift = X[:SHIFT_ROWS].mean(axis=0, dtype=np.float64) if n else np.zeros(d)
     uniform_first, uniform_second = np.zeros(d), np.zeros((d, d))
     weighted_first, weighted_second = np.zeros(d), np.zeros((d, d))
