@@ -54,6 +54,7 @@ def audited_smoke_run(tmp_path_factory) -> Path:
         )
         assert result.returncode == 0, failure(result)
         _RUNS["smoke"] = workdir
+        _RUNS["smoke-output"] = result.stdout + result.stderr
         _RUNS["smoke-audit"] = audit
         _RUNS["smoke-config"] = config
     return _RUNS["smoke"]
@@ -68,6 +69,11 @@ def smoke_audit() -> list[dict]:
 
 def smoke_config_path() -> Path:
     return _RUNS["smoke-config"]
+
+
+def smoke_output() -> str:
+    """What the shared smoke run printed (stdout, then stderr)."""
+    return _RUNS["smoke-output"]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -9,44 +9,42 @@ import pandas as pd
 import pytest
 
 from conftest import run_snakemake, write_config
-from workflow_runs import failure, smoke_config
+from workflow_runs import audited_smoke_run, smoke_config, smoke_output
 
 pytestmark = pytest.mark.slow
 
 
-def test_truncation_losses_are_counted_and_shown_in_tables_reports_and_the_runs_output(tmp_path):
-    config = smoke_config(corpus={"max_sentences": 60}, extraction={"n_shards": 1})
-    config["models"] = {"tiny-gpt2": {**config["models"]["tiny-gpt2"], "max_length": 12}}
-    result = run_snakemake(tmp_path, "results/tables/summary.md", "--cores", "2",
-                           configfile=write_config(tmp_path / "c.yaml", config))
-    assert result.returncode == 0, failure(result)
-    losses = json.loads((tmp_path / "results/embeddings/tiny-gpt2/losses.json").read_text())
+def test_truncation_losses_are_counted_and_shown_in_tables_reports_and_the_runs_output(tmp_path_factory):
+    """The smoke config cuts tiny-gpt2's longest sentences (``max_length: 88``): the shared smoke run shows the losses."""
+    workdir = audited_smoke_run(tmp_path_factory)
+    losses = json.loads((workdir / "results/embeddings/tiny-gpt2/losses.json").read_text())
     lost = losses["indexed_occurrences_lost"]
     assert losses["sentences_truncated"] > 0 and lost["truncated"] > 0 and losses["sentences_skipped"] == 0
     # the words' own index and the occurrences measured differ by exactly what was lost
-    index = pd.read_parquet(tmp_path / "results/corpus/word_index.parquet")
-    units = pd.read_parquet(tmp_path / "results/embeddings/tiny-gpt2/units.parquet")
+    index = pd.read_parquet(workdir / "results/corpus/word_index.parquet")
+    units = pd.read_parquet(workdir / "results/embeddings/tiny-gpt2/units.parquet")
     stored = index.merge(units.rename(columns={"word_position": "position", "position": "unit_position"}),
                          on=["sentence_id", "position"])
     assert losses["indexed_occurrences"] == len(index)
     assert len(index) - len(stored) == sum(lost.values())
-    output = result.stdout + result.stderr
-    assert f"WARNING model tiny-gpt2: {losses['sentences_truncated']} sentences truncated; 0 skipped; " in output
+    assert f"WARNING model tiny-gpt2: {losses['sentences_truncated']} sentences truncated; 0 skipped; " in smoke_output()
     for table in ("summary.md", "claims.md"):
-        text = (tmp_path / "results" / "tables" / table).read_text()
+        text = (workdir / "results" / "tables" / table).read_text()
         assert "## What could not be stored" in text
         row = next(line for line in text.splitlines() if line.startswith("| tiny random GPT-2 (`tiny-gpt2`) | "))
         assert row.split(" | ")[1:5] == [str(losses["sentences_truncated"]), "0", str(losses["indexed_occurrences"]),
                                           str(lost["truncated"])]
-    table = pd.read_csv(tmp_path / "results/tables/losses.csv")
-    assert table.loc[0, "lost_truncated"] == lost["truncated"]
+    table = pd.read_csv(workdir / "results/tables/losses.csv").set_index("model")
+    assert table.loc["tiny-gpt2", "lost_truncated"] == lost["truncated"]
+    assert table.loc["tiny-bert", "sentences_truncated"] == 0  # the model without a limit loses nothing
 
 
 @pytest.mark.parametrize("setting", ["max_length", "min_occurrences"])
 def test_a_model_with_nothing_to_measure_stops_before_any_extraction(tmp_path, setting):
     config = smoke_config()
+    config["models"] = {"tiny-bert": config["models"]["tiny-bert"]}  # one model stops the run as well as two
     if setting == "max_length":  # [CLS] and [SEP] fill both places: no word is stored
-        config["models"] = {"tiny-bert": {**config["models"]["tiny-bert"], "max_length": 2}}
+        config["models"]["tiny-bert"]["max_length"] = 2
         expected = "model 'tiny-bert': only 0 indexed word(s) would be stored, and the measurements need at least 2; "
     else:  # the word index itself is empty: stopped at the words rule, before any model runs
         config["words"]["min_occurrences"] = 1000
