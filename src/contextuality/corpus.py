@@ -21,8 +21,10 @@ import logging
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas loads in about 0.9 s; the Snakefile imports this module at every start
+    import pandas as pd
 
 from contextuality.atomic import atomic_path
 
@@ -246,6 +248,7 @@ def load_pairs_hub(years: list[int], include_2012_train: bool, revisions: dict[i
     data files (``test.jsonl.gz``, ``train.jsonl.gz``) and splits as it would on the hub.
     """
     import datasets
+    import pandas as pd
     from huggingface_hub import constants
 
     frames = []
@@ -283,6 +286,8 @@ def load_pairs_hub(years: list[int], include_2012_train: bool, revisions: dict[i
 
 def pairs_to_sentences(pairs: pd.DataFrame, max_sentences: int | None = None) -> pd.DataFrame:
     """Two rows per pair (Sent1 then Sent2), numbered by a running ``sentence_id``."""
+    import pandas as pd
+
     first = pairs.assign(side=1, text=pairs["sentence1"])
     second = pairs.assign(side=2, text=pairs["sentence2"])
     both = pd.concat([first, second])

@@ -11,8 +11,10 @@ and the paper's line up by name.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas loads in about 0.9 s, and the Snakefile imports this module for FIGURES alone
+    import pandas as pd
 
 PAPER_MODELS = ("elmo", "bert", "gpt2")
 
@@ -114,6 +116,8 @@ def reference_table() -> pd.DataFrame:
     Columns: ``paper_model``, ``layer``, ``quantity`` (a layers.parquet column name),
     ``value``, ``approximate`` (True for [STATS] values), ``source``.
     """
+    import pandas as pd
+
     rows = []
     for quantity, per_model in _STATS.items():
         for model, values in per_model.items():
