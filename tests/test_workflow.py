@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+
 from conftest import PROJECT, job_counts, run_snakemake, write_config
 
 
@@ -25,3 +30,15 @@ def test_unknown_key_fails_naming_it(tmp_path, base_config):
     assert result.returncode != 0
     assert "corpus: unknown key(s) 'yeers'; allowed: bundled_dir" in output
     assert "'patternProperties'" not in output  # one sentence, not a schema dump
+
+
+def test_the_snakefile_imports_of_the_project_load_no_pandas():
+    """Every snakemake start (a dry run, a cluster job) imports what common.smk imports: pandas there
+    would add about 0.9 s to each."""
+    imports = re.findall(r"^from (contextuality\.\w+) import", (PROJECT / "workflow/rules/common.smk").read_text(), re.M)
+    assert len(imports) >= 5
+    code = f"import sys\nimport {', '.join(sorted(set(imports)))}\nprint('pandas' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT / "src"), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
