@@ -152,12 +152,16 @@ def time_products(paths: dict[int, Path], occurrences: pd.DataFrame, *, jobs: in
     started = time.perf_counter()
     index = OccurrenceIndex(occurrences)
     work = [(paths[layer], index.rows, index.group_starts, dtype) for layer in sorted(paths)]
-    if jobs == 1:
-        cpu = [_products_one(item) for item in work]
-    else:
-        with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
-            cpu = list(pool.map(_products_one, work))
+    cpu = _each_layer(_products_one, work, jobs)
     return time.perf_counter() - started, sum(cpu)
+
+
+def _each_layer(function, work: list, jobs: int) -> list:
+    """``function`` on every layer's item of ``work``, ``jobs`` processes at once (as snakemake --cores N)."""
+    if jobs == 1:
+        return [function(item) for item in work]
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(function, work))
 
 
 def _measure_one(args):
@@ -173,11 +177,7 @@ def time_pipeline(paths: dict[int, Path], occurrences: pd.DataFrame, units: pd.D
     started = time.perf_counter()
     index = OccurrenceIndex(occurrences)
     work = [(paths[layer], layer, index, units, options) for layer in sorted(paths)]
-    if jobs == 1:
-        done = [_measure_one(item) for item in work]
-    else:
-        with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
-            done = list(pool.map(_measure_one, work))
+    done = _each_layer(_measure_one, work, jobs)
     records = [{**r.record, "_postprocess": r.postprocess, "_rogue": list(r.rogue)} for r, _ in done]
     out.mkdir(parents=True, exist_ok=True)
     combine_layers(records, [r.words for r, _ in done], out / "words.parquet", out / "layers.parquet",
