@@ -37,9 +37,10 @@ import pandas as pd
 import torch
 import yaml
 
-from contextuality import extract, models
-from contextuality.plan import plan_model, read_plan, write_plan
-from contextuality.words import is_punct
+from contextuality.extraction import extract
+from contextuality.models import loading
+from contextuality.extraction.plan import plan_model, read_plan, write_plan
+from contextuality.corpus.words import is_punct
 
 
 def synchronize(device: str) -> None:
@@ -84,7 +85,7 @@ def main() -> None:
     batch_size = spec.get("batch_size") or config["extraction"]["batch_size"]
     root = args.model_dir or Path(f"resources/models/{args.model}")
     record = json.loads((root / "source.json").read_text())
-    loaded = models.load(record, root / "model", spec, args.device, args.compute_dtype)
+    loaded = loading.load(record, root / "model", spec, args.device, args.compute_dtype)
     sentences = pd.read_parquet("results/corpus/sentences.parquet", columns=["sentence_id", "text"]).iloc[: args.sentences]
     words = pd.read_parquet("results/corpus/spacy_words.parquet")
     words = words[words["sentence_id"].isin(sentences["sentence_id"])]

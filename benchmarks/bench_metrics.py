@@ -4,7 +4,7 @@
     python benchmarks/bench_metrics.py --synthetic      # a realistic fake model in a temporary folder
 
 Measures, in one run:
-  (a) the measurement step as the workflow runs it: ``contextuality.analysis.measure_layer`` on every layer
+  (a) the measurement step as the workflow runs it: ``contextuality.measure.analysis.measure_layer`` on every layer
       (``--jobs`` layers at once, one process and one BLAS thread each, as ``snakemake --cores N`` runs the
       per-layer jobs; default: one per CPU), then ``combine_layers``. With the default config's settings:
       the geometry panel on (``--no-geometry`` to leave it out) and the post-processed variants
@@ -46,9 +46,9 @@ from scipy.spatial.distance import cosine
 from sklearn.decomposition import TruncatedSVD
 from threadpoolctl import threadpool_limits
 
-from contextuality.analysis import OccurrenceIndex, combine_layers, measure_layer
-from contextuality.layerstats import BATCH_ELEMENTS, BLOCK_ROWS, STACK_MAX
-from contextuality.store import read_layer
+from contextuality.measure.analysis import OccurrenceIndex, combine_layers, measure_layer
+from contextuality.measure.layerstats import BATCH_ELEMENTS, BLOCK_ROWS, STACK_MAX
+from contextuality.store.reader import read_layer
 
 
 def make_synthetic_model(folder: Path, *, n_layers=7, n_sentences=25_000, mean_length=12, dim=384, n_words=5_000, seed=0):

@@ -39,9 +39,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from contextuality import alignment, extract, models, randommodels  # noqa: E402
-from contextuality.corpus import read_release, release_files  # noqa: E402
-from contextuality.plan import plan_model  # noqa: E402
+from contextuality.extraction import alignment
+from contextuality.extraction import extract
+from contextuality.models import loading
+from contextuality.models import randommodels
+from contextuality.corpus.sts import read_release, release_files  # noqa: E402
+from contextuality.extraction.plan import plan_model  # noqa: E402
 
 COSINE_FLOOR = 0.999
 YEARS_DOMAINS = None  # every bundled release file
@@ -60,7 +63,7 @@ def corpus(n_sentences: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     texts = [text.replace('"', "") for text in texts][:n_sentences]
     sentences = pd.DataFrame({"sentence_id": range(len(texts)), "text": texts})
     try:
-        from contextuality.words import word_table
+        from contextuality.corpus.words import word_table
 
         return sentences, word_table(sentences)
     except ImportError:  # no spaCy on this machine: words and punctuation from the characters
@@ -99,8 +102,8 @@ def smollm2_folder(given: Path, folder: Path) -> tuple[Path, str]:
 
 
 def record_of(folder: Path, key: str) -> dict:
-    files = models.weight_files(folder)
-    return {"key": key, "source": "path", "weights": [f.name for f in files], "weights_sha256": models.weights_digest(files)}
+    files = loading.weight_files(folder)
+    return {"key": key, "source": "path", "weights": [f.name for f in files], "weights_sha256": loading.weights_digest(files)}
 
 
 def stored(path: Path, n_layers: int, rows: slice) -> np.ndarray:
@@ -111,7 +114,7 @@ def stored(path: Path, n_layers: int, rows: slice) -> np.ndarray:
 def shard_job(args) -> None:
     """One shard on one GPU, as a shard job of the workflow would run it (a process of its own)."""
     folder, record, spec, plan, out, device, dtype, batch_size = args
-    loaded = models.load(record, folder, spec, device, dtype)
+    loaded = loading.load(record, folder, spec, device, dtype)
     extract.extract_shard(loaded, plan, out, pooling=spec["pooling"], batch_size=batch_size, storage_dtype="float16",
                           device=device, disk_factor=1.0, attrs={})
 
@@ -123,7 +126,7 @@ def synchronize(device: str) -> None:
 
 def check_model(name: str, folder: Path, spec: dict, sentences, words, args, tmp: Path) -> list[dict]:
     record = record_of(folder, name)
-    reference_model = models.load(record, folder, spec, "cpu", "float32")
+    reference_model = loading.load(record, folder, spec, "cpu", "float32")
     plan = plan_model(reference_model, sentences, words, indexing=spec["indexing"])
     check = plan.slice(0, min(args.check_sentences, len(plan.sentence_ids)))
     reference_path = tmp / f"{name}-cpu.h5"
@@ -132,7 +135,7 @@ def check_model(name: str, folder: Path, spec: dict, sentences, words, args, tmp
     n_check = len(check.units)
     results = []
     for dtype in ("float16", "bfloat16"):
-        loaded = models.load(record, folder, spec, args.device, dtype)
+        loaded = loading.load(record, folder, spec, args.device, dtype)
         out = tmp / f"{name}-{dtype}.h5"
         synchronize(args.device)
         started = time.perf_counter()

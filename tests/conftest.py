@@ -65,7 +65,8 @@ def with_absolute_data_paths(config: dict) -> dict:
 def gather_layers(shard_paths: list[Path], units_path: Path, out_dir: Path) -> dict[int, Path]:
     """What the workflow's gather and layer_file rules make of shard files: ``out_dir/manifest.json`` and
     ``out_dir/layers/layer_{LL}.h5``; returns the layer files by layer. ``units_path``: the plan's units."""
-    from contextuality.store import gather, layer_file_name, write_layer_file
+    from contextuality.store.views import gather, write_layer_file
+    from contextuality.store.files import layer_file_name
 
     manifest = gather(shard_paths, units_path, out_dir / "manifest.json")
     layers = {}
@@ -80,8 +81,8 @@ def extract_planned(loaded, sentences, words, out_dir: Path, *, indexing: str = 
                     tokenization: str = "natural", plan=None):
     """What the workflow's plan and extract rules do for one shard holding every sentence:
     ``out_dir/shard.h5`` and ``out_dir/units.parquet``; returns (plan, extraction stats)."""
-    from contextuality import extract
-    from contextuality.plan import plan_model
+    from contextuality.extraction import extract
+    from contextuality.extraction.plan import plan_model
 
     out_dir.mkdir(parents=True, exist_ok=True)
     if plan is None:

@@ -8,9 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from contextuality import alignment, models, sources
-from contextuality.plan import build_occurrences, count_losses, loss_warning
-from contextuality.words import word_index, word_table
+from contextuality.extraction import alignment
+from contextuality.models import loading
+from contextuality.models import sources
+from contextuality.extraction.plan import build_occurrences, count_losses, loss_warning
+from contextuality.corpus.words import word_index, word_table
 
 SENTENCES = [
     "The unbelievably quick dog jumps.",
@@ -53,7 +55,7 @@ def tokenizer(request, tmp_path_factory):
     spec = {"source": "random", "architecture": request.param, "n_hidden_layers": 1, "hidden_size": 16,
             "vocab_size": 120 if request.param == "bert" else 300}
     record = sources.materialise("m", spec, folder, sentences_parquet=folder / "sentences.parquet", seed=3)
-    return models.load_tokenizer(record, folder / "model", spec)[0]
+    return loading.load_tokenizer(record, folder / "model", spec)[0]
 
 
 @pytest.mark.parametrize("indexing", ["subword", "word"])
@@ -167,7 +169,7 @@ def test_a_shard_plan_is_a_slice_of_the_model_plan(tokenizer):
 
 
 def test_plan_round_trips_through_its_files(tokenizer, tmp_path):
-    from contextuality.plan import read_plan, write_plan
+    from contextuality.extraction.plan import read_plan, write_plan
 
     sentences = pd.DataFrame({"sentence_id": range(len(SENTENCES)), "text": SENTENCES})
     plan = alignment.plan_pieces(tokenizer, sentences, word_table(sentences), indexing="subword", max_length=512)

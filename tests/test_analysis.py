@@ -7,8 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from contextuality import analysis, geometry, measures
-from contextuality.store import StoreError
+from contextuality.measure import analysis
+from contextuality.measure import geometry
+from contextuality.measure import reference
+from contextuality.store.files import StoreError
 
 N_SENTENCES, DIM, LAYERS = 40, 16, (0, 1, 2)
 WORDS = ["alpha", "beta", "gamma", "delta", "the"]
@@ -176,18 +178,18 @@ def units_table(paths, occurrences):
 
 def test_one_read_of_the_layer_gives_every_measure(fake_model, monkeypatch):
     """The paper's measures, the exact baselines, the geometry panel and three variants: one read of the vectors."""
-    from contextuality import store
+    from contextuality.store import reader
 
     paths, occurrences = fake_model
     units = units_table(paths, occurrences)
     reads = []
-    original = store.LayerReader.rows
+    original = reader.LayerReader.rows
 
     def counting(self, *args, **kwargs):
         reads.append((self.path, args, kwargs))
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(store.LayerReader, "rows", counting)
+    monkeypatch.setattr(reader.LayerReader, "rows", counting)
     result = analysis.measure_layer(
         paths[2], 2, occurrences, model="fake", seed=3, intra_sentences=20, baseline_samples=30, bootstrap_resamples=50,
         units=units, postprocess=("none", "standardize", "abtt"), geometry_sample=200,
@@ -206,8 +208,8 @@ def test_new_columns_against_their_definitions(fake_model):
     result = analysis.measure_layer(paths[2], 2, occurrences, units=units, **options)
     record = result.record
     vectors, offsets = analysis.read_layer(paths[2])
-    # exact baselines: measures.exact_baseline of the layer; adjusted values against them
-    exact = measures.exact_baseline(vectors, offsets)
+    # exact baselines: reference.exact_baseline of the layer; adjusted values against them
+    exact = reference.exact_baseline(vectors, offsets)
     for column, value in (("baseline_cosine_exact", exact.cosine), ("baseline_cosine_exact_between", exact.cosine_between),
                           ("baseline_cosine_uniform", exact.cosine_uniform), ("baseline_mev_exact", exact.mev)):
         assert record[column] == pytest.approx(value, abs=1e-6), column
@@ -257,14 +259,14 @@ def test_variants_are_the_measures_of_transformed_vectors(fake_model, tmp_path):
     transformed = geometry.abtt(vectors)
     index = analysis.OccurrenceIndex(occurrences)
     X = transformed[index.rows]
-    assert abtt["self_similarity"] == pytest.approx(np.nanmean(measures.self_similarity_exact(X, index.group_starts)), abs=1e-6)
-    assert abtt["mev"] == pytest.approx(np.nanmean(measures.pc_stats_by_word(X, index.group_starts).mev), abs=1e-5)
+    assert abtt["self_similarity"] == pytest.approx(np.nanmean(reference.self_similarity_exact(X, index.group_starts)), abs=1e-6)
+    assert abtt["mev"] == pytest.approx(np.nanmean(reference.pc_stats_by_word(X, index.group_starts).mev), abs=1e-5)
     ids = analysis._rng(2, analysis._SENTENCE_SAMPLE).permutation(len(offsets) - 1)
-    intra = measures.intra_sentence_similarity(transformed, offsets, ids[:20])
+    intra = reference.intra_sentence_similarity(transformed, offsets, ids[:20])
     assert abtt["intra_sentence"] == pytest.approx(np.nanmean(intra), abs=1e-6)
-    baseline = measures.anisotropy_baseline(transformed, offsets, ids[:30], analysis._rng(2, analysis._BASELINE, 2), 30)
+    baseline = reference.anisotropy_baseline(transformed, offsets, ids[:30], analysis._rng(2, analysis._BASELINE, 2), 30)
     assert abtt["baseline_cosine"] == pytest.approx(baseline.cosine, abs=1e-6)
-    assert abtt["baseline_cosine_exact"] == pytest.approx(measures.exact_baseline(transformed, offsets).cosine, abs=1e-6)
+    assert abtt["baseline_cosine_exact"] == pytest.approx(reference.exact_baseline(transformed, offsets).cosine, abs=1e-6)
     with pytest.raises(ValueError, match="unknown post-processing"):
         analysis.measure_layer(paths[2], 2, occurrences, model="fake", seed=2, postprocess=("whiten",))
 

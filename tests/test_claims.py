@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from contextuality import paper
-from contextuality.claims import claims_report, evaluate_claims, summary_table
+from contextuality.report.claims import claims_report, evaluate_claims, summary_table
 
 
 def layers_table(model, baseline, self_adj, intra_adj, mev, baseline_mev):
@@ -209,7 +209,7 @@ def test_paper_checkpoint_detection_and_bad_mapping():
 
 def paper_table1(changes=None, drop=()):
     """The paper's Table 1 as this run's table1.csv (labels ELMo, BERT, GPT-2; baselines GloVe, FastText)."""
-    from contextuality.table1 import PAPER_TABLE1
+    from contextuality.report.table1 import PAPER_TABLE1
 
     rows = []
     for label, values in PAPER_TABLE1.items():

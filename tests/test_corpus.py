@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from conftest import STS_DIR
-from contextuality.corpus import (
+from contextuality.corpus.sts import (
     CorpusError,
     ReleaseFiles,
     build_corpus,

@@ -17,7 +17,7 @@ import torch
 import yaml
 
 from conftest import BENCHMARK_DIR, PROJECT, STS_DIR, run_snakemake, write_config
-from contextuality.devices import LOCAL_GPUS_ENV, DeviceError, choose_device
+from contextuality.extraction.devices import LOCAL_GPUS_ENV, DeviceError, choose_device
 
 HOOKS = PROJECT / "tests" / "hooks"
 

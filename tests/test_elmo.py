@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from contextuality.elmo import ElmoBiLM, ElmoEmbedder, batch_to_char_ids
+from contextuality.models.elmo import ElmoBiLM, ElmoEmbedder, batch_to_char_ids
 
 GOLDEN = Path(__file__).parent / "data" / "elmo-golden"
 ATOL = 1e-5

@@ -12,12 +12,12 @@ import pytest
 import yaml
 
 from conftest import PROJECT, job_counts, run_snakemake, with_absolute_data_paths, write_config
-from contextuality.elmo import ElmoEmbedder
+from contextuality.models.elmo import ElmoEmbedder
 from conftest import extract_planned
-from contextuality.extract import load_for_extraction
-from contextuality.models import ModelError
-from contextuality.sources import materialise, write_source_record
-from contextuality.words import word_table
+from contextuality.extraction.extract import load_for_extraction
+from contextuality.models.loading import ModelError
+from contextuality.models.sources import materialise, write_source_record
+from contextuality.corpus.words import word_table
 
 GOLDEN = PROJECT / "tests" / "data" / "elmo-golden"
 SENTENCES = ["The dog runs .", "A cat sleeps on the mat, and the dog runs!", "Dogs run."]

@@ -54,9 +54,20 @@ def _imports(path: Path) -> set[str]:
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module)
-            if node.module == "contextuality":  # from contextuality import measures, store
-                names |= {f"contextuality.{alias.name}" for alias in node.names}
+            if node.module.split(".")[0] == "contextuality":  # from contextuality.measure import geometry
+                names |= {f"{node.module}.{alias.name}" for alias in node.names}
     return names
+
+
+def _module_file(name: str) -> Path | None:
+    """The file of a project module (``contextuality.measure.geometry``), or of a package's __init__."""
+    relative = Path(*name.split(".")[1:])
+    if not relative.parts:
+        return PACKAGE / "__init__.py"
+    for candidate in (PACKAGE / relative.with_suffix(".py"), PACKAGE / relative / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None  # a name imported from a module (a function, a class), not a module
 
 
 @lru_cache(maxsize=None)
@@ -66,8 +77,8 @@ def third_party(path: Path) -> frozenset[str]:
     for name in _imports(path):
         top = name.split(".")[0]
         if top == "contextuality":
-            module = PACKAGE / (name.split(".", 1)[1].replace(".", "/") + ".py") if "." in name else PACKAGE / "__init__.py"
-            if module.exists():
+            module = _module_file(name)
+            if module is not None:
                 needed |= third_party(module)
         elif top not in sys.stdlib_module_names and top != "__future__":
             needed.add(top)

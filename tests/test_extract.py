@@ -13,12 +13,14 @@ import pytest
 import torch
 
 from conftest import extract_planned, gather_layers, job_counts, run_snakemake, write_config
-from contextuality import models, sources
-from contextuality import extract
-from contextuality.extract import shard_bounds
-from contextuality.plan import build_occurrences
-from contextuality.store import export_classic, open_complete
-from contextuality.words import word_index, word_table
+from contextuality.models import loading
+from contextuality.models import sources
+from contextuality.extraction import extract
+from contextuality.extraction.extract import shard_bounds
+from contextuality.extraction.plan import build_occurrences
+from contextuality.store.export import export_classic
+from contextuality.store.files import open_complete
+from contextuality.corpus.words import word_index, word_table
 
 SENTENCES = [
     "The unbelievably quick dog jumps.",
@@ -49,7 +51,7 @@ def tiny_model(request, corpus, tmp_path_factory):
     vocab_size = 120 if request.param == "bert" else 300
     spec = {"source": "random", "architecture": request.param, "n_hidden_layers": 2, "hidden_size": 32, "vocab_size": vocab_size}
     record = sources.materialise(request.param, spec, folder, sentences_parquet=sentences_path, seed=3)
-    return models.load(record, folder / "model", spec, "cpu"), spec
+    return loading.load(record, folder / "model", spec, "cpu"), spec
 
 
 def _extract(loaded, sentences, words, out_dir: Path, indexing="subword", pooling="first", batch_size=3, **kw):
@@ -73,7 +75,7 @@ def test_a_lagging_writer_never_sees_a_reused_window_buffer_overwritten(tiny_mod
     """The windows' buffers are reused once written (at most WRITER_DEPTH + 2 of them): with a writer slower
     than the forward passes (the queue full all the time) and more windows than buffers, every row is
     stored as with a fast writer."""
-    from contextuality import writer
+    from contextuality.extraction import writer
 
     loaded, _ = tiny_model
     texts = [f"{text} ({copy})" for copy in range(5) for text in SENTENCES]  # batch size 1: 10 windows of 4

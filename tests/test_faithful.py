@@ -6,7 +6,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from contextuality.faithful import faithful_gpt2_input
+from contextuality.extraction.faithful import faithful_gpt2_input
 
 
 def byte_alphabet() -> list[str]:

@@ -8,7 +8,7 @@ import pytest
 from docutils.core import publish_parts
 from jinja2 import Environment
 
-from contextuality import figures
+from contextuality.report import figures
 
 REPORT_DIR = Path(__file__).resolve().parents[1] / "workflow" / "report"
 CAPTIONS = ("fig_anisotropy.rst", "fig_self_similarity.rst", "fig_intra_sentence.rst", "fig_mev.rst",

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from sklearn.decomposition import PCA
 
-from contextuality import geometry, measures
+from contextuality.measure import geometry
+from contextuality.measure import reference
 
 
 @pytest.fixture
@@ -44,7 +45,7 @@ def test_rogue_contributions_match_all_pairs_and_sum_to_the_mean_cosine(rng):
     brute = (U[first] * U[second]).mean(axis=0)
     got = geometry.rogue_contributions(X)
     np.testing.assert_allclose(got, brute, rtol=0, atol=1e-14)
-    assert got.sum() == pytest.approx(measures.self_similarity_exact(kept, np.array([0]))[0], abs=1e-14)
+    assert got.sum() == pytest.approx(reference.self_similarity_exact(kept, np.array([0]))[0], abs=1e-14)
 
 
 def test_weighted_rogue_contributions_match_the_double_sum(rng):

@@ -31,8 +31,8 @@ import pytest
 import yaml
 
 from conftest import PROJECT, STS_DIR, run_snakemake, with_absolute_data_paths, write_config
-from contextuality import corpus
-from contextuality.config import ConfigError, check_config
+from contextuality.corpus import sts
+from contextuality.workflow.config import ConfigError, check_config
 
 BERT_ID, BERT_REV = "tiny-org/bert-tiny", "0123456789abcdef0123456789abcdef01234567"
 GPT2_ID, GPT2_REV = "tiny-org/gpt2-tiny", "89abcdef0123456789abcdef0123456789abcdef"
@@ -89,18 +89,18 @@ def folder_files(folder: Path) -> dict[str, bytes]:
 
 
 def bundled_texts(limit: int = 600) -> list[str]:
-    pairs, _ = corpus.read_release(corpus.release_files(STS_DIR, 2012, "test", "MSRpar"))
+    pairs, _ = sts.read_release(sts.release_files(STS_DIR, 2012, "test", "MSRpar"))
     return [text for pair in pairs for text in (pair["sentence1"], pair["sentence2"])][:limit]
 
 
 def mteb_rows(year: int, split: str) -> list[dict]:
     """A split of an MTEB STS repository made from the bundled files: scored pairs, raw text, file order."""
     rows = []
-    for domain in corpus.RELEASES[(year, split)]:
-        if (year, split, domain) in corpus.NOT_REDISTRIBUTABLE:
+    for domain in sts.RELEASES[(year, split)]:
+        if (year, split, domain) in sts.NOT_REDISTRIBUTABLE:
             continue  # MTEB's sts13-sts lacks SMT too (1,500 pairs)
-        files = corpus.release_files(STS_DIR, year, split, domain)
-        for line, gold in zip(corpus._read_lines(files.input), corpus._read_lines(files.gold)):
+        files = sts.release_files(STS_DIR, year, split, domain)
+        for line, gold in zip(sts._read_lines(files.input), sts._read_lines(files.gold)):
             if gold.strip():
                 sentence1, sentence2 = line.split("\t")[:2]
                 rows.append({"split": split, "sentence1": sentence1, "sentence2": sentence2, "score": float(gold)})
@@ -116,7 +116,7 @@ def jsonl_gz(rows: list[dict]) -> bytes:
 
 @pytest.fixture(scope="module")
 def hf_home(tmp_path_factory) -> Path:
-    from contextuality.randommodels import build_random_model
+    from contextuality.models.randommodels import build_random_model
 
     home = tmp_path_factory.mktemp("hf-home")
     hub, texts = home / "hub", bundled_texts()
@@ -134,7 +134,7 @@ def hf_home(tmp_path_factory) -> Path:
     add_snapshot(hub, "model", GPT2_ID, GPT2_REV, {**built["gpt2"], ".gitattributes": GITATTRIBUTES}, tree=True)
     add_snapshot(hub, "model", GPT2_ID, GPT2_NEWER,
                  {**built["gpt2"], "model.safetensors": b"a later commit's weights"}, tree=True)
-    for year, (name, commit) in corpus.HUB_DATASETS.items():
+    for year, (name, commit) in sts.HUB_DATASETS.items():
         files = {".gitattributes": GITATTRIBUTES, "test.jsonl.gz": jsonl_gz(mteb_rows(year, "test"))}
         if year == 2012:
             files["train.jsonl.gz"] = jsonl_gz(mteb_rows(year, "train"))
@@ -206,14 +206,14 @@ def test_hub_models_run_the_whole_pipeline_offline_from_the_cache_at_the_pinned_
 def test_hub_revision_missing_from_the_cache_is_one_line_naming_model_id_and_revision(hf_home, tmp_path):
     code = (
         "from pathlib import Path\n"
-        "from contextuality.sources import materialise\n"
+        "from contextuality.models.sources import materialise\n"
         f"materialise('tiny-gpt2', {{'source': 'hub', 'id': {GPT2_ID!r}, 'revision': {ABSENT_REV!r}}}, Path('m'))\n"
     )
     result = python_lines(code, offline_env(hf_home), tmp_path)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(
-        f"contextuality.models.ModelError: model 'tiny-gpt2' (source hub, {GPT2_ID} @ {ABSENT_REV}) could not be "
+        f"contextuality.models.loading.ModelError: model 'tiny-gpt2' (source hub, {GPT2_ID} @ {ABSENT_REV}) could not be "
         "fetched: LocalEntryNotFoundError; "
         f"the Hugging Face cache {hf_home / 'hub'} holds {GPT2_ID} only at {GPT2_REV}, {GPT2_NEWER}. "
     ), last
@@ -230,14 +230,14 @@ def test_a_cached_weights_file_that_does_not_match_its_blob_name_is_refused(hf_h
     blob.write_bytes(blob.read_bytes()[:-1] + b"\x00")  # one changed byte: the blob's name no longer matches
     code = (
         "from pathlib import Path\n"
-        "from contextuality.sources import materialise\n"
+        "from contextuality.models.sources import materialise\n"
         f"materialise('tiny-bert', {{'source': 'hub', 'id': {BERT_ID!r}, 'revision': {BERT_REV!r}}}, Path('m'))\n"
     )
     result = python_lines(code, offline_env(home), tmp_path)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(
-        f"contextuality.models.ModelError: model 'tiny-bert' (source hub, {BERT_ID} @ {BERT_REV}): model.safetensors "
+        f"contextuality.models.loading.ModelError: model 'tiny-bert' (source hub, {BERT_ID} @ {BERT_REV}): model.safetensors "
         f"in the Hugging Face cache does not match its sha256 {blob.name} (the cache is damaged)"
     ), last
     assert storage.is_dir() and not (tmp_path / "m" / "model").exists()
@@ -263,7 +263,7 @@ def test_a_hub_revision_that_is_not_a_full_commit_hash_is_a_config_error(revisio
 
 
 def test_pinned_commits_pass_the_revision_check_and_paper_yaml_is_pinned():
-    check_config(hub_smoke_config(hub_revisions={"2012": corpus.HUB_DATASETS[2012][1]}))
+    check_config(hub_smoke_config(hub_revisions={"2012": sts.HUB_DATASETS[2012][1]}))
     check_config(yaml.safe_load((PROJECT / "config" / "paper.yaml").read_text()))
 
 
@@ -287,8 +287,8 @@ def test_an_unpinned_hub_revision_stops_the_run_before_any_job_naming_the_key(hf
 
 def bundled_sentences(tmp_path: Path, years: list[int], include_2012_train: bool) -> pd.DataFrame:
     pairs_jsonl = tmp_path / "pairs.jsonl"
-    corpus.write_bundled_pairs(STS_DIR, years, include_2012_train, pairs_jsonl)
-    return corpus.pairs_to_sentences(corpus.load_pairs_bundled(pairs_jsonl))
+    sts.write_bundled_pairs(STS_DIR, years, include_2012_train, pairs_jsonl)
+    return sts.pairs_to_sentences(sts.load_pairs_bundled(pairs_jsonl))
 
 
 @pytest.mark.slow
@@ -315,16 +315,16 @@ def test_hub_corpus_rule_runs_offline_from_the_cache_and_gives_the_bundled_sente
 def test_hub_corpus_missing_from_the_cache_is_one_line_naming_dataset_and_revision(tmp_path):
     code = (
         "from pathlib import Path\n"
-        "from contextuality.corpus import build_corpus\n"
+        "from contextuality.corpus.sts import build_corpus\n"
         "build_corpus(Path('s.parquet'), source='hub', years=[2014])\n"
     )
     home = tmp_path / "empty-hf-home"
     result = python_lines(code, offline_env(home), tmp_path)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    name, commit = corpus.HUB_DATASETS[2014]
+    name, commit = sts.HUB_DATASETS[2014]
     assert last.startswith(
-        f"contextuality.corpus.CorpusError: corpus.source 'hub': could not load {name} (split test, revision {commit}): "
+        f"contextuality.corpus.sts.CorpusError: corpus.source 'hub': could not load {name} (split test, revision {commit}): "
         "LocalEntryNotFoundError: "
     ), last
     assert last.endswith(
@@ -336,14 +336,14 @@ def test_hub_corpus_missing_from_the_cache_is_one_line_naming_dataset_and_revisi
 
 
 def test_datasets_load_dataset_offline_ignores_the_hub_cache_and_the_pinned_revision(hf_home, tmp_path):
-    """Why corpus.py does not call ``datasets.load_dataset(name, revision=...)`` (datasets 5.2).
+    """Why sts.py does not call ``datasets.load_dataset(name, revision=...)`` (datasets 5.2).
 
     Offline, it raises before looking at the hub cache, then falls back to its own Arrow cache
     (``$HF_HOME/datasets/{org}___{name}/{config}/{version}/{commit}``), whose newest copy it returns
     whatever the commit it was made from. If this test fails, datasets changed: check whether the
     plain call now honours the pinned revision offline.
     """
-    name, pinned = corpus.HUB_DATASETS[2012]
+    name, pinned = sts.HUB_DATASETS[2012]
     code = f"""
 import json, os, datasets
 from datasets.packaged_modules.json.json import Json

@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from contextuality import geometry, layerstats, measures
+from contextuality.measure import geometry
+from contextuality.measure import layerstats
+from contextuality.measure import reference
 
 F64_TOL, F32_TOL = 1e-10, 1e-5
 
@@ -36,9 +38,9 @@ def word_blocks(rng, sizes, d, *, scale=3.0):
 SIZES = [1, 2, 5, 5, 7, 30, 48, 49, 50, 63, 64, 65, 100, 300, 5]
 
 
-def reference(X, starts, tol):
-    stats = measures.pc_stats_by_word(np.asarray(X, dtype=np.float64), starts, degenerate_tol=tol)
-    return measures.self_similarity_exact(X, starts), stats
+def reference_stats(X, starts, tol):
+    stats = reference.pc_stats_by_word(np.asarray(X, dtype=np.float64), starts, degenerate_tol=tol)
+    return reference.self_similarity_exact(X, starts), stats
 
 
 def assert_close(got: layerstats.WordStats, ref_self, ref_stats, atol, degenerate=None):
@@ -55,13 +57,13 @@ def assert_close(got: layerstats.WordStats, ref_self, ref_stats, atol, degenerat
 def test_word_stats_match_the_reference_on_every_route(rng, work, storage, atol):
     X = np.vstack(word_blocks(rng, SIZES, 64)).astype(storage)
     starts = np.cumsum([0] + SIZES[:-1])
-    tol = measures.degenerate_tolerance(X)
+    tol = reference.degenerate_tolerance(X)
     got = layerstats.word_stats(X, np.arange(len(X)), starts, [layerstats.Transform("none")], degenerate_tol=tol,
                                 work_dtype=work)["none"]
-    ref_self, ref_stats = reference(X, starts, tol)
+    ref_self, ref_stats = reference_stats(X, starts, tol)
     assert_close(got, ref_self, ref_stats, atol)
     np.testing.assert_allclose(got.first_vector, ref_stats.first_vector, rtol=0, atol=atol * 10)
-    assert got.degenerate.tolist() == measures.degenerate_words(X, starts, tol).tolist()
+    assert got.degenerate.tolist() == reference.degenerate_words(X, starts, tol).tolist()
     assert got.degenerate[3] and np.isnan(got.mev[3]) and np.isnan(got.self_similarity[0])
 
 
@@ -72,7 +74,7 @@ def test_occurrence_rows_are_gathered_by_index(rng):
     order = rng.permutation(len(X))
     shuffled = np.empty_like(X)
     shuffled[order] = X
-    tol = measures.degenerate_tolerance(X)
+    tol = reference.degenerate_tolerance(X)
     none = [layerstats.Transform("none")]
     a = layerstats.word_stats(X, np.arange(len(X)), starts, none, degenerate_tol=tol, work_dtype=np.float64)["none"]
     b = layerstats.word_stats(shuffled, order, starts, none, degenerate_tol=tol, work_dtype=np.float64)["none"]
@@ -94,8 +96,8 @@ def test_float32_work_keeps_the_spread_of_near_duplicates(rng, n):
     parts, so the centred rows are exact to their own rounding and all three MEVs match float64."""
     X = near_duplicate_word(rng, n, 64).astype(np.float32)
     starts = np.array([0])
-    tol = measures.degenerate_tolerance(X)
-    ref_self, ref_stats = reference(X, starts, tol)
+    tol = reference.degenerate_tolerance(X)
+    ref_self, ref_stats = reference_stats(X, starts, tol)
     assert not np.isnan(ref_stats.mev[0])
     got = layerstats.word_stats(X, np.arange(n), starts, [layerstats.Transform("none")], degenerate_tol=tol)["none"]
     assert_close(got, ref_self, ref_stats, 1e-4)
@@ -110,19 +112,19 @@ def test_variants_are_the_measures_of_the_transformed_vectors(rng, name, work, a
     X[:, 7] = np.float16(0.5)  # a constant dimension: standardize makes it 0
     starts = np.cumsum([0] + SIZES[:-1])
     offsets = np.array([0, 100, 250, 600, len(X)])
-    tol = measures.degenerate_tolerance(X)
+    tol = reference.degenerate_tolerance(X)
     passed = layerstats.layer_pass(X, offsets, work)
     transform = layerstats.make_transform(name, passed)
     Y = geometry.standardize(X) if name == "standardize" else geometry.abtt(X)
     rows = np.arange(len(X))
     got = layerstats.word_stats(X, rows, starts, [layerstats.Transform("none"), transform], degenerate_tol=tol,
                                 work_dtype=work)[name]
-    ref_self, ref_stats = reference(Y, starts, tol)
-    assert_close(got, ref_self, ref_stats, atol, degenerate=measures.degenerate_words(X, starts, tol))
+    ref_self, ref_stats = reference_stats(Y, starts, tol)
+    assert_close(got, ref_self, ref_stats, atol, degenerate=reference.degenerate_words(X, starts, tol))
     np.testing.assert_allclose(transform.rows(X, np.float64), Y, rtol=0, atol=1e-4 if work == np.float32 else 1e-9)
     # the exact baselines of the transformed layer
     sums = layerstats.cosine_pass(X, offsets, [transform], work)[name]
-    want = measures.exact_baseline(Y, offsets)
+    want = reference.exact_baseline(Y, offsets)
     got_baseline = layerstats.exact_baseline(passed, sums, transform, tol)
     np.testing.assert_allclose(got_baseline[:6], want[:6], rtol=0, atol=atol)
 
@@ -146,11 +148,11 @@ def test_layer_pass_gives_the_exact_baselines_and_rogue_dimensions(rng, storage)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     X = (rng.normal(size=(offsets[-1], 10)) + np.linspace(-1, 2, 10)).astype(storage)
     X[5] = 0  # a zero row: a point of the MEV distribution, no direction for the cosines
-    tol = measures.degenerate_tolerance(X)
+    tol = reference.degenerate_tolerance(X)
     for work, atol in ((np.float64, 1e-12), (np.float32, 1e-6)):
         passed = layerstats.layer_pass(X, offsets, work, block_rows=16)  # several blocks per length class
         got = layerstats.exact_baseline(passed, passed.cosines, layerstats.Transform("none"), tol)
-        want = measures.exact_baseline(X, offsets)
+        want = reference.exact_baseline(X, offsets)
         np.testing.assert_allclose(got[:6], want[:6], rtol=0, atol=atol)
         assert got[6:] == want[6:]
         weights = np.repeat(1.0 / (np.count_nonzero(lengths) * np.maximum(lengths, 1)), lengths)

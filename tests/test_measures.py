@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.decomposition import PCA, TruncatedSVD
 
-from contextuality import measures
+from contextuality.measure import reference
 
 SKLEARN_TOL = 1e-8  # absolute agreement with sklearn / float64 SVD asked of every MEV variant
 
@@ -25,7 +25,7 @@ def rng() -> np.random.Generator:
 
 def test_unit_rows_normalises_and_keeps_zero_rows(rng):
     X = np.vstack([rng.normal(size=(4, 6)), np.zeros((1, 6))]).astype(np.float16)
-    U = measures.unit_rows(X)
+    U = reference.unit_rows(X)
     assert U.dtype == np.float64
     np.testing.assert_allclose(np.linalg.norm(U[:4], axis=1), 1.0, atol=1e-12)
     assert not U[4].any()
@@ -36,13 +36,13 @@ def test_identical_vectors_have_self_similarity_one_and_no_mev(rng, n):
     """n = 9, 60, 400 take the stacked, Gram (48 < n <= d) and scatter (n > d) routes, d = 64."""
     x = rng.normal(size=64) * 40
     X = np.tile(x, (n, 1))
-    assert measures.self_similarity_exact(X, np.array([0]))[0] == pytest.approx(1.0, abs=1e-12)
-    assert measures.self_similarity_sampled(X, rng, n_pairs=10) == pytest.approx(1.0, abs=1e-12)
-    for stats in (measures.word_pc_stats(X), measures.pc_stats_by_word(X, np.array([0]))):
+    assert reference.self_similarity_exact(X, np.array([0]))[0] == pytest.approx(1.0, abs=1e-12)
+    assert reference.self_similarity_sampled(X, rng, n_pairs=10) == pytest.approx(1.0, abs=1e-12)
+    for stats in (reference.word_pc_stats(X), reference.pc_stats_by_word(X, np.array([0]))):
         assert np.isnan([stats.mev, stats.mev_literal, stats.mev_centered]).all()
         # the first vector is still their common direction (Table 1's static vector)
         assert np.ravel(stats.first_vector) @ x / np.linalg.norm(x) == pytest.approx(1.0, abs=1e-12)
-    assert measures.degenerate_words(X, np.array([0])).tolist() == [True]
+    assert reference.degenerate_words(X, np.array([0])).tolist() == [True]
 
 
 def test_sklearn_gives_no_definite_mev_for_identical_rows(rng):
@@ -73,7 +73,7 @@ def test_sklearn_gives_no_definite_mev_for_identical_rows(rng):
 def test_rank_one_cloud_has_mev_one(rng):
     direction = rng.normal(size=50)
     X = rng.uniform(0.5, 3.0, size=(40, 1)) * direction
-    for stats in (measures.word_pc_stats(X), measures.word_pc_stats(X[:20].astype(np.float32))):
+    for stats in (reference.word_pc_stats(X), reference.word_pc_stats(X[:20].astype(np.float32))):
         assert stats.mev == pytest.approx(1.0, abs=1e-9)
         assert stats.mev_literal == pytest.approx(1.0, abs=1e-9)
         assert stats.mev_centered == pytest.approx(1.0, abs=1e-9)
@@ -83,7 +83,7 @@ def test_rank_one_cloud_has_mev_one(rng):
 def test_exact_self_similarity_matches_all_pairs(rng, sizes):
     X = rng.normal(size=(sum(sizes), 16)) + 0.3
     starts = np.cumsum([0, *sizes[:-1]])
-    got = measures.self_similarity_exact(X, starts)
+    got = reference.self_similarity_exact(X, starts)
     for value, start, size in zip(got, starts, sizes):
         if size < 2:
             assert np.isnan(value)
@@ -93,11 +93,11 @@ def test_exact_self_similarity_matches_all_pairs(rng, sizes):
 
 def test_sampled_self_similarity_uses_all_pairs_when_few_and_is_seeded(rng):
     X = rng.normal(size=(10, 8)) + 0.5
-    assert measures.self_similarity_sampled(X, rng, n_pairs=1000) == pytest.approx(brute_force_self_similarity(X), abs=1e-12)
+    assert reference.self_similarity_sampled(X, rng, n_pairs=1000) == pytest.approx(brute_force_self_similarity(X), abs=1e-12)
     Y = rng.normal(size=(60, 8)) + 0.5
-    first = measures.self_similarity_sampled(Y, np.random.default_rng(1), n_pairs=100)
-    assert first == measures.self_similarity_sampled(Y, np.random.default_rng(1), n_pairs=100)
-    assert first != measures.self_similarity_sampled(Y, np.random.default_rng(2), n_pairs=100)
+    first = reference.self_similarity_sampled(Y, np.random.default_rng(1), n_pairs=100)
+    assert first == reference.self_similarity_sampled(Y, np.random.default_rng(1), n_pairs=100)
+    assert first != reference.self_similarity_sampled(Y, np.random.default_rng(2), n_pairs=100)
     assert abs(first - brute_force_self_similarity(Y)) < 0.1
 
 
@@ -106,20 +106,20 @@ def test_mev_truncated_svd_matches_sklearn(rng, shape):
     """Covers the Gram (n <= d) and scatter (n > d) routes, each with LAPACK and with Lanczos (size > 160)."""
     X = rng.normal(size=shape) + rng.normal(size=shape[1])
     expected = TruncatedSVD(n_components=1, algorithm="arpack", tol=0).fit(X).explained_variance_ratio_[0]
-    assert measures.mev_truncated_svd(X) == pytest.approx(expected, abs=1e-6)
+    assert reference.mev_truncated_svd(X) == pytest.approx(expected, abs=1e-6)
     singular = np.linalg.svd(X, compute_uv=False)
-    assert measures.mev_literal(X) == pytest.approx(singular[0] ** 2 / (singular**2).sum(), abs=1e-10)
+    assert reference.mev_literal(X) == pytest.approx(singular[0] ** 2 / (singular**2).sum(), abs=1e-10)
     pca = PCA(n_components=1, svd_solver="full").fit(X).explained_variance_ratio_[0]
-    assert measures.mev_centered(X) == pytest.approx(pca, abs=1e-9)
+    assert reference.mev_centered(X) == pytest.approx(pca, abs=1e-9)
 
 
 def test_batched_pc_stats_match_one_word_at_a_time(rng):
     sizes = [5, 5, 5, 7, 60, 3, 5]
     X = (rng.normal(size=(sum(sizes), 24)) + 1.0).astype(np.float16)
     starts = np.cumsum([0, *sizes[:-1]])
-    batched = measures.pc_stats_by_word(X, starts)
+    batched = reference.pc_stats_by_word(X, starts)
     for word, (start, size) in enumerate(zip(starts, sizes)):
-        single = measures.word_pc_stats(X[start : start + size])
+        single = reference.word_pc_stats(X[start : start + size])
         for got, expected in zip(batched, single):
             np.testing.assert_allclose(got[word], expected, atol=1e-10)
 
@@ -128,11 +128,11 @@ def test_first_vector_is_the_top_singular_vector_pointing_along_the_mean(rng):
     direction = rng.normal(size=64)
     direction /= np.linalg.norm(direction)
     X = rng.uniform(1.0, 2.0, size=(80, 1)) * direction + 0.05 * rng.normal(size=(80, 64))
-    v1 = measures.word_pc_stats(X).first_vector
+    v1 = reference.word_pc_stats(X).first_vector
     assert np.linalg.norm(v1) == pytest.approx(1.0, abs=1e-12)
     assert v1 @ X.mean(axis=0) > 0
     assert v1 @ direction > 0.99
-    assert measures.word_pc_stats(-X).first_vector @ -X.mean(axis=0) > 0
+    assert reference.word_pc_stats(-X).first_vector @ -X.mean(axis=0) > 0
     components = TruncatedSVD(n_components=1, algorithm="arpack", tol=0).fit(X).components_[0]
     assert abs(v1 @ components) == pytest.approx(1.0, abs=1e-9)
 
@@ -142,7 +142,7 @@ def test_intra_sentence_similarity(rng):
     other = rng.normal(size=(3, 12))
     X = np.vstack([same, other])
     offsets = np.array([0, 4, 4, 7])
-    values = measures.intra_sentence_similarity(X, offsets, np.array([0, 1, 2]))
+    values = reference.intra_sentence_similarity(X, offsets, np.array([0, 1, 2]))
     assert values[0] == pytest.approx(1.0, abs=1e-12)
     assert np.isnan(values[1])
     mean = other.mean(axis=0)
@@ -153,7 +153,7 @@ def test_intra_sentence_similarity(rng):
 def test_isotropic_gaussian_baseline_is_near_zero(rng):
     X = rng.normal(size=(3000, 1000)).astype(np.float16)
     offsets = np.arange(0, 3001, 3)
-    baseline = measures.anisotropy_baseline(X, offsets, rng.permutation(1000), rng, n_pairs=1000)
+    baseline = reference.anisotropy_baseline(X, offsets, rng.permutation(1000), rng, n_pairs=1000)
     assert baseline.n_vectors == 1000
     assert abs(baseline.cosine) < 0.02
     assert 0 <= baseline.mev < 0.01
@@ -162,7 +162,7 @@ def test_isotropic_gaussian_baseline_is_near_zero(rng):
 def test_baseline_skips_empty_sentences_and_sees_anisotropy(rng):
     X = rng.normal(size=(40, 30)) + 5.0
     offsets = np.array([0, 10, 10, 25, 25, 40])
-    baseline = measures.anisotropy_baseline(X, offsets, np.arange(5), rng, n_pairs=200)
+    baseline = reference.anisotropy_baseline(X, offsets, np.arange(5), rng, n_pairs=200)
     assert baseline.n_vectors == 3
     assert baseline.cosine > 0.9
 
@@ -170,18 +170,18 @@ def test_baseline_skips_empty_sentences_and_sees_anisotropy(rng):
 def test_float16_input_is_computed_in_float64(rng):
     X16 = (rng.normal(size=(30, 40)) + 0.2).astype(np.float16)
     X64 = X16.astype(np.float64)
-    assert measures.self_similarity_exact(X16, np.array([0]))[0] == measures.self_similarity_exact(X64, np.array([0]))[0]
-    assert measures.mev_truncated_svd(X16) == measures.mev_truncated_svd(X64)
-    assert measures.word_pc_stats(X16).first_vector.dtype == np.float64
+    assert reference.self_similarity_exact(X16, np.array([0]))[0] == reference.self_similarity_exact(X64, np.array([0]))[0]
+    assert reference.mev_truncated_svd(X16) == reference.mev_truncated_svd(X64)
+    assert reference.word_pc_stats(X16).first_vector.dtype == np.float64
 
 
 def test_bootstrap_ci(rng):
     values = rng.normal(loc=0.5, scale=0.1, size=400)
-    low, high = measures.bootstrap_ci(np.append(values, np.nan), np.random.default_rng(0), n_resamples=500)
+    low, high = reference.bootstrap_ci(np.append(values, np.nan), np.random.default_rng(0), n_resamples=500)
     assert low < values.mean() < high and high - low < 0.05
-    assert measures.bootstrap_ci(values, np.random.default_rng(0), 500) == measures.bootstrap_ci(values, np.random.default_rng(0), 500)
-    assert all(np.isnan(measures.bootstrap_ci(np.array([0.3, np.nan]), rng)))
-    assert measures.bootstrap_ci(np.full(5, 0.25), rng) == (0.25, 0.25)
+    assert reference.bootstrap_ci(values, np.random.default_rng(0), 500) == reference.bootstrap_ci(values, np.random.default_rng(0), 500)
+    assert all(np.isnan(reference.bootstrap_ci(np.array([0.3, np.nan]), rng)))
+    assert reference.bootstrap_ci(np.full(5, 0.25), rng) == (0.25, 0.25)
 
 
 def one_ulp_copies(x: np.ndarray, n: int, dtype, rng: np.random.Generator) -> np.ndarray:
@@ -211,17 +211,17 @@ def test_words_identical_up_to_storage_rounding_are_degenerate(rng, dtype):
     X = np.vstack(blocks)
     starts = np.cumsum([0, *sizes[:-1]])
     for data in (X, X.astype(np.float64)):  # the storage format is recognised after conversion too
-        assert measures.degenerate_tolerance(data) == max(np.finfo(dtype).eps ** 2, measures.DEGENERATE_FLOOR)
-        degenerate = measures.degenerate_words(data, starts)
+        assert reference.degenerate_tolerance(data) == max(np.finfo(dtype).eps ** 2, reference.DEGENERATE_FLOOR)
+        degenerate = reference.degenerate_words(data, starts)
         assert degenerate.tolist() == [True, True, True, True, False]
-        stats = measures.pc_stats_by_word(data, starts)
+        stats = reference.pc_stats_by_word(data, starts)
         for column in stats[:3]:
             assert np.isnan(column).tolist() == degenerate.tolist()
         expected = sklearn_mevs(blocks[4])
         for got, want in zip((stats.mev[4], stats.mev_literal[4], stats.mev_centered[4]), expected):
             assert got == pytest.approx(want, abs=SKLEARN_TOL)
         # the stored relative variance of the degenerate words stays under the eps**2 / 4 bound
-        total_var, mean_sq = measures.word_variances(data, starts)
+        total_var, mean_sq = reference.word_variances(data, starts)
         assert (total_var[:4] <= np.finfo(dtype).eps ** 2 / 4 * mean_sq[:4]).all()
 
 
@@ -230,35 +230,35 @@ def test_near_identical_but_different_vectors_have_a_real_mev(rng):
     x = rng.normal(size=128) * 10
     X = x + 0.003 * np.abs(x) * rng.normal(size=(12, 128))
     for data in (X, X.astype(np.float16)):
-        total_var, mean_sq = measures.word_variances(data, np.array([0]))
+        total_var, mean_sq = reference.word_variances(data, np.array([0]))
         assert total_var[0] < 1e-4 * mean_sq[0]
-        assert measures.degenerate_words(data, np.array([0])).tolist() == [False]
-        stats = measures.word_pc_stats(data)
+        assert reference.degenerate_words(data, np.array([0])).tolist() == [False]
+        stats = reference.word_pc_stats(data)
         for got, want in zip((stats.mev, stats.mev_literal, stats.mev_centered), sklearn_mevs(data)):
             assert got == pytest.approx(want, abs=SKLEARN_TOL)
 
 
 def test_zero_words_are_degenerate_and_empty_blocks_are_not(rng):
     X = np.vstack([np.zeros((5, 8)), rng.normal(size=(5, 8))])
-    assert measures.degenerate_words(X, np.array([0, 5])).tolist() == [True, False]
-    assert measures.degenerate_words(X, np.array([0, 5, 5])).tolist() == [True, False, False]
-    total_var, _ = measures.word_variances(X, np.array([0, 5, 5]))
+    assert reference.degenerate_words(X, np.array([0, 5])).tolist() == [True, False]
+    assert reference.degenerate_words(X, np.array([0, 5, 5])).tolist() == [True, False, False]
+    total_var, _ = reference.word_variances(X, np.array([0, 5, 5]))
     assert np.isnan(total_var[1]) and total_var[2] > 0
 
 
 def test_storage_epsilon(rng):
     values = rng.normal(size=(50, 40)) * 100
-    assert measures.storage_epsilon(values) == np.finfo(np.float64).eps
-    assert measures.storage_epsilon(values.astype(np.float32)) == 2.0**-23
-    assert measures.storage_epsilon(values.astype(np.float32).astype(np.float64)) == 2.0**-23
-    assert measures.storage_epsilon(values.astype(np.float16)) == 2.0**-10
-    assert measures.storage_epsilon(values.astype(np.float16).astype(np.float64)) == 2.0**-10
+    assert reference.storage_epsilon(values) == np.finfo(np.float64).eps
+    assert reference.storage_epsilon(values.astype(np.float32)) == 2.0**-23
+    assert reference.storage_epsilon(values.astype(np.float32).astype(np.float64)) == 2.0**-23
+    assert reference.storage_epsilon(values.astype(np.float16)) == 2.0**-10
+    assert reference.storage_epsilon(values.astype(np.float16).astype(np.float64)) == 2.0**-10
     bfloat16 = (values.astype(np.float32).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
-    assert measures.storage_epsilon(bfloat16) == 2.0**-7
+    assert reference.storage_epsilon(bfloat16) == 2.0**-7
     big = np.tile(values.astype(np.float16).astype(np.float64), (3, 1))
     big[-1, -1] = 0.1  # one value beyond float16 (and float32) after the first 4,096: a full pass finds it
-    assert measures.storage_epsilon(big) == np.finfo(np.float64).eps
-    assert measures.degenerate_tolerance(values) == measures.DEGENERATE_FLOOR
+    assert reference.storage_epsilon(big) == np.finfo(np.float64).eps
+    assert reference.degenerate_tolerance(values) == reference.DEGENERATE_FLOOR
 
 
 def near_duplicate_word(rng, n: int, d: int, norm: float, massive: bool) -> np.ndarray:
@@ -282,8 +282,8 @@ def test_mev_variants_on_near_duplicates_match_sklearn(rng, n, d, norm, massive)
     """All three variants to 1e-8 on both routes (stacked n <= 48; Gram n <= d; scatter n > d; Lanczos > 160)."""
     X = near_duplicate_word(rng, n, d, norm, massive)
     expected = sklearn_mevs(X)
-    assert measures.degenerate_words(X, np.array([0])).tolist() == [False]
-    for stats in (measures.word_pc_stats(X), measures.pc_stats_by_word(X, np.array([0]))):
+    assert reference.degenerate_words(X, np.array([0])).tolist() == [False]
+    for stats in (reference.word_pc_stats(X), reference.pc_stats_by_word(X, np.array([0]))):
         got = np.ravel([stats.mev, stats.mev_literal, stats.mev_centered])
         np.testing.assert_allclose(got, expected, rtol=0, atol=SKLEARN_TOL)
 
@@ -298,7 +298,7 @@ def test_batched_near_duplicates_match_sklearn(rng):
         common *= 150.0 / np.linalg.norm(common)
         blocks.append((common + 0.05 * rng.normal(size=(size, 96)) * rng.uniform(0.3, 3.0, size=96)).astype(np.float16))
     X, starts = np.vstack(blocks), np.cumsum([0, *sizes[:-1]])
-    stats = measures.pc_stats_by_word(X, starts)
+    stats = reference.pc_stats_by_word(X, starts)
     for word, block in enumerate(blocks):
         got = [stats.mev[word], stats.mev_literal[word], stats.mev_centered[word]]
         np.testing.assert_allclose(got, sklearn_mevs(block), rtol=0, atol=SKLEARN_TOL)
@@ -340,9 +340,9 @@ def test_exact_baseline_matches_all_pairs(rng):
     X[4] = 0.0  # a zero row inside a sentence
     X[offsets[7]] = 0.0  # a sentence whose only row is zero: it can be drawn, its cosines are left out
     expected = brute_force_baselines(X, offsets)
-    for chunk_elements in (measures.BATCH_ELEMENTS, 6, 20):  # whole layer, one sentence per chunk, a few
+    for chunk_elements in (reference.BATCH_ELEMENTS, 6, 20):  # whole layer, one sentence per chunk, a few
         for data in (X, X.astype(np.float16)):
-            got = measures.exact_baseline(data, offsets, chunk_elements=chunk_elements)
+            got = reference.exact_baseline(data, offsets, chunk_elements=chunk_elements)
             want = expected if data.dtype == np.float64 else brute_force_baselines(data.astype(np.float64), offsets)
             np.testing.assert_allclose([got.cosine, got.cosine_between, got.cosine_uniform], want, rtol=0, atol=1e-12)
             assert (got.n_vectors, got.n_sentences) == (len(X) - 2, 7)
@@ -357,10 +357,10 @@ def test_exact_baseline_mev_is_the_mev_of_weight_replicated_rows(rng):
     X[offsets[3]] = 0.0  # a zero row is a point of the distribution (TruncatedSVD includes it)
     repeats = np.repeat(np.where(lengths > 0, 12 // np.maximum(lengths, 1), 0), lengths)
     replicated = np.repeat(X, repeats, axis=0)
-    got = measures.exact_baseline(X, offsets, chunk_elements=30)
+    got = reference.exact_baseline(X, offsets, chunk_elements=30)
     expected = sklearn_mevs(replicated)
     np.testing.assert_allclose([got.mev, got.mev_literal, got.mev_centered], expected, rtol=0, atol=1e-10)
-    cosines = measures.exact_baseline(X, offsets, with_mev=False, chunk_elements=30)
+    cosines = reference.exact_baseline(X, offsets, with_mev=False, chunk_elements=30)
     assert np.isnan([cosines.mev, cosines.mev_literal, cosines.mev_centered]).all()
     assert cosines.cosine == got.cosine
 
@@ -368,7 +368,7 @@ def test_exact_baseline_mev_is_the_mev_of_weight_replicated_rows(rng):
 def test_exact_baseline_mev_keeps_precision_on_near_duplicates(rng):
     X = near_duplicate_word(rng, 400, 64, 2000.0, True)
     offsets = np.arange(0, 401, 4)  # equal lengths: equal weights
-    got = measures.exact_baseline(X, offsets, chunk_elements=64 * 50)
+    got = reference.exact_baseline(X, offsets, chunk_elements=64 * 50)
     np.testing.assert_allclose([got.mev, got.mev_literal, got.mev_centered], sklearn_mevs(X), rtol=0, atol=SKLEARN_TOL)
 
 
@@ -378,11 +378,11 @@ def test_sampled_baseline_averages_to_the_exact_between_sentence_value(rng):
     come from different sentences."""
     lengths = rng.integers(1, 6, size=25)
     X, offsets = layer_with_sentences(rng, lengths, d=8, sentence_scale=1.0)
-    exact = measures.exact_baseline(X, offsets)
+    exact = reference.exact_baseline(X, offsets)
     m = len(lengths)
     expected = 1 / m + (1 - 1 / m) * exact.cosine_between
     draws = np.array([
-        measures.anisotropy_baseline(X, offsets, np.arange(m), np.random.default_rng(seed), n_pairs=400).cosine
+        reference.anisotropy_baseline(X, offsets, np.arange(m), np.random.default_rng(seed), n_pairs=400).cosine
         for seed in range(1500)
     ])  # fmt: skip
     standard_error = draws.std() / np.sqrt(len(draws))
@@ -391,9 +391,9 @@ def test_sampled_baseline_averages_to_the_exact_between_sentence_value(rng):
 
 
 def test_exact_baseline_without_rows():
-    empty = measures.exact_baseline(np.zeros((0, 4)), np.array([0, 0, 0]))
+    empty = reference.exact_baseline(np.zeros((0, 4)), np.array([0, 0, 0]))
     assert empty.n_sentences == 0 and np.isnan(empty.cosine) and np.isnan(empty.mev)
-    one = measures.exact_baseline(np.ones((1, 4)), np.array([0, 1]))
+    one = reference.exact_baseline(np.ones((1, 4)), np.array([0, 1]))
     assert one.n_vectors == 1 and np.isnan([one.cosine, one.cosine_between, one.cosine_uniform]).all()
     with pytest.raises(ValueError, match="sentence_offsets"):
-        measures.exact_baseline(np.ones((3, 4)), np.array([0, 2]))
+        reference.exact_baseline(np.ones((3, 4)), np.array([0, 2]))

@@ -8,15 +8,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from contextuality import static as st
-from contextuality import table1
+from contextuality.static import embeddings
+from contextuality.static import scoring as st
+from contextuality.report import table1
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "resources" / "benchmarks"
 
 
-def _emb(mapping: dict[str, list[float]]) -> st.StaticEmbedding:
+def _emb(mapping: dict[str, list[float]]) -> embeddings.StaticEmbedding:
     """A hand-made embedding (rows are L2-normalised by the constructor)."""
-    return st.StaticEmbedding.from_arrays(list(mapping), np.array(list(mapping.values()), dtype=np.float32))
+    return embeddings.StaticEmbedding.from_arrays(list(mapping), np.array(list(mapping.values()), dtype=np.float32))
 
 
 def _questions(*rows: str) -> pd.DataFrame:
@@ -60,7 +61,7 @@ def _write_rw(root: Path, rows: list[tuple[str, str, float]]) -> Path:
     return root
 
 
-def _angles_embedding() -> st.StaticEmbedding:
+def _angles_embedding() -> embeddings.StaticEmbedding:
     """x and y0..y3 with cos(x, y_i) = cos(20 i degrees), strictly decreasing in i."""
     angles = np.deg2rad([0, 20, 40, 60])
     vectors = {"x": [1.0, 0.0]} | {f"y{i}": [np.cos(a), np.sin(a)] for i, a in enumerate(angles)}
@@ -173,10 +174,10 @@ def test_categorization_loaders_counts(loader, n_words, n_categories):
 def test_trimming_and_lowercase_collision(tmp_path):
     path = tmp_path / "emb.txt"
     path.write_text("6 2\nThe 1 0\nthe 0 2\nApple 3 4\nAPPLE 0 1\nbanana 0 -5\ncherry 1 1\n")
-    emb = st.load_embedding_text(path, vocabulary=["THE", "apple", "Banana", "kiwi"])
+    emb = embeddings.load_embedding_text(path, vocabulary=["THE", "apple", "Banana", "kiwi"])
     assert emb.words == ["the", "apple", "banana"]
     np.testing.assert_allclose(emb.vectors, [[0, 1], [0.6, 0.8], [0, -1]], atol=1e-7)  # lower-case "the" wins
-    emb = st.load_embedding_text(path)
+    emb = embeddings.load_embedding_text(path)
     assert emb.words == ["the", "apple", "banana", "cherry"]
 
 
@@ -184,16 +185,16 @@ def test_write_read_round_trip(tmp_path):
     rng = np.random.default_rng(1)
     words = ["alpha", "Beta", "gamma's", "naïve"]
     matrix = rng.standard_normal((4, 7)).astype(np.float32)
-    path = st.write_embedding_text(tmp_path / "pcs" / "layer_1.txt", words, matrix)
+    path = embeddings.write_embedding_text(tmp_path / "pcs" / "layer_1.txt", words, matrix)
     lines = path.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 4 and all(len(line.split(" ")) == 8 for line in lines)
     assert [p.name for p in path.parent.iterdir()] == ["layer_1.txt"]
-    emb = st.load_embedding_text(path)
+    emb = embeddings.load_embedding_text(path)
     assert emb.words == ["alpha", "beta", "gamma's", "naïve"]
     expected = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
     np.testing.assert_allclose(emb.vectors, expected, rtol=1e-5)  # six significant digits
     with pytest.raises(ValueError):
-        st.write_embedding_text(tmp_path / "bad.txt", ["two words"], matrix[:1])
+        embeddings.write_embedding_text(tmp_path / "bad.txt", ["two words"], matrix[:1])
 
 
 # --------------------------------------------------------------------------- evaluation and outputs
@@ -202,7 +203,7 @@ def test_evaluate_embedding_on_real_benchmarks():
     data = st.load_benchmarks(BENCHMARKS)
     vocab = sorted(set(data["SimLex999"]["word1"]) | set(data["AP"]["word"]) | set(data["Google"]["a"]))
     rng = np.random.default_rng(0)
-    emb = st.StaticEmbedding.from_arrays(vocab, rng.standard_normal((len(vocab), 16)).astype(np.float32))
+    emb = embeddings.StaticEmbedding.from_arrays(vocab, rng.standard_normal((len(vocab), 16)).astype(np.float32))
     table = st.evaluate_embedding(emb, data, seed=0)
     assert table["task"].tolist() == list(st.TABLE1_TASKS)
     assert table.columns.tolist() == ["task", "metric", "score", "coverage", "n_items"]

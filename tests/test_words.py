@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 import pytest
 
-from contextuality.words import build_word_index, tokenize, word_index, word_table
+from contextuality.corpus.words import build_word_index, tokenize, word_index, word_table
 
 SIX_SENTENCES = [
     "The dog runs.",
@@ -73,7 +73,7 @@ def test_build_writes_both_tables(tmp_path, sentences):
 
 TOKENIZE_WITHOUT_TORCH = """
 import sys
-from contextuality.words import english_tokenizer
+from contextuality.corpus.words import english_tokenizer
 assert [t.text for t in english_tokenizer()("The dog, again.")] == ["The", "dog", ",", "again", "."]
 assert "torch" not in sys.modules, "spaCy's import pulled in torch"
 import thinc.compat

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from conftest import run_snakemake, write_config
-from contextuality.config import ConfigError, check_duplicate_keys
-from contextuality.words import WordIndexError, build_word_index
+from contextuality.workflow.config import ConfigError, check_duplicate_keys
+from contextuality.corpus.words import WordIndexError, build_word_index
 from workflow_runs import failure, smoke_config
 
 
@@ -271,7 +271,7 @@ def test_bootstrap_resamples_zero_allowed_by_the_schema_means_no_interval():
     """Every value the schema allows must run: 0 resamples (documented as 'none') gives no interval."""
     import numpy as np
 
-    from contextuality.measures import bootstrap_ci
+    from contextuality.measure.reference import bootstrap_ci
 
     low, high = bootstrap_ci(np.array([0.1, 0.5, 0.9]), np.random.default_rng(0), n_resamples=0)
     assert np.isnan(low) and np.isnan(high)
@@ -283,19 +283,20 @@ def test_more_shards_than_sentence_windows_gives_empty_shards_not_a_crash(tmp_pa
     import numpy as np
     import pandas as pd
 
-    from contextuality import models, sources
-    from contextuality.extract import WINDOW_BATCHES, shard_bounds
-    from contextuality.plan import plan_model
+    from contextuality.models import loading
+    from contextuality.models import sources
+    from contextuality.extraction.extract import WINDOW_BATCHES, shard_bounds
+    from contextuality.extraction.plan import plan_model
     from conftest import extract_planned, gather_layers
-    from contextuality.store import open_complete
-    from contextuality.words import word_table
+    from contextuality.store.files import open_complete
+    from contextuality.corpus.words import word_table
 
     sentences = pd.DataFrame({"sentence_id": range(5), "text": ["The dog runs.", "A cat.", "Dogs run.", "", "The end."]})
     sentences.to_parquet(tmp_path / "sentences.parquet")
     words = word_table(sentences)
     spec = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 100}
     record = sources.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
-    loaded = models.load(record, tmp_path / "model" / "model", spec, "cpu")
+    loaded = loading.load(record, tmp_path / "model" / "model", spec, "cpu")
     bounds = [shard_bounds(len(sentences), 3, shard, WINDOW_BATCHES * 2) for shard in range(3)]
     assert [last - first for first, last in bounds] == [0, 0, 5]  # one window of sentences, three shards
     plan = plan_model(loaded, sentences, words, indexing="word")

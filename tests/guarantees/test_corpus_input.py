@@ -12,11 +12,12 @@ import pandas as pd
 import pytest
 
 from conftest import STS_DIR, run_snakemake, write_config
-from contextuality import models, sources
-from contextuality.corpus import CorpusError, ReleaseFiles, build_corpus, read_release, write_bundled_pairs
+from contextuality.models import loading
+from contextuality.models import sources
+from contextuality.corpus.sts import CorpusError, ReleaseFiles, build_corpus, read_release, write_bundled_pairs
 from conftest import extract_planned
-from contextuality.alignment import AlignmentError
-from contextuality.words import build_word_index, word_table
+from contextuality.extraction.alignment import AlignmentError
+from contextuality.corpus.words import build_word_index, word_table
 from workflow_runs import failure, smoke_config
 
 
@@ -141,7 +142,7 @@ def tiny_bert(odd_corpus, tmp_path_factory):
     spec = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 100}
     model_root = tmp_path_factory.mktemp("model")
     record = sources.materialise("tiny", spec, model_root, sentences_parquet=root / "sentences.parquet", seed=1)
-    loaded = models.load(record, model_root / "model", spec, "cpu")
+    loaded = loading.load(record, model_root / "model", spec, "cpu")
     loaded.max_length = 16  # sentence 4 (40 long words) is far longer
     return loaded
 

@@ -14,12 +14,13 @@ import pandas as pd
 import pytest
 
 from conftest import PROJECT, STS_DIR
-from contextuality import models, sources
-from contextuality.analysis import measure_model
-from contextuality.corpus import read_release, release_files
-from contextuality.plan import build_occurrences
-from contextuality.store import open_complete
-from contextuality.words import word_index, word_table
+from contextuality.models import loading
+from contextuality.models import sources
+from contextuality.measure.analysis import measure_model
+from contextuality.corpus.sts import read_release, release_files
+from contextuality.extraction.plan import build_occurrences
+from contextuality.store.files import open_complete
+from contextuality.corpus.words import word_index, word_table
 from conftest import extract_planned, gather_layers
 from workflow_runs import KILLED_MODEL, audited_smoke_run, interrupted_run
 
@@ -49,7 +50,8 @@ MATERIALISE = """
 import sys
 from pathlib import Path
 
-from contextuality import models, sources
+from contextuality.models import loading
+from contextuality.models import sources
 
 sentences, out = Path(sys.argv[1]), Path(sys.argv[2])
 for architecture in ("bert", "gpt2"):
@@ -105,7 +107,7 @@ def two_batch_sizes(tmp_path_factory):
     index = word_index(words, sentences, min_occurrences=2)
     spec = {"source": "random", "architecture": "gpt2", "n_hidden_layers": 2, "hidden_size": 32, "vocab_size": 200}
     record = sources.materialise("m", spec, root / "model", sentences_parquet=root / "sentences.parquet", seed=5)
-    loaded = models.load(record, root / "model" / "model", spec, "cpu")
+    loaded = loading.load(record, root / "model" / "model", spec, "cpu")
     runs = {}
     for batch_size in (1, 8):
         out = root / f"batch{batch_size}"

@@ -14,13 +14,14 @@ import pandas as pd
 import pytest
 
 from conftest import PROJECT, run_snakemake, write_config
-from contextuality import models, sources
-from contextuality import diskspace
-from contextuality.diskspace import DiskSpaceError
-from contextuality.extract import extract_shard
-from contextuality.plan import plan_model
-from contextuality.writer import DiskFullError
-from contextuality.words import word_table
+from contextuality.models import loading
+from contextuality.models import sources
+from contextuality.core import diskspace
+from contextuality.core.diskspace import DiskSpaceError
+from contextuality.extraction.extract import extract_shard
+from contextuality.extraction.plan import plan_model
+from contextuality.extraction.writer import DiskFullError
+from contextuality.corpus.words import word_table
 from workflow_runs import audited_smoke_run, failure, smoke_audit, smoke_config, smoke_config_path
 
 TEXTS = ["The dog runs.", "A cat sleeps on the mat.", "The dog sleeps."]
@@ -31,7 +32,7 @@ def test_extraction_that_does_not_fit_on_disk_stops_with_the_numbers_before_writ
     sentences.to_parquet(tmp_path / "sentences.parquet")
     spec = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 100}
     record = sources.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
-    loaded = models.load(record, tmp_path / "model" / "model", spec, "cpu")
+    loaded = loading.load(record, tmp_path / "model" / "model", spec, "cpu")
     asked = []
 
     def tiny_disk(path):
@@ -90,7 +91,7 @@ def test_a_disk_that_fills_mid_write_gives_one_line_and_leaves_nothing(tmp_path,
     sentences.to_parquet(tmp_path / "sentences.parquet")
     spec = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 100}
     record = sources.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
-    loaded = models.load(record, tmp_path / "model" / "model", spec, "cpu")
+    loaded = loading.load(record, tmp_path / "model" / "model", spec, "cpu")
     plan = plan_model(loaded, sentences, word_table(sentences), indexing="word")
     import h5py
 
@@ -178,7 +179,7 @@ def test_no_rule_writes_outside_its_declared_outputs(smoke):
     for record_path in workdir.glob("resources/models/*/source.json"):
         record = json.loads(record_path.read_text())
         folder = record_path.parent / "model"
-        assert models.weights_digest([folder / name for name in record["weights"]]) == record["weights_sha256"]
+        assert loading.weights_digest([folder / name for name in record["weights"]]) == record["weights_sha256"]
 
 
 @pytest.mark.slow

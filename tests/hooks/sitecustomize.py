@@ -53,7 +53,7 @@ _SLOW = os.environ.get("GUARANTEES_SLOW_EXTRACT")
 if _SLOW and sys.argv and sys.argv[0].endswith("extract.py"):
     import time
 
-    import contextuality.extract as _extract
+    import contextuality.extraction.extract as _extract
 
     _padded_batches = _extract.padded_batches
 
@@ -71,7 +71,7 @@ if _FAKE_GPUS and sys.argv and sys.argv[0].endswith("extract.py"):
 
     import torch
 
-    import contextuality.devices as _devices
+    import contextuality.extraction.devices as _devices
 
     torch.cuda.is_available = lambda: True
     torch.cuda.device_count = lambda: int(_FAKE_GPUS)

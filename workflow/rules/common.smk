@@ -6,13 +6,13 @@ from pathlib import Path
 from snakemake.exceptions import IncompleteCheckpointException
 from snakemake.utils import validate
 
-from contextuality.config import ConfigError, check_config, check_targets, command_line_targets, validate_against_schema
-from contextuality.config import check_bundled_corpus, check_duplicate_keys
-from contextuality.devices import LOCAL_GPUS_ENV
-from contextuality.runtime import prepend_python_path
-from contextuality.models import record_shape, record_weights_bytes
+from contextuality.workflow.config import ConfigError, check_config, check_targets, command_line_targets, validate_against_schema
+from contextuality.workflow.config import check_bundled_corpus, check_duplicate_keys
+from contextuality.extraction.devices import LOCAL_GPUS_ENV
+from contextuality.core.runtime import prepend_python_path
+from contextuality.models.loading import record_shape, record_weights_bytes
 from contextuality.paper import FIGURES
-from contextuality.sources import BUILD_KEYS, SOURCE_KEYS
+from contextuality.models.sources import BUILD_KEYS, SOURCE_KEYS
 
 
 try:
@@ -127,7 +127,7 @@ def gpus_per_shard(wildcards):
     `extraction.device: cuda` (or `cuda:N`) always asks for one; `auto` (the default) asks for one when
     the run has GPUs (`--resources gpu=N`, N >= 1), so a CPU machine needs nothing. On SLURM and
     Kubernetes the profile's `set-resources: extract: gpu: 1` asks the scheduler for one per shard job,
-    and the job computes on the GPU it was given (contextuality.devices.choose_device).
+    and the job computes on the GPU it was given (contextuality.extraction.devices.choose_device).
     """
     device = config["extraction"]["device"]
     return 1 if device.startswith("cuda") or (device == "auto" and LOCAL_GPUS > 0) else 0

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from contextuality.analysis import combine_layers
-from contextuality.atomic import atomic_path
-from contextuality.runtime import setup_job_logging
-from contextuality.store import read_manifest
+from contextuality.measure.analysis import combine_layers
+from contextuality.core.atomic import atomic_path
+from contextuality.core.runtime import setup_job_logging
+from contextuality.store.reader import read_manifest
 
 setup_job_logging(snakemake.log[0])
 combine_layers(

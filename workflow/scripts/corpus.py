@@ -1,8 +1,8 @@
 """Snakemake entry point: scored pairs (bundled or hub, via `datasets`) -> sentences.parquet."""
 from pathlib import Path
 
-from contextuality.corpus import build_corpus
-from contextuality.runtime import setup_job_logging
+from contextuality.corpus.sts import build_corpus
+from contextuality.core.runtime import setup_job_logging
 
 setup_job_logging(snakemake.log[0])
 build_corpus(

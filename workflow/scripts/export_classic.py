@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from contextuality.runtime import setup_job_logging
-from contextuality.store import export_classic
+from contextuality.core.runtime import setup_job_logging
+from contextuality.store.export import export_classic
 
 setup_job_logging(snakemake.log[0])
 export_classic(

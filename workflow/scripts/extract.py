@@ -1,10 +1,10 @@
 """Snakemake entry point: one shard of a model's planned sentences -> shard HDF5 (every layer's vectors)."""
 from pathlib import Path
 
-from contextuality.diskspace import DiskSpaceError
-from contextuality.extract import run_extraction_job
-from contextuality.writer import DiskFullError
-from contextuality.runtime import expected_errors, setup_job_logging
+from contextuality.core.diskspace import DiskSpaceError
+from contextuality.extraction.extract import run_extraction_job
+from contextuality.extraction.writer import DiskFullError
+from contextuality.core.runtime import expected_errors, setup_job_logging
 
 setup_job_logging(snakemake.log[0])
 with expected_errors(DiskSpaceError, DiskFullError):

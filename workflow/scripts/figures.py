@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from contextuality.figures import plot_all
-from contextuality.runtime import setup_job_logging
+from contextuality.report.figures import plot_all
+from contextuality.core.runtime import setup_job_logging
 
 setup_job_logging(snakemake.log[0])
 tables = {model: pd.read_parquet(path) for model, path in zip(snakemake.params.models, snakemake.input.layers)}

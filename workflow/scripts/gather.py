@@ -1,8 +1,8 @@
 """Snakemake entry point: a model's shard files + its plan's units -> its manifest (the vectors stay in the shards)."""
 from pathlib import Path
 
-from contextuality.runtime import setup_job_logging
-from contextuality.store import gather
+from contextuality.core.runtime import setup_job_logging
+from contextuality.store.views import gather
 
 setup_job_logging(snakemake.log[0])
 gather(

@@ -1,8 +1,8 @@
 """Snakemake entry point: a model's download (or, for 'random', the corpus) -> its model folder + source.json."""
 from pathlib import Path
 
-from contextuality.sources import build, write_source_record
-from contextuality.runtime import setup_job_logging
+from contextuality.models.sources import build, write_source_record
+from contextuality.core.runtime import setup_job_logging
 
 setup_job_logging(snakemake.log[0])
 record = build(

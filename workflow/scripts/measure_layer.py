@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from contextuality.analysis import measure_layer, write_layer_results
-from contextuality.runtime import setup_job_logging
-from contextuality.store import read_manifest
+from contextuality.measure.analysis import measure_layer, write_layer_results
+from contextuality.core.runtime import setup_job_logging
+from contextuality.store.reader import read_manifest
 
 log = setup_job_logging(snakemake.log[0])
 metrics = snakemake.params.metrics

@@ -1,9 +1,9 @@
 """Snakemake entry point: a model's tokenizer + the corpus -> its plan (tokens, units), occurrences and losses."""
 from pathlib import Path
 
-from contextuality.alignment import AlignmentError
-from contextuality.plan import NothingToMeasureError, run_plan_job
-from contextuality.runtime import expected_errors, setup_job_logging
+from contextuality.extraction.alignment import AlignmentError
+from contextuality.extraction.plan import NothingToMeasureError, run_plan_job
+from contextuality.core.runtime import expected_errors, setup_job_logging
 
 setup_job_logging(snakemake.log[0])
 with expected_errors(NothingToMeasureError, AlignmentError):

@@ -1,7 +1,7 @@
 """Snakemake entry point: a user-supplied static embedding -> benchmark scores."""
-from contextuality.atomic import atomic_path
-from contextuality.runtime import setup_job_logging
-from contextuality.static import score_baseline_file, shared_vocabulary
+from contextuality.core.atomic import atomic_path
+from contextuality.core.runtime import setup_job_logging
+from contextuality.static.scoring import score_baseline_file, shared_vocabulary
 
 setup_job_logging(snakemake.log[0])
 scores = score_baseline_file(

@@ -1,7 +1,7 @@
 """Snakemake entry point: one model's PC embeddings (every layer) -> benchmark scores (keyed by model key)."""
-from contextuality.atomic import atomic_path
-from contextuality.runtime import setup_job_logging
-from contextuality.static import score_pc_layers, shared_vocabulary
+from contextuality.core.atomic import atomic_path
+from contextuality.core.runtime import setup_job_logging
+from contextuality.static.scoring import score_pc_layers, shared_vocabulary
 
 setup_job_logging(snakemake.log[0])
 scores = score_pc_layers(

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from contextuality.atomic import atomic_path
-from contextuality.claims import claims_report, losses_frame, summary_table
-from contextuality.runtime import setup_job_logging
+from contextuality.core.atomic import atomic_path
+from contextuality.report.claims import claims_report, losses_frame, summary_table
+from contextuality.core.runtime import setup_job_logging
 
 setup_job_logging(snakemake.log[0])
 models = snakemake.params.models

@@ -1,8 +1,8 @@
 """Snakemake entry point: all benchmark scores -> Table 1 (CSV, Markdown, LaTeX) and score-by-layer figure."""
 import pandas as pd
 
-from contextuality.runtime import setup_job_logging
-from contextuality.table1 import build_table1, plot_scores_by_layer
+from contextuality.core.runtime import setup_job_logging
+from contextuality.report.table1 import build_table1, plot_scores_by_layer
 
 setup_job_logging(snakemake.log[0])
 results = pd.concat([pd.read_csv(path) for path in [*snakemake.input.scores, *snakemake.input.baselines]])

@@ -1,8 +1,8 @@
 """Snakemake entry point: sentences -> every spaCy token and the word index."""
 from pathlib import Path
 
-from contextuality.runtime import expected_errors, setup_job_logging
-from contextuality.words import WordIndexError, build_word_index
+from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.corpus.words import WordIndexError, build_word_index
 
 setup_job_logging(snakemake.log[0])
 corpus = snakemake.config["corpus"]  # named in the message when too few words are indexed

@@ -38,7 +38,8 @@ from typing import NamedTuple
 import numpy as np
 import scipy.linalg
 
-from contextuality import geometry, measures
+from contextuality.measure import geometry
+from contextuality.measure import reference
 
 # Rows per block of the full-layer passes (whole sentences; float32 blocks of 3 MiB at d = 384). Blocks and
 # batches are sized so that the several passes over each stay in cache (L3) even with two layers measured at
@@ -72,7 +73,7 @@ VARIANTS = ("none", "standardize", "abtt")
 
 def _generic_start(m: int) -> np.ndarray:
     """A fixed start vector, not orthogonal to any particular eigenvector (the one ``measures`` uses)."""
-    return measures._lanczos_start(m)
+    return reference._lanczos_start(m)
 
 
 def _lanczos(A: np.ndarray, start: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
@@ -432,7 +433,7 @@ def exact_cosines(sums: CosineSums, n_sentences: int) -> tuple[float, float, flo
     return tuple(float(np.clip(v, -1.0, 1.0)) if np.isfinite(v) else float("nan") for v in (cosine, between, uniform))
 
 
-def exact_baseline(passed: LayerPass, sums: CosineSums, transform: Transform, tol: float) -> measures.ExactBaseline:
+def exact_baseline(passed: LayerPass, sums: CosineSums, transform: Transform, tol: float) -> reference.ExactBaseline:
     """``measures.exact_baseline`` of the transformed layer, from its pass and the variant's unit-row sums.
 
     The MEV values are those of the paper's weighted distribution of transformed points: mean
@@ -449,11 +450,11 @@ def exact_baseline(passed: LayerPass, sums: CosineSums, transform: Transform, to
         second = covariance + np.outer(mean, mean)
         total_var, total_sq = float(np.trace(covariance)), float(np.trace(second))
         if total_var > tol * total_sq:
-            top_value, v1 = measures._top_eigenpair(second, mean)
-            centred_top, _ = measures._top_eigenpair(covariance, measures._lanczos_start(len(mean)))
+            top_value, v1 = reference._top_eigenpair(second, mean)
+            centred_top, _ = reference._top_eigenpair(covariance, reference._lanczos_start(len(mean)))
             mevs = [min(float(v1 @ covariance @ v1) / total_var, 1.0), min(centred_top / total_var, 1.0),
                     min(top_value / total_sq, 1.0)]  # fmt: skip
-    return measures.ExactBaseline(*cosines, *mevs, sums.n_nonzero, passed.n_sentences)
+    return reference.ExactBaseline(*cosines, *mevs, sums.n_nonzero, passed.n_sentences)
 
 
 def rogue_summary(passed: LayerPass, d: int) -> geometry.RogueSummary:
@@ -655,7 +656,7 @@ def word_stats(X: np.ndarray, rows: np.ndarray, group_starts: np.ndarray, transf
     rows = np.asarray(rows, dtype=np.int64)
     group_starts = np.asarray(group_starts, dtype=np.int64)
     k, d = len(group_starts), X.shape[1]
-    sizes = measures.group_sizes(group_starts, len(rows))
+    sizes = reference.group_sizes(group_starts, len(rows))
     outs = {t.name: _new_word_stats(k, d, first_vectors and i == 0) for i, t in enumerate(transforms)}
     limit = min(STACK_MAX, d)
 

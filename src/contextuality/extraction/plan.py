@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from contextuality import alignment
-from contextuality.alignment import Plan
-from contextuality.atomic import atomic_path
-from contextuality.words import support
+from contextuality.extraction import alignment
+from contextuality.extraction.alignment import Plan
+from contextuality.core.atomic import atomic_path
+from contextuality.corpus.words import support
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ def run_plan_job(
     policy: str, min_occurrences: int, count: str,
 ) -> dict:
     """The ``tokenize`` job: the model's plan, its occurrences and its losses, before any extraction."""
-    from contextuality import models
+    from contextuality.models import loading
 
     record = json.loads(Path(record_path).read_text())
     sentences = pd.read_parquet(sentences_path, columns=["sentence_id", "text"])
@@ -173,7 +173,7 @@ def run_plan_job(
     if record["source"] == "elmo":
         plan, max_length = alignment.plan_words(sentences, words), None
     else:
-        tokenizer, max_length = models.load_tokenizer(record, model_dir, spec)
+        tokenizer, max_length = loading.load_tokenizer(record, model_dir, spec)
         holder = type("Tokenized", (), {"tokenizer": tokenizer, "max_length": max_length, "key": model_key})
         plan = plan_model(holder, sentences, words, indexing=indexing, tokenization=tokenization, policy=policy)
     occurrences = build_occurrences(plan.units, word_index, indexing, min_occurrences, count, sentences)

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from contextuality.runtime import collection_paused
-from contextuality.words import is_punct
+from contextuality.core.runtime import collection_paused
+from contextuality.corpus.words import is_punct
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +288,7 @@ def plan_faithful(
     whose row is the model's vector at token position i, the word's own spaCy position: misaligned
     after a word that took several pieces, as the paper read it (spec 8.4-8.5).
     """
-    from contextuality.faithful import faithful_gpt2_input
+    from contextuality.extraction.faithful import faithful_gpt2_input
 
     sentence_ids = sentences["sentence_id"].to_numpy(dtype=np.int64)
     vocab = tokenizer.get_vocab()

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from contextuality.atomic import atomic_path  # noqa: E402
+from contextuality.core.atomic import atomic_path  # noqa: E402
 from contextuality.paper import AXIS_RANGES, FIGURES, TITLES, model_depth  # noqa: E402
 
 DPI = 150

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from contextuality.atomic import atomic_path
+from contextuality.core.atomic import atomic_path
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from contextuality.atomic import atomic_path
-from contextuality.tables import fmt, latex_escape
-from contextuality.static import TABLE1_TASKS
-from contextuality.table1 import PAPER_TABLE1, TASK_DISPLAY
+from contextuality.core.atomic import atomic_path
+from contextuality.report.tables import fmt, latex_escape
+from contextuality.static.scoring import TABLE1_TASKS
+from contextuality.report.table1 import PAPER_TABLE1, TASK_DISPLAY
 from contextuality.paper import (
     CLAIMS,
     PAPER_CHECKPOINTS,

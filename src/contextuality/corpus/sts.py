@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pandas loads in about 0.9 s; the Snakefile imports this module at every start
     import pandas as pd
 
-from contextuality.atomic import atomic_path
+from contextuality.core.atomic import atomic_path
 
 log = logging.getLogger(__name__)
 

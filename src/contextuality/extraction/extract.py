@@ -28,13 +28,13 @@ import h5py
 import numpy as np
 from tqdm import tqdm
 
-from contextuality import diskspace
-from contextuality.alignment import Plan
-from contextuality.plan import read_plan
-from contextuality.atomic import atomic_path
-from contextuality.devices import choose_device
-from contextuality.store import create_checked
-from contextuality.writer import DeviceBlock, HostBlock, ShardWriter, chunk_cache_bytes
+from contextuality.core import diskspace
+from contextuality.extraction.alignment import Plan
+from contextuality.extraction.plan import read_plan
+from contextuality.core.atomic import atomic_path
+from contextuality.extraction.devices import choose_device
+from contextuality.store.files import create_checked
+from contextuality.extraction.writer import DeviceBlock, HostBlock, ShardWriter, chunk_cache_bytes
 
 log = logging.getLogger(__name__)
 
@@ -87,21 +87,21 @@ class ElmoModel:
 
 def load_for_extraction(key: str, spec: dict, record: dict, model_dir: Path, device: str, compute_dtype: str):
     """A loaded HF model, or ELMo wrapped in the same interface, from the materialised folder ``model_dir``."""
-    from contextuality import models
+    from contextuality.models import loading
 
     if record["source"] == "elmo":
-        from contextuality.elmo import ElmoEmbedder
+        from contextuality.models.elmo import ElmoEmbedder
 
-        models.verify_weights(record, model_dir)
+        loading.verify_weights(record, model_dir)
         stateful = spec.get("stateful", False)
         if stateful:
             log.warning("stateful ELMo: LSTM state is carried across sentences in corpus order within each "
                         "shard; models.%s.n_shards: 1 reproduces the original single-embedder run exactly", key)
-        options_path, weights_path = Path(model_dir) / models.ELMO_OPTIONS, Path(model_dir) / models.ELMO_WEIGHTS
+        options_path, weights_path = Path(model_dir) / loading.ELMO_OPTIONS, Path(model_dir) / loading.ELMO_WEIGHTS
         embedder = ElmoEmbedder(options_path, weights_path, device=device, stateful=stateful)
         options = json.loads(options_path.read_text())
         return ElmoModel(key, embedder, options["lstm"]["n_layers"] + 1, 2 * options["lstm"]["projection_dim"], stateful)
-    return models.load(record, model_dir, spec, device, compute_dtype)
+    return loading.load(record, model_dir, spec, device, compute_dtype)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -360,7 +360,7 @@ def run_extraction_job(
     """Everything one shard job does: pick device, load the model, extract the shard's planned sentences."""
     import torch
 
-    from contextuality import models
+    from contextuality.models import loading
 
     torch.set_num_threads(max(1, threads))
     record = json.loads(record_path.read_text())
@@ -383,7 +383,7 @@ def run_extraction_job(
         "tokenizer": type(getattr(loaded, "tokenizer", None)).__name__ if not isinstance(loaded, ElmoModel) else "spacy",
         "indexing": spec["indexing"], "tokenization": spec["tokenization"],
         # the last hidden state of a pre-norm decoder has passed its final norm; the others have not
-        "final_norm": "" if isinstance(loaded, ElmoModel) else models.final_norm(loaded.model),
+        "final_norm": "" if isinstance(loaded, ElmoModel) else loading.final_norm(loaded.model),
         "versions": json.dumps(package_versions(), sort_keys=True),
     }
     try:

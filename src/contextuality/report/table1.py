@@ -11,9 +11,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from contextuality import tables
-from contextuality.atomic import atomic_path
-from contextuality.static import EXTRA_TASKS, TABLE1_TASKS, TASK_METRIC
+from contextuality.report import tables
+from contextuality.core.atomic import atomic_path
+from contextuality.static.scoring import EXTRA_TASKS, TABLE1_TASKS, TASK_METRIC
 
 # Column headers of the paper's Table 1.
 TASK_DISPLAY = {task: task for task in TABLE1_TASKS + EXTRA_TASKS} | {"SemEval2012_2": "SemEval2012(2)"}

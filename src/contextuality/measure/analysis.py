@@ -26,11 +26,14 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
-from contextuality import geometry, layerstats, measures
-from contextuality.atomic import atomic_path
-from contextuality.runtime import collection_paused
-from contextuality.static import write_embedding_text
-from contextuality.store import LayerReader, StoreError, check_layer, check_layer_set, read_layer
+from contextuality.measure import geometry
+from contextuality.measure import layerstats
+from contextuality.measure import reference
+from contextuality.core.atomic import atomic_path
+from contextuality.core.runtime import collection_paused
+from contextuality.static.embeddings import write_embedding_text
+from contextuality.store.reader import LayerReader, check_layer, check_layer_set, read_layer
+from contextuality.store.files import StoreError
 
 __all__ = [
     "LayerResult", "combine_layers", "measure_layer", "measure_model", "read_layer", "rogue_table", "write_layer_results",
@@ -86,7 +89,7 @@ def _rng(seed: int, purpose: int, layer: int = 0, *more: int) -> np.random.Gener
 def _bootstrap_mean_ci(values: np.ndarray, rng: np.random.Generator, n_resamples: int) -> tuple[float, float]:
     """95% percentile-bootstrap interval of the mean (NaNs dropped), as ``measures.bootstrap_ci`` defines it,
     drawn directly with numpy (for the post-processed variants: the same method at a fraction of the cost)."""
-    values, trivial = measures.bootstrap_input(values, n_resamples)
+    values, trivial = reference.bootstrap_input(values, n_resamples)
     if trivial is not None:
         return trivial
     means = np.empty(n_resamples)
@@ -109,7 +112,7 @@ def _sampled_self_similarity(vectors, rows, group_starts, *, seed, sampled_pairs
     pair_rng = _rng(seed, _SAMPLED_PAIRS)
     ends = np.append(group_starts[1:], len(rows))
     return np.array([
-        measures.self_similarity_sampled(np.asarray(vectors[rows[a:b]], dtype=np.float64), pair_rng, sampled_pairs)
+        reference.self_similarity_sampled(np.asarray(vectors[rows[a:b]], dtype=np.float64), pair_rng, sampled_pairs)
         for a, b in zip(group_starts, ends)
     ])  # fmt: skip
 
@@ -134,7 +137,7 @@ class OccurrenceIndex:
         self.rows = occurrences["row"].to_numpy(dtype=np.int64)
         self.group_starts = np.flatnonzero(np.concatenate([[len(self.rows) > 0], word_of_row[1:] != word_of_row[:-1]]))
         self.words = word_of_row[self.group_starts]
-        self.counts = measures.group_sizes(self.group_starts, len(self.rows))
+        self.counts = reference.group_sizes(self.group_starts, len(self.rows))
 
 
 class LayerResult(NamedTuple):
@@ -205,7 +208,7 @@ def _no_geometry(d: int) -> tuple[dict, np.ndarray]:
 
 def _sentence_block(X, transform: layerstats.Transform, offsets, sentence_ids):
     """The rows of the given sentences, transformed (float64), with offsets of their own (sentence k = k)."""
-    rows, counts = measures.sentence_rows(offsets, sentence_ids)
+    rows, counts = reference.sentence_rows(offsets, sentence_ids)
     return transform.rows(X[rows], np.float64), np.concatenate([[0], np.cumsum(counts)]), np.arange(len(counts))
 
 
@@ -213,14 +216,14 @@ def _variant_measures(X, offsets, transform, word, sums, passed, *, intra_ids, b
                       baseline_samples, tol, mev_layer0) -> tuple[dict, dict]:
     """The paper's layer-level measures of one variant: its postprocess.csv row and the per-item arrays."""
     if transform.identity:
-        intra = measures.intra_sentence_similarity(X, offsets, intra_ids)
-        baseline = measures.anisotropy_baseline(X, offsets, baseline_ids, _rng(seed, _BASELINE, layer), baseline_samples)
+        intra = reference.intra_sentence_similarity(X, offsets, intra_ids)
+        baseline = reference.anisotropy_baseline(X, offsets, baseline_ids, _rng(seed, _BASELINE, layer), baseline_samples)
     else:
         block, local, ids = _sentence_block(X, transform, offsets, intra_ids)
-        intra = measures.intra_sentence_similarity(block, local, ids)
+        intra = reference.intra_sentence_similarity(block, local, ids)
         block, local, ids = _sentence_block(X, transform, offsets, baseline_ids)
         # the same stream as the stored vectors' baseline: the same sentences, rows and pairs are drawn
-        baseline = measures.anisotropy_baseline(block, local, ids, _rng(seed, _BASELINE, layer), baseline_samples)
+        baseline = reference.anisotropy_baseline(block, local, ids, _rng(seed, _BASELINE, layer), baseline_samples)
     exact = layerstats.exact_baseline(passed, sums, transform, tol)
     mev = word.mev
     if layer == 0 and not mev_layer0:
@@ -315,10 +318,10 @@ def measure_layer(
     intra_ids = sentence_sample if intra_sentences == "all" else sentence_sample[:intra_sentences]
     baseline_ids = sentence_sample[:baseline_samples]
     # the storage format's rounding, once per layer (stored values carry its eps whatever they were read as)
-    if stored.dtype == stored_dtype or stored_dtype.name not in measures.STORAGE_EPSILON:
-        tol = measures.degenerate_tolerance(stored)
+    if stored.dtype == stored_dtype or stored_dtype.name not in reference.STORAGE_EPSILON:
+        tol = reference.degenerate_tolerance(stored)
     else:
-        tol = max(measures.STORAGE_EPSILON[stored_dtype.name] ** 2, measures.DEGENERATE_FLOOR)
+        tol = max(reference.STORAGE_EPSILON[stored_dtype.name] ** 2, reference.DEGENERATE_FLOOR)
     d = stored.shape[1]
 
     # The linear algebra is many small problems plus a few rank-k updates; the workflow measures one
@@ -352,11 +355,11 @@ def measure_layer(
         primary = sampled if self_similarity == "sampled" else exact_self
         intra, mev = arrays["none"]["intra"], arrays["none"]["mev"]
         baseline, exact = arrays["none"]["baseline"], arrays["none"]["exact"]
-        norms = measures.row_norms(stored[measures.sentence_rows(offsets, baseline_ids)[0]])
+        norms = reference.row_norms(stored[reference.sentence_rows(offsets, baseline_ids)[0]])
 
         bootstrap_rng = _rng(seed, _BOOTSTRAP, layer)
         self_ci, intra_ci, mev_ci = (
-            measures.bootstrap_ci(values, bootstrap_rng, bootstrap_resamples) for values in (primary, intra, mev)
+            reference.bootstrap_ci(values, bootstrap_rng, bootstrap_resamples) for values in (primary, intra, mev)
         )
         postprocess_rows = []
         for number, transform in enumerate(transforms):

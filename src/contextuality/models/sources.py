@@ -29,13 +29,13 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from contextuality import diskspace
-from contextuality.atomic import atomic_path
-from contextuality.models import (
+from contextuality.core import diskspace
+from contextuality.core.atomic import atomic_path
+from contextuality.models.loading import (
     ELMO_OPTIONS, ELMO_WEIGHTS, ModelError, check_no_remote_code, check_weights_format, sha256_of, weight_files,
     weights_digest,
 )
-from contextuality.randommodels import build_random_model
+from contextuality.models.randommodels import build_random_model
 
 log = logging.getLogger(__name__)
 

@@ -232,7 +232,7 @@ def check_bundled_corpus(config: dict) -> None:
     root = Path(corpus.get("bundled_dir", "resources/sts"))
     if corpus.get("source", "bundled") != "bundled" or not root.is_dir():
         return
-    from contextuality.corpus import CorpusError, check_bundled_release_files
+    from contextuality.corpus.sts import CorpusError, check_bundled_release_files
 
     try:
         check_bundled_release_files(root, corpus.get("years", []), corpus.get("include_2012_train", False))
@@ -280,7 +280,7 @@ def layer_count(key: str, spec: dict, models_dir: str | Path = "resources/models
     """
     if spec.get("source") == "random":
         return int(spec.get("n_hidden_layers", 2)) + 1
-    from contextuality.models import record_shape
+    from contextuality.models.loading import record_shape
 
     shape = record_shape(Path(models_dir) / key / "source.json")
     return shape[0] if shape else None

@@ -21,7 +21,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from contextuality.store import chunk_rows, create_checked, layer_name
+from contextuality.store.files import chunk_rows, create_checked, layer_name
 
 
 class WriterError(RuntimeError):
