@@ -21,7 +21,8 @@ include: "workflow/rules/corpus.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/extract.smk"
 include: "workflow/rules/metrics.smk"
-include: "workflow/rules/static.smk"
+include: "workflow/rules/static_embeddings.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:

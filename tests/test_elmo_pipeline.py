@@ -70,5 +70,5 @@ def test_paper_config_plans_elmo_next_to_bert_and_gpt2(tmp_path):
     assert counts["download_model"] == 4 and counts["materialise_model"] == 4
     # the per-layer jobs follow once each model is built (its layer count is a checkpoint's output)
     # ELMo (stateful) in one shard, the others in 8
-    assert counts["extract"] == 1 + 3 * 8 and counts["measure"] == 4 and "measure_layer" not in counts
+    assert counts["extract"] == 1 + 3 * 8 and counts["combine_layers"] == 4 and "measure_layer" not in counts
     assert "resources/models/elmo/source.json" in result.stdout

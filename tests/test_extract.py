@@ -220,7 +220,7 @@ def test_dry_run_plans_one_extraction_job_per_shard_and_model(tmp_path, base_con
     assert result.returncode == 0, result.stdout + result.stderr
     counts = job_counts(result.stdout)
     assert counts["extract"] == 4 * len(base_config["models"])
-    assert counts["gather"] == len(base_config["models"])
+    assert counts["manifest"] == len(base_config["models"])
     # every shard job asks for extraction.threads threads
     blocks = [block for block in result.stdout.split("\n\n") if "rule extract:" in block]
     assert blocks and all("threads: 3" in block for block in blocks), blocks[:1]

@@ -83,7 +83,7 @@ def test_deleting_one_layer_file_plans_exactly_its_rebuild_and_what_depends_on_i
     (scratch / EMBEDDINGS / "layers" / "layer_02.h5").unlink()
     counts, output = _dry_run(scratch)
     assert counts == {
-        "layer_file": 1, "measure_layer": 1, "measure": 1, "static_scores": 1,
+        "layer_file": 1, "measure_layer": 1, "combine_layers": 1, "static_scores": 1,
         "figures": 1, "model_figures": 1, "summary": 1, "table1": 1, "all": 1,
     }, output
     assert _planned_layers(output, "layer_file") == {"02"} and _planned_layers(output, "measure_layer") == {"02"}
@@ -139,7 +139,7 @@ def test_a_deleted_shard_is_never_read_and_only_it_is_extracted_again(scratch):
         read_layer(scratch / EMBEDDINGS / "layers" / "layer_00.h5")
     counts, output = _dry_run(scratch)
     assert counts["extract"] == 1 and "shard=1" in output
-    assert counts["layer_file"] == 4 and counts["measure_layer"] == 4 and counts["gather"] == 1
+    assert counts["layer_file"] == 4 and counts["measure_layer"] == 4 and counts["manifest"] == 1
     before = _digests(scratch / "results" / "metrics" / MODEL)
     result = run_snakemake(scratch, METRICS_TARGET, "--cores", "2", configfile=smoke_config_path())
     assert result.returncode == 0, failure(result)

@@ -8,6 +8,7 @@ from snakemake.utils import validate
 
 from contextuality.workflow.config import ConfigError, check_config, check_targets, command_line_targets, validate_against_schema
 from contextuality.workflow.config import check_bundled_corpus, check_duplicate_keys
+from contextuality.core.settings import Settings, as_params
 from contextuality.extraction.devices import LOCAL_GPUS_ENV
 from contextuality.core.runtime import prepend_python_path
 from contextuality.models.loading import record_shape, record_weights_bytes
@@ -29,6 +30,9 @@ try:
     check_bundled_corpus(config)  # a malformed release file: its FILE:LINE message, before any job
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
+
+# Every setting, resolved once from the validated config; the rules' params are taken from it.
+SETTINGS = Settings.from_config(config)
 
 # What every job inherits (SLURM jobs too, with --export=ALL): HDF5's file locks fail on NFS/Lustre;
 # and the contextuality package from src/, which the conda environments (envs/) do not install.

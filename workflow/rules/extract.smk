@@ -54,19 +54,19 @@ rule extract:
         "../scripts/extract.py"
 
 
-rule gather:
-    # The manifest: every shard's rows checked against the plan's units; the vectors stay in the shards.
+rule manifest:
+    # The model's manifest: every shard's rows checked against the plan's units; the vectors stay in the shards.
     input:
         shards=expand_shards(f"{RESULTS}/embeddings/{{model}}/shards/shard_{{shard}}.h5"),
         units=rules.plan.output.units,
     output:
         manifest=f"{RESULTS}/embeddings/{{model}}/manifest.json",
     log:
-        "logs/extract/{model}/gather.log",
+        "logs/extract/{model}/manifest.log",
     conda:
         "../../envs/analysis.yaml"
     script:
-        "../scripts/gather.py"
+        "../scripts/manifest.py"
 
 
 rule layer_file:
