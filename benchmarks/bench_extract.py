@@ -37,6 +37,8 @@ import pandas as pd
 import torch
 import yaml
 
+from contextuality.core import layout
+from contextuality.workflow.schema import load_settings
 from contextuality.extraction import extract
 from contextuality.models import loading
 from contextuality.extraction.plan import plan_model, read_plan, write_plan
@@ -80,17 +82,16 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    config = yaml.safe_load(Path(args.config).read_text())
-    spec = config["models"][args.model]
-    batch_size = spec.get("batch_size") or config["extraction"]["batch_size"]
-    root = args.model_dir or Path(f"resources/models/{args.model}")
+    model = load_settings(yaml.safe_load(Path(args.config).read_text())).models[args.model]
+    batch_size = model.batch_size
+    root = args.model_dir or Path(layout.path(layout.MODEL_ROOT, model=args.model))
     record = json.loads((root / "source.json").read_text())
-    loaded = loading.load(record, root / "model", spec, args.device, args.compute_dtype)
-    sentences = pd.read_parquet("results/corpus/sentences.parquet", columns=["sentence_id", "text"]).iloc[: args.sentences]
-    words = pd.read_parquet("results/corpus/spacy_words.parquet")
+    loaded = loading.load(record, root / "model", args.device, args.compute_dtype, max_length=model.max_length,
+                          allow_pickle=model.build.allow_pickle)
+    sentences = pd.read_parquet(layout.SENTENCES, columns=["sentence_id", "text"]).iloc[: args.sentences]
+    words = pd.read_parquet(layout.SPACY_WORDS)
     words = words[words["sentence_id"].isin(sentences["sentence_id"])]
-    indexing, pooling = spec.get("indexing", "word"), spec.get("pooling", "first")
-    tokenization = spec.get("tokenization", "natural")
+    indexing, pooling, tokenization = model.indexing, model.pooling, model.tokenization
     is_punct("warm-up")  # one-time spaCy start (about 1 s), like the model load: not part of any rate
     options = dict(pooling=pooling, batch_size=batch_size, storage_dtype=args.storage_dtype, device=args.device,
                    disk_factor=1.0, attrs={})

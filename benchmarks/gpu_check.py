@@ -114,7 +114,7 @@ def stored(path: Path, n_layers: int, rows: slice) -> np.ndarray:
 def shard_job(args) -> None:
     """One shard on one GPU, as a shard job of the workflow would run it (a process of its own)."""
     folder, record, spec, plan, out, device, dtype, batch_size = args
-    loaded = loading.load(record, folder, spec, device, dtype)
+    loaded = loading.load(record, folder, device, dtype, max_length=None, allow_pickle=False)
     extract.extract_shard(loaded, plan, out, pooling=spec["pooling"], batch_size=batch_size, storage_dtype="float16",
                           device=device, disk_factor=1.0, attrs={})
 
@@ -126,7 +126,7 @@ def synchronize(device: str) -> None:
 
 def check_model(name: str, folder: Path, spec: dict, sentences, words, args, tmp: Path) -> list[dict]:
     record = record_of(folder, name)
-    reference_model = loading.load(record, folder, spec, "cpu", "float32")
+    reference_model = loading.load(record, folder, "cpu", "float32", max_length=None, allow_pickle=False)
     plan = plan_model(reference_model, sentences, words, indexing=spec["indexing"])
     check = plan.slice(0, min(args.check_sentences, len(plan.sentence_ids)))
     reference_path = tmp / f"{name}-cpu.h5"
@@ -135,7 +135,7 @@ def check_model(name: str, folder: Path, spec: dict, sentences, words, args, tmp
     n_check = len(check.units)
     results = []
     for dtype in ("float16", "bfloat16"):
-        loaded = loading.load(record, folder, spec, args.device, dtype)
+        loaded = loading.load(record, folder, args.device, dtype, max_length=None, allow_pickle=False)
         out = tmp / f"{name}-{dtype}.h5"
         synchronize(args.device)
         started = time.perf_counter()

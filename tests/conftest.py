@@ -62,16 +62,49 @@ def with_absolute_data_paths(config: dict) -> dict:
     return config
 
 
-def gather_layers(shard_paths: list[Path], units_path: Path, out_dir: Path) -> dict[int, Path]:
-    """What the workflow's gather and layer_file rules make of shard files: ``out_dir/manifest.json`` and
-    ``out_dir/layers/layer_{LL}.h5``; returns the layer files by layer. ``units_path``: the plan's units."""
-    from contextuality.store.views import gather, write_layer_file
-    from contextuality.store.files import layer_file_name
+def model_settings(spec: dict, key: str = "m", seed: int = 0):
+    """A model entry's settings as the workflow resolves them: validated, the schema's defaults filled in."""
+    from contextuality.workflow.schema import load_settings
 
-    manifest = gather(shard_paths, units_path, out_dir / "manifest.json")
+    return load_settings({"seed": seed, "models": {key: spec}}).models[key]
+
+
+def materialise(key: str, spec: dict, root: Path, *, sentences_parquet: Path | None = None, seed: int = 0) -> dict:
+    """What the workflow's download_model and materialise_model rules do for one model entry, in one go:
+    ``root/model`` and the returned record (the download folder is removed, as the rule's temp() output)."""
+    import shutil
+
+    from contextuality.models import sources
+
+    build = model_settings(spec, key, seed).build
+    download_dir = root / "download"
+    if sources.SOURCES[build.source].downloads:
+        sources.download(key, build.download, download_dir)
+    try:
+        return sources.build(key, build, root / "model", download_dir=download_dir, sentences_parquet=sentences_parquet,
+                             disk_factor=1.2)
+    finally:
+        shutil.rmtree(download_dir, ignore_errors=True)
+
+
+def load_model(record: dict, folder: Path, spec: dict, device: str = "cpu", dtype: str = "float32"):
+    """A materialised model loaded as the workflow's jobs load it, with the entry's settings (``spec``)."""
+    from contextuality.models import loading
+
+    model = model_settings(spec)
+    return loading.load(record, folder, device, dtype, max_length=model.max_length, allow_pickle=model.build.allow_pickle)
+
+
+def gather_layers(shard_paths: list[Path], units_path: Path, out_dir: Path) -> dict[int, Path]:
+    """What the workflow's manifest and layer_file rules make of shard files: ``out_dir/manifest.json`` and
+    ``out_dir/layers/layer_{LL}.h5``; returns the layer files by layer. ``units_path``: the plan's units."""
+    from contextuality.core import layout
+    from contextuality.store.views import write_layer_file, write_manifest
+
+    manifest = write_manifest(shard_paths, units_path, out_dir / "manifest.json")
     layers = {}
     for layer in range(manifest["n_layers"]):
-        layers[layer] = out_dir / "layers" / layer_file_name(layer)
+        layers[layer] = out_dir / layout.path(layout.LAYER_IN_EMBEDDINGS, layer=layer)
         write_layer_file(shard_paths, layer, layers[layer])
     return layers
 

@@ -10,7 +10,7 @@ import pytest
 
 from contextuality.extraction import alignment
 from contextuality.models import loading
-from contextuality.models import sources
+from conftest import materialise
 from contextuality.extraction.plan import build_occurrences, count_losses, loss_warning
 from contextuality.corpus.words import word_index, word_table
 
@@ -54,8 +54,8 @@ def tokenizer(request, tmp_path_factory):
     sentences.to_parquet(folder / "sentences.parquet")
     spec = {"source": "random", "architecture": request.param, "n_hidden_layers": 1, "hidden_size": 16,
             "vocab_size": 120 if request.param == "bert" else 300}
-    record = sources.materialise("m", spec, folder, sentences_parquet=folder / "sentences.parquet", seed=3)
-    return loading.load_tokenizer(record, folder / "model", spec)[0]
+    record = materialise("m", spec, folder, sentences_parquet=folder / "sentences.parquet", seed=3)
+    return loading.load_tokenizer(record, folder / "model", None)[0]
 
 
 @pytest.mark.parametrize("indexing", ["subword", "word"])

@@ -16,7 +16,9 @@ from contextuality.models.elmo import ElmoEmbedder
 from conftest import extract_planned
 from contextuality.extraction.extract import load_for_extraction
 from contextuality.models.loading import ModelError
-from contextuality.models.sources import materialise, write_source_record
+from contextuality.models.sources import write_source_record
+from contextuality.workflow.schema import load_settings
+from conftest import materialise
 from contextuality.corpus.words import word_table
 
 GOLDEN = PROJECT / "tests" / "data" / "elmo-golden"
@@ -44,7 +46,8 @@ def test_elmo_extraction_stores_spacy_words_and_three_layers(elmo_record, tmp_pa
     record, spec = elmo_record
     sentences = pd.DataFrame({"sentence_id": range(len(SENTENCES)), "text": SENTENCES})
     words = word_table(sentences)
-    loaded = load_for_extraction("elmo", spec, record, tmp_path / "elmo" / "model", "cpu", "float32")
+    loaded = load_for_extraction("elmo", load_settings({"models": {"elmo": spec}}).shard("elmo"), record,
+                                 tmp_path / "elmo" / "model", "cpu")
     extract_planned(loaded, sentences, words, tmp_path, indexing="word", batch_size=2)
     units = pd.read_parquet(tmp_path / "units.parquet")
     assert units["unit"].tolist() == words["word"].tolist()

@@ -12,9 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import extract_planned, gather_layers, job_counts, run_snakemake, write_config
-from contextuality.models import loading
-from contextuality.models import sources
+from conftest import extract_planned, gather_layers, job_counts, run_snakemake, write_config, materialise, load_model
 from contextuality.extraction import extract
 from contextuality.extraction.extract import shard_bounds
 from contextuality.extraction.plan import build_occurrences
@@ -50,8 +48,8 @@ def tiny_model(request, corpus, tmp_path_factory):
     # a small vocabulary, so that long words are split into several pieces
     vocab_size = 120 if request.param == "bert" else 300
     spec = {"source": "random", "architecture": request.param, "n_hidden_layers": 2, "hidden_size": 32, "vocab_size": vocab_size}
-    record = sources.materialise(request.param, spec, folder, sentences_parquet=sentences_path, seed=3)
-    return loading.load(record, folder / "model", spec, "cpu"), spec
+    record = materialise(request.param, spec, folder, sentences_parquet=sentences_path, seed=3)
+    return load_model(record, folder / "model", spec), spec
 
 
 def _extract(loaded, sentences, words, out_dir: Path, indexing="subword", pooling="first", batch_size=3, **kw):

@@ -32,7 +32,9 @@ import yaml
 
 from conftest import PROJECT, STS_DIR, run_snakemake, with_absolute_data_paths, write_config
 from contextuality.corpus import sts
-from contextuality.workflow.config import ConfigError, check_config
+from contextuality.workflow.schema import load_settings
+from contextuality.workflow.checks import check_settings
+from contextuality.workflow.schema import ConfigError
 
 BERT_ID, BERT_REV = "tiny-org/bert-tiny", "0123456789abcdef0123456789abcdef01234567"
 GPT2_ID, GPT2_REV = "tiny-org/gpt2-tiny", "89abcdef0123456789abcdef0123456789abcdef"
@@ -123,8 +125,7 @@ def hf_home(tmp_path_factory) -> Path:
     built = {}
     for architecture, layers in (("bert", 2), ("gpt2", 3)):
         out = tmp_path_factory.mktemp(f"built-{architecture}")
-        spec = {"architecture": architecture, "n_hidden_layers": layers, "hidden_size": 32, "vocab_size": 400}
-        build_random_model(spec, texts, out, seed=11)
+        build_random_model(architecture, texts, out, seed=11, n_hidden_layers=layers, hidden_size=32, vocab_size=400)
         built[architecture] = folder_files(out)
     # BERT: pickle weights cached beside the safetensors (as for google-bert/bert-base-cased), no tree listing
     # (a cache filled by from_pretrained / hf_hub_download file by file).
@@ -206,7 +207,8 @@ def test_hub_models_run_the_whole_pipeline_offline_from_the_cache_at_the_pinned_
 def test_hub_revision_missing_from_the_cache_is_one_line_naming_model_id_and_revision(hf_home, tmp_path):
     code = (
         "from pathlib import Path\n"
-        "from contextuality.models.sources import materialise\n"
+        f"import sys; sys.path.insert(0, {str(PROJECT / 'tests')!r})\n"
+        "from conftest import materialise\n"
         f"materialise('tiny-gpt2', {{'source': 'hub', 'id': {GPT2_ID!r}, 'revision': {ABSENT_REV!r}}}, Path('m'))\n"
     )
     result = python_lines(code, offline_env(hf_home), tmp_path)
@@ -230,7 +232,8 @@ def test_a_cached_weights_file_that_does_not_match_its_blob_name_is_refused(hf_h
     blob.write_bytes(blob.read_bytes()[:-1] + b"\x00")  # one changed byte: the blob's name no longer matches
     code = (
         "from pathlib import Path\n"
-        "from contextuality.models.sources import materialise\n"
+        f"import sys; sys.path.insert(0, {str(PROJECT / 'tests')!r})\n"
+        "from conftest import materialise\n"
         f"materialise('tiny-bert', {{'source': 'hub', 'id': {BERT_ID!r}, 'revision': {BERT_REV!r}}}, Path('m'))\n"
     )
     result = python_lines(code, offline_env(home), tmp_path)
@@ -253,7 +256,7 @@ def test_a_hub_revision_that_is_not_a_full_commit_hash_is_a_config_error(revisio
     config = hub_smoke_config(hub_revisions={"2013": revision})
     config["models"]["tiny-bert"]["revision"] = revision
     with pytest.raises(ConfigError) as raised:
-        check_config(config)
+        check_settings(load_settings(config))
     needed = ("is not a commit hash; a commit hash is required: the full 40-character lower-case hash "
               "(a branch or tag such as 'main' can move)")
     assert str(raised.value).splitlines()[1:] == [
@@ -263,8 +266,8 @@ def test_a_hub_revision_that_is_not_a_full_commit_hash_is_a_config_error(revisio
 
 
 def test_pinned_commits_pass_the_revision_check_and_paper_yaml_is_pinned():
-    check_config(hub_smoke_config(hub_revisions={"2012": sts.HUB_DATASETS[2012][1]}))
-    check_config(yaml.safe_load((PROJECT / "config" / "paper.yaml").read_text()))
+    check_settings(load_settings(hub_smoke_config(hub_revisions={"2012": sts.HUB_DATASETS[2012][1]})))
+    check_settings(load_settings(yaml.safe_load((PROJECT / "config" / "paper.yaml").read_text())))
 
 
 @pytest.mark.slow

@@ -1,5 +1,10 @@
 """Guarantee: a mistake in the config or in a requested target stops the run before any job, with one
-sentence naming the key (or target) and what is allowed; no Python traceback."""
+sentence naming the key (or target) and what is allowed; no Python traceback.
+
+The checks are the Snakefile's (``contextuality.workflow.checks.checked_settings``, which common.smk runs
+before any job); each case calls them directly. A few whole runs of the real command line prove the wiring:
+that a mistake stops ``snakemake`` before any job, with one message and no traceback.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +15,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import run_snakemake, write_config
-from contextuality.workflow.config import ConfigError, check_duplicate_keys
+from conftest import load_model, materialise, run_snakemake, write_config
 from contextuality.corpus.words import WordIndexError, build_word_index
+from contextuality.workflow.checks import checked_settings
+from contextuality.workflow.schema import ConfigError, check_duplicate_keys
 from workflow_runs import failure, smoke_config
 
 
@@ -20,6 +26,13 @@ def _broken(mutate) -> dict:
     config = copy.deepcopy(smoke_config())
     mutate(config)
     return config
+
+
+def _problems(config: dict, *, configfiles=(), targets=()) -> str:
+    """The one message the Snakefile's checks give for ``config`` (and the files and targets of the run)."""
+    with pytest.raises(ConfigError) as raised:
+        checked_settings(config, configfiles=configfiles, targets=targets)
+    return str(raised.value)
 
 
 def _stops_before_any_job(tmp_path, config: dict, *targets: str) -> str:
@@ -100,10 +113,19 @@ CONFIG_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CONFIG_CASES))
-def test_config_mistake_stops_before_any_job_with_one_message(tmp_path, case):
+def test_config_mistake_is_one_message_naming_the_key(case):
     mutate, message = CONFIG_CASES[case]
+    problems = _problems(_broken(mutate))
+    assert message in problems, problems
+    assert len(problems.splitlines()) == 2, problems  # the heading and the one problem
+
+
+@pytest.mark.slow
+def test_a_config_mistake_stops_the_run_before_any_job_with_one_message(tmp_path):
+    mutate, message = CONFIG_CASES["unknown_key"]
     output = _stops_before_any_job(tmp_path, _broken(mutate))
     assert message in output, output
+    assert "'patternProperties'" not in output  # one sentence, not a schema dump
 
 
 # A key given twice: (line after which a duplicate is inserted, the inserted lines, the line that is given
@@ -128,15 +150,15 @@ def _config_text_with_duplicate(case: str) -> tuple[str, str, int, int]:
 
 
 @pytest.mark.parametrize("case", sorted(DUPLICATE_CASES))
-def test_duplicate_key_in_the_config_stops_before_any_job_naming_key_file_and_line(tmp_path, case):
+def test_duplicate_key_in_the_config_is_one_line_naming_key_file_and_line(tmp_path, case):
     """YAML keeps the last of two equal keys silently (two ``models:`` entries: one model vanished)."""
     text, key, line, first = _config_text_with_duplicate(case)
     configfile = tmp_path / "config.yaml"
     configfile.write_text(text)
-    output = _run_stops_before_any_job(tmp_path, configfile)
+    problems = _problems(yaml.safe_load(text), configfiles=[configfile])
     message = f"{configfile}:{line}: duplicate key '{key}' (first at line {first}); YAML would silently keep"
-    assert message in output, output
-    assert len([row for row in output.splitlines() if "duplicate key" in row]) == 1, output  # one line
+    assert problems.startswith(message), problems
+    assert len(problems.splitlines()) == 1, problems
 
 
 def test_duplicate_key_in_the_default_config_file_is_found_too(tmp_path):
@@ -249,17 +271,32 @@ TARGET_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(TARGET_CASES))
-def test_target_mistake_stops_before_any_job_with_one_message(tmp_path, case):
+def test_target_mistake_is_one_message_naming_the_target(case):
     target, message = TARGET_CASES[case]
+    problems = _problems(smoke_config(), targets=[target])
+    assert message in problems and len(problems.splitlines()) == 2, problems
+
+
+@pytest.mark.slow
+def test_a_target_mistake_on_the_command_line_stops_the_run_before_any_job(tmp_path):
+    """The targets are read with Snakemake's own argument parser, before the DAG."""
+    target, message = TARGET_CASES["layer_out_of_range"]
     output = _stops_before_any_job(tmp_path, smoke_config(), target)
     assert message in output, output
 
 
-@pytest.mark.parametrize(
-    "target", ["results/metrics/tiny-bert/layers.csv", "results/embeddings/tiny-gpt2/layers/layer_03.h5"]
-)
-def test_a_valid_target_of_a_configured_model_is_accepted(tmp_path, target):
-    """A single layer's file is a declared output like any other: it can be requested on its own."""
+VALID_TARGETS = ["results/metrics/tiny-bert/layers.csv", "results/embeddings/tiny-gpt2/layers/layer_03.h5",
+                 "results/figures/tiny-gpt2/geometry.png", "results/figures/anisotropy.png"]
+
+
+def test_valid_targets_of_configured_models_pass_the_checks():
+    checked_settings(smoke_config(), targets=VALID_TARGETS)
+
+
+@pytest.mark.slow
+def test_a_single_layer_file_can_be_requested_on_its_own(tmp_path):
+    """A single layer's file is a declared output like any other."""
+    target = VALID_TARGETS[1]
     result = run_snakemake(
         tmp_path, target, "-n", "--cores", "1", configfile=write_config(tmp_path / "config.yaml", smoke_config()),
     )
@@ -283,8 +320,6 @@ def test_more_shards_than_sentence_windows_gives_empty_shards_not_a_crash(tmp_pa
     import numpy as np
     import pandas as pd
 
-    from contextuality.models import loading
-    from contextuality.models import sources
     from contextuality.extraction.extract import WINDOW_BATCHES, shard_bounds
     from contextuality.extraction.plan import plan_model
     from conftest import extract_planned, gather_layers
@@ -295,8 +330,8 @@ def test_more_shards_than_sentence_windows_gives_empty_shards_not_a_crash(tmp_pa
     sentences.to_parquet(tmp_path / "sentences.parquet")
     words = word_table(sentences)
     spec = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 100}
-    record = sources.materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
-    loaded = loading.load(record, tmp_path / "model" / "model", spec, "cpu")
+    record = materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
+    loaded = load_model(record, tmp_path / "model" / "model", spec)
     bounds = [shard_bounds(len(sentences), 3, shard, WINDOW_BATCHES * 2) for shard in range(3)]
     assert [last - first for first, last in bounds] == [0, 0, 5]  # one window of sentences, three shards
     plan = plan_model(loaded, sentences, words, indexing="word")

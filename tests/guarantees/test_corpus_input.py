@@ -11,9 +11,7 @@ import h5py
 import pandas as pd
 import pytest
 
-from conftest import STS_DIR, run_snakemake, write_config
-from contextuality.models import loading
-from contextuality.models import sources
+from conftest import STS_DIR, run_snakemake, write_config, materialise, load_model
 from contextuality.corpus.sts import CorpusError, ReleaseFiles, build_corpus, read_release, write_bundled_pairs
 from conftest import extract_planned
 from contextuality.extraction.alignment import AlignmentError
@@ -141,8 +139,8 @@ def tiny_bert(odd_corpus, tmp_path_factory):
     _, root, _ = odd_corpus
     spec = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 100}
     model_root = tmp_path_factory.mktemp("model")
-    record = sources.materialise("tiny", spec, model_root, sentences_parquet=root / "sentences.parquet", seed=1)
-    loaded = loading.load(record, model_root / "model", spec, "cpu")
+    record = materialise("tiny", spec, model_root, sentences_parquet=root / "sentences.parquet", seed=1)
+    loaded = load_model(record, model_root / "model", spec)
     loaded.max_length = 16  # sentence 4 (40 long words) is far longer
     return loaded
 

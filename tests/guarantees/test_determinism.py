@@ -13,9 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import PROJECT, STS_DIR
-from contextuality.models import loading
-from contextuality.models import sources
+from conftest import PROJECT, STS_DIR, materialise, load_model
 from contextuality.measure.analysis import measure_model
 from contextuality.corpus.sts import read_release, release_files
 from contextuality.extraction.plan import build_occurrences
@@ -50,13 +48,13 @@ MATERIALISE = """
 import sys
 from pathlib import Path
 
-from contextuality.models import loading
-from contextuality.models import sources
+sys.path.insert(0, sys.argv[3])
+from conftest import materialise
 
 sentences, out = Path(sys.argv[1]), Path(sys.argv[2])
 for architecture in ("bert", "gpt2"):
     spec = {"source": "random", "architecture": architecture, "n_hidden_layers": 2, "hidden_size": 32, "vocab_size": 400}
-    sources.materialise(architecture, spec, out / architecture, sentences_parquet=sentences, seed=7)
+    materialise(architecture, spec, out / architecture, sentences_parquet=sentences, seed=7)
 """
 
 
@@ -70,7 +68,8 @@ def test_two_materialisations_of_a_random_model_give_byte_identical_tokenizer_an
     path = os.pathsep.join(filter(None, [str(PROJECT / "src"), os.environ.get("PYTHONPATH")]))
     for hash_seed in ("1", "2"):
         env = {**os.environ, "PYTHONPATH": path, "PYTHONHASHSEED": hash_seed}
-        command = [sys.executable, "-c", MATERIALISE, str(tmp_path / "sentences.parquet"), str(tmp_path / hash_seed)]
+        command = [sys.executable, "-c", MATERIALISE, str(tmp_path / "sentences.parquet"), str(tmp_path / hash_seed),
+                   str(PROJECT / "tests")]
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
     first, second = _digests(tmp_path / "1"), _digests(tmp_path / "2")
@@ -106,8 +105,8 @@ def two_batch_sizes(tmp_path_factory):
     words = word_table(sentences)
     index = word_index(words, sentences, min_occurrences=2)
     spec = {"source": "random", "architecture": "gpt2", "n_hidden_layers": 2, "hidden_size": 32, "vocab_size": 200}
-    record = sources.materialise("m", spec, root / "model", sentences_parquet=root / "sentences.parquet", seed=5)
-    loaded = loading.load(record, root / "model" / "model", spec, "cpu")
+    record = materialise("m", spec, root / "model", sentences_parquet=root / "sentences.parquet", seed=5)
+    loaded = load_model(record, root / "model" / "model", spec)
     runs = {}
     for batch_size in (1, 8):
         out = root / f"batch{batch_size}"

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import run_snakemake
 from contextuality.store.files import StoreError, open_complete
-from contextuality.store.views import gather
+from contextuality.store.views import write_manifest
 from contextuality.store.reader import read_layer
 from workflow_runs import KILLED_MODEL, failure, interrupted_run
 
@@ -88,7 +88,7 @@ def test_truncated_shard_left_by_hand_is_detected_not_read(interrupted_then_resu
         copies.append(copy)
     _truncate(copies[1])
     with pytest.raises(StoreError, match=r"shard_1\.h5: not a readable HDF5 file .*; delete it and rerun snakemake"):
-        gather(copies, embeddings / "units.parquet", tmp_path / "manifest.json")
+        write_manifest(copies, embeddings / "units.parquet", tmp_path / "manifest.json")
     assert not (tmp_path / "manifest.json").exists()
 
 

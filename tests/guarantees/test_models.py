@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import PROJECT, load_model, materialise
 from contextuality.models import loading
-from contextuality.models import sources
 from contextuality.models.loading import ModelError
 
 TEXTS = ["The dog runs.", "A cat sleeps on the mat.", "The dog sleeps.", "Dogs run fast."]
@@ -33,7 +33,7 @@ RANDOM = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hid
 @pytest.fixture
 def hf_folder(sentences, tmp_path) -> Path:
     """A local Hugging Face folder (config, tokenizer, safetensors) to use as a 'path' source."""
-    sources.materialise("donor", RANDOM, tmp_path / "donor", sentences_parquet=sentences, seed=1)
+    materialise("donor", RANDOM, tmp_path / "donor", sentences_parquet=sentences, seed=1)
     return tmp_path / "donor" / "model"
 
 
@@ -41,7 +41,8 @@ def test_hub_unreachable_names_model_source_and_how_to_provide_it(tmp_path):
     """HF_HUB_OFFLINE=1 as on a machine without network: the models step says what to do instead."""
     code = (
         "from pathlib import Path\n"
-        "from contextuality.models.sources import materialise\n"
+        f"import sys; sys.path.insert(0, {str(PROJECT / 'tests')!r})\n"
+        "from conftest import PROJECT, materialise\n"
         "materialise('bert', {'source': 'hub', 'id': 'google-bert/bert-base-cased',"
         " 'revision': 'cd5ef92a9fb2f889e972770a36d4ed042daf221e'}, Path('model'))\n"
     )
@@ -56,23 +57,23 @@ def test_hub_unreachable_names_model_source_and_how_to_provide_it(tmp_path):
 
 def test_weights_differing_from_configured_sha256_are_refused(hf_folder, tmp_path):
     spec = {"source": "path", "path": str(hf_folder)}
-    good = sources.materialise("m", spec, tmp_path / "m")["weights_sha256"]
+    good = materialise("m", spec, tmp_path / "m")["weights_sha256"]
     assert good == loading.sha256_of(hf_folder / "model.safetensors")
-    assert sources.materialise("m", {**spec, "sha256": good}, tmp_path / "m")["weights_sha256"] == good
+    assert materialise("m", {**spec, "sha256": good}, tmp_path / "m")["weights_sha256"] == good
     with pytest.raises(ModelError, match=rf"model 'm': weights sha256 {good} differs from models\.m\.sha256 0{{64}}; refusing"):
-        sources.materialise("m", {**spec, "sha256": "0" * 64}, tmp_path / "m")
+        materialise("m", {**spec, "sha256": "0" * 64}, tmp_path / "m")
 
 
 def test_weights_changed_after_download_are_refused_at_load(sentences, tmp_path):
-    record = sources.materialise("m", RANDOM, tmp_path / "m", sentences_parquet=sentences, seed=1)
+    record = materialise("m", RANDOM, tmp_path / "m", sentences_parquet=sentences, seed=1)
     folder = tmp_path / "m" / "model"
-    loading.load(record, folder, RANDOM, "cpu")  # unchanged: loads
+    load_model(record, folder, RANDOM)  # unchanged: loads
     weights = folder / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0xFF  # one flipped byte in the last tensor
     weights.write_bytes(bytes(data))
     with pytest.raises(ModelError, match=r"model 'm': weights sha256 \w+ differs from the recorded \w+ \(source\.json\); the files changed after download, refusing to load"):
-        loading.load(record, folder, RANDOM, "cpu")
+        load_model(record, folder, RANDOM)
 
 
 def _to_pickle_only(folder: Path) -> None:
@@ -88,17 +89,17 @@ def test_pickle_weights_are_refused_unless_allowed(hf_folder, tmp_path):
     _to_pickle_only(hf_folder)
     spec = {"source": "path", "path": str(hf_folder)}
     with pytest.raises(ModelError, match=r"model 'm': .* holds only pickle weights \(\.bin\), which can execute code when loaded; convert them to safetensors, or set models\.m\.allow_pickle: true"):
-        sources.materialise("m", spec, tmp_path / "m")
-    record = sources.materialise("m", {**spec, "allow_pickle": True}, tmp_path / "m")
+        materialise("m", spec, tmp_path / "m")
+    record = materialise("m", {**spec, "allow_pickle": True}, tmp_path / "m")
     with pytest.raises(ModelError, match="holds only pickle weights"):
-        loading.load(record, tmp_path / "m" / "model", spec, "cpu")  # the load checks again: allow_pickle must be set where it is used
-    assert loading.load(record, tmp_path / "m" / "model", {**spec, "allow_pickle": True}, "cpu").n_layers == 2
+        load_model(record, tmp_path / "m" / "model", spec)  # the load checks again: allow_pickle must be set where it is used
+    assert load_model(record, tmp_path / "m" / "model", {**spec, "allow_pickle": True}).n_layers == 2
 
 
 def test_loading_never_sets_trust_remote_code(sentences, tmp_path, monkeypatch):
     import transformers
 
-    record = sources.materialise("m", RANDOM, tmp_path / "m", sentences_parquet=sentences, seed=1)
+    record = materialise("m", RANDOM, tmp_path / "m", sentences_parquet=sentences, seed=1)
     seen = []
     for cls in (transformers.AutoModel, transformers.AutoTokenizer):
         original = cls.from_pretrained.__func__
@@ -108,7 +109,7 @@ def test_loading_never_sets_trust_remote_code(sentences, tmp_path, monkeypatch):
             return _original(klass, *args, **kwargs)
 
         monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
-    loading.load(record, tmp_path / "m" / "model", RANDOM, "cpu")
+    load_model(record, tmp_path / "m" / "model", RANDOM)
     assert sorted(seen) == [("AutoModel", False), ("AutoTokenizer", False)]
 
 
@@ -119,11 +120,11 @@ def test_a_model_needing_remote_code_is_refused_without_running_it(hf_folder, tm
     (hf_folder / "config.json").write_text(json.dumps(config))
     (hf_folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     with pytest.raises(ModelError, match=r"model 'm': .* defines its architecture \('evilbert'\) in Python files that would have to run \(trust_remote_code\), which this pipeline never allows"):
-        sources.materialise("m", {"source": "path", "path": str(hf_folder)}, tmp_path / "m")
+        materialise("m", {"source": "path", "path": str(hf_folder)}, tmp_path / "m")
     record = {"key": "m", "source": "path", "weights": ["model.safetensors"],
               "weights_sha256": loading.sha256_of(hf_folder / "model.safetensors")}
     with pytest.raises(ModelError, match="never allows"):
-        loading.load(record, hf_folder, {"source": "path"}, "cpu")
+        load_model(record, hf_folder, {"source": "path"})
     assert not marker.exists()
 
 
@@ -141,5 +142,5 @@ def test_gguf_with_an_architecture_transformers_cannot_load_is_a_clear_error(tmp
     writer.close()
     spec = {"source": "path", "path": str(folder), "gguf_file": "model.gguf"}
     with pytest.raises(ModelError, match=r"model 'g': .*model\.gguf: transformers cannot load this GGUF \(GGUF model with architecture nosucharch is not supported yet\.\); only architectures transformers supports for GGUF"):
-        sources.materialise("g", spec, tmp_path / "g")
+        materialise("g", spec, tmp_path / "g")
     assert not (tmp_path / "g" / "model").exists()

@@ -8,12 +8,12 @@ localrules:
 rule sts_pairs:
     # The bundled release files, parsed strictly into the JSON-lines form the `datasets` json builder loads.
     input:
-        release_dir=config["corpus"]["bundled_dir"],
+        release_dir=SETTINGS.corpus.bundled_dir,
     output:
-        pairs=f"{RESULTS}/corpus/sts_pairs.jsonl",
+        pairs=layout.STS_PAIRS,
     params:
-        years=config["corpus"]["years"],
-        include_2012_train=config["corpus"]["include_2012_train"],
+        years=list(SETTINGS.corpus.years),
+        include_2012_train=SETTINGS.corpus.include_2012_train,
     log:
         "logs/corpus/sts_pairs.log",
     conda:
@@ -24,17 +24,15 @@ rule sts_pairs:
 
 rule corpus:
     input:
-        pairs=branch(
-            config["corpus"]["source"] == "bundled", then=rules.sts_pairs.output.pairs, otherwise=[]
-        ),
+        pairs=branch(SETTINGS.corpus.source == "bundled", then=rules.sts_pairs.output.pairs, otherwise=[]),
     output:
-        sentences=f"{RESULTS}/corpus/sentences.parquet",
+        sentences=layout.SENTENCES,
     params:
-        source=config["corpus"]["source"],
-        years=config["corpus"]["years"],
-        include_2012_train=config["corpus"]["include_2012_train"],
-        max_sentences=config["corpus"]["max_sentences"],
-        hub_revisions=config["corpus"]["hub_revisions"],
+        source=SETTINGS.corpus.source,
+        years=list(SETTINGS.corpus.years),
+        include_2012_train=SETTINGS.corpus.include_2012_train,
+        max_sentences=SETTINGS.corpus.max_sentences,
+        hub_revisions=SETTINGS.corpus.hub_revisions,
     log:
         "logs/corpus/corpus.log",
     conda:
@@ -47,11 +45,10 @@ rule words:
     input:
         sentences=rules.corpus.output.sentences,
     output:
-        words=f"{RESULTS}/corpus/spacy_words.parquet",
-        index=f"{RESULTS}/corpus/word_index.parquet",
+        words=layout.SPACY_WORDS,
+        index=layout.WORD_INDEX,
     params:
-        min_occurrences=config["words"]["min_occurrences"],
-        count_mode=config["words"]["count"],
+        words=as_params(SETTINGS.words),
     log:
         "logs/corpus/words.log",
     # before the models are built: a corpus with no word to measure stops the run within seconds

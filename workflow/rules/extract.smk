@@ -13,14 +13,12 @@ rule plan:
         words=rules.words.output.words,
         word_index=rules.words.output.index,
     output:
-        tokens=f"{RESULTS}/embeddings/{{model}}/tokens.parquet",
-        units=f"{RESULTS}/embeddings/{{model}}/units.parquet",
-        occurrences=f"{RESULTS}/embeddings/{{model}}/occurrences.parquet",
-        losses=f"{RESULTS}/embeddings/{{model}}/losses.json",
+        tokens=layout.TOKENS,
+        units=layout.UNITS,
+        occurrences=layout.OCCURRENCES,
+        losses=layout.LOSSES,
     params:
-        spec=model_keys("indexing", "tokenization", "max_length"),
-        policy=config["extraction"]["max_length_policy"],
-        words=config["words"],
+        plan=lambda wildcards: as_params(SETTINGS.plan(wildcards.model)),
     log:
         "logs/extract/{model}/plan.log",
     conda:
@@ -36,18 +34,19 @@ rule extract:
         tokens=rules.plan.output.tokens,
         units=rules.plan.output.units,
     output:
-        shard=f"{RESULTS}/embeddings/{{model}}/shards/shard_{{shard}}.h5",
+        shard=layout.SHARD,
     params:
         # only what changes the stored vectors, so toggling e.g. export_classic re-extracts nothing
-        spec=model_keys(*EXTRACTION_KEYS),
-        extraction=extraction_settings,
-    threads: config["extraction"]["threads"]
+        shard=lambda wildcards: as_params(SETTINGS.shard(wildcards.model)),
+    threads: SETTINGS.extraction.threads
     resources:
         gpu=gpus_per_shard,
         mem_mb=extraction_mem_mb,
         runtime=extraction_runtime_min,
     log:
-        f"logs/extract/{{model}}/shard_{{shard}}.log",
+        "logs/extract/{model}/shard_{shard}.log",
+    benchmark:
+        layout.EXTRACT_BENCHMARK
     conda:
         "../../envs/models.yaml"
     script:
@@ -57,10 +56,10 @@ rule extract:
 rule manifest:
     # The model's manifest: every shard's rows checked against the plan's units; the vectors stay in the shards.
     input:
-        shards=expand_shards(f"{RESULTS}/embeddings/{{model}}/shards/shard_{{shard}}.h5"),
+        shards=expand_shards(layout.SHARD),
         units=rules.plan.output.units,
     output:
-        manifest=f"{RESULTS}/embeddings/{{model}}/manifest.json",
+        manifest=layout.MANIFEST,
     log:
         "logs/extract/{model}/manifest.log",
     conda:
@@ -72,9 +71,9 @@ rule manifest:
 rule layer_file:
     # A few kB: HDF5 virtual dataset over the shards' layer_{layer} datasets, plus offsets and attributes.
     input:
-        shards=expand_shards(f"{RESULTS}/embeddings/{{model}}/shards/shard_{{shard}}.h5"),
+        shards=expand_shards(layout.SHARD),
     output:
-        layer=f"{RESULTS}/embeddings/{{model}}/layers/layer_{{layer}}.h5",
+        layer=layout.LAYER_FILE,
     log:
         "logs/extract/{model}/layer_{layer}.log",
     conda:
@@ -86,13 +85,13 @@ rule layer_file:
 rule export_classic:
     # Opt-in (extraction.export_classic): the layout of the paper's code and allennlp's `elmo` command.
     input:
-        layers=every_layer(f"{RESULTS}/embeddings/{{model}}/layers/layer_{{layer}}.h5"),
-        shards=expand_shards(f"{RESULTS}/embeddings/{{model}}/shards/shard_{{shard}}.h5"),
+        layers=every_layer(layout.LAYER_FILE),
+        shards=expand_shards(layout.SHARD),
         occurrences=rules.plan.output.occurrences,
         sentences=rules.corpus.output.sentences,
     output:
-        embeddings=f"{RESULTS}/export/{{model}}/embeddings.hdf5",
-        word2sent=f"{RESULTS}/export/{{model}}/word2sent.json",
+        embeddings=layout.EXPORT_EMBEDDINGS,
+        word2sent=layout.EXPORT_WORD2SENT,
     log:
         "logs/export/{model}.log",
     conda:

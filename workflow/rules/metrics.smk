@@ -6,15 +6,15 @@ rule measure_layer:
     # against the model's manifest; every measure (the paper's, exact baselines, geometry, post-processed
     # variants) comes from that one read. The units name the tokens carrying massive activations.
     input:
-        layer=f"{RESULTS}/embeddings/{{model}}/layers/layer_{{layer}}.h5",
-        shards=expand_shards(f"{RESULTS}/embeddings/{{model}}/shards/shard_{{shard}}.h5"),
+        layer=layout.LAYER_FILE,
+        shards=expand_shards(layout.SHARD),
         manifest=rules.manifest.output.manifest,
         occurrences=rules.plan.output.occurrences,
         units=rules.plan.output.units,
     output:
-        record=f"{RESULTS}/metrics/{{model}}/per_layer/layer_{{layer}}.json",
-        words=f"{RESULTS}/metrics/{{model}}/per_layer/layer_{{layer}}.words.parquet",
-        pcs=f"{RESULTS}/metrics/{{model}}/pcs/layer_{{layer}}.txt",
+        record=layout.LAYER_RECORD,
+        words=layout.LAYER_WORDS,
+        pcs=layout.PCS,
     params:
         # every metrics key but top_k_words, and the seed: what changes a layer's measures, in a fixed order
         measure=as_params(SETTINGS.metrics.measure),
@@ -22,6 +22,8 @@ rule measure_layer:
         mem_mb=measure_mem_mb,
     log:
         "logs/metrics/{model}/layer_{layer}.log",
+    benchmark:
+        layout.MEASURE_BENCHMARK
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -31,29 +33,29 @@ rule measure_layer:
 rule combine_layers:
     # Joins the per-layer results into the model's tables, after checking they cover exactly the manifest's layers.
     input:
-        records=every_layer(f"{RESULTS}/metrics/{{model}}/per_layer/layer_{{layer}}.json"),
-        words=every_layer(f"{RESULTS}/metrics/{{model}}/per_layer/layer_{{layer}}.words.parquet"),
+        records=every_layer(layout.LAYER_RECORD),
+        words=every_layer(layout.LAYER_WORDS),
         manifest=rules.manifest.output.manifest,
     output:
-        words=f"{RESULTS}/metrics/{{model}}/words.parquet",
+        words=layout.WORDS,
         layers=report(
-            f"{RESULTS}/metrics/{{model}}/layers.csv",
+            layout.LAYERS_CSV,
             caption="../report/layers_table.rst",
             category="Tables",
             subcategory="Per-layer measurements",
             labels={"model": "{model}", "table": "per layer"},
         ),
-        layers_parquet=f"{RESULTS}/metrics/{{model}}/layers.parquet",
+        layers_parquet=layout.LAYERS_PARQUET,
         postprocess=report(
-            f"{RESULTS}/metrics/{{model}}/postprocess.csv",
+            layout.POSTPROCESS,
             caption="../report/postprocess_table.rst",
             category="Tables",
             subcategory="Post-processed variants",
             labels={"model": "{model}", "table": "post-processing"},
         ),
-        rogue=f"{RESULTS}/metrics/{{model}}/rogue_dimensions.csv",
+        rogue=layout.ROGUE,
         context_words=report(
-            f"{RESULTS}/metrics/{{model}}/context_specific_words.csv",
+            layout.CONTEXT_WORDS,
             caption="../report/context_words.rst",
             category="Tables",
             subcategory="Context-specific words",

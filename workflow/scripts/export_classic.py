@@ -4,6 +4,7 @@ from pathlib import Path
 import pandas as pd
 
 from contextuality.core.runtime import setup_job_logging
+from contextuality.core.settings import Settings
 from contextuality.store.export import export_classic
 
 setup_job_logging(snakemake.log[0])
@@ -12,6 +13,6 @@ export_classic(
     pd.read_parquet(snakemake.input.occurrences),
     Path(snakemake.output.embeddings),
     Path(snakemake.output.word2sent),
-    disk_factor=snakemake.config["extraction"]["min_free_disk_factor"],
+    disk_factor=Settings.from_config(snakemake.config).extraction.min_free_disk_factor,  # changes no output
     sentences=pd.read_parquet(snakemake.input.sentences, columns=["sentence_id", "text"]),
 )

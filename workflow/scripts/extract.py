@@ -2,16 +2,17 @@
 from pathlib import Path
 
 from contextuality.core.diskspace import DiskSpaceError
+from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.core.settings import Settings, ShardSettings, from_params
 from contextuality.extraction.extract import run_extraction_job
 from contextuality.extraction.writer import DiskFullError
-from contextuality.core.runtime import expected_errors, setup_job_logging
 
 setup_job_logging(snakemake.log[0])
+run = Settings.from_config(snakemake.config)  # what changes no stored vector: provenance and the disk margin
 with expected_errors(DiskSpaceError, DiskFullError):
     run_extraction_job(
         model_key=snakemake.wildcards.model,
-        spec=dict(snakemake.params.spec),
-        extraction={**snakemake.config["extraction"], **snakemake.params.extraction},
+        settings=from_params(ShardSettings, snakemake.params.shard),
         record_path=Path(snakemake.input.record),
         model_dir=Path(snakemake.input.model),
         tokens_path=Path(snakemake.input.tokens),
@@ -19,6 +20,7 @@ with expected_errors(DiskSpaceError, DiskFullError):
         shard=int(snakemake.wildcards.shard),
         out_h5=Path(snakemake.output.shard),
         threads=snakemake.threads,
+        disk_factor=run.extraction.min_free_disk_factor,
         gpus=snakemake.resources.gpu,  # the GPU this job was given (0 or 1): the one device policy
-        seed=snakemake.config["seed"],  # provenance only: read from config so a new seed re-extracts nothing
+        seed=run.seed,  # recorded for provenance only: a new seed re-extracts nothing
     )

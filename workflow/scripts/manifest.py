@@ -2,10 +2,10 @@
 from pathlib import Path
 
 from contextuality.core.runtime import setup_job_logging
-from contextuality.store.views import gather
+from contextuality.store.views import write_manifest
 
 setup_job_logging(snakemake.log[0])
-gather(
+write_manifest(
     [Path(path) for path in snakemake.input.shards],
     Path(snakemake.input.units),
     Path(snakemake.output.manifest),

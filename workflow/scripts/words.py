@@ -2,16 +2,18 @@
 from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.core.settings import Settings, WordSettings, from_params
 from contextuality.corpus.words import WordIndexError, build_word_index
 
 setup_job_logging(snakemake.log[0])
-corpus = snakemake.config["corpus"]  # named in the message when too few words are indexed
+words = from_params(WordSettings, snakemake.params.words)
+corpus = Settings.from_config(snakemake.config).corpus  # named in the message when too few words are indexed
 with expected_errors(WordIndexError):
     build_word_index(
         Path(snakemake.input.sentences),
         Path(snakemake.output.words),
         Path(snakemake.output.index),
-        min_occurrences=snakemake.params.min_occurrences,
-        count=snakemake.params.count_mode,
-        corpus_settings={f"corpus.{key}": corpus[key] for key in ("max_sentences", "years")},
+        min_occurrences=words.min_occurrences,
+        count=words.count,
+        corpus_settings={"corpus.max_sentences": corpus.max_sentences, "corpus.years": list(corpus.years)},
     )

@@ -10,7 +10,7 @@ output, in a fixed field order, so that writing the same keys in another order, 
 that only another rule reads (``metrics.top_k_words``, a model's ``label``), reruns nothing. They go
 into ``params`` as plain dicts (``as_params``) and come back with ``from_params``: Snakemake records a
 param for its rerun check only when it is a builtin value, and silently ignores any other object.
-``load_settings`` validates a (partial) config against the schema first; tests and benchmarks use it.
+``contextuality.workflow.schema.load_settings`` validates a (partial) config against the schema first.
 """
 
 from __future__ import annotations
@@ -18,10 +18,6 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass
-from pathlib import Path
-
-SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
-
 
 def _take(cls, section: dict, **resolved):
     """``cls`` from a validated config section: every field read with ``[]``, ``resolved`` ones given."""
@@ -48,6 +44,7 @@ class DownloadSettings:
     path: str | None
     options: str | None
     weights: str | None
+    allow_pickle: bool  # pickle weights (.bin), which can run code, are downloaded (hub) and loaded
 
 
 @dataclass(frozen=True)
@@ -56,7 +53,6 @@ class BuildSettings:
 
     download: DownloadSettings
     sha256: str | None
-    allow_pickle: bool
     architecture: str | None
     n_hidden_layers: int
     hidden_size: int
@@ -66,6 +62,10 @@ class BuildSettings:
     @property
     def source(self) -> str:
         return self.download.source
+
+    @property
+    def allow_pickle(self) -> bool:
+        return self.download.allow_pickle
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,11 @@ class PlanSettings:
     max_length_policy: str
     min_occurrences: int
     count: str
+
+
+# Sentences are sorted by length within windows of this many batches, and shards are cut between windows,
+# so a sentence meets the same batch neighbours however many shards there are (a fixed part of extraction).
+WINDOW_BATCHES = 4
 
 
 @dataclass(frozen=True)
@@ -234,7 +239,7 @@ class Settings:
         model, extraction = self.models[key], self.extraction
         return ShardSettings(
             model.indexing, model.tokenization, model.max_length, model.pooling, model.batch_size, model.n_shards,
-            model.stateful, model.build.allow_pickle, extraction.device, extraction.compute_dtype,
+            model.stateful, model.build.download.allow_pickle, extraction.device, extraction.compute_dtype,
             extraction.storage_dtype,
         )  # fmt: skip
 
@@ -246,21 +251,6 @@ def _model(key: str, entry: dict, extraction: ExtractionSettings, seed: int) -> 
         ModelSettings, entry, key=key, build=build, label=entry["label"] or key,
         batch_size=entry["batch_size"] or extraction.batch_size, n_shards=entry["n_shards"] or extraction.n_shards,
     )  # fmt: skip
-
-
-def fill_defaults(config: dict) -> dict:
-    """``config`` validated against the schema, with every default filled in (in place, as the Snakefile does)."""
-    from snakemake.utils import validate
-
-    validate(config, schema=str(SCHEMA))
-    return config
-
-
-def load_settings(config: dict) -> Settings:
-    """The settings of a (partial) config: validated against the schema, defaults filled in."""
-    import copy
-
-    return Settings.from_config(fill_defaults(copy.deepcopy(config)))
 
 
 def as_params(settings) -> dict:

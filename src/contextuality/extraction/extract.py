@@ -32,14 +32,13 @@ from contextuality.core import diskspace
 from contextuality.extraction.alignment import Plan
 from contextuality.extraction.plan import read_plan
 from contextuality.core.atomic import atomic_path
+from contextuality.core.settings import WINDOW_BATCHES, ShardSettings
 from contextuality.extraction.devices import choose_device
 from contextuality.store.files import create_checked
 from contextuality.extraction.writer import DeviceBlock, HostBlock, ShardWriter, chunk_cache_bytes
 
 log = logging.getLogger(__name__)
 
-# Sentences are length-sorted within windows of this many batches (see the module docstring).
-WINDOW_BATCHES = 4
 WRITER_DEPTH = 4  # windows queued for the writer before the forward passes wait
 
 
@@ -85,7 +84,7 @@ class ElmoModel:
         return results
 
 
-def load_for_extraction(key: str, spec: dict, record: dict, model_dir: Path, device: str, compute_dtype: str):
+def load_for_extraction(key: str, settings: ShardSettings, record: dict, model_dir: Path, device: str):
     """A loaded HF model, or ELMo wrapped in the same interface, from the materialised folder ``model_dir``."""
     from contextuality.models import loading
 
@@ -93,7 +92,7 @@ def load_for_extraction(key: str, spec: dict, record: dict, model_dir: Path, dev
         from contextuality.models.elmo import ElmoEmbedder
 
         loading.verify_weights(record, model_dir)
-        stateful = spec.get("stateful", False)
+        stateful = settings.stateful
         if stateful:
             log.warning("stateful ELMo: LSTM state is carried across sentences in corpus order within each "
                         "shard; models.%s.n_shards: 1 reproduces the original single-embedder run exactly", key)
@@ -101,7 +100,8 @@ def load_for_extraction(key: str, spec: dict, record: dict, model_dir: Path, dev
         embedder = ElmoEmbedder(options_path, weights_path, device=device, stateful=stateful)
         options = json.loads(options_path.read_text())
         return ElmoModel(key, embedder, options["lstm"]["n_layers"] + 1, 2 * options["lstm"]["projection_dim"], stateful)
-    return loading.load(record, model_dir, spec, device, compute_dtype)
+    return loading.load(record, model_dir, device, settings.compute_dtype, max_length=settings.max_length,
+                        allow_pickle=settings.allow_pickle)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -354,43 +354,43 @@ def package_versions() -> dict:
 
 
 def run_extraction_job(
-    *, model_key: str, spec: dict, extraction: dict, record_path: Path, model_dir: Path, tokens_path: Path,
-    units_path: Path, shard: int, out_h5: Path, threads: int, gpus: int = 0, seed: int | None = None,
+    *, model_key: str, settings: ShardSettings, record_path: Path, model_dir: Path, tokens_path: Path,
+    units_path: Path, shard: int, out_h5: Path, threads: int, disk_factor: float, gpus: int, seed: int,
 ) -> dict:
-    """Everything one shard job does: pick device, load the model, extract the shard's planned sentences."""
+    """Everything one shard job does: pick device, load the model, extract the shard's planned sentences.
+
+    ``seed`` is recorded for provenance only (extraction draws nothing); ``disk_factor`` is
+    ``extraction.min_free_disk_factor``. Neither changes the stored vectors.
+    """
+    import pyarrow.parquet as pq
     import torch
 
     from contextuality.models import loading
 
     torch.set_num_threads(max(1, threads))
     record = json.loads(record_path.read_text())
-    batch_size = spec.get("batch_size") or extraction["batch_size"]
-    import pyarrow.parquet as pq
-
     n_sentences = pq.ParquetFile(tokens_path).metadata.num_rows
-    first, last = shard_bounds(n_sentences, extraction["n_shards"], shard, WINDOW_BATCHES * batch_size)
+    first, last = shard_bounds(n_sentences, settings.n_shards, shard, WINDOW_BATCHES * settings.batch_size)
     plan = read_plan(tokens_path, units_path, first, last)
-    device, lease = choose_device(extraction["device"], gpus, shard, Path("resources") / ".gpu-leases")
-    log.info("model %s, shard %d/%d (sentences %d-%d) on %s", model_key, shard, extraction["n_shards"],
+    device, lease = choose_device(settings.device, gpus, shard, Path("resources") / ".gpu-leases")
+    log.info("model %s, shard %d/%d (sentences %d-%d) on %s", model_key, shard, settings.n_shards,
              first, last - 1, device)
-    loaded = load_for_extraction(model_key, spec, record, model_dir, device, extraction["compute_dtype"])
+    loaded = load_for_extraction(model_key, settings, record, model_dir, device)
     attrs = {
         "model": model_key, "source": record["source"],
         "revision": record.get("revision") or record.get("version") or record.get("weights_sha256", ""),
-        "weights_sha256": record.get("weights_sha256", ""), "shard": shard,
-        "seed": -1 if seed is None else seed,  # recorded for provenance; extraction itself draws nothing
-        "n_shards": extraction["n_shards"], "device": device, "compute_dtype": extraction["compute_dtype"],
+        "weights_sha256": record.get("weights_sha256", ""), "shard": shard, "seed": seed,
+        "n_shards": settings.n_shards, "device": device, "compute_dtype": settings.compute_dtype,
         "tokenizer": type(getattr(loaded, "tokenizer", None)).__name__ if not isinstance(loaded, ElmoModel) else "spacy",
-        "indexing": spec["indexing"], "tokenization": spec["tokenization"],
+        "indexing": settings.indexing, "tokenization": settings.tokenization,
         # the last hidden state of a pre-norm decoder has passed its final norm; the others have not
         "final_norm": "" if isinstance(loaded, ElmoModel) else loading.final_norm(loaded.model),
         "versions": json.dumps(package_versions(), sort_keys=True),
     }
     try:
         return extract_shard(
-            loaded, plan, out_h5, pooling=spec["pooling"], batch_size=batch_size,
-            storage_dtype=extraction["storage_dtype"], device=device,
-            disk_factor=extraction["min_free_disk_factor"], attrs=attrs,
+            loaded, plan, out_h5, pooling=settings.pooling, batch_size=settings.batch_size,
+            storage_dtype=settings.storage_dtype, device=device, disk_factor=disk_factor, attrs=attrs,
         )
     finally:
         if lease is not None:

@@ -18,6 +18,7 @@ import pandas as pd
 from contextuality.extraction import alignment
 from contextuality.extraction.alignment import Plan
 from contextuality.core.atomic import atomic_path
+from contextuality.core.settings import PlanSettings
 from contextuality.corpus.words import support
 
 log = logging.getLogger(__name__)
@@ -158,22 +159,23 @@ class NothingToMeasureError(RuntimeError):
 
 
 def run_plan_job(
-    *, model_key: str, spec: dict, record_path: Path, model_dir: Path, sentences_path: Path, words_path: Path,
-    word_index_path: Path, out_tokens: Path, out_units: Path, out_occurrences: Path, out_losses: Path,
-    policy: str, min_occurrences: int, count: str,
+    *, model_key: str, settings: PlanSettings, record_path: Path, model_dir: Path, sentences_path: Path,
+    words_path: Path, word_index_path: Path, out_tokens: Path, out_units: Path, out_occurrences: Path,
+    out_losses: Path,
 ) -> dict:
-    """The ``tokenize`` job: the model's plan, its occurrences and its losses, before any extraction."""
+    """The ``plan`` job: the model's plan, its occurrences and its losses, before any extraction."""
     from contextuality.models import loading
 
     record = json.loads(Path(record_path).read_text())
     sentences = pd.read_parquet(sentences_path, columns=["sentence_id", "text"])
     words = pd.read_parquet(words_path)
     word_index = pd.read_parquet(word_index_path)
-    indexing, tokenization = spec["indexing"], spec["tokenization"]
+    indexing, tokenization, policy = settings.indexing, settings.tokenization, settings.max_length_policy
+    min_occurrences, count = settings.min_occurrences, settings.count
     if record["source"] == "elmo":
         plan, max_length = alignment.plan_words(sentences, words), None
     else:
-        tokenizer, max_length = loading.load_tokenizer(record, model_dir, spec)
+        tokenizer, max_length = loading.load_tokenizer(record, model_dir, settings.max_length)
         holder = type("Tokenized", (), {"tokenizer": tokenizer, "max_length": max_length, "key": model_key})
         plan = plan_model(holder, sentences, words, indexing=indexing, tokenization=tokenization, policy=policy)
     occurrences = build_occurrences(plan.units, word_index, indexing, min_occurrences, count, sentences)
@@ -183,7 +185,7 @@ def run_plan_job(
     log.info("%s: %d sentences, %d tokens, %d stored units; %s indexing: %d words, %d occurrences",
              model_key, len(plan.sentence_ids), plan.n_tokens, len(plan.units), indexing, n_words, len(occurrences))
     if n_words < 2:
-        limit = f"models.{model_key}.max_length: {spec.get('max_length')} (the model's limit: {max_length} tokens)"
+        limit = f"models.{model_key}.max_length: {settings.max_length} (the model's limit: {max_length} tokens)"
         raise NothingToMeasureError(
             f"model '{model_key}': only {n_words} indexed word(s) would be stored, and the measurements need at least 2; "
             f"settings: {limit}, extraction.max_length_policy: {policy}, words.min_occurrences: {min_occurrences}, "

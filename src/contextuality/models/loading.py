@@ -129,11 +129,12 @@ def verify_weights(record: dict, model_dir: str | Path) -> None:
         )
 
 
-def load_tokenizer(record: dict, model_dir: str | Path, spec: dict):
+def load_tokenizer(record: dict, model_dir: str | Path, max_length: int | None):
     """A model's fast tokenizer and its length limit (tokens, specials included), without loading the weights.
 
-    The limit is the smallest of ``models.{key}.max_length``, the model's position limit and the
-    tokenizer's own. Decoders without a pad token get one (padding is masked, any id will do).
+    The limit is the smallest of ``max_length`` (``models.{key}.max_length``; None: no limit of its own),
+    the model's position limit and the tokenizer's own. Decoders without a pad token get one (padding is
+    masked, any id will do).
     """
     from transformers import AutoConfig, AutoTokenizer
 
@@ -150,7 +151,7 @@ def load_tokenizer(record: dict, model_dir: str | Path, spec: dict):
     hf_config = AutoConfig.from_pretrained(str(hf_dir), trust_remote_code=False)
     hf_config = getattr(hf_config, "text_config", None) or hf_config
     limits = [
-        spec.get("max_length"),
+        max_length,
         getattr(hf_config, "max_position_embeddings", None),
         getattr(hf_config, "n_positions", None),
         tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else None,
@@ -174,19 +175,23 @@ def final_norm(model) -> str:
     return ""
 
 
-def load(record: dict, model_dir: str | Path, spec: dict, device: str, dtype: str = "float32") -> LoadedModel:
-    """Tokenizer and base model (hidden states only) from the folder ``model_dir``, in eval mode on ``device``."""
+def load(record: dict, model_dir: str | Path, device: str, dtype: str, *, max_length: int | None,
+         allow_pickle: bool) -> LoadedModel:
+    """Tokenizer and base model (hidden states only) from the folder ``model_dir``, in eval mode on ``device``.
+
+    ``max_length`` and ``allow_pickle`` are the model's settings (``models.{key}.*``).
+    """
     import torch
     from transformers import AutoModel
 
     verify_weights(record, model_dir)
     hf_dir = str(model_dir)
-    check_weights_format(record["key"], Path(hf_dir), spec.get("allow_pickle", False))
-    tokenizer, max_length = load_tokenizer(record, model_dir, spec)
+    check_weights_format(record["key"], Path(hf_dir), allow_pickle)
+    tokenizer, max_length = load_tokenizer(record, model_dir, max_length)
     model = AutoModel.from_pretrained(
         hf_dir,
         trust_remote_code=False,
-        use_safetensors=not spec.get("allow_pickle", False),
+        use_safetensors=not allow_pickle,
         dtype=getattr(torch, dtype),
     )
     model.eval().to(device)

@@ -132,15 +132,16 @@ def train_corpus_tokenizer(texts: list[str], architecture: str, vocab_size: int 
     return fast
 
 
-def build_random_model(spec: dict, texts: list[str], out_dir: Path, seed: int) -> None:
+def build_random_model(architecture: str, texts: list[str], out_dir: Path, seed: int, *, n_hidden_layers: int,
+                       hidden_size: int, vocab_size: int) -> None:
     """A tiny randomly initialised BERT or GPT-2 (seeded) with a tokenizer trained on the corpus."""
     import torch
     from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
 
     torch.manual_seed(seed)
-    tokenizer = train_corpus_tokenizer(texts, spec["architecture"], spec.get("vocab_size", 2000))
-    layers, hidden = spec.get("n_hidden_layers", 2), spec.get("hidden_size", 32)
-    if spec["architecture"] == "bert":
+    tokenizer = train_corpus_tokenizer(texts, architecture, vocab_size)
+    layers, hidden = n_hidden_layers, hidden_size
+    if architecture == "bert":
         config = BertConfig(
             vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2,
             intermediate_size=hidden * 2, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id,

@@ -33,9 +33,8 @@ import math
 import os
 import warnings
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -47,7 +46,6 @@ from threadpoolctl import threadpool_limits
 from contextuality.static.benchmarks import (
     load_simlex999, load_men, load_ws353, load_rw, load_rg65, load_mturk287, load_ws353_relatedness, load_ws353_similarity, load_google, load_msr, SemEval2012, load_semeval2012_2, load_bless, load_ap, load_battig, load_essli_2c,
 )
-from contextuality.core.atomic import atomic_path
 from contextuality.static.embeddings import StaticEmbedding, load_embedding_text
 
 TABLE1_TASKS = ("SimLex999", "MEN", "WS353", "RW", "Google", "MSR", "SemEval2012_2", "BLESS", "AP")

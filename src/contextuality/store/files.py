@@ -7,7 +7,7 @@
   shards' ``layer_{LL}`` datasets (relative paths, so a moved or staged results folder still works),
   the gathered ``sentence_offsets`` and ``sentence_ids``, and the provenance attributes. It is a few
   kilobytes, so every layer is its own workflow output without storing the vectors twice.
-* ``manifest.json`` (rule ``gather``) lists the model's layers, rows, dims and shards: every reader
+* ``manifest.json`` (rule ``manifest``) lists the model's layers, rows, dims and shards: every reader
   checks what it reads against it.
 
 Every dataset is chunked with HDF5's fletcher32 checksum, which every read verifies, so a flipped byte
@@ -52,12 +52,8 @@ def open_complete(path: str | Path) -> h5py.File:
 
 
 def layer_name(layer: int) -> str:
-    """Name of a layer's dataset in a shard file, and stem of its layer file (two digits, or more)."""
+    """Name of a layer's dataset in a shard file (two digits, or more)."""
     return f"layer_{layer:02d}"
-
-
-def layer_file_name(layer: int) -> str:
-    return f"{layer_name(layer)}.h5"
 
 
 def chunk_rows(n_rows: int) -> int:

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from contextuality.core.atomic import atomic_path
-from contextuality.store.files import REBUILD_HINT, StoreError, create_checked, layer_file_name, layer_name, open_complete, read_checked
+from contextuality.core import layout
+from contextuality.store.files import REBUILD_HINT, StoreError, create_checked, layer_name, open_complete, read_checked
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ def _shard_table(shard_paths: list[Path]) -> tuple[dict, np.ndarray, np.ndarray,
     return attrs, np.concatenate(offsets), sentence_ids, rows
 
 
-def gather(shard_paths: list[Path], units_path: Path, out_manifest: Path, *, model: str = "") -> dict:
+def write_manifest(shard_paths: list[Path], units_path: Path, out_manifest: Path, *, model: str = "") -> dict:
     """The model's ``manifest.json``, after checking the shards hold exactly the planned units.
 
     The manifest names the layers (``layers/layer_{LL}.h5``), the rows, dims and dtype, and every shard
@@ -64,7 +65,7 @@ def gather(shard_paths: list[Path], units_path: Path, out_manifest: Path, *, mod
     manifest = {
         "model": model or str(attrs.get("model", "")), "n_layers": n_layers, "rows": total, "dim": dim,
         "dtype": str(attrs["dtype"]), "n_sentences": len(sentence_ids),
-        "layers": [f"layers/{layer_file_name(layer)}" for layer in range(n_layers)],
+        "layers": [layout.path(layout.LAYER_IN_EMBEDDINGS, layer=layer) for layer in range(n_layers)],
         "shards": [
             {"file": os.path.relpath(path, base), "rows": count} for path, count in zip(shard_paths, rows)
         ],

@@ -1,0 +1,75 @@
+"""What the heavy jobs declare to the scheduler (contextuality.workflow.estimates), against the arithmetic of
+docs/scaling.md."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from contextuality.workflow.schema import load_settings
+from contextuality.workflow import estimates
+
+
+def _settings(tmp_path, *, batch_size=64, n_shards=2, max_sentences=None, compute_dtype="float32"):
+    return load_settings({
+        "models": {"m": {"source": "hub", "id": "org/m", "revision": "0" * 40}},
+        "extraction": {"batch_size": batch_size, "n_shards": n_shards},
+        "corpus": {"max_sentences": max_sentences},
+        "metrics": {"compute_dtype": compute_dtype},
+    })  # fmt: skip
+
+
+def _record(tmp_path, weights_bytes: int, n_layers: int, dim: int):
+    path = tmp_path / "source.json"
+    path.write_text(json.dumps({"weights_bytes": weights_bytes, "n_layers": n_layers, "dim": dim}))
+    return path
+
+
+def test_extraction_memory_of_bert_base_is_the_documented_sum(tmp_path):
+    """1000 + 2 x 440 + one batch of hidden states (654) + one window of pooled vectors (1309)."""
+    settings = _settings(tmp_path)
+    record = _record(tmp_path, 440_000_000, 13, 768)
+    batch = 64 * 128 * 13 * 768 * 8 / 1e6
+    window = 4 * 64 * 64 * 13 * 768 * 8 / 1e6
+    assert batch == pytest.approx(654.3, abs=0.1) and window == pytest.approx(1308.6, abs=0.1)
+    assert estimates.extraction_mem_mb(settings.models["m"], record) == int(1000 + 880 + batch + window) == 3842
+    assert estimates.extraction_mem_mb(settings.models["m"], record, attempt=2) == int(2 * (1000 + 880 + batch + window))
+
+
+def test_extraction_memory_follows_the_models_own_batch_size_and_an_unbuilt_models_largest_shape(tmp_path):
+    settings = load_settings({"models": {"m": {"source": "random", "architecture": "bert", "batch_size": 8}}})
+    missing = tmp_path / "not-built" / "source.json"
+    vector_bytes = 13 * 1024 * 4 * 2  # the paper's largest shape, before the model exists
+    expected = 1000 + 8 * 128 * vector_bytes / 1e6 + 4 * 8 * 64 * vector_bytes / 1e6
+    assert estimates.extraction_mem_mb(settings.models["m"], missing) == int(expected)
+
+
+def test_extraction_runtime_of_smollm2_per_half_corpus_shard(tmp_path):
+    """SmolLM2-135M: 12,544 x 15 x 135 / 34,500 = 736 s per shard of the full corpus; 10 + 2 x 12.3 min."""
+    settings = _settings(tmp_path)
+    record = _record(tmp_path, 135 * 4_000_000, 31, 576)
+    assert estimates.shard_sentences(settings.models["m"], settings.corpus) == 12_544
+    seconds = 12_544 * 15 * 135 / (1500 * 23)
+    assert seconds == pytest.approx(736.3, abs=0.1)
+    assert estimates.extraction_runtime_min(settings.models["m"], settings.corpus, record) == int(10 + 2 * seconds / 60) == 34
+    assert estimates.extraction_runtime_min(settings.models["m"], settings.corpus, record, attempt=2) == 69
+
+
+def test_extraction_runtime_of_a_shortened_corpus(tmp_path):
+    settings = _settings(tmp_path, n_shards=4, max_sentences=120)
+    record = _record(tmp_path, 23 * 4_000_000, 7, 384)
+    assert estimates.shard_sentences(settings.models["m"], settings.corpus) == 30
+    assert estimates.extraction_runtime_min(settings.models["m"], settings.corpus, record) == 10
+
+
+def test_measurement_memory_from_the_manifest_in_the_compute_dtype(tmp_path):
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"rows": 309_088, "dim": 384}))
+    float32 = _settings(tmp_path).metrics.measure
+    float64 = _settings(tmp_path, compute_dtype="float64").metrics.measure
+    assert estimates.measure_mem_mb(float32, manifest) == int(309_088 * 384 * 4 / 1e6 + 384 + 1024) == 1882
+    assert estimates.measure_mem_mb(float64, manifest) == int(309_088 * 384 * 8 / 1e6 + 384 + 1024)
+    assert estimates.measure_mem_mb(float32, manifest, attempt=3) == int(3 * (309_088 * 384 * 4 / 1e6 + 384 + 1024))
+    # before the manifest exists: the paper's largest layer, 330k WordPieces x 1024 dims
+    assert estimates.measure_mem_mb(float32, tmp_path / "missing.json") == int(330_000 * 1024 * 4 / 1e6 + 384 + 1024)
