@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -258,3 +259,26 @@ def test_paper_table1_data():
     assert all(list(v) == list(st.TABLE1_TASKS) for v in table1.PAPER_TABLE1.values())
     assert table1.PAPER_TABLE1["BERT, Layer 1"]["SemEval2012_2"] == 0.166
     assert table1.PAPER_TABLE1["GPT-2, Layer 12"]["MEN"] == -0.009
+
+
+TABLE1_REPORTS = Path(__file__).resolve().parent / "data" / "report" / "table1"
+
+
+def test_table1_is_written_byte_for_byte_as_before(tmp_path):
+    """table1.csv/.md/.tex of a run with an odd label (LaTeX's special characters), a tie and an extra task.
+
+    The expected files are in tests/data/report/table1/; CONTEXTUALITY_REDRAW_REPORTS=1 redraws them.
+    """
+    results = _results()
+    results["model"] = results["model"].replace({"GPT-2": "GPT_2 & co #1 ~50% {x}^$"})
+    results.loc[(results["model"] == "GloVe") & (results["task"] == "AP"), "score"] = 0.48
+    extra = results[results["task"] == "AP"].assign(task="RG65", score=lambda frame: frame["score"] - 0.1)
+    results = pd.concat([results, extra], ignore_index=True)
+    out = [tmp_path / f"table1.{ext}" for ext in ("csv", "md", "tex")]
+    table1.build_table1(results, *out)
+    if os.environ.get("CONTEXTUALITY_REDRAW_REPORTS"):
+        TABLE1_REPORTS.mkdir(parents=True, exist_ok=True)
+        for path in out:
+            (TABLE1_REPORTS / path.name).write_bytes(path.read_bytes())
+    for path in out:
+        assert path.read_bytes() == (TABLE1_REPORTS / path.name).read_bytes(), path.name
