@@ -209,10 +209,8 @@ def test_paper_checkpoint_detection_and_bad_mapping():
 
 def paper_table1(changes=None, drop=()):
     """The paper's Table 1 as this run's table1.csv (labels ELMo, BERT, GPT-2; baselines GloVe, FastText)."""
-    from contextuality.report.table1 import PAPER_TABLE1
-
     rows = []
-    for label, values in PAPER_TABLE1.items():
+    for label, values in paper.PAPER_TABLE1.items():
         if label in drop:
             continue
         model, _, layer = label.partition(", Layer ")

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from contextuality import paper
 from contextuality.static import embeddings
 from contextuality.static import scoring as st
 from contextuality.report import table1
@@ -230,7 +231,7 @@ def test_table1_bold_best_per_column(tmp_path):
     csv = pd.read_csv(out[0])
     assert csv.loc[csv["source"] == "this run", "method"].tolist() == ["GloVe", "BERT, Layer 0", "BERT, Layer 1",
                                                                       "GPT-2, Layer 1"]
-    assert (csv["source"] == "paper").sum() == len(table1.PAPER_TABLE1)
+    assert (csv["source"] == "paper").sum() == len(paper.PAPER_TABLE1)
     assert "coverage_SimLex999" in csv.columns and len(table) == len(csv)
     md = out[1].read_text()
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in md.splitlines() if line.startswith("| ")]
@@ -255,10 +256,13 @@ def test_plot_scores_by_layer(tmp_path):
 
 
 def test_paper_table1_data():
-    assert len(table1.PAPER_TABLE1) == 12
-    assert all(list(v) == list(st.TABLE1_TASKS) for v in table1.PAPER_TABLE1.values())
-    assert table1.PAPER_TABLE1["BERT, Layer 1"]["SemEval2012_2"] == 0.166
-    assert table1.PAPER_TABLE1["GPT-2, Layer 12"]["MEN"] == -0.009
+    assert len(paper.PAPER_TABLE1) == 12
+    assert all(list(v) == list(paper.TABLE1_TASKS) for v in paper.PAPER_TABLE1.values())
+    assert paper.PAPER_TABLE1["BERT, Layer 1"]["SemEval2012_2"] == 0.166
+    assert paper.PAPER_TABLE1["GPT-2, Layer 12"]["MEN"] == -0.009
+    assert list(paper.TABLE1_HEADERS) == list(paper.TABLE1_TASKS)
+    assert paper.TABLE1_HEADERS["SemEval2012_2"] == "SemEval2012(2)"
+    assert st.TABLE1_TASKS is paper.TABLE1_TASKS  # scoring's default tasks are the paper's
 
 
 TABLE1_REPORTS = Path(__file__).resolve().parent / "data" / "report" / "table1"

@@ -1,11 +1,14 @@
-"""The paper's reference numbers and claims, as data (Ethayarajh, EMNLP 2019).
+"""Everything the paper reports, as data (Ethayarajh, EMNLP 2019): its models and checkpoints, the
+per-layer reference numbers, Table 1, the claims, and the titles and y ranges of its figures.
 
-Per-layer values come from the statistics files the author released ([STATS] in
-docs/paper-spec §6.1–6.4). They are close to, but not exactly, what the paper's
-figures show, so they carry ``approximate=True``. The one value the paper states
-in its text (ELMo's input layer has self-similarity 1) is marked exact.
-Column names match ``results/metrics/{model}/layers.parquet`` so a run's table
-and the paper's line up by name.
+This module imports nothing from the rest of the package (it is at the bottom of the import order) and
+loads no pandas: the Snakefile imports it.
+
+Per-layer values come from the statistics files the author released ([STATS] in docs/paper-spec
+§6.1–6.4). They are close to, but not exactly, what the paper's figures show, so they carry
+``approximate=True``. The one value the paper states in its text (ELMo's input layer has
+self-similarity 1) is marked exact. Column names match ``results/metrics/{model}/layers.parquet`` so a
+run's table and the paper's line up by name.
 """
 
 from __future__ import annotations
@@ -142,6 +145,29 @@ def reference_value(paper_model: str, quantity: str, layer: int) -> tuple[float,
     if values is None or not 0 <= layer < len(values) or values[layer] is None:
         return None
     return float(values[layer]), (quantity, paper_model, layer) not in _EXACT
+
+
+# Table 1 (spec §6.5): the word benchmarks in the paper's column order, their column headers as the paper
+# prints them, and its scores: method label -> task -> value.
+TABLE1_TASKS = ("SimLex999", "MEN", "WS353", "RW", "Google", "MSR", "SemEval2012_2", "BLESS", "AP")
+TABLE1_HEADERS = {task: task for task in TABLE1_TASKS} | {"SemEval2012_2": "SemEval2012(2)"}
+PAPER_TABLE1: dict[str, dict[str, float]] = {
+    label: dict(zip(TABLE1_TASKS, values))
+    for label, values in {
+        "GloVe": (0.194, 0.216, 0.339, 0.127, 0.189, 0.312, 0.097, 0.390, 0.308),
+        "FastText": (0.239, 0.239, 0.432, 0.176, 0.203, 0.289, 0.104, 0.375, 0.291),
+        "ELMo, Layer 1": (0.276, 0.167, 0.317, 0.148, 0.170, 0.326, 0.114, 0.410, 0.308),
+        "ELMo, Layer 2": (0.215, 0.151, 0.272, 0.133, 0.130, 0.268, 0.132, 0.395, 0.318),
+        "BERT, Layer 1": (0.315, 0.200, 0.394, 0.208, 0.236, 0.389, 0.166, 0.365, 0.321),
+        "BERT, Layer 2": (0.320, 0.166, 0.383, 0.188, 0.230, 0.385, 0.149, 0.365, 0.321),
+        "BERT, Layer 11": (0.221, 0.076, 0.319, 0.135, 0.175, 0.290, 0.149, 0.370, 0.289),
+        "BERT, Layer 12": (0.233, 0.082, 0.325, 0.144, 0.184, 0.307, 0.144, 0.360, 0.294),
+        "GPT-2, Layer 1": (0.174, 0.012, 0.176, 0.183, 0.052, 0.081, 0.033, 0.220, 0.184),
+        "GPT-2, Layer 2": (0.135, 0.036, 0.171, 0.180, 0.045, 0.062, 0.021, 0.245, 0.184),
+        "GPT-2, Layer 11": (0.126, 0.034, 0.165, 0.182, 0.031, 0.038, 0.045, 0.270, 0.189),
+        "GPT-2, Layer 12": (0.140, -0.009, 0.113, 0.163, 0.020, 0.021, 0.014, 0.225, 0.172),
+    }.items()
+}
 
 
 def is_paper_checkpoint(paper_model: str, identifier: str | None) -> bool:

@@ -23,14 +23,15 @@ from scipy.stats import spearmanr
 
 from contextuality.core.atomic import atomic_path
 from contextuality.report.tables import fmt, latex_escape
-from contextuality.static.scoring import TABLE1_TASKS
-from contextuality.report.table1 import PAPER_TABLE1, TASK_DISPLAY
 from contextuality.paper import (
     CLAIMS,
     PAPER_CHECKPOINTS,
     PAPER_DEPTH,
     PAPER_LABELS,
+    PAPER_TABLE1,
     QUANTITIES,
+    TABLE1_HEADERS,
+    TABLE1_TASKS,
     claims_for,
     model_depth,
     is_paper_checkpoint,
@@ -560,9 +561,9 @@ def _a9a(m: _Model) -> Result:
     for task in tasks:
         own, _ = _best(first, task)
         best, who = _best(shown, task)
-        parts_text.append(f"{TASK_DISPLAY[task]} {own:.3f} (best {best:.3f}, {who})")
+        parts_text.append(f"{TABLE1_HEADERS[task]} {own:.3f} (best {best:.3f}, {who})")
         if not own >= best - A9_TOLERANCE:
-            misses.append(TASK_DISPLAY[task])
+            misses.append(TABLE1_HEADERS[task])
     evidence = "best of layers 1-2: " + "; ".join(parts_text)
     if misses:
         evidence += f"; more than {A9_TOLERANCE} below the best on {', '.join(misses)}"
@@ -580,9 +581,9 @@ def _a9b(m: _Model) -> Result:
             continue
         theirs, _ = _best(fasttext, task)
         own, who = _best(mine, task)
-        parts_text.append(f"{TASK_DISPLAY[task]}: FastText {theirs:.3f}, best row of the model {own:.3f} ({who})")
+        parts_text.append(f"{TABLE1_HEADERS[task]}: FastText {theirs:.3f}, best row of the model {own:.3f} ({who})")
         if not theirs >= own - A9_TOLERANCE:
-            misses.append(TASK_DISPLAY[task])
+            misses.append(TABLE1_HEADERS[task])
     if not parts_text:
         return NA, "Table 1 has no MEN or WS353 scores", ""
     return (FAILS if misses else HOLDS), "; ".join(parts_text), ""
@@ -598,9 +599,9 @@ def _a9c(m: _Model) -> Result:
         own_best = float(mine[task].astype(float).max())
         others_worst = float(others[task].astype(float).min())
         if np.isfinite(own_best) and np.isfinite(others_worst) and own_best < others_worst + A9_TOLERANCE:
-            worst.append(TASK_DISPLAY[task])
+            worst.append(TABLE1_HEADERS[task])
     needed = max(len(tasks) - 1, 1)
-    rest = [TASK_DISPLAY[t] for t in tasks if TASK_DISPLAY[t] not in worst]
+    rest = [TABLE1_HEADERS[t] for t in tasks if TABLE1_HEADERS[t] not in worst]
     evidence = (f"its rows are below every other row on {len(worst)} of {len(tasks)} tasks (needed: {needed})"
                 + (f"; not on {', '.join(rest)}" if rest else ""))
     note = "rows compared: each model's layers 1, 2, L-1, L and every static baseline"
@@ -621,7 +622,7 @@ def _a9d(m: _Model) -> Result:
         row = mine[mine["layer"] == layer]
         for task in tasks:
             if len(row) and np.isfinite(float(row[task].iloc[0])):
-                gaps.append((abs(float(row[task].iloc[0]) - values[task]), TASK_DISPLAY[task], layer))
+                gaps.append((abs(float(row[task].iloc[0]) - values[task]), TABLE1_HEADERS[task], layer))
     return _gap_verdict(gaps, A9_TOLERANCE, "scores", "no comparable rows")
 
 
