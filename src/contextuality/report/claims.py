@@ -537,10 +537,6 @@ def _table1_parts(m: _Model) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     return shown, mine, tasks
 
 
-def _row_name(row) -> str:
-    return row["model"] if pd.isna(row["layer"]) else f"layer {int(row['layer'])}"
-
-
 def _best(frame: pd.DataFrame, task: str) -> tuple[float, str]:
     values = frame[task].astype(float)
     if not np.isfinite(values).any():
