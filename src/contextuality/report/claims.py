@@ -11,18 +11,15 @@ has another depth, layer ranges are mapped by relative depth and the report says
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from contextuality.core.atomic import atomic_path
-from contextuality.report.tables import fmt, latex_escape
+from contextuality.report.tables import fmt, latex_escape, latex_table, pipe_table, write_text
 from contextuality.paper import (
     CLAIMS,
     PAPER_CHECKPOINTS,
@@ -81,13 +78,6 @@ A6_WORDS = ("and", "of", "'s", "the", "to")
 S5_STOPWORDS = ("the", "of", "to", "and")
 
 
-def _write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` under a temporary name, then rename it to ``path``."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-    return Path(path)
-
-
 def _check_paper_models(layer_tables: dict, paper_models: dict) -> None:
     """Fail early on a paper model name other than elmo, bert, gpt2 or None."""
     for model in layer_tables:
@@ -132,12 +122,12 @@ def _summary_frame(layer_tables, labels, paper_models) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _paper_cell(row, col: str, approx_mark: str) -> str:
-    """The paper's value with its approximation mark, or an en dash."""
+def _paper_cell(row, col: str) -> str:
+    """The paper's value with its approximation mark (≈), or an en dash."""
     value = row[f"paper_{col}"]
     if not np.isfinite(value):
         return "–"
-    return (approx_mark if bool(row[f"paper_{col}_approximate"]) else "") + fmt(value)
+    return ("≈" if bool(row[f"paper_{col}_approximate"]) else "") + fmt(value)
 
 
 def summary_table(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str],
@@ -166,35 +156,42 @@ def summary_table(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str],
     for model, rows in frame.groupby("model", sort=False):
         label, pm = rows["label"].iloc[0], paper_models.get(model)
         _, role = _role(model, label, model_depth(layer_tables[model]), pm, sources.get(model))
-        md += [f"## {label} (`{model}`)", "", role, ""]
+        cells = _summary_cells(rows)
         header = ["Layer", "Paper layer"] + [h for _, short in SUMMARY_COLUMNS for h in (short, "paper")]
-        md += ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
-        body = []
-        for _, r in rows.iterrows():
-            lead = [str(int(r["layer"])), "–" if pd.isna(r["paper_layer"]) else str(int(r["paper_layer"]))]
-            md_cells, tex_cells = list(lead), list(lead)
-            for col, _ in SUMMARY_COLUMNS:
-                md_cells += [fmt(r[col]), _paper_cell(r, col, "≈")]
-                tex_cells += [fmt(r[col]), _paper_cell(r, col, r"$\approx$")]
-            md.append("| " + " | ".join(md_cells) + " |")
-            body.append(" & ".join(tex_cells).replace("–", "--") + r" \\")
-        md.append("")
+        md += [f"## {label} (`{model}`)", "", role, "", pipe_table(header, cells, "r" * len(header)), ""]
         md += _exact_summary_md(layer_tables[model])
-        groups = " & ".join(rf"\multicolumn{{2}}{{c}}{{{short}}}" for _, short in SUMMARY_COLUMNS)
-        rules = "".join(rf"\cmidrule(lr){{{3 + 2 * i}-{4 + 2 * i}}}" for i in range(len(SUMMARY_COLUMNS)))
-        tex += [r"\begin{table}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{3pt}",
-                r"\begin{tabular}{rr" + "rr" * len(SUMMARY_COLUMNS) + "}", r"\toprule",
-                rf" & Paper & {groups} \\", rules,
-                "Layer & layer & " + " & ".join(["run & paper"] * len(SUMMARY_COLUMNS)) + r" \\", r"\midrule",
-                *body, r"\bottomrule", r"\end{tabular}",
-                rf"\caption{{{latex_escape(label)}: per-layer values of this run beside the paper's. "
-                + latex_escape(role) + r" $\approx$: approximate (released statistics); --: no value.}",
-                rf"\label{{tab:summary-{re.sub(r'[^A-Za-z0-9]+', '-', model)}}}", r"\end{table}", ""]
+        tex += [_summary_tex(cells, label, role, model), ""]
         tex += _exact_summary_tex(layer_tables[model], label, model)
     md += losses_section(losses or {}, labels)
-    _write_text(out_md, "\n".join(md))
-    _write_text(out_tex, "\n".join(tex))
+    write_text(out_md, "\n".join(md))
+    write_text(out_tex, "\n".join(tex))
     return frame
+
+
+def _summary_cells(rows: pd.DataFrame) -> list[list[str]]:
+    """One model's rows of the summary: layer, paper layer, then each value beside the paper's."""
+    cells = []
+    for _, r in rows.iterrows():
+        row = [str(int(r["layer"])), "–" if pd.isna(r["paper_layer"]) else str(int(r["paper_layer"]))]
+        for col, _ in SUMMARY_COLUMNS:
+            row += [fmt(r[col]), _paper_cell(r, col)]
+        cells.append(row)
+    return cells
+
+
+def _tex_key(model: str) -> str:
+    """The model key as it goes into a LaTeX label."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", model)
+
+
+def _summary_tex(cells: list[list[str]], label: str, role: str, model: str) -> str:
+    """The LaTeX table of one model's summary: a run and a paper column under each measure."""
+    groups = ["", "Paper"] + [(short, 2) for _, short in SUMMARY_COLUMNS]
+    header = ["Layer", "layer"] + ["run", "paper"] * len(SUMMARY_COLUMNS)
+    caption = (latex_escape(f"{label}: per-layer values of this run beside the paper's. {role}") + " "
+               + latex_escape("≈: approximate (released statistics); –: no value.", marks=True))
+    return latex_table(header, cells, "r" * len(header), caption=caption, label=f"tab:summary-{_tex_key(model)}",
+                       groups=groups)
 
 
 def _exact_cells(table: pd.DataFrame) -> tuple[list[str], list[list[str]], bool]:
@@ -223,10 +220,8 @@ def _exact_summary_md(table: pd.DataFrame) -> list[str]:
     if "baseline_cosine_exact" not in table.columns:
         return []
     header, rows, flagged = _exact_cells(table)
-    md = ["Exact baselines and degenerate words:", "", "| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
-    md += ["| " + " | ".join(cells) + " |" for cells in rows]
-    md += ["", _EXACT_NOTE + (" " + _FINAL_NORM_NOTE if flagged else ""), ""]
-    return md
+    return ["Exact baselines and degenerate words:", "", pipe_table(header, rows, "r" * len(header)), "",
+            _EXACT_NOTE + (" " + _FINAL_NORM_NOTE if flagged else ""), ""]
 
 
 def _exact_summary_tex(table: pd.DataFrame, label: str, model: str) -> list[str]:
@@ -234,16 +229,12 @@ def _exact_summary_tex(table: pd.DataFrame, label: str, model: str) -> list[str]
     if "baseline_cosine_exact" not in table.columns:
         return []
     header, rows, flagged = _exact_cells(table)
-    body = [" & ".join(cell.replace("†", r"$^\dagger$") for cell in cells).replace("–", "--") + r" \\" for cells in rows]
     caption = latex_escape(f"{label}: the exact anisotropy baselines, the measures adjusted by them, and the "
-                            "degenerate words per layer. ") + latex_escape(_EXACT_NOTE.replace("*", ""))
+                           "degenerate words per layer. " + _EXACT_NOTE.replace("*", ""))
     if flagged:
-        caption += " " + latex_escape(_FINAL_NORM_NOTE).replace("†", r"$^\dagger$")
-    return [r"\begin{table}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{3pt}",
-            r"\begin{tabular}{r" + "r" * (len(header) - 1) + "}", r"\toprule",
-            " & ".join(latex_escape(h) for h in header) + r" \\", r"\midrule", *body, r"\bottomrule",
-            r"\end{tabular}", rf"\caption{{{caption}}}",
-            rf"\label{{tab:summary-exact-{re.sub(r'[^A-Za-z0-9]+', '-', model)}}}", r"\end{table}", ""]
+        caption += " " + latex_escape(_FINAL_NORM_NOTE, marks=True)
+    return [latex_table(header, rows, "r" * len(header), caption=caption,
+                        label=f"tab:summary-exact-{_tex_key(model)}"), ""]
 
 
 LOSS_COLUMNS = [
@@ -279,12 +270,12 @@ def losses_section(losses: dict[str, dict], labels: dict[str, str]) -> list[str]
           "Indexed occurrences a model could not store, so they are missing from its measurements: cut off "
           "at the model's length limit (`extraction.max_length_policy: truncate`), in skipped sentences "
           "(`skip`), or with no piece of their own because one piece spans two spaCy words (`cannot` -> "
-          "`can` + `not`). Details: `results/embeddings/{model}/losses.json`.", "",
-          "| Model | " + " | ".join(title for _, title in LOSS_COLUMNS) + " |", "|---|" + "---:|" * len(LOSS_COLUMNS)]
-    for _, row in frame.iterrows():
-        cells = [f"{row[c]:.2%}" if c == "lost_share" else str(int(row[c])) for c, _ in LOSS_COLUMNS]
-        md.append(f"| {_md_cell(row['label'])} (`{row['model']}`) | " + " | ".join(cells) + " |")
-    return md + [""]
+          "`can` + `not`). Details: `results/embeddings/{model}/losses.json`.", ""]
+    rows = [[f"{row['label']} (`{row['model']}`)"]
+            + [f"{row[c]:.2%}" if c == "lost_share" else str(int(row[c])) for c, _ in LOSS_COLUMNS]
+            for _, row in frame.iterrows()]
+    header = ["Model"] + [title for _, title in LOSS_COLUMNS]
+    return md + [pipe_table(header, rows, "-" + "r" * len(LOSS_COLUMNS)), ""]
 
 
 @dataclass(frozen=True)
@@ -731,11 +722,6 @@ def evaluate_claims(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str
     return pd.DataFrame(rows)
 
 
-def _md_cell(text: str) -> str:
-    """Make free text safe inside a Markdown table cell."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def _degenerate_line(table: pd.DataFrame) -> str:
     """One sentence: how many words per layer have no MEV because all their occurrences are identical."""
     if "n_degenerate_words" not in table.columns:
@@ -775,15 +761,15 @@ def claims_report(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, 
           "with the exact baselines (every row, no sampling noise) in their place, and `(exact: ...)` marks "
           "a verdict that changes with them.",
           "", "## Overview", ""]
-    head = ["Claim", "About", "Source"] + [_md_cell(labels.get(m, m)) for m in models]
-    md += ["| " + " | ".join(head) + " |", "|---|---|---|" + "---|" * len(models)]
+    head = ["Claim", "About", "Source"] + [labels.get(m, m) for m in models]
+    overview = []
     for c in CLAIMS:
         sub = results[results["claim"] == c.id].set_index("model") if not results.empty else pd.DataFrame()
         cells = [_status_cell(sub.loc[m, "status"], sub.loc[m, "status_exact"]) if m in sub.index else "·"
                  for m in models]  # fmt: skip
         about = ", ".join(PAPER_LABELS[p] for p in c.about) or "all models"
-        md.append(f"| {c.id} | {about} | {c.source} | " + " | ".join(cells) + " |")
-    md += ["", "Source: sections of the methods spec (paper-spec.md). `·` = the claim is about a paper model "
+        overview.append([c.id, about, c.source, *cells])
+    md += [pipe_table(head, overview, "-" * len(head)), "", "Source: sections of the methods spec (paper-spec.md). `·` = the claim is about a paper model "
            "this model does not stand for. A9a-d compare the rows the paper's Table 1 shows: every static "
            f"baseline and each model's layers 1, 2, L-1 and L, with a tolerance of {A9_TOLERANCE}.", ""]
     for model in models:
@@ -792,14 +778,14 @@ def claims_report(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, 
         md += [f"## {label} (`{model}`)", "", sub["role"].iloc[0] if not sub.empty else ""]
         degenerate = _degenerate_line(layer_tables[model])
         md += ["", degenerate] if degenerate else []
-        md += ["", "| Claim | Statement | Result | Evidence | Exact baseline | Note |", "|---|---|---|---|---|---|"]
+        rows = []
         for _, r in sub.iterrows():
             exact = r["status_exact"]
             if exact != r["status"] and exact != NA:
                 exact = f"**{exact}**: {r['evidence_exact']}"
-            md.append(f"| {r['claim']} | {_md_cell(r['statement'])} | **{r['status']}** | "
-                      f"{_md_cell(r['evidence'])} | {_md_cell(exact)} | {_md_cell(r['note'])} |")
-        md.append("")
+            rows.append([r["claim"], r["statement"], f"**{r['status']}**", r["evidence"], exact, r["note"]])
+        header = ["Claim", "Statement", "Result", "Evidence", "Exact baseline", "Note"]
+        md += ["", pipe_table(header, rows, "-" * len(header)), ""]
     covered = {pm for pm in paper_models.values() if pm}
     unchecked = [c for c in CLAIMS if c.about and not covered.intersection(c.about)]
     if unchecked:
@@ -808,5 +794,5 @@ def claims_report(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, 
         md += [f"- **{c.id}** ({', '.join(PAPER_LABELS[p] for p in c.about)}): {c.text}" for c in unchecked]
         md.append("")
     md += losses_section(losses or {}, labels)
-    _write_text(out_md, "\n".join(md))
+    write_text(out_md, "\n".join(md))
     return results

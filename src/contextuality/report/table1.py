@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -89,10 +88,8 @@ def build_table1(results: pd.DataFrame, out_csv: str | os.PathLike, out_md: str 
         md += ["", "Paper (Ethayarajh 2019, Table 1), for reference:", "", tables.markdown(shown(paper))]
         tex += [tables.latex(shown(paper), caption="The paper's Table 1 (Ethayarajh 2019), for reference.",
                              label="tab:table1-paper")]
-    with atomic_path(out_md) as tmp:
-        Path(tmp).write_text("\n".join(md) + "\n", encoding="utf-8")
-    with atomic_path(out_tex) as tmp:
-        Path(tmp).write_text("% Needs \\usepackage{booktabs}.\n" + "\n".join(tex), encoding="utf-8")
+    tables.write_text(out_md, "\n".join(md) + "\n")
+    tables.write_text(out_tex, "% Needs \\usepackage{booktabs}.\n" + "\n".join(tex))
     return table
 
 
