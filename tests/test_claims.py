@@ -9,7 +9,10 @@ import pandas as pd
 import pytest
 
 from contextuality import paper
-from contextuality.report.claims import claims_report, evaluate_claims, losses_frame, summary_table
+from contextuality.report import tables
+from contextuality.report.claims import CHECKS, claims_report, evaluate_claims
+from contextuality.report.losses import losses_frame
+from contextuality.report.summary import summary_table
 
 
 def layers_table(model, baseline, self_adj, intra_adj, mev, baseline_mev):
@@ -192,6 +195,10 @@ def test_reference_data():
     assert paper.reference_value("bert", "mev", 0) is None and paper.reference_value("elmo", "mev", 3) is None
     assert paper.claim("A2").about == ("gpt2",)
     assert {c.id for c in paper.claims_for(None)} == {"A1b", "A5a", "S1", "S2", "S3", "S4", "S5"}
+
+
+def test_every_claim_has_one_check():
+    assert sorted(CHECKS) == sorted(c.id for c in paper.CLAIMS)
 
 
 def test_paper_checkpoint_detection_and_bad_mapping():
@@ -395,3 +402,23 @@ def test_reports_are_written_byte_for_byte_as_before(tmp_path, name, run):
         assert got == expected, "".join(difflib.unified_diff(expected.decode().splitlines(True),
                                                              got.decode().splitlines(True),
                                                              f"expected/{file}", f"written/{file}"))
+
+
+def test_pipe_table_aligns_and_escapes_its_cells():
+    text = tables.pipe_table(["Model", "a|b", "n"], [["x\ny", "1", "2"], ["z", "–", "3"]], "-lr")
+    assert text == "| Model | a\\|b | n |\n|---|:---|---:|\n| x y | 1 | 2 |\n| z | – | 3 |"
+    with pytest.raises(ValueError, match="alignments"):
+        tables.pipe_table(["a", "b"], [], "r")
+    with pytest.raises(ValueError, match="a row of 1 cells"):
+        tables.pipe_table(["a", "b"], [["1"]], "rr")
+
+
+def test_latex_table_groups_escapes_and_marks():
+    text = tables.latex_table(["Layer", "run", "paper"], [["12†", "0.5", "≈0.4"], ["1", "–", "x_1 & 50%"]], "rrr",
+                              caption="A \\& B.", label="tab:x", groups=["", ("Base_line", 2)])
+    assert text.split("\n") == [
+        r"\begin{table}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{3pt}", r"\begin{tabular}{rrr}",
+        r"\toprule", r" & \multicolumn{2}{c}{Base\_line} \\", r"\cmidrule(lr){2-3}", r"Layer & run & paper \\",
+        r"\midrule", r"12$^\dagger$ & 0.5 & $\approx$0.4 \\", r"1 & -- & x\_1 \& 50\% \\", r"\bottomrule",
+        r"\end{tabular}", r"\caption{A \& B.}", r"\label{tab:x}", r"\end{table}"]
+    assert tables.latex_escape("≈ † – $") == r"≈ † -- \$"  # the marks stay as they are in free text
