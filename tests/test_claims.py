@@ -185,15 +185,24 @@ def test_summary_table_shows_paper_values(tmp_path, paper_run):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.md", "summary.tex"]  # no temporary files
 
 
+def reference_table():
+    """Every reference value of the paper, one row per (paper_model, layer, quantity), with ``approximate``."""
+    rows = [{"paper_model": pm, "layer": layer, "quantity": q, "value": ref[0], "approximate": ref[1]}
+            for q in paper.QUANTITIES for pm in paper.PAPER_MODELS for layer in range(paper.PAPER_DEPTH[pm] + 1)
+            if (ref := paper.reference_value(pm, q, layer)) is not None]
+    return pd.DataFrame(rows)
+
+
 def test_reference_data():
-    ref = paper.reference_table()
+    ref = reference_table()
     assert set(ref["paper_model"]) == set(paper.PAPER_MODELS)
     assert set(ref["quantity"]) == set(paper.QUANTITIES)
     exact = ref[~ref["approximate"]]
     assert list(zip(exact["paper_model"], exact["quantity"], exact["layer"])) == [("elmo", "self_similarity", 0)]
     assert paper.reference_value("gpt2", "baseline_cosine", 12) == (0.978, True)
     assert paper.reference_value("bert", "mev", 0) is None and paper.reference_value("elmo", "mev", 3) is None
-    assert paper.claim("A2").about == ("gpt2",)
+    assert next(c for c in paper.CLAIMS if c.id == "A2").about == ("gpt2",)
+    assert len({c.id for c in paper.CLAIMS}) == len(paper.CLAIMS)
     assert {c.id for c in paper.claims_for(None)} == {"A1b", "A5a", "S1", "S2", "S3", "S4", "S5"}
 
 

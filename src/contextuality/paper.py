@@ -5,8 +5,8 @@ This module imports nothing from the rest of the package (it is at the bottom of
 loads no pandas: the Snakefile imports it.
 
 Per-layer values come from the statistics files the author released ([STATS] in docs/paper-spec
-§6.1–6.4). They are close to, but not exactly, what the paper's figures show, so they carry
-``approximate=True``. The one value the paper states in its text (ELMo's input layer has
+§6.1–6.4). They are close to, but not exactly, what the paper's figures show, so ``reference_value``
+marks them approximate. The one value the paper states in its text (ELMo's input layer has
 self-similarity 1) is marked exact. Column names match ``results/metrics/{model}/layers.parquet`` so a
 run's table and the paper's line up by name.
 """
@@ -14,10 +14,6 @@ run's table and the paper's line up by name.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pandas loads in about 0.9 s, and the Snakefile imports this module for FIGURES alone
-    import pandas as pd
 
 PAPER_MODELS = ("elmo", "bert", "gpt2")
 
@@ -32,11 +28,6 @@ PAPER_CHECKPOINTS = {
 # Number of contextual layers; layer 0 (the input embedding) comes on top.
 PAPER_DEPTH = {"elmo": 2, "bert": 12, "gpt2": 12}
 
-
-def model_depth(table: pd.DataFrame) -> int:
-    """A run's number of contextual layers L (its largest layer index), comparable to PAPER_DEPTH."""
-    return int(table["layer"].max())
-
 # Identifiers under which the paper's own checkpoints are known (hub ids, aliases).
 PAPER_IDENTIFIERS = {
     "elmo": frozenset({"elmo", "elmo_2x4096_512_2048cnn_2xhighway", "elmo-2x4096_512_2048cnn_2xhighway",
@@ -44,6 +35,16 @@ PAPER_IDENTIFIERS = {
     "bert": frozenset({"bert-base-cased", "google-bert/bert-base-cased"}),
     "gpt2": frozenset({"gpt2", "openai-community/gpt2"}),
 }
+
+
+def is_paper_checkpoint(paper_model: str, identifier: str | None) -> bool:
+    """Whether ``identifier`` (a hub id, alias, path, or ELMo options/weights file) names the paper's checkpoint."""
+    if not identifier:
+        return False
+    name = identifier.rstrip("/").lower()
+    last = name.rsplit("/", 1)[-1].removesuffix("_options.json").removesuffix("_weights.hdf5")
+    return name in PAPER_IDENTIFIERS[paper_model] or last in PAPER_IDENTIFIERS[paper_model]
+
 
 # The paper's y ranges and titles (visualize.py), keyed by figure name.
 AXIS_RANGES = {
@@ -113,32 +114,6 @@ _EXACT = {("self_similarity", "elmo", 0)}
 QUANTITIES = tuple(_STATS)
 
 
-def reference_table() -> pd.DataFrame:
-    """All reference values, one row per (paper_model, layer, quantity).
-
-    Columns: ``paper_model``, ``layer``, ``quantity`` (a layers.parquet column name),
-    ``value``, ``approximate`` (True for [STATS] values), ``source``.
-    """
-    import pandas as pd
-
-    rows = []
-    for quantity, per_model in _STATS.items():
-        for model, values in per_model.items():
-            for layer, value in enumerate(values):
-                if value is None:
-                    continue
-                exact = (quantity, model, layer) in _EXACT
-                rows.append({
-                    "paper_model": model,
-                    "layer": layer,
-                    "quantity": quantity,
-                    "value": float(value),
-                    "approximate": not exact,
-                    "source": "paper text" if exact else "STATS (released statistics, paper-spec §6.1-6.4)",
-                })
-    return pd.DataFrame(rows)
-
-
 def reference_value(paper_model: str, quantity: str, layer: int) -> tuple[float, bool] | None:
     """The paper's value for one model, quantity and layer as ``(value, approximate)``, or None."""
     values = _STATS.get(quantity, {}).get(paper_model)
@@ -168,15 +143,6 @@ PAPER_TABLE1: dict[str, dict[str, float]] = {
         "GPT-2, Layer 12": (0.140, -0.009, 0.113, 0.163, 0.020, 0.021, 0.014, 0.225, 0.172),
     }.items()
 }
-
-
-def is_paper_checkpoint(paper_model: str, identifier: str | None) -> bool:
-    """Whether ``identifier`` (a hub id, alias, path, or ELMo options/weights file) names the paper's checkpoint."""
-    if not identifier:
-        return False
-    name = identifier.rstrip("/").lower()
-    last = name.rsplit("/", 1)[-1].removesuffix("_options.json").removesuffix("_weights.hdf5")
-    return name in PAPER_IDENTIFIERS[paper_model] or last in PAPER_IDENTIFIERS[paper_model]
 
 
 @dataclass(frozen=True)
@@ -244,11 +210,3 @@ CLAIMS: tuple[Claim, ...] = (
 def claims_for(paper_model: str | None) -> tuple[Claim, ...]:
     """The claims to check on a model standing for ``paper_model`` (None: only the general ones)."""
     return tuple(c for c in CLAIMS if not c.about or (paper_model is not None and paper_model in c.about))
-
-
-def claim(claim_id: str) -> Claim:
-    """The claim with this id."""
-    for c in CLAIMS:
-        if c.id == claim_id:
-            return c
-    raise KeyError(claim_id)

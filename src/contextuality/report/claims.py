@@ -15,10 +15,10 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from contextuality.paper import CLAIMS, PAPER_LABELS, claims_for, model_depth
+from contextuality.paper import CLAIMS, PAPER_LABELS, claims_for
 from contextuality.report.claim_checks import LAYER_CHECKS, NA, ModelView, NotApplicable, Result
 from contextuality.report.losses import losses_section
-from contextuality.report.paper_models import check_paper_models, model_role
+from contextuality.report.paper_models import check_paper_models, model_depth, model_role
 from contextuality.report.table1_checks import A9_TOLERANCE, TABLE1_CHECKS
 from contextuality.report.tables import pipe_table, write_text
 

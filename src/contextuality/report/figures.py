@@ -22,7 +22,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from contextuality.core.atomic import atomic_path  # noqa: E402
-from contextuality.paper import AXIS_RANGES, FIGURES, TITLES, model_depth  # noqa: E402
+from contextuality.paper import AXIS_RANGES, FIGURES, TITLES  # noqa: E402
+from contextuality.report.paper_models import model_depth  # noqa: E402
 
 DPI = 150
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p")

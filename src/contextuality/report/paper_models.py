@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
+
 from contextuality.paper import PAPER_CHECKPOINTS, PAPER_DEPTH, PAPER_LABELS, is_paper_checkpoint
+
+
+def model_depth(table: pd.DataFrame) -> int:
+    """A run's number of contextual layers L (its largest layer index), comparable to PAPER_DEPTH."""
+    return int(table["layer"].max())
 
 
 def check_paper_models(layer_tables: dict, paper_models: dict) -> None:

@@ -13,9 +13,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from contextuality.paper import PAPER_DEPTH, model_depth, reference_value
+from contextuality.paper import PAPER_DEPTH, reference_value
 from contextuality.report.losses import losses_section
-from contextuality.report.paper_models import check_paper_models, model_role, nearest_paper_layer
+from contextuality.report.paper_models import check_paper_models, model_depth, model_role, nearest_paper_layer
 from contextuality.report.tables import fmt, latex_escape, latex_table, pipe_table, write_text
 
 # (layers.parquet column, short header) of the summary table, in order.
