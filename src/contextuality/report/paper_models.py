@@ -11,7 +11,7 @@ import math
 
 import pandas as pd
 
-from contextuality.paper import PAPER_CHECKPOINTS, PAPER_DEPTH, PAPER_LABELS, is_paper_checkpoint
+from contextuality.paper import PAPER_CHECKPOINTS, PAPER_DEPTH, PAPER_LABELS, PAPER_MODELS, is_paper_checkpoint
 
 
 def model_depth(table: pd.DataFrame) -> int:
@@ -23,8 +23,8 @@ def check_paper_models(layer_tables: dict, paper_models: dict) -> None:
     """Fail early on a paper model name other than elmo, bert, gpt2 or None."""
     for model in layer_tables:
         pm = paper_models.get(model)
-        if pm is not None and pm not in PAPER_DEPTH:
-            raise ValueError(f"paper model of {model!r} is {pm!r}; expected one of {sorted(PAPER_DEPTH)} or None")
+        if pm is not None and pm not in PAPER_MODELS:
+            raise ValueError(f"paper model of {model!r} is {pm!r}; expected one of {sorted(PAPER_MODELS)} or None")
 
 
 def nearest_paper_layer(layer: int, depth: int, paper_depth: int) -> int:
