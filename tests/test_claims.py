@@ -1,11 +1,18 @@
 """Summary tables and claim checks on synthetic layers tables with known values."""
 
+import difflib
+import os
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from contextuality import paper
-from contextuality.report.claims import claims_report, evaluate_claims, summary_table
+from contextuality.report import tables
+from contextuality.report.claims import CHECKS, claims_report, evaluate_claims
+from contextuality.report.losses import losses_frame
+from contextuality.report.summary import summary_table
 
 
 def layers_table(model, baseline, self_adj, intra_adj, mev, baseline_mev):
@@ -70,11 +77,7 @@ def status(results, model, claim_id):
 @pytest.fixture(scope="module")
 def paper_run():
     """The paper's own numbers, under the paper's identifiers."""
-    tables = {pm: paper_table(pm) for pm in paper.PAPER_MODELS}
-    words = {"elmo": words_table("elmo", ["and", "of", "'s", "to", "the"] + CONTENT)}
-    sources = {"elmo": "elmo_2x4096_512_2048cnn_2xhighway", "bert": "google-bert/bert-base-cased",
-               "gpt2": "openai-community/gpt2"}
-    return tables, words, {pm: paper.PAPER_LABELS[pm] for pm in tables}, {pm: pm for pm in tables}, sources
+    return _paper_run_parts()
 
 
 def test_paper_numbers_satisfy_every_claim(paper_run):
@@ -182,16 +185,29 @@ def test_summary_table_shows_paper_values(tmp_path, paper_run):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.md", "summary.tex"]  # no temporary files
 
 
+def reference_table():
+    """Every reference value of the paper, one row per (paper_model, layer, quantity), with ``approximate``."""
+    rows = [{"paper_model": pm, "layer": layer, "quantity": q, "value": ref[0], "approximate": ref[1]}
+            for q in paper.QUANTITIES for pm in paper.PAPER_MODELS for layer in range(paper.PAPER_DEPTH[pm] + 1)
+            if (ref := paper.reference_value(pm, q, layer)) is not None]
+    return pd.DataFrame(rows)
+
+
 def test_reference_data():
-    ref = paper.reference_table()
+    ref = reference_table()
     assert set(ref["paper_model"]) == set(paper.PAPER_MODELS)
     assert set(ref["quantity"]) == set(paper.QUANTITIES)
     exact = ref[~ref["approximate"]]
     assert list(zip(exact["paper_model"], exact["quantity"], exact["layer"])) == [("elmo", "self_similarity", 0)]
     assert paper.reference_value("gpt2", "baseline_cosine", 12) == (0.978, True)
     assert paper.reference_value("bert", "mev", 0) is None and paper.reference_value("elmo", "mev", 3) is None
-    assert paper.claim("A2").about == ("gpt2",)
+    assert next(c for c in paper.CLAIMS if c.id == "A2").about == ("gpt2",)
+    assert len({c.id for c in paper.CLAIMS}) == len(paper.CLAIMS)
     assert {c.id for c in paper.claims_for(None)} == {"A1b", "A5a", "S1", "S2", "S3", "S4", "S5"}
+
+
+def test_every_claim_has_one_check():
+    assert sorted(CHECKS) == sorted(c.id for c in paper.CLAIMS)
 
 
 def test_paper_checkpoint_detection_and_bad_mapping():
@@ -209,10 +225,8 @@ def test_paper_checkpoint_detection_and_bad_mapping():
 
 def paper_table1(changes=None, drop=()):
     """The paper's Table 1 as this run's table1.csv (labels ELMo, BERT, GPT-2; baselines GloVe, FastText)."""
-    from contextuality.report.table1 import PAPER_TABLE1
-
     rows = []
-    for label, values in PAPER_TABLE1.items():
+    for label, values in paper.PAPER_TABLE1.items():
         if label in drop:
             continue
         model, _, layer = label.partition(", Layer ")
@@ -320,3 +334,100 @@ def test_claims_about_the_last_layer_note_the_final_norm(tmp_path):
     assert "Exact baselines and degenerate words:" in text and "| 12† |" in text and "†: taken after" in text
     assert "| Layer | Baseline | Baseline exact | SelfSim adj exact |" in text
     assert latex.count(r"\begin{table}") == 2 and r"12$^\dagger$" in latex
+
+
+# --------------------------------------------------------------------------------------------------
+# The written reports, byte for byte: summary.md/.tex, claims.md/.csv and losses.csv as the workflow writes
+# them, on runs that reach every table path (exact baselines with and without the final-norm dagger, a stand-in
+# of another depth, a model without a paper counterpart, LaTeX's and Markdown's special characters, the losses
+# section, claims no model can check). The expected files are in tests/data/report/; to redraw them after an
+# intended change of the reports, run this test with CONTEXTUALITY_REDRAW_REPORTS=1 and review the diff.
+
+REPORTS = Path(__file__).resolve().parent / "data" / "report"
+ODD_LABEL = "Other_v1 & 50% #1 ~{x}^2 $y$ \\ z – a|b"
+
+
+def _full_run():
+    """Every paper model under its own identifier (BERT and GPT-2 with exact baselines), a stand-in, an odd one."""
+    tables, words, labels, pms, sources = (dict(part) for part in _paper_run_parts())
+    bert = exact_columns(tables["bert"], 0.01, -0.002).drop(columns="after_final_norm")
+    bert.loc[bert["layer"] == 12, "baseline_cosine_exact"] = 0.7  # A3's verdict changes with the exact baseline
+    gpt2 = exact_columns(tables["gpt2"], -0.02, 0.001)
+    gpt2["after_final_norm"] = (gpt2["layer"] == 12).astype(int)
+    gpt2.loc[gpt2["layer"] == 3, "n_degenerate_words"] = 0
+    minilm = exact_columns(violating_gpt2_like()).drop(columns=["baseline_mev_exact", "adjusted_mev_exact"])
+    tables.update(bert=bert, gpt2=gpt2, minilm=minilm, **{"other/v1.0": violating_gpt2_like()})
+    labels.update(minilm="all-MiniLM_L6 & co|50%", **{"other/v1.0": ODD_LABEL})
+    pms.update(minilm="bert", **{"other/v1.0": None})
+    sources.update(minilm="sentence-transformers/all-MiniLM-L6-v2")
+    losses = {
+        "bert": {"sentences_truncated": 3, "sentences_skipped": 0, "indexed_occurrences": 1089,
+                 "indexed_occurrences_lost": {"truncated": 4, "skipped": 0, "spanning": 2}, "misaligned_words": 1},
+        "minilm": {"sentences_truncated": 0, "sentences_skipped": 2, "indexed_occurrences": 700,
+                   "indexed_occurrences_lost": {"truncated": 0, "skipped": 7, "spanning": 0}},
+        "other/v1.0": {"sentences_truncated": 0, "sentences_skipped": 0, "indexed_occurrences": 0,
+                       "indexed_occurrences_lost": {"truncated": 0, "skipped": 0, "spanning": 0}},
+    }
+    table1 = paper_table1({"BERT, Layer 1": {"SimLex999": 0.20}, "FastText": {"MEN": 0.10}})
+    return tables, words, labels, pms, sources, losses, table1
+
+
+def _small_run():
+    """One stand-in of another depth, no word tables, losses or Table 1: the claims no model can check."""
+    return {"bad": violating_gpt2_like()}, None, {"bad": "Bad-6L"}, {"bad": "gpt2"}, None, None, None
+
+
+def _paper_run_parts():
+    """Tables, words, labels, paper models and sources of the paper's own numbers (the ``paper_run`` fixture)."""
+    tables = {pm: paper_table(pm) for pm in paper.PAPER_MODELS}
+    words = {"elmo": words_table("elmo", ["and", "of", "'s", "to", "the"] + CONTENT)}
+    sources = {"elmo": "elmo_2x4096_512_2048cnn_2xhighway", "bert": "google-bert/bert-base-cased",
+               "gpt2": "openai-community/gpt2"}
+    return tables, words, {pm: paper.PAPER_LABELS[pm] for pm in tables}, {pm: pm for pm in tables}, sources
+
+
+def _write_reports(out: Path, run) -> None:
+    """What workflow/scripts/summary.py writes, from one run's tables."""
+    tables, words, labels, pms, sources, losses, table1 = run
+    summary_table(tables, labels, pms, out / "summary.md", out / "summary.tex", sources=sources, losses=losses)
+    claims = claims_report(tables, words, labels, pms, out / "claims.md", sources=sources, losses=losses,
+                           table1=table1)
+    claims.to_csv(out / "claims.csv", index=False)
+    losses_frame(losses or {}, labels).to_csv(out / "losses.csv", index=False)
+
+
+@pytest.mark.parametrize("name, run", [("full", _full_run), ("small", _small_run)])
+def test_reports_are_written_byte_for_byte_as_before(tmp_path, name, run):
+    _write_reports(tmp_path, run())
+    expected_dir = REPORTS / name
+    if os.environ.get("CONTEXTUALITY_REDRAW_REPORTS"):
+        expected_dir.mkdir(parents=True, exist_ok=True)
+        for path in tmp_path.iterdir():
+            (expected_dir / path.name).write_bytes(path.read_bytes())
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == ["claims.csv", "claims.md", "losses.csv", "summary.md", "summary.tex"]
+    for file in written:
+        got, expected = (tmp_path / file).read_bytes(), (expected_dir / file).read_bytes()
+        assert got == expected, "".join(difflib.unified_diff(expected.decode().splitlines(True),
+                                                             got.decode().splitlines(True),
+                                                             f"expected/{file}", f"written/{file}"))
+
+
+def test_pipe_table_aligns_and_escapes_its_cells():
+    text = tables.pipe_table(["Model", "a|b", "n"], [["x\ny", "1", "2"], ["z", "–", "3"]], "-lr")
+    assert text == "| Model | a\\|b | n |\n|---|:---|---:|\n| x y | 1 | 2 |\n| z | – | 3 |"
+    with pytest.raises(ValueError, match="alignments"):
+        tables.pipe_table(["a", "b"], [], "r")
+    with pytest.raises(ValueError, match="a row of 1 cells"):
+        tables.pipe_table(["a", "b"], [["1"]], "rr")
+
+
+def test_latex_table_groups_escapes_and_marks():
+    text = tables.latex_table(["Layer", "run", "paper"], [["12†", "0.5", "≈0.4"], ["1", "–", "x_1 & 50%"]], "rrr",
+                              caption="A \\& B.", label="tab:x", groups=["", ("Base_line", 2)])
+    assert text.split("\n") == [
+        r"\begin{table}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{3pt}", r"\begin{tabular}{rrr}",
+        r"\toprule", r" & \multicolumn{2}{c}{Base\_line} \\", r"\cmidrule(lr){2-3}", r"Layer & run & paper \\",
+        r"\midrule", r"12$^\dagger$ & 0.5 & $\approx$0.4 \\", r"1 & -- & x\_1 \& 50\% \\", r"\bottomrule",
+        r"\end{tabular}", r"\caption{A \& B.}", r"\label{tab:x}", r"\end{table}"]
+    assert tables.latex_escape("≈ † – $") == r"≈ † -- \$"  # the marks stay as they are in free text

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from contextuality import paper
 from contextuality.static import embeddings
 from contextuality.static import scoring as st
 from contextuality.report import table1
@@ -229,7 +231,7 @@ def test_table1_bold_best_per_column(tmp_path):
     csv = pd.read_csv(out[0])
     assert csv.loc[csv["source"] == "this run", "method"].tolist() == ["GloVe", "BERT, Layer 0", "BERT, Layer 1",
                                                                       "GPT-2, Layer 1"]
-    assert (csv["source"] == "paper").sum() == len(table1.PAPER_TABLE1)
+    assert (csv["source"] == "paper").sum() == len(paper.PAPER_TABLE1)
     assert "coverage_SimLex999" in csv.columns and len(table) == len(csv)
     md = out[1].read_text()
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in md.splitlines() if line.startswith("| ")]
@@ -254,7 +256,33 @@ def test_plot_scores_by_layer(tmp_path):
 
 
 def test_paper_table1_data():
-    assert len(table1.PAPER_TABLE1) == 12
-    assert all(list(v) == list(st.TABLE1_TASKS) for v in table1.PAPER_TABLE1.values())
-    assert table1.PAPER_TABLE1["BERT, Layer 1"]["SemEval2012_2"] == 0.166
-    assert table1.PAPER_TABLE1["GPT-2, Layer 12"]["MEN"] == -0.009
+    assert len(paper.PAPER_TABLE1) == 12
+    assert all(list(v) == list(paper.TABLE1_TASKS) for v in paper.PAPER_TABLE1.values())
+    assert paper.PAPER_TABLE1["BERT, Layer 1"]["SemEval2012_2"] == 0.166
+    assert paper.PAPER_TABLE1["GPT-2, Layer 12"]["MEN"] == -0.009
+    assert list(paper.TABLE1_HEADERS) == list(paper.TABLE1_TASKS)
+    assert paper.TABLE1_HEADERS["SemEval2012_2"] == "SemEval2012(2)"
+    assert st.TABLE1_TASKS is paper.TABLE1_TASKS  # scoring's default tasks are the paper's
+
+
+TABLE1_REPORTS = Path(__file__).resolve().parent / "data" / "report" / "table1"
+
+
+def test_table1_is_written_byte_for_byte_as_before(tmp_path):
+    """table1.csv/.md/.tex of a run with an odd label (LaTeX's special characters), a tie and an extra task.
+
+    The expected files are in tests/data/report/table1/; CONTEXTUALITY_REDRAW_REPORTS=1 redraws them.
+    """
+    results = _results()
+    results["model"] = results["model"].replace({"GPT-2": "GPT_2 & co #1 ~50% {x}^$"})
+    results.loc[(results["model"] == "GloVe") & (results["task"] == "AP"), "score"] = 0.48
+    extra = results[results["task"] == "AP"].assign(task="RG65", score=lambda frame: frame["score"] - 0.1)
+    results = pd.concat([results, extra], ignore_index=True)
+    out = [tmp_path / f"table1.{ext}" for ext in ("csv", "md", "tex")]
+    table1.build_table1(results, *out)
+    if os.environ.get("CONTEXTUALITY_REDRAW_REPORTS"):
+        TABLE1_REPORTS.mkdir(parents=True, exist_ok=True)
+        for path in out:
+            (TABLE1_REPORTS / path.name).write_bytes(path.read_bytes())
+    for path in out:
+        assert path.read_bytes() == (TABLE1_REPORTS / path.name).read_bytes(), path.name

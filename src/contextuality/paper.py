@@ -1,20 +1,19 @@
-"""The paper's reference numbers and claims, as data (Ethayarajh, EMNLP 2019).
+"""Everything the paper reports, as data (Ethayarajh, EMNLP 2019): its models and checkpoints, the
+per-layer reference numbers, Table 1, the claims, and the titles and y ranges of its figures.
 
-Per-layer values come from the statistics files the author released ([STATS] in
-docs/paper-spec §6.1–6.4). They are close to, but not exactly, what the paper's
-figures show, so they carry ``approximate=True``. The one value the paper states
-in its text (ELMo's input layer has self-similarity 1) is marked exact.
-Column names match ``results/metrics/{model}/layers.parquet`` so a run's table
-and the paper's line up by name.
+This module imports nothing from the rest of the package (it is at the bottom of the import order) and
+loads no pandas: the Snakefile imports it.
+
+Per-layer values come from the statistics files the author released ([STATS] in docs/paper-spec
+§6.1–6.4). They are close to, but not exactly, what the paper's figures show, so ``reference_value``
+marks them approximate. The one value the paper states in its text (ELMo's input layer has
+self-similarity 1) is marked exact. Column names match ``results/metrics/{model}/layers.parquet`` so a
+run's table and the paper's line up by name.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pandas loads in about 0.9 s, and the Snakefile imports this module for FIGURES alone
-    import pandas as pd
 
 PAPER_MODELS = ("elmo", "bert", "gpt2")
 
@@ -29,11 +28,6 @@ PAPER_CHECKPOINTS = {
 # Number of contextual layers; layer 0 (the input embedding) comes on top.
 PAPER_DEPTH = {"elmo": 2, "bert": 12, "gpt2": 12}
 
-
-def model_depth(table: pd.DataFrame) -> int:
-    """A run's number of contextual layers L (its largest layer index), comparable to PAPER_DEPTH."""
-    return int(table["layer"].max())
-
 # Identifiers under which the paper's own checkpoints are known (hub ids, aliases).
 PAPER_IDENTIFIERS = {
     "elmo": frozenset({"elmo", "elmo_2x4096_512_2048cnn_2xhighway", "elmo-2x4096_512_2048cnn_2xhighway",
@@ -41,6 +35,16 @@ PAPER_IDENTIFIERS = {
     "bert": frozenset({"bert-base-cased", "google-bert/bert-base-cased"}),
     "gpt2": frozenset({"gpt2", "openai-community/gpt2"}),
 }
+
+
+def is_paper_checkpoint(paper_model: str, identifier: str | None) -> bool:
+    """Whether ``identifier`` (a hub id, alias, path, or ELMo options/weights file) names the paper's checkpoint."""
+    if not identifier:
+        return False
+    name = identifier.rstrip("/").lower()
+    last = name.rsplit("/", 1)[-1].removesuffix("_options.json").removesuffix("_weights.hdf5")
+    return name in PAPER_IDENTIFIERS[paper_model] or last in PAPER_IDENTIFIERS[paper_model]
+
 
 # The paper's y ranges and titles (visualize.py), keyed by figure name.
 AXIS_RANGES = {
@@ -110,32 +114,6 @@ _EXACT = {("self_similarity", "elmo", 0)}
 QUANTITIES = tuple(_STATS)
 
 
-def reference_table() -> pd.DataFrame:
-    """All reference values, one row per (paper_model, layer, quantity).
-
-    Columns: ``paper_model``, ``layer``, ``quantity`` (a layers.parquet column name),
-    ``value``, ``approximate`` (True for [STATS] values), ``source``.
-    """
-    import pandas as pd
-
-    rows = []
-    for quantity, per_model in _STATS.items():
-        for model, values in per_model.items():
-            for layer, value in enumerate(values):
-                if value is None:
-                    continue
-                exact = (quantity, model, layer) in _EXACT
-                rows.append({
-                    "paper_model": model,
-                    "layer": layer,
-                    "quantity": quantity,
-                    "value": float(value),
-                    "approximate": not exact,
-                    "source": "paper text" if exact else "STATS (released statistics, paper-spec §6.1-6.4)",
-                })
-    return pd.DataFrame(rows)
-
-
 def reference_value(paper_model: str, quantity: str, layer: int) -> tuple[float, bool] | None:
     """The paper's value for one model, quantity and layer as ``(value, approximate)``, or None."""
     values = _STATS.get(quantity, {}).get(paper_model)
@@ -144,13 +122,27 @@ def reference_value(paper_model: str, quantity: str, layer: int) -> tuple[float,
     return float(values[layer]), (quantity, paper_model, layer) not in _EXACT
 
 
-def is_paper_checkpoint(paper_model: str, identifier: str | None) -> bool:
-    """Whether ``identifier`` (a hub id, alias, path, or ELMo options/weights file) names the paper's checkpoint."""
-    if not identifier:
-        return False
-    name = identifier.rstrip("/").lower()
-    last = name.rsplit("/", 1)[-1].removesuffix("_options.json").removesuffix("_weights.hdf5")
-    return name in PAPER_IDENTIFIERS[paper_model] or last in PAPER_IDENTIFIERS[paper_model]
+# Table 1 (spec §6.5): the word benchmarks in the paper's column order, their column headers as the paper
+# prints them, and its scores: method label -> task -> value.
+TABLE1_TASKS = ("SimLex999", "MEN", "WS353", "RW", "Google", "MSR", "SemEval2012_2", "BLESS", "AP")
+TABLE1_HEADERS = {task: task for task in TABLE1_TASKS} | {"SemEval2012_2": "SemEval2012(2)"}
+PAPER_TABLE1: dict[str, dict[str, float]] = {
+    label: dict(zip(TABLE1_TASKS, values))
+    for label, values in {
+        "GloVe": (0.194, 0.216, 0.339, 0.127, 0.189, 0.312, 0.097, 0.390, 0.308),
+        "FastText": (0.239, 0.239, 0.432, 0.176, 0.203, 0.289, 0.104, 0.375, 0.291),
+        "ELMo, Layer 1": (0.276, 0.167, 0.317, 0.148, 0.170, 0.326, 0.114, 0.410, 0.308),
+        "ELMo, Layer 2": (0.215, 0.151, 0.272, 0.133, 0.130, 0.268, 0.132, 0.395, 0.318),
+        "BERT, Layer 1": (0.315, 0.200, 0.394, 0.208, 0.236, 0.389, 0.166, 0.365, 0.321),
+        "BERT, Layer 2": (0.320, 0.166, 0.383, 0.188, 0.230, 0.385, 0.149, 0.365, 0.321),
+        "BERT, Layer 11": (0.221, 0.076, 0.319, 0.135, 0.175, 0.290, 0.149, 0.370, 0.289),
+        "BERT, Layer 12": (0.233, 0.082, 0.325, 0.144, 0.184, 0.307, 0.144, 0.360, 0.294),
+        "GPT-2, Layer 1": (0.174, 0.012, 0.176, 0.183, 0.052, 0.081, 0.033, 0.220, 0.184),
+        "GPT-2, Layer 2": (0.135, 0.036, 0.171, 0.180, 0.045, 0.062, 0.021, 0.245, 0.184),
+        "GPT-2, Layer 11": (0.126, 0.034, 0.165, 0.182, 0.031, 0.038, 0.045, 0.270, 0.189),
+        "GPT-2, Layer 12": (0.140, -0.009, 0.113, 0.163, 0.020, 0.021, 0.014, 0.225, 0.172),
+    }.items()
+}
 
 
 @dataclass(frozen=True)
@@ -218,11 +210,3 @@ CLAIMS: tuple[Claim, ...] = (
 def claims_for(paper_model: str | None) -> tuple[Claim, ...]:
     """The claims to check on a model standing for ``paper_model`` (None: only the general ones)."""
     return tuple(c for c in CLAIMS if not c.about or (paper_model is not None and paper_model in c.about))
-
-
-def claim(claim_id: str) -> Claim:
-    """The claim with this id."""
-    for c in CLAIMS:
-        if c.id == claim_id:
-            return c
-    raise KeyError(claim_id)

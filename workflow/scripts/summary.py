@@ -5,7 +5,9 @@ from pathlib import Path
 import pandas as pd
 
 from contextuality.core.atomic import atomic_path
-from contextuality.report.claims import claims_report, losses_frame, summary_table
+from contextuality.report.claims import claims_report
+from contextuality.report.losses import losses_frame
+from contextuality.report.summary import summary_table
 from contextuality.core.runtime import setup_job_logging
 
 setup_job_logging(snakemake.log[0])

@@ -22,7 +22,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from contextuality.core.atomic import atomic_path  # noqa: E402
-from contextuality.paper import AXIS_RANGES, FIGURES, TITLES, model_depth  # noqa: E402
+from contextuality.paper import AXIS_RANGES, FIGURES, TITLES  # noqa: E402
+from contextuality.report.paper_models import model_depth  # noqa: E402
 
 DPI = 150
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p")
@@ -265,32 +266,58 @@ def plot_geometry_dashboard(layers: pd.DataFrame, postprocess: pd.DataFrame | No
     t = layers.sort_values("layer").reset_index(drop=True)
     depth = int(t["layer"].max()) if len(t) else 1
     x = _x(t["layer"].to_numpy(), depth, relative_depth)
+    fig, axes = plt.subplots(2, 4, figsize=(17, 7.5), layout="constrained")
+    top, bottom = axes
+    _paper_measures_row(top, t, _variants(postprocess, t["layer"]), x, relative_depth, depth)
+    _geometry_row(bottom, t, x, relative_depth, depth)
+    _mark_final_norm(axes.ravel(), t, x)
+    for ax in axes.ravel():
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, frameon=False, loc="best")
+    fig.suptitle(f"{label}: geometry per layer (the paper's measures, rogue dimensions, isotropy; grey: null controls)")
+    return _save(fig, png, pdf)
+
+
+_MAIN = {"color": "tab:blue", "marker": "o", "markersize": 4, "linewidth": 1.6}
+# The dashboard's adjusted measures: (layers.parquet column, stem of its CI columns, the baseline the CI is
+# shifted by, title).
+_ADJUSTED_PANELS = (
+    ("adjusted_self_similarity", "self_similarity", "baseline_cosine", "Self-similarity − baseline"),
+    ("adjusted_intra_sentence", "intra_sentence", "baseline_cosine", "Intra-sentence similarity − baseline"),
+    ("adjusted_mev", "mev", "baseline_mev", "Max. explainable variance − baseline"),
+)
+# The dashboard's isotropy measures: (layers.parquet columns, title, y label).
+_ISOTROPY_PANELS = (
+    (("isoscore", "isoscore_star"), "IsoScore and IsoScore*", "score (1 = isotropic)"),
+    (("effective_rank",), "Effective rank", "dimensions"),
+    (("twonn_dimension",), "TwoNN intrinsic dimension", "dimensions"),
+)
+
+
+def _variants(postprocess: pd.DataFrame | None, layers: pd.Series) -> dict[str, pd.DataFrame]:
+    """The postprocess.csv rows of each drawn variant (``VARIANT_STYLES``), one per layer of ``layers``."""
     variants = {}
     if postprocess is not None and len(postprocess):
         for name, group in postprocess.groupby("postprocess", sort=False):
             if name in VARIANT_STYLES:
-                group = group.set_index("layer").reindex(t["layer"])
-                variants[name] = group.reset_index()
-    fig, axes = plt.subplots(2, 4, figsize=(17, 7.5), layout="constrained")
-    top, bottom = axes
-    main = {"color": "tab:blue", "marker": "o", "markersize": 4, "linewidth": 1.6}
+                variants[name] = group.set_index("layer").reindex(layers).reset_index()
+    return variants
 
-    ax = top[0]
-    ax.plot(x, _col(t, "baseline_cosine"), label="sampled (paper)", **main)
+
+def _paper_measures_row(axes, t: pd.DataFrame, variants: dict[str, pd.DataFrame], x: np.ndarray,
+                        relative_depth: bool, depth: int) -> None:
+    """The dashboard's top row: the anisotropy baselines, then the three adjusted measures."""
+    ax = axes[0]
+    ax.plot(x, _col(t, "baseline_cosine"), label="sampled (paper)", **_MAIN)
     ax.plot(x, _col(t, "baseline_cosine_exact"), color="black", linestyle=":", linewidth=1.4, label="exact A_p")
     for name, v in variants.items():
         ax.plot(x, _col(v, "baseline_cosine_exact"), label=f"{name} (exact)", **VARIANT_STYLES[name])
     ax.axhline(0.0, color="black", linewidth=0.6)
     _axis(ax, relative_depth, depth, "Anisotropy (mean cosine of random words)", "cosine")
-
-    for ax, value, raw, ci, baseline, title in (
-        (top[1], "adjusted_self_similarity", "self_similarity", "self_similarity", "baseline_cosine", "Self-similarity − baseline"),
-        (top[2], "adjusted_intra_sentence", "intra_sentence", "intra_sentence", "baseline_cosine", "Intra-sentence similarity − baseline"),
-        (top[3], "adjusted_mev", "mev", "mev", "baseline_mev", "Max. explainable variance − baseline"),
-    ):  # fmt: skip
+    for ax, (value, ci, baseline, title) in zip(axes[1:], _ADJUSTED_PANELS):
         shift = _col(t, baseline)
-        ax.plot(x, _col(t, value), label="stored vectors", **main)
-        _band(ax, x, _col(t, f"{ci}_ci_low") - shift, _col(t, f"{ci}_ci_high") - shift, main["color"])
+        ax.plot(x, _col(t, value), label="stored vectors", **_MAIN)
+        _band(ax, x, _col(t, f"{ci}_ci_low") - shift, _col(t, f"{ci}_ci_high") - shift, _MAIN["color"])
         ax.plot(x, _col(t, f"{value}_exact"), color="black", linestyle=":", linewidth=1.4, label="against exact baseline")
         for name, v in variants.items():
             ax.plot(x, _col(v, value), label=name, **VARIANT_STYLES[name])
@@ -299,30 +326,23 @@ def plot_geometry_dashboard(layers: pd.DataFrame, postprocess: pd.DataFrame | No
             ax.axhline(MEV_THRESHOLD, color="black", linestyle="--", linewidth=0.8)
         _axis(ax, relative_depth, depth, title, "adjusted value")
 
-    ax = bottom[0]
+
+def _geometry_row(axes, t: pd.DataFrame, x: np.ndarray, relative_depth: bool, depth: int) -> None:
+    """The dashboard's bottom row: the rogue dimensions' share of the anisotropy, then the isotropy measures,
+    each with its null controls."""
+    ax = axes[0]
     for k, marker in ((1, "o"), (3, "s"), (10, "^")):
         ax.plot(x, _col(t, f"rogue_top{k}_share"), marker=marker, markersize=4, linewidth=1.4, label=f"top {k}")
     for null in NULL_STYLES:
         ax.plot(x, _col(t, f"null_{null}_rogue_top1_share"), label=f"{NULL_LABELS[null]} (top 1)", **NULL_STYLES[null])
     _axis(ax, relative_depth, depth, "Rogue dimensions: share of the anisotropy", "share of A_p")
-
-    for ax, columns, title, ylabel in (
-        (bottom[1], ("isoscore", "isoscore_star"), "IsoScore and IsoScore*", "score (1 = isotropic)"),
-        (bottom[2], ("effective_rank",), "Effective rank", "dimensions"),
-        (bottom[3], ("twonn_dimension",), "TwoNN intrinsic dimension", "dimensions"),
-    ):
+    for ax, (columns, title, ylabel) in zip(axes[1:], _ISOTROPY_PANELS):
         for column, marker in zip(columns, ("o", "s")):
             ax.plot(x, _col(t, column), marker=marker, markersize=4, linewidth=1.4, label=column.replace("_", " "))
             for null in NULL_STYLES:
                 ax.plot(x, _col(t, f"null_{null}_{column}"), label=f"{NULL_LABELS[null]}" + (f" ({column})" if len(columns) > 1 else ""),
                         **NULL_STYLES[null])  # fmt: skip
         _axis(ax, relative_depth, depth, title, ylabel)
-    _mark_final_norm(axes.ravel(), t, x)
-    for ax in axes.ravel():
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, frameon=False, loc="best")
-    fig.suptitle(f"{label}: geometry per layer (the paper's measures, rogue dimensions, isotropy; grey: null controls)")
-    return _save(fig, png, pdf)
 
 
 def top_rogue_dimensions(rogue: pd.DataFrame, per_layer: int = 3, limit: int = 8) -> list[int]:

@@ -4,38 +4,17 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from contextuality.report import tables
 from contextuality.core.atomic import atomic_path
-from contextuality.static.scoring import EXTRA_TASKS, TABLE1_TASKS, TASK_METRIC
+from contextuality.paper import PAPER_TABLE1, TABLE1_HEADERS, TABLE1_TASKS
+from contextuality.report import tables
+from contextuality.static.scoring import TASK_METRIC
 
-# Column headers of the paper's Table 1.
-TASK_DISPLAY = {task: task for task in TABLE1_TASKS + EXTRA_TASKS} | {"SemEval2012_2": "SemEval2012(2)"}
-
-# The paper's Table 1 (spec §6.5): method label -> task -> value.
-PAPER_TABLE1: dict[str, dict[str, float]] = {
-    label: dict(zip(TABLE1_TASKS, values))
-    for label, values in {
-        "GloVe": (0.194, 0.216, 0.339, 0.127, 0.189, 0.312, 0.097, 0.390, 0.308),
-        "FastText": (0.239, 0.239, 0.432, 0.176, 0.203, 0.289, 0.104, 0.375, 0.291),
-        "ELMo, Layer 1": (0.276, 0.167, 0.317, 0.148, 0.170, 0.326, 0.114, 0.410, 0.308),
-        "ELMo, Layer 2": (0.215, 0.151, 0.272, 0.133, 0.130, 0.268, 0.132, 0.395, 0.318),
-        "BERT, Layer 1": (0.315, 0.200, 0.394, 0.208, 0.236, 0.389, 0.166, 0.365, 0.321),
-        "BERT, Layer 2": (0.320, 0.166, 0.383, 0.188, 0.230, 0.385, 0.149, 0.365, 0.321),
-        "BERT, Layer 11": (0.221, 0.076, 0.319, 0.135, 0.175, 0.290, 0.149, 0.370, 0.289),
-        "BERT, Layer 12": (0.233, 0.082, 0.325, 0.144, 0.184, 0.307, 0.144, 0.360, 0.294),
-        "GPT-2, Layer 1": (0.174, 0.012, 0.176, 0.183, 0.052, 0.081, 0.033, 0.220, 0.184),
-        "GPT-2, Layer 2": (0.135, 0.036, 0.171, 0.180, 0.045, 0.062, 0.021, 0.245, 0.184),
-        "GPT-2, Layer 11": (0.126, 0.034, 0.165, 0.182, 0.031, 0.038, 0.045, 0.270, 0.189),
-        "GPT-2, Layer 12": (0.140, -0.009, 0.113, 0.163, 0.020, 0.021, 0.014, 0.225, 0.172),
-    }.items()
-}
 
 def _method_label(model: str, layer: float) -> str:
     """``GloVe`` for a baseline (no layer), ``BERT, Layer 1`` for a layer's PC embedding."""
@@ -94,8 +73,8 @@ def build_table1(results: pd.DataFrame, out_csv: str | os.PathLike, out_md: str 
     with atomic_path(out_csv) as tmp:
         table.to_csv(tmp, index=False, float_format="%.6g")
 
-    metrics = ", ".join(f"{TASK_DISPLAY.get(t, t)}: {TASK_METRIC.get(t, 'score')}" for t in tasks)
-    header = {"method": "Static embedding", **{t: TASK_DISPLAY.get(t, t) for t in tasks}}
+    metrics = ", ".join(f"{TABLE1_HEADERS.get(t, t)}: {TASK_METRIC.get(t, 'score')}" for t in tasks)
+    header = {"method": "Static embedding", **{t: TABLE1_HEADERS.get(t, t) for t in tasks}}
 
     def shown(block: pd.DataFrame) -> pd.DataFrame:
         return block[["method", *tasks]].rename(columns=header).reset_index(drop=True)
@@ -109,10 +88,8 @@ def build_table1(results: pd.DataFrame, out_csv: str | os.PathLike, out_md: str 
         md += ["", "Paper (Ethayarajh 2019, Table 1), for reference:", "", tables.markdown(shown(paper))]
         tex += [tables.latex(shown(paper), caption="The paper's Table 1 (Ethayarajh 2019), for reference.",
                              label="tab:table1-paper")]
-    with atomic_path(out_md) as tmp:
-        Path(tmp).write_text("\n".join(md) + "\n", encoding="utf-8")
-    with atomic_path(out_tex) as tmp:
-        Path(tmp).write_text("% Needs \\usepackage{booktabs}.\n" + "\n".join(tex), encoding="utf-8")
+    tables.write_text(out_md, "\n".join(md) + "\n")
+    tables.write_text(out_tex, "% Needs \\usepackage{booktabs}.\n" + "\n".join(tex))
     return table
 
 
@@ -143,7 +120,7 @@ def plot_scores_by_layer(results: pd.DataFrame, out_png: str | os.PathLike, out_
             s = baselines[(baselines["model"] == model) & (baselines["task"] == task)]
             if len(s):
                 ax.axhline(float(s["score"].iloc[0]), linestyle="--", linewidth=1.2, color=colors[len(models) + j])
-        ax.set_title(f"{TASK_DISPLAY.get(task, task)} ({TASK_METRIC.get(task, 'score')})", fontsize=10)
+        ax.set_title(f"{TABLE1_HEADERS.get(task, task)} ({TASK_METRIC.get(task, 'score')})", fontsize=10)
         ax.set_xlabel("Layer")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(True, alpha=0.3, linewidth=0.6)
