@@ -1,6 +1,6 @@
 """Run a shard of sentences through a model and store every layer's vector of every planned unit.
 
-The plan (``contextuality.alignment``, rule ``tokenize``) says what each sentence feeds the model and
+The plan (``contextuality.extraction.plan``, rule ``plan``) says what each sentence feeds the model and
 which token range each stored unit pools. Extraction only runs the model and keeps those rows:
 
 * Sentences are processed in corpus order in windows of a few batches; inside a window they are
