@@ -20,7 +20,7 @@ Measures, in one run:
   (f) the floor of this exact method: with the same ``--jobs``, every layer read into the compute dtype as
       (a) reads it, its second moment (one X^T X over all rows: the exact MEV baseline) and every word's
       Gram (n <= d occurrences) or scatter matrix (n > d: its MEV), small words stacked by size as
-      ``layerstats.word_stats`` stacks them. No eigen-solve, cosine sum, variant or panel: (f)/(b) is
+      ``word_stats.word_stats`` stacks them. No eigen-solve, cosine sum, variant or panel: (f)/(b) is
       what those products alone cost in reads of the layer files.
 Targets: (a) <= 3 x (b), and (a) at least 50 x faster than (c). ``--cold`` evicts the layer files and
 their shards from the page cache before (a) and (b), so both include the disk reads. ``--original-words 0``
@@ -47,7 +47,8 @@ from sklearn.decomposition import TruncatedSVD
 from threadpoolctl import threadpool_limits
 
 from contextuality.measure.analysis import OccurrenceIndex, combine_layers, measure_layer
-from contextuality.measure.layerstats import BATCH_ELEMENTS, BLOCK_ROWS, STACK_MAX
+from contextuality.measure.layer_pass import BLOCK_ROWS
+from contextuality.measure.word_stats import BATCH_ELEMENTS, STACK_MAX
 from contextuality.store.reader import read_layer
 
 

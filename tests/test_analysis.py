@@ -8,8 +8,11 @@ import pandas as pd
 import pytest
 
 from contextuality.measure import analysis
-from contextuality.measure import geometry
 from contextuality.measure import reference
+from contextuality.measure.exact_baseline import exact_baseline
+from contextuality.measure.panel import geometry_panel
+from contextuality.measure.postprocess import abtt
+from contextuality.measure.word_pcs import pc_stats_by_word
 from contextuality.store.files import StoreError
 
 N_SENTENCES, DIM, LAYERS = 40, 16, (0, 1, 2)
@@ -208,8 +211,8 @@ def test_new_columns_against_their_definitions(fake_model):
     result = analysis.measure_layer(paths[2], 2, occurrences, units=units, **options)
     record = result.record
     vectors, offsets = analysis.read_layer(paths[2])
-    # exact baselines: reference.exact_baseline of the layer; adjusted values against them
-    exact = reference.exact_baseline(vectors, offsets)
+    # exact baselines: exact_baseline of the layer; adjusted values against them
+    exact = exact_baseline(vectors, offsets)
     for column, value in (("baseline_cosine_exact", exact.cosine), ("baseline_cosine_exact_between", exact.cosine_between),
                           ("baseline_cosine_uniform", exact.cosine_uniform), ("baseline_mev_exact", exact.mev)):
         assert record[column] == pytest.approx(value, abs=1e-6), column
@@ -220,7 +223,7 @@ def test_new_columns_against_their_definitions(fake_model):
     assert record["adjusted_self_similarity"] == record["self_similarity"] - record["baseline_cosine"]
     # geometry: geometry_panel's row, with the paper's weights and the same random stream
     weights = np.repeat(1.0 / (np.count_nonzero(np.diff(offsets)) * np.maximum(np.diff(offsets), 1)), np.diff(offsets))
-    panel = geometry.geometry_panel(vectors, analysis._rng(5, analysis._GEOMETRY, 2), 150, weights=weights,
+    panel = geometry_panel(vectors, analysis._rng(5, analysis._GEOMETRY, 2), 150, weights=weights,
                                     units=units["unit"].to_numpy(object), positions=units["position"].to_numpy(),
                                     twonn_sample_size=100)  # fmt: skip
     for column, value in panel.items():
@@ -246,27 +249,27 @@ def test_degenerate_words_are_counted_and_have_no_mev(fake_model):
 
 
 def test_variants_are_the_measures_of_transformed_vectors(fake_model, tmp_path):
-    """postprocess.csv: 'none' repeats the layer's own row; 'abtt' is the paper's measures of geometry.abtt(X)."""
+    """postprocess.csv: 'none' repeats the layer's own row; 'abtt' is the paper's measures of postprocess.abtt(X)."""
     paths, occurrences = fake_model
     result = analysis.measure_layer(paths[2], 2, occurrences, model="fake", seed=2, intra_sentences=20,
                                     baseline_samples=30, bootstrap_resamples=50, postprocess=("none", "abtt"),
                                     geometry_panel=False)  # fmt: skip
-    none, abtt = result.postprocess
+    none, abtt_row = result.postprocess
     for column in ("self_similarity", "intra_sentence", "mev", "baseline_cosine", "baseline_mev", "baseline_cosine_exact",
                    "adjusted_self_similarity", "adjusted_mev_exact", "n_degenerate_words", "mev_ci_low"):
         assert none[column] == result.record[column], column
     vectors, offsets = analysis.read_layer(paths[2])
-    transformed = geometry.abtt(vectors)
+    transformed = abtt(vectors)
     index = analysis.OccurrenceIndex(occurrences)
     X = transformed[index.rows]
-    assert abtt["self_similarity"] == pytest.approx(np.nanmean(reference.self_similarity_exact(X, index.group_starts)), abs=1e-6)
-    assert abtt["mev"] == pytest.approx(np.nanmean(reference.pc_stats_by_word(X, index.group_starts).mev), abs=1e-5)
+    assert abtt_row["self_similarity"] == pytest.approx(np.nanmean(reference.self_similarity_exact(X, index.group_starts)), abs=1e-6)
+    assert abtt_row["mev"] == pytest.approx(np.nanmean(pc_stats_by_word(X, index.group_starts).mev), abs=1e-5)
     ids = analysis._rng(2, analysis._SENTENCE_SAMPLE).permutation(len(offsets) - 1)
     intra = reference.intra_sentence_similarity(transformed, offsets, ids[:20])
-    assert abtt["intra_sentence"] == pytest.approx(np.nanmean(intra), abs=1e-6)
+    assert abtt_row["intra_sentence"] == pytest.approx(np.nanmean(intra), abs=1e-6)
     baseline = reference.anisotropy_baseline(transformed, offsets, ids[:30], analysis._rng(2, analysis._BASELINE, 2), 30)
-    assert abtt["baseline_cosine"] == pytest.approx(baseline.cosine, abs=1e-6)
-    assert abtt["baseline_cosine_exact"] == pytest.approx(reference.exact_baseline(transformed, offsets).cosine, abs=1e-6)
+    assert abtt_row["baseline_cosine"] == pytest.approx(baseline.cosine, abs=1e-6)
+    assert abtt_row["baseline_cosine_exact"] == pytest.approx(exact_baseline(transformed, offsets).cosine, abs=1e-6)
     with pytest.raises(ValueError, match="unknown post-processing"):
         analysis.measure_layer(paths[2], 2, occurrences, model="fake", seed=2, postprocess=("whiten",))
 

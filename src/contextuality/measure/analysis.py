@@ -2,8 +2,8 @@
 
 ``measure_layer`` reads one layer file once, whole, into memory (in its stored dtype), and takes every
 measure of that layer from the in-memory array: the paper's measures, the exact baselines, the degenerate
-words, the geometry beyond the paper (``geometry``) and the paper's measures of post-processed variants
-of the vectors. The work is done by ``contextuality.layerstats`` on one copy of the layer in the compute
+words, the geometry beyond the paper (``rogue``, ``isotropy``, ``panel``) and the paper's measures of post-processed variants
+of the vectors. The work is done by the engine (``layer_pass``, ``word_stats``) on one copy of the layer in the compute
 dtype (float32 by default; sums over rows in float64): one pass over all rows, one over the indexed
 occurrences. Peak memory is about the layer in its stored dtype plus that copy plus a few batches. It is
 one workflow job per (model, layer), so layers are measured in parallel. ``combine_layers`` then joins the
@@ -26,9 +26,13 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
-from contextuality.measure import geometry
-from contextuality.measure import layerstats
 from contextuality.measure import reference
+from contextuality.measure.isotropy import gaussian_null, isotropy_measures, permuted_null, sample_rows
+from contextuality.measure.layer_pass import cosine_pass, exact_baseline_from_pass, layer_pass, make_transform, rogue_summary
+from contextuality.measure.rogue import massive_activations, massive_carriers, rogue_dimensions
+from contextuality.measure.transforms import VARIANTS, Transform
+from contextuality.measure.word_pcs import DEGENERATE_FLOOR, STORAGE_EPSILON, degenerate_tolerance, group_sizes
+from contextuality.measure.word_stats import word_stats
 from contextuality.core.atomic import atomic_path
 from contextuality.core.runtime import collection_paused
 from contextuality.static.embeddings import write_embedding_text
@@ -46,7 +50,7 @@ COMPUTE_DTYPES = {"float32": np.float32, "float64": np.float64}
 # Sub-seeds of the random streams; each purpose draws from its own stream.
 _SENTENCE_SAMPLE, _BASELINE, _SAMPLED_PAIRS, _BOOTSTRAP, _GEOMETRY, _BOOTSTRAP_VARIANT = range(6)
 WORD_COLUMNS = ["model", "word", "layer", "n", "self_similarity", "self_similarity_sampled", "mev", "mev_literal", "mev_centered"]
-# The isotropy measures of geometry.isotropy_measures, and the columns of its null controls.
+# The isotropy measures of isotropy_measures, and the columns of its null controls.
 ISOTROPY_COLUMNS = ["pc1_ratio", "effective_rank", "isoscore", "isoscore_star", "twonn_dimension", "twonn_duplicate_fraction"]
 NULL_COLUMNS = [f"null_{null}_{column}" for null in ("gaussian", "permuted") for column in ISOTROPY_COLUMNS + ["rogue_top1_share"]]
 GEOMETRY_COLUMNS = [
@@ -87,7 +91,7 @@ def _rng(seed: int, purpose: int, layer: int = 0, *more: int) -> np.random.Gener
 
 
 def _bootstrap_mean_ci(values: np.ndarray, rng: np.random.Generator, n_resamples: int) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of the mean (NaNs dropped), as ``measures.bootstrap_ci`` defines it,
+    """95% percentile-bootstrap interval of the mean (NaNs dropped), as ``reference.bootstrap_ci`` defines it,
     drawn directly with numpy (for the post-processed variants: the same method at a fraction of the cost)."""
     values, trivial = reference.bootstrap_input(values, n_resamples)
     if trivial is not None:
@@ -137,7 +141,7 @@ class OccurrenceIndex:
         self.rows = occurrences["row"].to_numpy(dtype=np.int64)
         self.group_starts = np.flatnonzero(np.concatenate([[len(self.rows) > 0], word_of_row[1:] != word_of_row[:-1]]))
         self.words = word_of_row[self.group_starts]
-        self.counts = reference.group_sizes(self.group_starts, len(self.rows))
+        self.counts = group_sizes(self.group_starts, len(self.rows))
 
 
 class LayerResult(NamedTuple):
@@ -167,15 +171,15 @@ def _paper_weights(offsets: np.ndarray) -> np.ndarray:
 
 
 def _geometry_columns(stored, passed, rng, *, sample_size, twonn_sample, units, positions) -> tuple[dict, np.ndarray]:
-    """``geometry.geometry_panel``'s row of one layer, the rogue contributions taken from the layer pass.
+    """``panel.geometry_panel``'s row of one layer, the rogue contributions taken from the layer pass.
 
     Same numbers as ``geometry_panel(stored, rng, sample_size, weights=p_i, units=..., positions=...,
     twonn_sample_size=twonn_sample)`` (the rogue dimensions weighted by the paper's sampling, so that
     their contributions add up to the exact baseline A_p), with rng used in the same order.
     """
     d = stored.shape[1]
-    rogue = layerstats.rogue_summary(passed, d)
-    massive = geometry.massive_activations(stored)
+    rogue = rogue_summary(passed, d)
+    massive = massive_activations(stored)
     row = {
         "rogue_anisotropy": rogue.total,
         "rogue_top1_share": rogue.shares[1], "rogue_top3_share": rogue.shares[3], "rogue_top10_share": rogue.shares[10],
@@ -185,17 +189,17 @@ def _geometry_columns(stored, passed, rng, *, sample_size, twonn_sample, units, 
         "massive_top_units": "", "massive_first_position_share": float("nan"), "massive_first_position_rate": float("nan"),
     }  # fmt: skip
     if units is not None and positions is not None:
-        carriers = geometry.massive_carriers(massive.rows, units, positions)
+        carriers = massive_carriers(massive.rows, units, positions)
         row["massive_top_units"] = json.dumps(carriers.top_units, ensure_ascii=False) if carriers.top_units else ""
         row["massive_first_position_share"] = carriers.first_position_share
         row["massive_first_position_rate"] = carriers.first_position_rate
-    sample = np.asarray(geometry.sample_rows(stored, rng, sample_size), dtype=np.float64)
-    gaussian = geometry.gaussian_null(len(sample), d, rng)
-    permuted = geometry.permuted_null(sample, rng)
-    row.update(geometry.isotropy_measures(sample, twonn_sample_size=twonn_sample))
+    sample = np.asarray(sample_rows(stored, rng, sample_size), dtype=np.float64)
+    gaussian = gaussian_null(len(sample), d, rng)
+    permuted = permuted_null(sample, rng)
+    row.update(isotropy_measures(sample, twonn_sample_size=twonn_sample))
     for prefix, null in (("null_gaussian_", gaussian), ("null_permuted_", permuted)):
-        row.update({prefix + key: value for key, value in geometry.isotropy_measures(null, twonn_sample_size=twonn_sample).items()})
-        row[prefix + "rogue_top1_share"] = geometry.rogue_dimensions(null).shares[1]
+        row.update({prefix + key: value for key, value in isotropy_measures(null, twonn_sample_size=twonn_sample).items()})
+        row[prefix + "rogue_top1_share"] = rogue_dimensions(null).shares[1]
     row["geometry_sample"] = len(sample)
     return row, rogue.contributions
 
@@ -206,7 +210,7 @@ def _no_geometry(d: int) -> tuple[dict, np.ndarray]:
     return row, np.full(d, np.nan)
 
 
-def _sentence_block(X, transform: layerstats.Transform, offsets, sentence_ids):
+def _sentence_block(X, transform: Transform, offsets, sentence_ids):
     """The rows of the given sentences, transformed (float64), with offsets of their own (sentence k = k)."""
     rows, counts = reference.sentence_rows(offsets, sentence_ids)
     return transform.rows(X[rows], np.float64), np.concatenate([[0], np.cumsum(counts)]), np.arange(len(counts))
@@ -224,7 +228,7 @@ def _variant_measures(X, offsets, transform, word, sums, passed, *, intra_ids, b
         block, local, ids = _sentence_block(X, transform, offsets, baseline_ids)
         # the same stream as the stored vectors' baseline: the same sentences, rows and pairs are drawn
         baseline = reference.anisotropy_baseline(block, local, ids, _rng(seed, _BASELINE, layer), baseline_samples)
-    exact = layerstats.exact_baseline(passed, sums, transform, tol)
+    exact = exact_baseline_from_pass(passed, sums, transform, tol)
     mev = word.mev
     if layer == 0 and not mev_layer0:
         # the paper reports no MEV at the input layer
@@ -280,13 +284,13 @@ def measure_layer(
     exact values whenever they are computed. MEV is computed for layers >= 1 (and layer 0 too if
     ``mev_layer0``); the PC vectors for every layer (layer 0: Table 1's static baseline).
 
-    Beside them: the exact baselines (``measures.exact_baseline``: no sampling) and the adjusted values
-    against them; the number of degenerate words (``measures.degenerate_words``: their MEV is NaN);
+    Beside them: the exact baselines (``exact_baseline.exact_baseline``: no sampling) and the adjusted values
+    against them; the number of degenerate words (``word_pcs.degenerate_words``: their MEV is NaN);
     ``after_final_norm`` (the file's attribute); with ``geometry_panel`` the columns of
-    ``geometry.geometry_panel`` (isotropy on ``geometry_sample`` rows, TwoNN on ``twonn_sample`` of
+    ``panel.geometry_panel`` (isotropy on ``geometry_sample`` rows, TwoNN on ``twonn_sample`` of
     them); for each variant in ``postprocess`` (``none``, ``standardize``, ``abtt``) the paper's measures
     of the transformed vectors. All of it is computed from one read of the layer, in
-    ``compute_dtype`` (``contextuality.layerstats``). With a ``manifest`` (the model's
+    ``compute_dtype`` (the engine (``layer_pass``, ``word_stats``)). With a ``manifest`` (the model's
     ``manifest.json``), the layer file is first checked against it (index, rows, dims); ``units`` (the
     model's units.parquet) names the units carrying massive activations.
     """
@@ -296,10 +300,10 @@ def measure_layer(
         raise ValueError(f"intra_sentences must be a positive integer or 'all', got {intra_sentences!r}")
     if compute_dtype not in COMPUTE_DTYPES:
         raise ValueError(f"compute_dtype must be one of {sorted(COMPUTE_DTYPES)}, got {compute_dtype!r}")
-    unknown = sorted(set(postprocess) - set(layerstats.VARIANTS))
+    unknown = sorted(set(postprocess) - set(VARIANTS))
     if unknown:
-        raise ValueError(f"unknown post-processing {unknown}; expected some of {list(layerstats.VARIANTS)}")
-    variants = ["none"] + [name for name in layerstats.VARIANTS if name in postprocess and name != "none"]
+        raise ValueError(f"unknown post-processing {unknown}; expected some of {list(VARIANTS)}")
+    variants = ["none"] + [name for name in VARIANTS if name in postprocess and name != "none"]
     work = COMPUTE_DTYPES[compute_dtype]
     index = occurrences if isinstance(occurrences, OccurrenceIndex) else OccurrenceIndex(occurrences)
     if manifest is not None:
@@ -318,10 +322,10 @@ def measure_layer(
     intra_ids = sentence_sample if intra_sentences == "all" else sentence_sample[:intra_sentences]
     baseline_ids = sentence_sample[:baseline_samples]
     # the storage format's rounding, once per layer (stored values carry its eps whatever they were read as)
-    if stored.dtype == stored_dtype or stored_dtype.name not in reference.STORAGE_EPSILON:
-        tol = reference.degenerate_tolerance(stored)
+    if stored.dtype == stored_dtype or stored_dtype.name not in STORAGE_EPSILON:
+        tol = degenerate_tolerance(stored)
     else:
-        tol = max(reference.STORAGE_EPSILON[stored_dtype.name] ** 2, reference.DEGENERATE_FLOOR)
+        tol = max(STORAGE_EPSILON[stored_dtype.name] ** 2, DEGENERATE_FLOOR)
     d = stored.shape[1]
 
     # The linear algebra is many small problems plus a few rank-k updates; the workflow measures one
@@ -334,10 +338,10 @@ def measure_layer(
                 ordered = units if units["row"].is_monotonic_increasing else units.sort_values("row", kind="stable")
                 unit_labels, positions = ordered["unit"].to_numpy(dtype=object), ordered["position"].to_numpy()
         X = stored if stored.dtype == work else stored.astype(work)  # a float32 layer in float64 work
-        passed = layerstats.layer_pass(X, offsets, work, rogue=geometry_panel)
-        transforms = [layerstats.make_transform(name, passed) for name in variants]
-        sums = {"none": passed.cosines, **layerstats.cosine_pass(X, offsets, transforms[1:], work)}
-        words_by_variant = layerstats.word_stats(X, index.rows, index.group_starts, transforms, degenerate_tol=tol,
+        passed = layer_pass(X, offsets, work, rogue=geometry_panel)
+        transforms = [make_transform(name, passed) for name in variants]
+        sums = {"none": passed.cosines, **cosine_pass(X, offsets, transforms[1:], work)}
+        words_by_variant = word_stats(X, index.rows, index.group_starts, transforms, degenerate_tol=tol,
                                                  work_dtype=work)  # fmt: skip
         rows_by_variant, arrays = {}, {}
         for transform in transforms:
