@@ -176,14 +176,28 @@ def word_stats(X: np.ndarray, rows: np.ndarray, group_starts: np.ndarray, transf
     """
     if not transforms or not transforms[0].identity:
         raise ValueError("word_stats needs the untransformed vectors ('none') as its first transform")
-    rows = np.asarray(rows, dtype=np.int64)
-    group_starts = np.asarray(group_starts, dtype=np.int64)
-    k, d = len(group_starts), X.shape[1]
-    sizes = group_sizes(group_starts, len(rows))
-    outs = {t.name: _new_word_stats(k, d, first_vectors and i == 0) for i, t in enumerate(transforms)}
-    limit = min(STACK_MAX, d)
+    words = _WordPass(X, rows, group_starts, transforms, degenerate_tol, work_dtype, first_vectors)
+    words.stacked()
+    words.padded()
+    words.scattered()
+    return words.results()
 
-    def gram_route(words, block, valid, n):
+
+class _WordPass:
+    """One pass over a layer's indexed occurrences (``word_stats``): the three routes, by occurrence count,
+    each filling every variant's per-word outputs."""
+
+    def __init__(self, X, rows, group_starts, transforms, degenerate_tol, work_dtype, first_vectors):
+        self.X, self.transforms, self.tol, self.work_dtype = X, transforms, degenerate_tol, work_dtype
+        self.first_vectors = first_vectors
+        self.rows = np.asarray(rows, dtype=np.int64)
+        self.group_starts = np.asarray(group_starts, dtype=np.int64)
+        k, self.d = len(self.group_starts), X.shape[1]
+        self.sizes = group_sizes(self.group_starts, len(self.rows))
+        self.outs = {t.name: _new_word_stats(k, self.d, first_vectors and i == 0) for i, t in enumerate(transforms)}
+        self.limit = min(STACK_MAX, self.d)
+
+    def gram(self, words, block, valid, n) -> None:
         """Words stacked (k, m, d), zero-padded: the stored vectors centred once (in place); a variant's
         centred rows are its linear part applied to them (the shift cancels) and its mean the transform
         of their float64 mean, so no variant re-reads, re-sums or re-centres the rows."""
@@ -193,64 +207,73 @@ def word_stats(X: np.ndarray, rows: np.ndarray, group_starts: np.ndarray, transf
         subtract_in_two_parts(block, m)
         if not valid.all():
             block *= valid[:, :, None]
-        for i, t in enumerate(transforms):
+        for i, t in enumerate(self.transforms):
             if t.identity:
                 C, mean, zero_rows = block, m, row_sq
             else:  # padding rows stay 0 under a linear map
-                C, mean, zero_rows = t.linear_rows(block, work_dtype), t.vector(m), None
-            _gram_batch(outs[t.name], words, C, zero_rows, valid, n.astype(np.float64), mean, work_dtype,
-                        degenerate_tol if i == 0 else 0.0, first_vectors and i == 0)
+                C, mean, zero_rows = t.linear_rows(block, self.work_dtype), t.vector(m), None
+            _gram_batch(self.outs[t.name], words, C, zero_rows, valid, n.astype(np.float64), mean, self.work_dtype,
+                        self.tol if i == 0 else 0.0, self.first_vectors and i == 0)
 
-    # stacked by size (no padding)
-    for size in np.unique(sizes[(sizes > 0) & (sizes <= limit)]):
-        chosen = np.flatnonzero(sizes == size)
-        per_batch = max(1, BATCH_ELEMENTS // (size * d))
-        for batch in np.array_split(chosen, -(-len(chosen) // per_batch)):
-            block = np.asarray(X[rows[group_starts[batch, None] + np.arange(size)]], dtype=work_dtype)
-            gram_route(batch, block, np.ones((len(batch), size), dtype=bool), np.full(len(batch), size))
+    def stacked(self) -> None:
+        """Words of at most min(STACK_MAX, d) occurrences, stacked by size (no padding)."""
+        X, rows, starts, sizes, d = self.X, self.rows, self.group_starts, self.sizes, self.d
+        for size in np.unique(sizes[(sizes > 0) & (sizes <= self.limit)]):
+            chosen = np.flatnonzero(sizes == size)
+            per_batch = max(1, BATCH_ELEMENTS // (size * d))
+            for batch in np.array_split(chosen, -(-len(chosen) // per_batch)):
+                block = np.asarray(X[rows[starts[batch, None] + np.arange(size)]], dtype=self.work_dtype)
+                self.gram(batch, block, np.ones((len(batch), size), dtype=bool), np.full(len(batch), size))
 
-    # up to d occurrences: padded to a multiple of PAD_STEP rows
-    medium = np.flatnonzero((sizes > limit) & (sizes <= d))
-    bins = np.minimum(-(-sizes[medium] // PAD_STEP) * PAD_STEP, d)
-    for m in np.unique(bins):
-        chosen = medium[bins == m]
-        per_batch = max(1, BATCH_ELEMENTS // (int(m) * d))
-        for batch in np.array_split(chosen, -(-len(chosen) // per_batch)):
-            n = sizes[batch]
-            valid = np.arange(m)[None, :] < n[:, None]
-            index = np.where(valid, group_starts[batch, None] + np.minimum(np.arange(m), n[:, None] - 1), 0)
-            block = np.asarray(X[rows[index]], dtype=work_dtype)
-            block *= valid[:, :, None]
-            gram_route(batch, block, valid, n)
+    def padded(self) -> None:
+        """Words of up to d occurrences: padded to a multiple of PAD_STEP rows."""
+        X, rows, starts, sizes, d = self.X, self.rows, self.group_starts, self.sizes, self.d
+        medium = np.flatnonzero((sizes > self.limit) & (sizes <= d))
+        bins = np.minimum(-(-sizes[medium] // PAD_STEP) * PAD_STEP, d)
+        for m in np.unique(bins):
+            chosen = medium[bins == m]
+            per_batch = max(1, BATCH_ELEMENTS // (int(m) * d))
+            for batch in np.array_split(chosen, -(-len(chosen) // per_batch)):
+                n = sizes[batch]
+                valid = np.arange(m)[None, :] < n[:, None]
+                index = np.where(valid, starts[batch, None] + np.minimum(np.arange(m), n[:, None] - 1), 0)
+                block = np.asarray(X[rows[index]], dtype=self.work_dtype)
+                block *= valid[:, :, None]
+                self.gram(batch, block, valid, n)
 
-    # more than d occurrences: scatter matrices, one word at a time, solved in batches
-    large = np.flatnonzero(sizes > d)
-    per_batch = max(1, BATCH_ELEMENTS // (d * d))
-    for batch in np.array_split(large, max(1, -(-len(large) // per_batch))) if len(large) else []:
-        collected = {t.name: ([], [], []) for t in transforms}
-        for word in batch:
-            # an index gather is a new array already: centred in place below without a second copy
-            block = np.asarray(X[rows[group_starts[word]:group_starts[word] + sizes[word]]], dtype=work_dtype)
-            mean = block.sum(axis=0, dtype=np.float64) / len(block)
-            for t in transforms[1:]:
-                collected[t.name][1].append(t.vector(mean))
-                collected[t.name][2].append(_self_similarity_rows(t.rows(block, work_dtype)))
-            collected[transforms[0].name][1].append(mean)
-            collected[transforms[0].name][2].append(_self_similarity_rows(block))
-            subtract_in_two_parts(block, mean)
-            scatter = block.T @ block
-            for t in transforms:
-                collected[t.name][0].append(scatter if t.identity else t.sandwich(scatter).astype(work_dtype))
-        for i, t in enumerate(transforms):
-            scatters, means, ss = (np.array(v) for v in collected[t.name])
-            _scatter_batch(outs[t.name], batch, scatters, means, sizes[batch].astype(np.float64), ss, work_dtype,
-                           degenerate_tol if i == 0 else 0.0, first_vectors and i == 0)
+    def scattered(self) -> None:
+        """Words of more than d occurrences: scatter matrices, one word at a time, solved in batches."""
+        X, rows, starts, sizes, d, transforms = self.X, self.rows, self.group_starts, self.sizes, self.d, self.transforms
+        work_dtype = self.work_dtype
+        large = np.flatnonzero(sizes > d)
+        per_batch = max(1, BATCH_ELEMENTS // (d * d))
+        for batch in np.array_split(large, max(1, -(-len(large) // per_batch))) if len(large) else []:
+            collected = {t.name: ([], [], []) for t in transforms}
+            for word in batch:
+                # an index gather is a new array already: centred in place below without a second copy
+                block = np.asarray(X[rows[starts[word]:starts[word] + sizes[word]]], dtype=work_dtype)
+                mean = block.sum(axis=0, dtype=np.float64) / len(block)
+                for t in transforms[1:]:
+                    collected[t.name][1].append(t.vector(mean))
+                    collected[t.name][2].append(_self_similarity_rows(t.rows(block, work_dtype)))
+                collected[transforms[0].name][1].append(mean)
+                collected[transforms[0].name][2].append(_self_similarity_rows(block))
+                subtract_in_two_parts(block, mean)
+                scatter = block.T @ block
+                for t in transforms:
+                    collected[t.name][0].append(scatter if t.identity else t.sandwich(scatter).astype(work_dtype))
+            for i, t in enumerate(transforms):
+                scatters, means, ss = (np.array(v) for v in collected[t.name])
+                _scatter_batch(self.outs[t.name], batch, scatters, means, sizes[batch].astype(np.float64), ss,
+                               work_dtype, self.tol if i == 0 else 0.0, self.first_vectors and i == 0)
 
-    first = outs[transforms[0].name]
-    degenerate = first["total_var"] <= degenerate_tol * first["mean_sq"]
-    result = {}
-    for t in transforms:
-        o = outs[t.name]
-        masked = [np.where(degenerate, np.nan, o[c]) for c in ("mev", "mev_literal", "mev_centered")]
-        result[t.name] = WordStats(o["self_similarity"], *masked, o["first_vector"], degenerate)
-    return result
+    def results(self) -> dict[str, WordStats]:
+        """Every variant's ``WordStats``, the MEV variants NaN for the stored vectors' degenerate words."""
+        first = self.outs[self.transforms[0].name]
+        degenerate = first["total_var"] <= self.tol * first["mean_sq"]
+        result = {}
+        for t in self.transforms:
+            o = self.outs[t.name]
+            masked = [np.where(degenerate, np.nan, o[c]) for c in ("mev", "mev_literal", "mev_centered")]
+            result[t.name] = WordStats(o["self_similarity"], *masked, o["first_vector"], degenerate)
+        return result
