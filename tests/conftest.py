@@ -62,6 +62,17 @@ def with_absolute_data_paths(config: dict) -> dict:
     return config
 
 
+def measure_settings(*, seed: int | None = None, **metrics):
+    """The measurement's settings (``MeasureSettings``) of a config with these ``metrics`` keys (and ``seed``),
+    every other value the schema's default."""
+    from contextuality.core.settings import load_settings
+
+    config = {"models": {}, "metrics": {key: list(v) if isinstance(v, tuple) else v for key, v in metrics.items()}}
+    if seed is not None:
+        config["seed"] = seed
+    return load_settings(config).metrics.measure
+
+
 def gather_layers(shard_paths: list[Path], units_path: Path, out_dir: Path) -> dict[int, Path]:
     """What the workflow's gather and layer_file rules make of shard files: ``out_dir/manifest.json`` and
     ``out_dir/layers/layer_{LL}.h5``; returns the layer files by layer. ``units_path``: the plan's units."""
