@@ -52,15 +52,6 @@ class Transform(NamedTuple):
             Y -= (Y @ axes.T) @ axes
         return Y
 
-    def linear(self, v: np.ndarray) -> np.ndarray:
-        """The linear part applied to vectors v (..., d): differences of points, centred rows."""
-        v = np.asarray(v, dtype=np.float64)
-        if self.scale is not None:
-            v = v * self.scale
-        if self.axes is not None:
-            v = v - (v @ self.axes.T) @ self.axes
-        return v
-
     def sandwich(self, S: np.ndarray) -> np.ndarray:
         """A S A^T for symmetric S (..., d, d), A the linear part (scatter matrices of transformed rows)."""
         S = np.asarray(S, dtype=np.float64)
