@@ -164,9 +164,10 @@ def test_measuring_a_layer_set_that_misses_a_layer_stops_naming_it(smoke):
     results = [LayerResult({"layer": layer}, pd.DataFrame(), None, [], np.empty(0), LayerShape(**shape)) for layer in (0, 1, 3)]
     with pytest.raises(StoreError, match=r"manifest\.json: the model has layers 0-3 of \d+ rows x 32 dims, but layers \[2\] are missing"):
         combine_layers(results, Path("w"), Path("l"), Path("c"), top_k=20, manifest=manifest, manifest_path="manifest.json")
-    records = [{"layer": layer, "_shape": {**shape, "rows": shape["rows"] - 1} if layer == 1 else shape} for layer in range(4)]
+    shapes = {layer: LayerShape(**{**shape, "rows": shape["rows"] - 1} if layer == 1 else shape) for layer in range(4)}
+    results = [LayerResult({"layer": layer}, pd.DataFrame(), None, [], np.empty(0), shapes[layer]) for layer in range(4)]
     with pytest.raises(StoreError, match=r"layer 1 was measured on \d+ rows x 32 dims"):
-        combine_layers(records, [], Path("w"), Path("l"), Path("c"), manifest=manifest)
+        combine_layers(results, Path("w"), Path("l"), Path("c"), top_k=20, manifest=manifest)
     with pytest.raises(StoreError, match="layer 4 is out of range; the manifest lists layers 0-3"):
         check_layer(smoke / EMBEDDINGS / "layers" / "layer_03.h5", manifest, 4)
 
