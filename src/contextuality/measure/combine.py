@@ -10,18 +10,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
 from contextuality.core.atomic import atomic_path
-from contextuality.core.settings import MeasureSettings
 from contextuality.measure.layer_job import OccurrenceIndex, measure_layer
 from contextuality.measure.layer_result import LAYER_COLUMNS, POSTPROCESS_COLUMNS, WORD_COLUMNS, LayerResult
 from contextuality.measure.panel import GEOMETRY_TEXT_COLUMNS
 from contextuality.static.embeddings import write_embedding_text
 from contextuality.store.reader import check_layer_set
+
+if TYPE_CHECKING:  # settings.py reaches snakemake (load_settings), which the jobs' environment lacks
+    from contextuality.core.settings import MeasureSettings
 
 LOG = logging.getLogger(__name__)
 
