@@ -4,7 +4,7 @@
     python benchmarks/bench_metrics.py --synthetic      # a realistic fake model in a temporary folder
 
 Measures, in one run:
-  (a) the measurement step as the workflow runs it: ``contextuality.measure.analysis.measure_layer`` on every layer
+  (a) the measurement step as the workflow runs it: ``contextuality.measure.layer_job.measure_layer`` on every layer
       (``--jobs`` layers at once, one process and one BLAS thread each, as ``snakemake --cores N`` runs the
       per-layer jobs; default: one per CPU), then ``combine_layers``. With the default config's settings:
       the geometry panel on (``--no-geometry`` to leave it out) and the post-processed variants
@@ -20,7 +20,7 @@ Measures, in one run:
   (f) the floor of this exact method: with the same ``--jobs``, every layer read into the compute dtype as
       (a) reads it, its second moment (one X^T X over all rows: the exact MEV baseline) and every word's
       Gram (n <= d occurrences) or scatter matrix (n > d: its MEV), small words stacked by size as
-      ``layerstats.word_stats`` stacks them. No eigen-solve, cosine sum, variant or panel: (f)/(b) is
+      ``word_stats.word_stats`` stacks them. No eigen-solve, cosine sum, variant or panel: (f)/(b) is
       what those products alone cost in reads of the layer files.
 Targets: (a) <= 3 x (b), and (a) at least 50 x faster than (c). ``--cold`` evicts the layer files and
 their shards from the page cache before (a) and (b), so both include the disk reads. ``--original-words 0``
@@ -46,8 +46,11 @@ from scipy.spatial.distance import cosine
 from sklearn.decomposition import TruncatedSVD
 from threadpoolctl import threadpool_limits
 
-from contextuality.measure.analysis import OccurrenceIndex, combine_layers, measure_layer
-from contextuality.measure.layerstats import BATCH_ELEMENTS, BLOCK_ROWS, STACK_MAX
+from contextuality.workflow.schema import load_settings
+from contextuality.measure.combine import combine_layers
+from contextuality.measure.layer_job import OccurrenceIndex, measure_layer
+from contextuality.measure.layer_pass import BLOCK_ROWS
+from contextuality.measure.word_stats import BATCH_ELEMENTS, STACK_MAX
 from contextuality.store.reader import read_layer
 
 
@@ -165,24 +168,25 @@ def _each_layer(function, work: list, jobs: int) -> list:
 
 
 def _measure_one(args):
-    path, layer, index, units, options = args
+    path, layer, index, units, settings = args
     started = time.process_time()
-    result = measure_layer(path, layer, index, model="bench", seed=0, units=units, **options)
+    result = measure_layer(path, layer, index, settings.measure, model="bench", units=units)
     return result, time.process_time() - started
 
 
 def time_pipeline(paths: dict[int, Path], occurrences: pd.DataFrame, units: pd.DataFrame | None, out: Path, *,
-                  jobs: int, options: dict) -> tuple[float, float]:
-    """Wall seconds of the measurement step (``jobs`` layers at once) and its CPU seconds summed over layers."""
+                  jobs: int, settings) -> tuple[float, float]:
+    """Wall seconds of the measurement step (``jobs`` layers at once) and its CPU seconds summed over layers.
+
+    ``settings``: the run's ``MetricsSettings`` (the measurement's, and ``top_k_words``)."""
     started = time.perf_counter()
     index = OccurrenceIndex(occurrences)
-    work = [(paths[layer], layer, index, units, options) for layer in sorted(paths)]
+    work = [(paths[layer], layer, index, units, settings) for layer in sorted(paths)]
     done = _each_layer(_measure_one, work, jobs)
-    records = [{**r.record, "_postprocess": r.postprocess, "_rogue": list(r.rogue)} for r, _ in done]
     out.mkdir(parents=True, exist_ok=True)
-    combine_layers(records, [r.words for r, _ in done], out / "words.parquet", out / "layers.parquet",
-                   out / "context_specific_words.csv", out_postprocess=out / "postprocess.csv",
-                   out_rogue=out / "rogue.csv")  # fmt: skip
+    combine_layers([r for r, _ in done], out / "words.parquet", out / "layers.parquet",
+                   out / "context_specific_words.csv", top_k=settings.top_k_words,
+                   out_postprocess=out / "postprocess.csv", out_rogue=out / "rogue.csv")  # fmt: skip
     return time.perf_counter() - started, sum(cpu for _, cpu in done)
 
 
@@ -249,8 +253,8 @@ def main() -> None:
     parser.add_argument("--postprocess", default="none,standardize,abtt", help="post-processing variants measured in (a)")
     parser.add_argument("--compute-dtype", default="float32", choices=["float32", "float64"])
     args = parser.parse_args()
-    options = {"geometry_panel": not args.no_geometry, "postprocess": tuple(args.postprocess.split(",")),
-               "compute_dtype": args.compute_dtype}
+    metrics = {"geometry": not args.no_geometry, "postprocess": args.postprocess.split(","), "compute_dtype": args.compute_dtype}
+    settings = load_settings({"models": {}, "seed": 0, "metrics": metrics}).metrics
 
     with tempfile.TemporaryDirectory(prefix="bench_metrics_") as scratch:
         scratch = Path(scratch)
@@ -264,7 +268,7 @@ def main() -> None:
         paths = layer_files(folder)
         occurrences = pd.read_parquet(folder / "occurrences.parquet")
         units = None
-        if (folder / "units.parquet").exists() and options["geometry_panel"]:
+        if (folder / "units.parquet").exists() and settings.measure.geometry:
             units = pd.read_parquet(folder / "units.parquet", columns=["row", "unit", "position"])
         with h5py.File(paths[min(paths)], "r") as f:
             shape, dtype = f["vectors"].shape, f["vectors"].dtype
@@ -283,7 +287,7 @@ def main() -> None:
         read, read_converted = float(np.median(reads)), float(np.median(reads_converted))
         if args.cold:
             evict_from_page_cache(paths)
-        pipeline, cpu = time_pipeline(paths, occurrences, units, scratch / "metrics", jobs=args.jobs, options=options)
+        pipeline, cpu = time_pipeline(paths, occurrences, units, scratch / "metrics", jobs=args.jobs, settings=settings)
         if args.cold:
             evict_from_page_cache(paths)
         products, products_cpu = time_products(paths, occurrences, jobs=args.jobs, dtype=args.compute_dtype)
@@ -292,8 +296,8 @@ def main() -> None:
             original, timed_words, all_words = time_original(paths, occurrences, args.original_words, args.seed)
 
     print(f"(a) measurement step, all layers:     {pipeline:9.2f} s  ({args.jobs} at once; {cpu:.2f} CPU s in measure_layer; "
-          f"geometry {'on' if options['geometry_panel'] else 'off'}, postprocess {','.join(options['postprocess'])}, "
-          f"{options['compute_dtype']})")
+          f"geometry {'on' if settings.measure.geometry else 'off'}, postprocess {','.join(settings.measure.postprocess)}, "
+          f"{settings.measure.compute_dtype})")
     spread = lambda times: ", ".join(f"{t:.2f}" for t in times)  # noqa: E731
     print(f"(b) sequential read of layer files:   {read:9.2f} s  (median of {spread(reads)}; "
           f"{'cold: evicted from the page cache first' if args.cold else 'warm page cache'})")

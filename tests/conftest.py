@@ -62,6 +62,17 @@ def with_absolute_data_paths(config: dict) -> dict:
     return config
 
 
+def measure_settings(*, seed: int | None = None, **metrics):
+    """The measurement's settings (``MeasureSettings``) of a config with these ``metrics`` keys (and ``seed``),
+    every other value the schema's default."""
+    from contextuality.workflow.schema import load_settings
+
+    config = {"models": {}, "metrics": {key: list(v) if isinstance(v, tuple) else v for key, v in metrics.items()}}
+    if seed is not None:
+        config["seed"] = seed
+    return load_settings(config).metrics.measure
+
+
 def model_settings(spec: dict, key: str = "m", seed: int = 0):
     """A model entry's settings as the workflow resolves them: validated, the schema's defaults filled in."""
     from contextuality.workflow.schema import load_settings

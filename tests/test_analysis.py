@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import h5py
 import numpy as np
 import pandas as pd
 import pytest
 
-from contextuality.measure import analysis
-from contextuality.measure import geometry
+from conftest import measure_settings
+from contextuality.measure import combine
+from contextuality.measure import layer_job
+from contextuality.measure import layer_result
+from contextuality.measure import panel
 from contextuality.measure import reference
+from contextuality.measure.exact_baseline import exact_baseline
+from contextuality.measure.postprocess import abtt
+from contextuality.measure.word_pcs import pc_stats_by_word
 from contextuality.store.files import StoreError
+from contextuality.store.reader import read_layer
 
 N_SENTENCES, DIM, LAYERS = 40, 16, (0, 1, 2)
 WORDS = ["alpha", "beta", "gamma", "delta", "the"]
@@ -52,13 +61,15 @@ def fake_model(tmp_path):
     return paths, occurrences
 
 
-def run(paths, occurrences, out, seed=0, **options):
+def run(paths, occurrences, out, seed=0, out_postprocess=None, out_rogue=None, **metrics):
     outputs = {
         "out_words": out / "words.parquet", "out_layers": out / "layers.parquet",
         "out_pcs_dir": out / "pcs", "out_context_words": out / "context_specific_words.csv",
     }  # fmt: skip
-    settings = {"intra_sentences": 20, "baseline_samples": 30, "bootstrap_resamples": 200, "top_k": 2, **options}
-    analysis.measure_model(paths, occurrences, **outputs, model="fake", seed=seed, **settings)
+    settings = measure_settings(seed=seed, **{"intra_sentences": 20, "baseline_samples": 30, "bootstrap_resamples": 200,
+                                              **metrics})  # fmt: skip
+    combine.measure_model(paths, occurrences, **outputs, settings=settings, model="fake", top_k=2,
+                          out_postprocess=out_postprocess, out_rogue=out_rogue)  # fmt: skip
     return outputs
 
 
@@ -73,7 +84,7 @@ def test_measure_model_writes_the_contract(fake_model, tmp_path):
     layers = pd.read_parquet(outputs["out_layers"])
     contract_words = ["model", "word", "layer", "n", "self_similarity", "self_similarity_sampled", "mev", "mev_literal", "mev_centered"]
     assert list(words.columns[: len(contract_words)]) == contract_words
-    assert set(analysis.LAYER_COLUMNS[:22]) <= set(layers.columns)
+    assert set(layer_result.LAYER_COLUMNS[:22]) <= set(layers.columns)
     assert len(words) == len(WORDS) * len(LAYERS) and list(layers["layer"]) == list(LAYERS)
     assert (words.groupby("word")["n"].first() == occurrences.groupby("word").size()).all()
 
@@ -148,15 +159,15 @@ def test_incomplete_layer_file_is_refused(fake_model, tmp_path):
     with pytest.raises(StoreError, match=r"layer_2\.h5: incomplete \(no 'complete' marker\); delete it and rerun snakemake"):
         run(paths, occurrences, tmp_path / "x")
     with pytest.raises(StoreError, match="layer_2.h5"):
-        analysis.read_layer(paths[2])
+        read_layer(paths[2])
     assert not (tmp_path / "x" / "words.parquet").exists()
 
 
 def test_read_layer_keeps_the_stored_dtype_or_converts(fake_model):
     paths, _ = fake_model
-    stored, _ = analysis.read_layer(paths[1])
+    stored, _ = read_layer(paths[1])
     assert stored.dtype == np.float16
-    vectors, offsets = analysis.read_layer(paths[1], dtype=np.float32)
+    vectors, offsets = read_layer(paths[1], dtype=np.float32)
     assert vectors.dtype == np.float32 and offsets.dtype == np.int64
     np.testing.assert_array_equal(vectors, stored.astype(np.float32))
     assert offsets[-1] == len(vectors) and vectors.shape[1] == DIM
@@ -168,7 +179,7 @@ def test_read_layer_keeps_the_stored_dtype_or_converts(fake_model):
 
 def units_table(paths, occurrences):
     """A units.parquet for the fake model: every row a unit, named by its word (or 'x'), with its position."""
-    vectors, offsets = analysis.read_layer(paths[0])
+    vectors, offsets = read_layer(paths[0])
     n = len(vectors)
     unit = np.full(n, "x", dtype=object)
     unit[occurrences["row"].to_numpy()] = occurrences["word"].to_numpy()
@@ -190,26 +201,25 @@ def test_one_read_of_the_layer_gives_every_measure(fake_model, monkeypatch):
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(reader.LayerReader, "rows", counting)
-    result = analysis.measure_layer(
-        paths[2], 2, occurrences, model="fake", seed=3, intra_sentences=20, baseline_samples=30, bootstrap_resamples=50,
-        units=units, postprocess=("none", "standardize", "abtt"), geometry_sample=200,
-    )  # fmt: skip
+    settings = measure_settings(seed=3, intra_sentences=20, baseline_samples=30, bootstrap_resamples=50,
+                                postprocess=["none", "standardize", "abtt"], geometry_sample=200)  # fmt: skip
+    result = layer_job.measure_layer(paths[2], 2, occurrences, settings, model="fake", units=units)
     assert len(reads) == 1  # once, the whole layer (no row range), converted to the compute dtype as it is read
     assert reads[0][0] == paths[2] and reads[0][1] == () and set(reads[0][2]) <= {"dtype"}
     assert [row["postprocess"] for row in result.postprocess] == ["none", "standardize", "abtt"]
-    assert np.isfinite(result.record["isoscore"]) and np.isfinite(result.record["baseline_cosine_exact"])
+    assert np.isfinite(result.row["isoscore"]) and np.isfinite(result.row["baseline_cosine_exact"])
 
 
 def test_new_columns_against_their_definitions(fake_model):
     paths, occurrences = fake_model
     units = units_table(paths, occurrences)
-    options = dict(model="fake", seed=5, intra_sentences=20, baseline_samples=30, bootstrap_resamples=50,
-                   geometry_sample=150, twonn_sample=100)  # fmt: skip
-    result = analysis.measure_layer(paths[2], 2, occurrences, units=units, **options)
-    record = result.record
-    vectors, offsets = analysis.read_layer(paths[2])
-    # exact baselines: reference.exact_baseline of the layer; adjusted values against them
-    exact = reference.exact_baseline(vectors, offsets)
+    settings = measure_settings(seed=5, intra_sentences=20, baseline_samples=30, bootstrap_resamples=50,
+                                geometry_sample=150, twonn_sample=100)  # fmt: skip
+    result = layer_job.measure_layer(paths[2], 2, occurrences, settings, model="fake", units=units)
+    record = result.row
+    vectors, offsets = read_layer(paths[2])
+    # exact baselines: exact_baseline of the layer; adjusted values against them
+    exact = exact_baseline(vectors, offsets)
     for column, value in (("baseline_cosine_exact", exact.cosine), ("baseline_cosine_exact_between", exact.cosine_between),
                           ("baseline_cosine_uniform", exact.cosine_uniform), ("baseline_mev_exact", exact.mev)):
         assert record[column] == pytest.approx(value, abs=1e-6), column
@@ -220,15 +230,15 @@ def test_new_columns_against_their_definitions(fake_model):
     assert record["adjusted_self_similarity"] == record["self_similarity"] - record["baseline_cosine"]
     # geometry: geometry_panel's row, with the paper's weights and the same random stream
     weights = np.repeat(1.0 / (np.count_nonzero(np.diff(offsets)) * np.maximum(np.diff(offsets), 1)), np.diff(offsets))
-    panel = geometry.geometry_panel(vectors, analysis._rng(5, analysis._GEOMETRY, 2), 150, weights=weights,
-                                    units=units["unit"].to_numpy(object), positions=units["position"].to_numpy(),
-                                    twonn_sample_size=100)  # fmt: skip
-    for column, value in panel.items():
+    want = panel.geometry_panel(vectors, layer_job._rng(5, layer_job._GEOMETRY, 2), 150, weights=weights,
+                                units=units["unit"].to_numpy(object), positions=units["position"].to_numpy(),
+                                twonn_sample_size=100)  # fmt: skip
+    for column, value in want.items():
         if isinstance(value, str):
             assert record[column] == value, column
         else:
             np.testing.assert_allclose(record[column], value, rtol=1e-5, atol=1e-6, err_msg=column)
-    assert set(analysis.GEOMETRY_COLUMNS) - {"geometry_sample"} == set(panel)
+    assert set(panel.GEOMETRY_COLUMNS) == set(want)
     assert record["geometry_sample"] == 150 and record["after_final_norm"] == 0
     np.testing.assert_allclose(np.sum(result.rogue), record["rogue_anisotropy"], atol=1e-9)
 
@@ -236,39 +246,41 @@ def test_new_columns_against_their_definitions(fake_model):
 def test_degenerate_words_are_counted_and_have_no_mev(fake_model):
     """Layer 0 of the fake model is static: every word's occurrences are one vector (degenerate)."""
     paths, occurrences = fake_model
-    static = analysis.measure_layer(paths[0], 0, occurrences, model="fake", seed=1, mev_layer0=True, geometry_panel=False)
-    assert static.record["n_degenerate_words"] == len(WORDS)
+    settings = measure_settings(seed=1, mev_layer0=True, geometry=False)
+    static = layer_job.measure_layer(paths[0], 0, occurrences, settings, model="fake")
+    assert static.row["n_degenerate_words"] == len(WORDS)
     assert static.words["mev"].isna().all()
-    moving = analysis.measure_layer(paths[1], 1, occurrences, model="fake", seed=1, geometry_panel=False)
-    assert moving.record["n_degenerate_words"] == 0 and moving.words["mev"].notna().all()
-    assert static.record["rogue_top1_share"] != static.record["rogue_top1_share"]  # no panel: NaN
-    assert static.record["rogue_dims"] == "" and np.isnan(static.rogue).all()
+    moving = layer_job.measure_layer(paths[1], 1, occurrences, dataclasses.replace(settings, mev_layer0=False), model="fake")
+    assert moving.row["n_degenerate_words"] == 0 and moving.words["mev"].notna().all()
+    assert static.row["rogue_top1_share"] != static.row["rogue_top1_share"]  # no panel: NaN
+    assert static.row["rogue_dims"] == "" and np.isnan(static.rogue).all()
 
 
 def test_variants_are_the_measures_of_transformed_vectors(fake_model, tmp_path):
-    """postprocess.csv: 'none' repeats the layer's own row; 'abtt' is the paper's measures of geometry.abtt(X)."""
+    """postprocess.csv: 'none' repeats the layer's own row; 'abtt' is the paper's measures of postprocess.abtt(X)."""
     paths, occurrences = fake_model
-    result = analysis.measure_layer(paths[2], 2, occurrences, model="fake", seed=2, intra_sentences=20,
-                                    baseline_samples=30, bootstrap_resamples=50, postprocess=("none", "abtt"),
-                                    geometry_panel=False)  # fmt: skip
-    none, abtt = result.postprocess
+    settings = measure_settings(seed=2, intra_sentences=20, baseline_samples=30, bootstrap_resamples=50,
+                                postprocess=["none", "abtt"], geometry=False)  # fmt: skip
+    result = layer_job.measure_layer(paths[2], 2, occurrences, settings, model="fake")
+    none, abtt_row = result.postprocess
     for column in ("self_similarity", "intra_sentence", "mev", "baseline_cosine", "baseline_mev", "baseline_cosine_exact",
                    "adjusted_self_similarity", "adjusted_mev_exact", "n_degenerate_words", "mev_ci_low"):
-        assert none[column] == result.record[column], column
-    vectors, offsets = analysis.read_layer(paths[2])
-    transformed = geometry.abtt(vectors)
-    index = analysis.OccurrenceIndex(occurrences)
+        assert none[column] == result.row[column], column
+    vectors, offsets = read_layer(paths[2])
+    transformed = abtt(vectors)
+    index = layer_job.OccurrenceIndex(occurrences)
     X = transformed[index.rows]
-    assert abtt["self_similarity"] == pytest.approx(np.nanmean(reference.self_similarity_exact(X, index.group_starts)), abs=1e-6)
-    assert abtt["mev"] == pytest.approx(np.nanmean(reference.pc_stats_by_word(X, index.group_starts).mev), abs=1e-5)
-    ids = analysis._rng(2, analysis._SENTENCE_SAMPLE).permutation(len(offsets) - 1)
+    assert abtt_row["self_similarity"] == pytest.approx(np.nanmean(reference.self_similarity_exact(X, index.group_starts)), abs=1e-6)
+    assert abtt_row["mev"] == pytest.approx(np.nanmean(pc_stats_by_word(X, index.group_starts).mev), abs=1e-5)
+    ids = layer_job._rng(2, layer_job._SENTENCE_SAMPLE).permutation(len(offsets) - 1)
     intra = reference.intra_sentence_similarity(transformed, offsets, ids[:20])
-    assert abtt["intra_sentence"] == pytest.approx(np.nanmean(intra), abs=1e-6)
-    baseline = reference.anisotropy_baseline(transformed, offsets, ids[:30], analysis._rng(2, analysis._BASELINE, 2), 30)
-    assert abtt["baseline_cosine"] == pytest.approx(baseline.cosine, abs=1e-6)
-    assert abtt["baseline_cosine_exact"] == pytest.approx(reference.exact_baseline(transformed, offsets).cosine, abs=1e-6)
-    with pytest.raises(ValueError, match="unknown post-processing"):
-        analysis.measure_layer(paths[2], 2, occurrences, model="fake", seed=2, postprocess=("whiten",))
+    assert abtt_row["intra_sentence"] == pytest.approx(np.nanmean(intra), abs=1e-6)
+    baseline = reference.anisotropy_baseline(transformed, offsets, ids[:30], layer_job._rng(2, layer_job._BASELINE, 2), 30)
+    assert abtt_row["baseline_cosine"] == pytest.approx(baseline.cosine, abs=1e-6)
+    assert abtt_row["baseline_cosine_exact"] == pytest.approx(exact_baseline(transformed, offsets).cosine, abs=1e-6)
+    with pytest.raises(ValueError, match="unknown post-processing"):  # for a direct caller (the schema refuses it)
+        layer_job.measure_layer(paths[2], 2, occurrences, dataclasses.replace(settings, postprocess=("whiten",)),
+                                model="fake")  # fmt: skip
 
 
 def test_tables_carry_the_new_columns_and_stay_byte_identical(fake_model, tmp_path):
@@ -276,20 +288,20 @@ def test_tables_carry_the_new_columns_and_stay_byte_identical(fake_model, tmp_pa
     outputs = []
     for name in ("a", "b"):
         out = tmp_path / name
-        settings = dict(postprocess=("none", "standardize", "abtt"), geometry_sample=120, twonn_sample=60)
+        settings = dict(postprocess=["none", "standardize", "abtt"], geometry_sample=120, twonn_sample=60)
         run(paths, occurrences, out, seed=9, out_postprocess=out / "postprocess.csv", out_rogue=out / "rogue.csv",
             **settings)  # fmt: skip
         outputs.append(out)
     for a, b in zip(output_files(outputs[0]), output_files(outputs[1])):
         assert a.read_bytes() == b.read_bytes(), a.name
     layers = pd.read_parquet(outputs[0] / "layers.parquet")
-    assert list(layers.columns) == analysis.LAYER_COLUMNS
+    assert list(layers.columns) == layer_result.LAYER_COLUMNS
     assert layers["n_degenerate_words"].tolist() == [len(WORDS), 0, 0]
     post = pd.read_csv(outputs[0] / "postprocess.csv")
-    assert list(post.columns) == analysis.POSTPROCESS_COLUMNS
+    assert list(post.columns) == layer_result.POSTPROCESS_COLUMNS
     assert post.groupby("layer")["postprocess"].apply(list).tolist() == [["none", "standardize", "abtt"]] * 3
     rogue = pd.read_csv(outputs[0] / "rogue.csv")
-    assert list(rogue.columns) == analysis.ROGUE_COLUMNS and len(rogue) == len(LAYERS) * DIM
+    assert list(rogue.columns) == combine.ROGUE_COLUMNS and len(rogue) == len(LAYERS) * DIM
     sums = rogue.groupby("layer")["contribution"].sum().to_numpy()
     np.testing.assert_allclose(sums, layers["rogue_anisotropy"], atol=1e-5)
 
@@ -298,17 +310,18 @@ def test_after_final_norm_comes_from_the_layer_file(fake_model):
     paths, occurrences = fake_model
     with h5py.File(paths[2], "a") as f:
         f.attrs["after_final_norm"] = 1
-    result = analysis.measure_layer(paths[2], 2, occurrences, model="fake", seed=1, geometry_panel=False)
-    assert result.record["after_final_norm"] == 1
+    result = layer_job.measure_layer(paths[2], 2, occurrences, measure_settings(seed=1, geometry=False), model="fake")
+    assert result.row["after_final_norm"] == 1
 
 
 def test_float64_compute_matches_float32(fake_model):
     paths, occurrences = fake_model
-    options = dict(model="fake", seed=4, geometry_panel=False, postprocess=("none", "standardize"))
-    a = analysis.measure_layer(paths[2], 2, occurrences, compute_dtype="float32", **options)
-    b = analysis.measure_layer(paths[2], 2, occurrences, compute_dtype="float64", **options)
+    settings = measure_settings(seed=4, geometry=False, postprocess=["none", "standardize"], compute_dtype="float32")
+    a = layer_job.measure_layer(paths[2], 2, occurrences, settings, model="fake")
+    b = layer_job.measure_layer(paths[2], 2, occurrences, dataclasses.replace(settings, compute_dtype="float64"), model="fake")
     for column in ("self_similarity", "mev", "mev_centered", "baseline_cosine_exact", "baseline_mev_exact"):
-        assert a.record[column] == pytest.approx(b.record[column], abs=1e-6), column
+        assert a.row[column] == pytest.approx(b.row[column], abs=1e-6), column
     assert a.postprocess[1]["mev"] == pytest.approx(b.postprocess[1]["mev"], abs=1e-6)
-    with pytest.raises(ValueError, match="compute_dtype"):
-        analysis.measure_layer(paths[2], 2, occurrences, compute_dtype="float16", **options)
+    with pytest.raises(ValueError, match="compute_dtype"):  # for a direct caller (the schema refuses it)
+        layer_job.measure_layer(paths[2], 2, occurrences, dataclasses.replace(settings, compute_dtype="float16"),
+                                model="fake")  # fmt: skip

@@ -48,13 +48,23 @@ def rules() -> dict[str, tuple[Path, Path]]:
 
 
 def _imports(path: Path) -> set[str]:
+    """Every module a file imports (function-level imports included; not those under ``if TYPE_CHECKING:``,
+    which never run)."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(inner) for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        for statement in node.body for inner in ast.walk(statement)
+    }  # fmt: skip
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module)
-            if node.module.split(".")[0] == "contextuality":  # from contextuality.measure import geometry
+            if node.module.split(".")[0] == "contextuality":  # from contextuality.measure import panel
                 names |= {f"{node.module}.{alias.name}" for alias in node.names}
     return names
 

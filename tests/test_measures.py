@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 from sklearn.decomposition import PCA, TruncatedSVD
 
+from contextuality.measure import exact_baseline
 from contextuality.measure import reference
+from contextuality.measure import word_pcs
 
 SKLEARN_TOL = 1e-8  # absolute agreement with sklearn / float64 SVD asked of every MEV variant
 
@@ -38,11 +40,11 @@ def test_identical_vectors_have_self_similarity_one_and_no_mev(rng, n):
     X = np.tile(x, (n, 1))
     assert reference.self_similarity_exact(X, np.array([0]))[0] == pytest.approx(1.0, abs=1e-12)
     assert reference.self_similarity_sampled(X, rng, n_pairs=10) == pytest.approx(1.0, abs=1e-12)
-    for stats in (reference.word_pc_stats(X), reference.pc_stats_by_word(X, np.array([0]))):
+    for stats in (word_pcs.word_pc_stats(X), word_pcs.pc_stats_by_word(X, np.array([0]))):
         assert np.isnan([stats.mev, stats.mev_literal, stats.mev_centered]).all()
         # the first vector is still their common direction (Table 1's static vector)
         assert np.ravel(stats.first_vector) @ x / np.linalg.norm(x) == pytest.approx(1.0, abs=1e-12)
-    assert reference.degenerate_words(X, np.array([0])).tolist() == [True]
+    assert word_pcs.degenerate_words(X, np.array([0])).tolist() == [True]
 
 
 def test_sklearn_gives_no_definite_mev_for_identical_rows(rng):
@@ -73,7 +75,7 @@ def test_sklearn_gives_no_definite_mev_for_identical_rows(rng):
 def test_rank_one_cloud_has_mev_one(rng):
     direction = rng.normal(size=50)
     X = rng.uniform(0.5, 3.0, size=(40, 1)) * direction
-    for stats in (reference.word_pc_stats(X), reference.word_pc_stats(X[:20].astype(np.float32))):
+    for stats in (word_pcs.word_pc_stats(X), word_pcs.word_pc_stats(X[:20].astype(np.float32))):
         assert stats.mev == pytest.approx(1.0, abs=1e-9)
         assert stats.mev_literal == pytest.approx(1.0, abs=1e-9)
         assert stats.mev_centered == pytest.approx(1.0, abs=1e-9)
@@ -117,9 +119,9 @@ def test_batched_pc_stats_match_one_word_at_a_time(rng):
     sizes = [5, 5, 5, 7, 60, 3, 5]
     X = (rng.normal(size=(sum(sizes), 24)) + 1.0).astype(np.float16)
     starts = np.cumsum([0, *sizes[:-1]])
-    batched = reference.pc_stats_by_word(X, starts)
+    batched = word_pcs.pc_stats_by_word(X, starts)
     for word, (start, size) in enumerate(zip(starts, sizes)):
-        single = reference.word_pc_stats(X[start : start + size])
+        single = word_pcs.word_pc_stats(X[start : start + size])
         for got, expected in zip(batched, single):
             np.testing.assert_allclose(got[word], expected, atol=1e-10)
 
@@ -128,11 +130,11 @@ def test_first_vector_is_the_top_singular_vector_pointing_along_the_mean(rng):
     direction = rng.normal(size=64)
     direction /= np.linalg.norm(direction)
     X = rng.uniform(1.0, 2.0, size=(80, 1)) * direction + 0.05 * rng.normal(size=(80, 64))
-    v1 = reference.word_pc_stats(X).first_vector
+    v1 = word_pcs.word_pc_stats(X).first_vector
     assert np.linalg.norm(v1) == pytest.approx(1.0, abs=1e-12)
     assert v1 @ X.mean(axis=0) > 0
     assert v1 @ direction > 0.99
-    assert reference.word_pc_stats(-X).first_vector @ -X.mean(axis=0) > 0
+    assert word_pcs.word_pc_stats(-X).first_vector @ -X.mean(axis=0) > 0
     components = TruncatedSVD(n_components=1, algorithm="arpack", tol=0).fit(X).components_[0]
     assert abs(v1 @ components) == pytest.approx(1.0, abs=1e-9)
 
@@ -172,7 +174,7 @@ def test_float16_input_is_computed_in_float64(rng):
     X64 = X16.astype(np.float64)
     assert reference.self_similarity_exact(X16, np.array([0]))[0] == reference.self_similarity_exact(X64, np.array([0]))[0]
     assert reference.mev_truncated_svd(X16) == reference.mev_truncated_svd(X64)
-    assert reference.word_pc_stats(X16).first_vector.dtype == np.float64
+    assert word_pcs.word_pc_stats(X16).first_vector.dtype == np.float64
 
 
 def test_bootstrap_ci(rng):
@@ -211,17 +213,17 @@ def test_words_identical_up_to_storage_rounding_are_degenerate(rng, dtype):
     X = np.vstack(blocks)
     starts = np.cumsum([0, *sizes[:-1]])
     for data in (X, X.astype(np.float64)):  # the storage format is recognised after conversion too
-        assert reference.degenerate_tolerance(data) == max(np.finfo(dtype).eps ** 2, reference.DEGENERATE_FLOOR)
-        degenerate = reference.degenerate_words(data, starts)
+        assert word_pcs.degenerate_tolerance(data) == max(np.finfo(dtype).eps ** 2, word_pcs.DEGENERATE_FLOOR)
+        degenerate = word_pcs.degenerate_words(data, starts)
         assert degenerate.tolist() == [True, True, True, True, False]
-        stats = reference.pc_stats_by_word(data, starts)
+        stats = word_pcs.pc_stats_by_word(data, starts)
         for column in stats[:3]:
             assert np.isnan(column).tolist() == degenerate.tolist()
         expected = sklearn_mevs(blocks[4])
         for got, want in zip((stats.mev[4], stats.mev_literal[4], stats.mev_centered[4]), expected):
             assert got == pytest.approx(want, abs=SKLEARN_TOL)
         # the stored relative variance of the degenerate words stays under the eps**2 / 4 bound
-        total_var, mean_sq = reference.word_variances(data, starts)
+        total_var, mean_sq = word_pcs.word_variances(data, starts)
         assert (total_var[:4] <= np.finfo(dtype).eps ** 2 / 4 * mean_sq[:4]).all()
 
 
@@ -230,35 +232,35 @@ def test_near_identical_but_different_vectors_have_a_real_mev(rng):
     x = rng.normal(size=128) * 10
     X = x + 0.003 * np.abs(x) * rng.normal(size=(12, 128))
     for data in (X, X.astype(np.float16)):
-        total_var, mean_sq = reference.word_variances(data, np.array([0]))
+        total_var, mean_sq = word_pcs.word_variances(data, np.array([0]))
         assert total_var[0] < 1e-4 * mean_sq[0]
-        assert reference.degenerate_words(data, np.array([0])).tolist() == [False]
-        stats = reference.word_pc_stats(data)
+        assert word_pcs.degenerate_words(data, np.array([0])).tolist() == [False]
+        stats = word_pcs.word_pc_stats(data)
         for got, want in zip((stats.mev, stats.mev_literal, stats.mev_centered), sklearn_mevs(data)):
             assert got == pytest.approx(want, abs=SKLEARN_TOL)
 
 
 def test_zero_words_are_degenerate_and_empty_blocks_are_not(rng):
     X = np.vstack([np.zeros((5, 8)), rng.normal(size=(5, 8))])
-    assert reference.degenerate_words(X, np.array([0, 5])).tolist() == [True, False]
-    assert reference.degenerate_words(X, np.array([0, 5, 5])).tolist() == [True, False, False]
-    total_var, _ = reference.word_variances(X, np.array([0, 5, 5]))
+    assert word_pcs.degenerate_words(X, np.array([0, 5])).tolist() == [True, False]
+    assert word_pcs.degenerate_words(X, np.array([0, 5, 5])).tolist() == [True, False, False]
+    total_var, _ = word_pcs.word_variances(X, np.array([0, 5, 5]))
     assert np.isnan(total_var[1]) and total_var[2] > 0
 
 
 def test_storage_epsilon(rng):
     values = rng.normal(size=(50, 40)) * 100
-    assert reference.storage_epsilon(values) == np.finfo(np.float64).eps
-    assert reference.storage_epsilon(values.astype(np.float32)) == 2.0**-23
-    assert reference.storage_epsilon(values.astype(np.float32).astype(np.float64)) == 2.0**-23
-    assert reference.storage_epsilon(values.astype(np.float16)) == 2.0**-10
-    assert reference.storage_epsilon(values.astype(np.float16).astype(np.float64)) == 2.0**-10
+    assert word_pcs.storage_epsilon(values) == np.finfo(np.float64).eps
+    assert word_pcs.storage_epsilon(values.astype(np.float32)) == 2.0**-23
+    assert word_pcs.storage_epsilon(values.astype(np.float32).astype(np.float64)) == 2.0**-23
+    assert word_pcs.storage_epsilon(values.astype(np.float16)) == 2.0**-10
+    assert word_pcs.storage_epsilon(values.astype(np.float16).astype(np.float64)) == 2.0**-10
     bfloat16 = (values.astype(np.float32).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
-    assert reference.storage_epsilon(bfloat16) == 2.0**-7
+    assert word_pcs.storage_epsilon(bfloat16) == 2.0**-7
     big = np.tile(values.astype(np.float16).astype(np.float64), (3, 1))
     big[-1, -1] = 0.1  # one value beyond float16 (and float32) after the first 4,096: a full pass finds it
-    assert reference.storage_epsilon(big) == np.finfo(np.float64).eps
-    assert reference.degenerate_tolerance(values) == reference.DEGENERATE_FLOOR
+    assert word_pcs.storage_epsilon(big) == np.finfo(np.float64).eps
+    assert word_pcs.degenerate_tolerance(values) == word_pcs.DEGENERATE_FLOOR
 
 
 def near_duplicate_word(rng, n: int, d: int, norm: float, massive: bool) -> np.ndarray:
@@ -282,8 +284,8 @@ def test_mev_variants_on_near_duplicates_match_sklearn(rng, n, d, norm, massive)
     """All three variants to 1e-8 on both routes (stacked n <= 48; Gram n <= d; scatter n > d; Lanczos > 160)."""
     X = near_duplicate_word(rng, n, d, norm, massive)
     expected = sklearn_mevs(X)
-    assert reference.degenerate_words(X, np.array([0])).tolist() == [False]
-    for stats in (reference.word_pc_stats(X), reference.pc_stats_by_word(X, np.array([0]))):
+    assert word_pcs.degenerate_words(X, np.array([0])).tolist() == [False]
+    for stats in (word_pcs.word_pc_stats(X), word_pcs.pc_stats_by_word(X, np.array([0]))):
         got = np.ravel([stats.mev, stats.mev_literal, stats.mev_centered])
         np.testing.assert_allclose(got, expected, rtol=0, atol=SKLEARN_TOL)
 
@@ -298,7 +300,7 @@ def test_batched_near_duplicates_match_sklearn(rng):
         common *= 150.0 / np.linalg.norm(common)
         blocks.append((common + 0.05 * rng.normal(size=(size, 96)) * rng.uniform(0.3, 3.0, size=96)).astype(np.float16))
     X, starts = np.vstack(blocks), np.cumsum([0, *sizes[:-1]])
-    stats = reference.pc_stats_by_word(X, starts)
+    stats = word_pcs.pc_stats_by_word(X, starts)
     for word, block in enumerate(blocks):
         got = [stats.mev[word], stats.mev_literal[word], stats.mev_centered[word]]
         np.testing.assert_allclose(got, sklearn_mevs(block), rtol=0, atol=SKLEARN_TOL)
@@ -340,9 +342,9 @@ def test_exact_baseline_matches_all_pairs(rng):
     X[4] = 0.0  # a zero row inside a sentence
     X[offsets[7]] = 0.0  # a sentence whose only row is zero: it can be drawn, its cosines are left out
     expected = brute_force_baselines(X, offsets)
-    for chunk_elements in (reference.BATCH_ELEMENTS, 6, 20):  # whole layer, one sentence per chunk, a few
+    for chunk_elements in (word_pcs.BATCH_ELEMENTS, 6, 20):  # whole layer, one sentence per chunk, a few
         for data in (X, X.astype(np.float16)):
-            got = reference.exact_baseline(data, offsets, chunk_elements=chunk_elements)
+            got = exact_baseline.exact_baseline(data, offsets, chunk_elements=chunk_elements)
             want = expected if data.dtype == np.float64 else brute_force_baselines(data.astype(np.float64), offsets)
             np.testing.assert_allclose([got.cosine, got.cosine_between, got.cosine_uniform], want, rtol=0, atol=1e-12)
             assert (got.n_vectors, got.n_sentences) == (len(X) - 2, 7)
@@ -357,10 +359,10 @@ def test_exact_baseline_mev_is_the_mev_of_weight_replicated_rows(rng):
     X[offsets[3]] = 0.0  # a zero row is a point of the distribution (TruncatedSVD includes it)
     repeats = np.repeat(np.where(lengths > 0, 12 // np.maximum(lengths, 1), 0), lengths)
     replicated = np.repeat(X, repeats, axis=0)
-    got = reference.exact_baseline(X, offsets, chunk_elements=30)
+    got = exact_baseline.exact_baseline(X, offsets, chunk_elements=30)
     expected = sklearn_mevs(replicated)
     np.testing.assert_allclose([got.mev, got.mev_literal, got.mev_centered], expected, rtol=0, atol=1e-10)
-    cosines = reference.exact_baseline(X, offsets, with_mev=False, chunk_elements=30)
+    cosines = exact_baseline.exact_baseline(X, offsets, with_mev=False, chunk_elements=30)
     assert np.isnan([cosines.mev, cosines.mev_literal, cosines.mev_centered]).all()
     assert cosines.cosine == got.cosine
 
@@ -368,7 +370,7 @@ def test_exact_baseline_mev_is_the_mev_of_weight_replicated_rows(rng):
 def test_exact_baseline_mev_keeps_precision_on_near_duplicates(rng):
     X = near_duplicate_word(rng, 400, 64, 2000.0, True)
     offsets = np.arange(0, 401, 4)  # equal lengths: equal weights
-    got = reference.exact_baseline(X, offsets, chunk_elements=64 * 50)
+    got = exact_baseline.exact_baseline(X, offsets, chunk_elements=64 * 50)
     np.testing.assert_allclose([got.mev, got.mev_literal, got.mev_centered], sklearn_mevs(X), rtol=0, atol=SKLEARN_TOL)
 
 
@@ -378,7 +380,7 @@ def test_sampled_baseline_averages_to_the_exact_between_sentence_value(rng):
     come from different sentences."""
     lengths = rng.integers(1, 6, size=25)
     X, offsets = layer_with_sentences(rng, lengths, d=8, sentence_scale=1.0)
-    exact = reference.exact_baseline(X, offsets)
+    exact = exact_baseline.exact_baseline(X, offsets)
     m = len(lengths)
     expected = 1 / m + (1 - 1 / m) * exact.cosine_between
     draws = np.array([
@@ -391,9 +393,9 @@ def test_sampled_baseline_averages_to_the_exact_between_sentence_value(rng):
 
 
 def test_exact_baseline_without_rows():
-    empty = reference.exact_baseline(np.zeros((0, 4)), np.array([0, 0, 0]))
+    empty = exact_baseline.exact_baseline(np.zeros((0, 4)), np.array([0, 0, 0]))
     assert empty.n_sentences == 0 and np.isnan(empty.cosine) and np.isnan(empty.mev)
-    one = reference.exact_baseline(np.ones((1, 4)), np.array([0, 1]))
+    one = exact_baseline.exact_baseline(np.ones((1, 4)), np.array([0, 1]))
     assert one.n_vectors == 1 and np.isnan([one.cosine, one.cosine_between, one.cosine_uniform]).all()
     with pytest.raises(ValueError, match="sentence_offsets"):
-        reference.exact_baseline(np.ones((3, 4)), np.array([0, 2]))
+        exact_baseline.exact_baseline(np.ones((3, 4)), np.array([0, 2]))

@@ -14,12 +14,12 @@ import pandas as pd
 import pytest
 
 from conftest import PROJECT, STS_DIR, materialise, load_model
-from contextuality.measure.analysis import measure_model
+from contextuality.measure.combine import measure_model
 from contextuality.corpus.sts import read_release, release_files
 from contextuality.extraction.plan import build_occurrences
 from contextuality.store.files import open_complete
 from contextuality.corpus.words import word_index, word_table
-from conftest import extract_planned, gather_layers
+from conftest import extract_planned, gather_layers, measure_settings
 from workflow_runs import KILLED_MODEL, audited_smoke_run, interrupted_run
 
 
@@ -115,9 +115,10 @@ def two_batch_sizes(tmp_path_factory):
         layers = gather_layers([out / "shard.h5"], out / "units.parquet", out / "gathered")
         units = pd.read_parquet(out / "units.parquet")
         occurrences = build_occurrences(units, index, "word", 2, "occurrences", sentences)
+        settings = measure_settings(seed=3, intra_sentences="all", baseline_samples=20, bootstrap_resamples=0)
         measure_model(
-            layers, occurrences, out / "words.parquet", out / "layers.parquet", out / "pcs",
-            out / "context.csv", model="m", seed=3, intra_sentences="all", baseline_samples=20, bootstrap_resamples=0,
+            layers, occurrences, out / "words.parquet", out / "layers.parquet", out / "pcs", out / "context.csv",
+            settings, model="m", top_k=20,
         )
         runs[batch_size] = (out, layers)
     return runs

@@ -18,11 +18,13 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
 from conftest import PROJECT, job_counts, run_snakemake, write_config
-from contextuality.measure.analysis import combine_layers
+from contextuality.measure.combine import combine_layers
+from contextuality.measure.layer_result import LayerResult, LayerShape
 from contextuality.store.files import StoreError
 from contextuality.store.reader import check_layer, read_layer, read_manifest
 from workflow_runs import audited_smoke_run, failure, smoke_config_path
@@ -159,12 +161,13 @@ def test_a_layer_file_that_is_not_the_manifests_layer_stops_its_measurement(scra
 def test_measuring_a_layer_set_that_misses_a_layer_stops_naming_it(smoke):
     manifest = read_manifest(smoke / EMBEDDINGS / "manifest.json")
     shape = {"rows": manifest["rows"], "dim": manifest["dim"]}
-    records = [{"layer": layer, "_shape": shape} for layer in (0, 1, 3)]
+    results = [LayerResult({"layer": layer}, pd.DataFrame(), None, [], np.empty(0), LayerShape(**shape)) for layer in (0, 1, 3)]
     with pytest.raises(StoreError, match=r"manifest\.json: the model has layers 0-3 of \d+ rows x 32 dims, but layers \[2\] are missing"):
-        combine_layers(records, [], Path("w"), Path("l"), Path("c"), manifest=manifest, manifest_path="manifest.json")
-    records = [{"layer": layer, "_shape": {**shape, "rows": shape["rows"] - 1} if layer == 1 else shape} for layer in range(4)]
+        combine_layers(results, Path("w"), Path("l"), Path("c"), top_k=20, manifest=manifest, manifest_path="manifest.json")
+    shapes = {layer: LayerShape(**{**shape, "rows": shape["rows"] - 1} if layer == 1 else shape) for layer in range(4)}
+    results = [LayerResult({"layer": layer}, pd.DataFrame(), None, [], np.empty(0), shapes[layer]) for layer in range(4)]
     with pytest.raises(StoreError, match=r"layer 1 was measured on \d+ rows x 32 dims"):
-        combine_layers(records, [], Path("w"), Path("l"), Path("c"), manifest=manifest)
+        combine_layers(results, Path("w"), Path("l"), Path("c"), top_k=20, manifest=manifest)
     with pytest.raises(StoreError, match="layer 4 is out of range; the manifest lists layers 0-3"):
         check_layer(smoke / EMBEDDINGS / "layers" / "layer_03.h5", manifest, 4)
 

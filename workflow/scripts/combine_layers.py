@@ -1,19 +1,18 @@
 """Snakemake entry point: a model's per-layer results -> its words/layers/post-processing/rogue tables and
 context-specific words."""
-import json
 from pathlib import Path
 
 import pandas as pd
 
-from contextuality.measure.analysis import combine_layers
+from contextuality.measure.combine import combine_layers
+from contextuality.measure.layer_result import read_layer_results
 from contextuality.core.atomic import atomic_path
 from contextuality.core.runtime import setup_job_logging
 from contextuality.store.reader import read_manifest
 
 setup_job_logging(snakemake.log[0])
 combine_layers(
-    [json.loads(Path(path).read_text()) for path in snakemake.input.records],
-    [pd.read_parquet(path) for path in snakemake.input.words],
+    [read_layer_results(record, words) for record, words in zip(snakemake.input.records, snakemake.input.words)],
     Path(snakemake.output.words),
     Path(snakemake.output.layers_parquet),
     Path(snakemake.output.context_words),

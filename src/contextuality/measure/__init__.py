@@ -1,1 +1,1 @@
-"""Measurement: the paper's reference definitions, the geometry beyond it, and the fast one-read engine per layer."""
+"""Measurement: the paper's reference definitions, the geometry beyond it, the one-read engine per layer, the job."""
