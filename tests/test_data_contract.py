@@ -62,7 +62,7 @@ def _files(workdir: Path, pattern: str) -> list[Path]:
 
 def _actual(path: Path, kind: str) -> set[str]:
     if kind == "Columns":
-        table = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+        table = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path, sep="\t" if path.suffix == ".tsv" else ",")
         return set(table.columns)
     if kind == "Keys":
         return set(json.loads(path.read_text()))
@@ -85,7 +85,7 @@ def test_the_contract_lists_fields_for_every_output_format():
 def test_every_table_and_store_file_of_the_smoke_run_is_in_the_contract(smoke):
     patterns = [re.sub(r"\{[^}]+\}", "*", pattern) for pattern in named_paths()]
     written = [path.relative_to(smoke) for path in (smoke / "results").rglob("*")
-               if path.suffix in {".h5", ".parquet", ".csv", ".json"}]
+               if path.suffix in {".h5", ".parquet", ".csv", ".json", ".tsv"}]
     assert written
     unnamed = [str(path) for path in written if not any(path.match(pattern) for pattern in patterns)]
     assert unnamed == [], f"files the run writes but docs/data-contract.md does not describe: {unnamed}"

@@ -108,7 +108,7 @@ def test_hdf5_without_completion_marker_is_detected_not_read(interrupted_then_re
         read_layer(unmarked)
 
 
-def test_truncated_shard_in_a_run_stops_the_gather_naming_the_file(interrupted_then_resumed, tmp_path):
+def test_truncated_shard_in_a_run_stops_the_manifest_naming_the_file(interrupted_then_resumed, tmp_path):
     run = interrupted_then_resumed
     workdir = tmp_path / "copy"
     shutil.copytree(run["workdir"], workdir, symlinks=True)  # the shared run stays intact for other tests
