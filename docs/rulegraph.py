@@ -1,37 +1,44 @@
-"""The rule graph of the smoke run (random models: every layer file is known before the build), with the default run's download_model added."""
-import re, sys
-def parse(path):
-    text = open(path).read()
+"""The README's rule graph: the smoke run's (random models, so every layer file is known before any build),
+with the download that a packaged, hub, folder or ELMo model adds, taken from the default run's graph.
+
+    snakemake --rulegraph > /tmp/default.dot
+    snakemake --rulegraph --configfile config/smoke.yaml > /tmp/smoke.dot
+    python docs/rulegraph.py /tmp/default.dot /tmp/smoke.dot | dot -Tpng -Gdpi=100 -o docs/figures/rulegraph.png
+
+(``dot`` is Graphviz: ``apt-get install graphviz``.) The default run's own graph cannot show the per-layer
+rules: its models' layer counts are known only once they are built.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+
+def rule_graph(path: str) -> tuple[list[str], set[tuple[str, str]]]:
+    """The rules of a ``snakemake --rulegraph`` file, in its order, and its edges by rule name."""
+    text = open(path, encoding="utf-8").read()
     nodes = dict(re.findall(r'^\s*(\d+)\[label = "([^"]+)"', text, re.M))
     edges = {(nodes[a], nodes[b]) for a, b in re.findall(r"^\s*(\d+) -> (\d+)", text, re.M)}
     return list(nodes.values()), edges
-order, edges = [], set()
-for path in sys.argv[1:]:
-    names, found = parse(path)
-    order += [n for n in names if n not in order]
-    edges |= found
-# an edge implied through the other graph's missing rules (materialise_model -> static_scores stands for the
-# per-layer chain when the layer count is unknown) is dropped when a longer path in the union explains it
-def reachable(a, b, skip):
-    stack, seen = [a], set()
-    while stack:
-        x = stack.pop()
-        for (p, q) in edges:
-            if p == x and (p, q) != skip and q not in seen:
-                if q == b:
-                    return True
-                seen.add(q); stack.append(q)
-    return False
-# the smoke graph's edges are the real ones; the default graph adds the download of a packaged model
-smoke_names, smoke_edges = parse(sys.argv[2])
-edges = smoke_edges | {e for e in edges if "download_model" in e}
-ids = {n: i for i, n in enumerate(order)}
-print("digraph snakemake_rules {")
-print('    graph[bgcolor=white, margin=0];')
-print('    node[shape=box, style=rounded, fontname=sans, fontsize=10, penwidth=2, color="0.6 0.5 0.7"];')
-print('    edge[penwidth=2, color=grey];')
-for n in order:
-    print(f'    {ids[n]}[label = "{n}"];')
-for a, b in sorted(edges, key=lambda e: (ids[e[0]], ids[e[1]])):
-    print(f"    {ids[a]} -> {ids[b]}")
-print("}")
+
+
+def main(default_dot: str, smoke_dot: str) -> None:
+    default_rules, default_edges = rule_graph(default_dot)
+    rules, edges = rule_graph(smoke_dot)
+    rules += [rule for rule in default_rules if rule not in rules]
+    edges |= {edge for edge in default_edges if "download_model" in edge}
+    ids = {rule: number for number, rule in enumerate(rules)}
+    print("digraph snakemake_rules {")
+    print("    graph[bgcolor=white, margin=0];")
+    print('    node[shape=box, style=rounded, fontname=sans, fontsize=10, penwidth=2, color="0.6 0.5 0.7"];')
+    print("    edge[penwidth=2, color=grey];")
+    for rule in rules:
+        print(f'    {ids[rule]}[label = "{rule}"];')
+    for a, b in sorted(edges, key=lambda edge: (ids[edge[0]], ids[edge[1]])):
+        print(f"    {ids[a]} -> {ids[b]}")
+    print("}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
