@@ -82,7 +82,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    model = load_settings(yaml.safe_load(Path(args.config).read_text())).models[args.model]
+    settings = load_settings(yaml.safe_load(Path(args.config).read_text()))
+    model, policy = settings.models[args.model], settings.extraction.max_length_policy
     batch_size = model.batch_size
     root = args.model_dir or Path(layout.path(layout.MODEL_ROOT, model=args.model))
     record = json.loads((root / "source.json").read_text())
@@ -100,7 +101,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         synchronize(args.device)
         started = time.perf_counter()
-        plan = plan_model(loaded, sentences, words, indexing=indexing, tokenization=tokenization)
+        plan = plan_model(loaded, sentences, words, indexing=indexing, tokenization=tokenization, policy=policy)
         plan_s = time.perf_counter() - started
         extract.extract_shard(loaded, plan, Path(tmp) / "shard.h5", **options)
         pipeline_s = time.perf_counter() - started
@@ -126,7 +127,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         started = time.perf_counter()
-        plan_d = plan_model(loaded, sentences, words, indexing=indexing, tokenization=tokenization)
+        plan_d = plan_model(loaded, sentences, words, indexing=indexing, tokenization=tokenization, policy=policy)
         write_plan(plan_d, tmp / "tokens.parquet", tmp / "units.parquet")
         plan_job_s = time.perf_counter() - started
         synchronize(args.device)

@@ -127,7 +127,7 @@ def synchronize(device: str) -> None:
 def check_model(name: str, folder: Path, spec: dict, sentences, words, args, tmp: Path) -> list[dict]:
     record = record_of(folder, name)
     reference_model = loading.load(record, folder, "cpu", "float32", max_length=None, allow_pickle=False)
-    plan = plan_model(reference_model, sentences, words, indexing=spec["indexing"])
+    plan = plan_model(reference_model, sentences, words, indexing=spec["indexing"], tokenization="natural", policy="truncate")
     check = plan.slice(0, min(args.check_sentences, len(plan.sentence_ids)))
     reference_path = tmp / f"{name}-cpu.h5"
     extract.extract_shard(reference_model, check, reference_path, pooling=spec["pooling"], batch_size=args.batch_size,
@@ -139,7 +139,7 @@ def check_model(name: str, folder: Path, spec: dict, sentences, words, args, tmp
         out = tmp / f"{name}-{dtype}.h5"
         synchronize(args.device)
         started = time.perf_counter()
-        timed_plan = plan_model(loaded, sentences, words, indexing=spec["indexing"])
+        timed_plan = plan_model(loaded, sentences, words, indexing=spec["indexing"], tokenization="natural", policy="truncate")
         extract.extract_shard(loaded, timed_plan, out, pooling=spec["pooling"], batch_size=args.batch_size,
                               storage_dtype="float16", device=args.device, disk_factor=1.0, attrs={})
         pipeline_s = time.perf_counter() - started

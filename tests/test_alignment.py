@@ -62,7 +62,7 @@ def tokenizer(request, tmp_path_factory):
 def test_vectorised_alignment_equals_the_token_by_token_loop(tokenizer, indexing):
     sentences = pd.DataFrame({"sentence_id": range(len(SENTENCES)), "text": SENTENCES})
     words = word_table(sentences)
-    plan = alignment.plan_pieces(tokenizer, sentences, words, indexing=indexing, max_length=512)
+    plan = alignment.plan_pieces(tokenizer, sentences, words, indexing=indexing, max_length=512, policy="truncate")
     want = reference_alignment(tokenizer, SENTENCES, words, indexing)
     got = plan.units[want.columns].astype({"word_position": "int64", "token_first": "int64", "token_last": "int64"})
     if indexing == "word":  # a pure-space piece (byte-level BPE's lone 'Ġ') belongs to no word: the loop gave it
@@ -114,14 +114,14 @@ def test_a_piece_spanning_two_words_is_counted_as_a_loss_not_dropped_silently():
         texts[1]: ["I", "cannot", "go", "now", ",", "cannot", "I", "?"],
         texts[2]: ["It", "is", "a", "very", "long", "sentence", "indeed", "."],
     })
-    plan = alignment.plan_pieces(tokenizer, sentences, words, indexing="word", max_length=6)
+    plan = alignment.plan_pieces(tokenizer, sentences, words, indexing="word", max_length=6, policy="truncate")
     lost = plan.lost.sort_values(["sentence_id", "position"]).reset_index(drop=True)
     spanning = lost[lost["reason"] == "spanning"]
     assert list(zip(spanning["sentence_id"], spanning["position"])) == [(0, 2), (1, 2)]  # "not" after "can"
     truncated = lost[lost["reason"] == "truncated"]  # 6 tokens: [CLS] + 4 pieces + [SEP]
     assert list(zip(truncated["sentence_id"], truncated["position"])) == [(1, 5), (1, 6), (1, 7), (1, 8), (1, 9), (2, 4), (2, 5), (2, 6), (2, 7)]
     assert plan.truncated.tolist() == [False, True, True]
-    index = word_index(words, sentences, min_occurrences=1)
+    index = word_index(words, sentences, min_occurrences=1, count="occurrences")
     occurrences = build_occurrences(plan.units, index, "word", 1, "occurrences", sentences)
     losses = count_losses(plan, index, occurrences, "word")
     assert losses["sentences_truncated"] == 2 and losses["sentences_skipped"] == 0
@@ -141,9 +141,9 @@ def test_subword_truncation_counts_the_indexed_pieces_cut_off():
     sentences = pd.DataFrame({"sentence_id": range(2), "text": texts})
     words = word_table(sentences)
     tokenizer = PieceTokenizer({texts[0]: ["dog", "dog", "cat"], texts[1]: ["dog", "cat", "dog", "cat", "dog"]})
-    plan = alignment.plan_pieces(tokenizer, sentences, words, indexing="subword", max_length=4)  # 2 pieces kept
+    plan = alignment.plan_pieces(tokenizer, sentences, words, indexing="subword", max_length=4, policy="truncate")  # 2 pieces kept
     occurrences = build_occurrences(plan.units, None, "subword", 2, "occurrences", sentences)
-    losses = count_losses(plan, word_index(words, sentences, 1), occurrences, "subword")
+    losses = count_losses(plan, word_index(words, sentences, 1, "occurrences"), occurrences, "subword")
     # only "dog" keeps enough occurrences to be indexed: the two cut off in sentence 1 count
     assert set(occurrences["word"]) == {"dog"}
     assert losses["indexed_occurrences_lost"]["truncated"] == 2
@@ -153,15 +153,16 @@ def test_subword_truncation_counts_the_indexed_pieces_cut_off():
 def test_nothing_lost_gives_no_warning():
     sentences = pd.DataFrame({"sentence_id": [0], "text": ["dog cat"]})
     words = word_table(sentences)
-    plan = alignment.plan_pieces(PieceTokenizer({"dog cat": ["dog", "cat"]}), sentences, words, indexing="word", max_length=8)
-    index = word_index(words, sentences, 1)
+    plan = alignment.plan_pieces(PieceTokenizer({"dog cat": ["dog", "cat"]}), sentences, words, indexing="word", max_length=8,
+                                 policy="truncate")
+    index = word_index(words, sentences, 1, "occurrences")
     assert loss_warning("m", count_losses(plan, index, build_occurrences(plan.units, index, "word", 1, "occurrences", sentences), "word")) is None
 
 
 def test_a_shard_plan_is_a_slice_of_the_model_plan(tokenizer):
     sentences = pd.DataFrame({"sentence_id": range(len(SENTENCES)), "text": SENTENCES})
     words = word_table(sentences)
-    plan = alignment.plan_pieces(tokenizer, sentences, words, indexing="word", max_length=512)
+    plan = alignment.plan_pieces(tokenizer, sentences, words, indexing="word", max_length=512, policy="truncate")
     part = plan.slice(2, 5)
     assert part.first_row == plan.unit_offsets[2] and part.unit_offsets[0] == 0
     assert part.units["row"].tolist() == list(range(plan.unit_offsets[2], plan.unit_offsets[5]))
@@ -172,7 +173,8 @@ def test_plan_round_trips_through_its_files(tokenizer, tmp_path):
     from contextuality.extraction.plan import read_plan, write_plan
 
     sentences = pd.DataFrame({"sentence_id": range(len(SENTENCES)), "text": SENTENCES})
-    plan = alignment.plan_pieces(tokenizer, sentences, word_table(sentences), indexing="subword", max_length=512)
+    plan = alignment.plan_pieces(tokenizer, sentences, word_table(sentences), indexing="subword", max_length=512,
+                                 policy="truncate")
     write_plan(plan, tmp_path / "tokens.parquet", tmp_path / "units.parquet")
     for first, last in ((0, len(SENTENCES)), (1, 4), (3, 3)):
         read, want = read_plan(tmp_path / "tokens.parquet", tmp_path / "units.parquet", first, last), plan.slice(first, last)

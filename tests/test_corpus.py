@@ -22,7 +22,8 @@ TEST_YEARS = [2012, 2013, 2014, 2015, 2016]
 def bundled_sentences(tmp_path_factory) -> pd.DataFrame:
     folder = tmp_path_factory.mktemp("corpus")
     write_bundled_pairs(STS_DIR, TEST_YEARS, False, folder / "pairs.jsonl")
-    return build_corpus(folder / "sentences.parquet", source="bundled", pairs_jsonl=folder / "pairs.jsonl", years=TEST_YEARS)
+    return build_corpus(folder / "sentences.parquet", source="bundled", pairs_jsonl=folder / "pairs.jsonl", years=TEST_YEARS,
+                        include_2012_train=False, max_sentences=None, hub_revisions={})
 
 
 def test_scored_pairs_per_year_match_the_releases(bundled_sentences):

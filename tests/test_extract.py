@@ -191,7 +191,7 @@ def test_truncation_drops_the_tail_and_its_occurrences(tiny_model, corpus, tmp_p
     assert stats["truncated"] >= 3
     units = pd.read_parquet(tmp_path / "units.parquet").assign(row=lambda u: range(len(u)))
     assert units.groupby("sentence_id").size().max() <= 6
-    index = word_index(words, sentences, min_occurrences=2)
+    index = word_index(words, sentences, min_occurrences=2, count="occurrences")
     occurrences = build_occurrences(units, index, "word", 2, "occurrences", sentences)
     assert set(zip(occurrences["sentence_id"], occurrences["position"])) <= set(zip(units["sentence_id"], units["position"]))
     assert len(occurrences) < len(index)

@@ -319,7 +319,7 @@ def test_hub_corpus_missing_from_the_cache_is_one_line_naming_dataset_and_revisi
     code = (
         "from pathlib import Path\n"
         "from contextuality.corpus.sts import build_corpus\n"
-        "build_corpus(Path('s.parquet'), source='hub', years=[2014])\n"
+        "build_corpus(Path('s.parquet'), source='hub', years=[2014], include_2012_train=False, max_sentences=None, hub_revisions={})\n"
     )
     home = tmp_path / "empty-hf-home"
     result = python_lines(code, offline_env(home), tmp_path)

@@ -53,19 +53,20 @@ def test_threshold_counts_unique_contexts(sentences):
 
 
 def test_punctuation_is_never_indexed(sentences):
-    index = word_index(word_table(sentences), sentences, min_occurrences=1)
+    index = word_index(word_table(sentences), sentences, min_occurrences=1, count="occurrences")
     assert not set(index["word"]) & {".", ",", "!"}
 
 
 def test_unknown_count_mode_is_refused(sentences):
     with pytest.raises(ValueError, match="words.count is 'types'; allowed: occurrences, contexts"):
-        word_index(word_table(sentences), sentences, count="types")
+        word_index(word_table(sentences), sentences, min_occurrences=1, count="types")
 
 
 def test_build_writes_both_tables(tmp_path, sentences):
     sentences.to_parquet(tmp_path / "sentences.parquet")
     index = build_word_index(
-        tmp_path / "sentences.parquet", tmp_path / "words.parquet", tmp_path / "index.parquet", min_occurrences=4
+        tmp_path / "sentences.parquet", tmp_path / "words.parquet", tmp_path / "index.parquet", min_occurrences=4,
+        count="occurrences",
     )
     assert pd.read_parquet(tmp_path / "index.parquet").equals(index)
     assert len(pd.read_parquet(tmp_path / "words.parquet")) == 4 + 4 + 6 + 4 + 4 + 3

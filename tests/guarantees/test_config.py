@@ -209,10 +209,11 @@ def test_too_few_indexed_words_is_an_error_naming_the_settings_and_nothing_is_wr
     for min_occurrences, message in cases.items():
         with pytest.raises(WordIndexError, match=re.escape(message)):
             build_word_index(
-                tmp_path / "sentences.parquet", *out, min_occurrences=min_occurrences, corpus_settings=settings
+                tmp_path / "sentences.parquet", *out, min_occurrences=min_occurrences, count="occurrences",
+                corpus_settings=settings
             )
         assert not any(path.exists() for path in out)
-    assert build_word_index(tmp_path / "sentences.parquet", *out, min_occurrences=2)["word"].nunique() == 4
+    assert build_word_index(tmp_path / "sentences.parquet", *out, min_occurrences=2, count="occurrences")["word"].nunique() == 4
 
 
 NOTHING_TO_MEASURE = {
@@ -334,7 +335,7 @@ def test_more_shards_than_sentence_windows_gives_empty_shards_not_a_crash(tmp_pa
     loaded = load_model(record, tmp_path / "model" / "model", spec)
     bounds = [shard_bounds(len(sentences), 3, shard, WINDOW_BATCHES * 2) for shard in range(3)]
     assert [last - first for first, last in bounds] == [0, 0, 5]  # one window of sentences, three shards
-    plan = plan_model(loaded, sentences, words, indexing="word")
+    plan = plan_model(loaded, sentences, words, indexing="word", tokenization="natural", policy="truncate")
     plan.units.to_parquet(tmp_path / "units.parquet")
     paths = []
     for shard, (first, last) in enumerate(bounds):

@@ -111,8 +111,10 @@ def odd_corpus(tmp_path_factory):
     logger.setLevel(logging.INFO)
     try:
         write_bundled_pairs(sts, [2014], False, root / "pairs.jsonl")
-        sentences = build_corpus(root / "sentences.parquet", source="bundled", pairs_jsonl=root / "pairs.jsonl", years=[2014])
-        build_word_index(root / "sentences.parquet", root / "words.parquet", root / "index.parquet", min_occurrences=2)
+        sentences = build_corpus(root / "sentences.parquet", source="bundled", pairs_jsonl=root / "pairs.jsonl", years=[2014],
+                                 include_2012_train=False, max_sentences=None, hub_revisions={})
+        build_word_index(root / "sentences.parquet", root / "words.parquet", root / "index.parquet", min_occurrences=2,
+                         count="occurrences")
     finally:
         logger.removeHandler(handler)
     return sentences, root, "\n".join(records)

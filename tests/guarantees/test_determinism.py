@@ -103,7 +103,7 @@ def two_batch_sizes(tmp_path_factory):
     sentences = pd.DataFrame({"sentence_id": range(len(TEXTS)), "text": TEXTS})
     sentences.to_parquet(root / "sentences.parquet")
     words = word_table(sentences)
-    index = word_index(words, sentences, min_occurrences=2)
+    index = word_index(words, sentences, min_occurrences=2, count="occurrences")
     spec = {"source": "random", "architecture": "gpt2", "n_hidden_layers": 2, "hidden_size": 32, "vocab_size": 200}
     record = materialise("m", spec, root / "model", sentences_parquet=root / "sentences.parquet", seed=5)
     loaded = load_model(record, root / "model" / "model", spec)

@@ -43,7 +43,7 @@ def test_extraction_that_does_not_fit_on_disk_stops_with_the_numbers_before_writ
     out = tmp_path / "out"
     out.mkdir()
     words = word_table(sentences)
-    plan = plan_model(loaded, sentences, words, indexing="word")
+    plan = plan_model(loaded, sentences, words, indexing="word", tokenization="natural", policy="truncate")
     needed = len(plan.units) * 2 * 16 * 4  # units x layers (input + 1) x dims x float32 bytes
     with pytest.raises(DiskSpaceError) as caught:
         extract_shard(loaded, plan, out / "shard.h5", pooling="first", batch_size=2, storage_dtype="float32",
@@ -92,7 +92,7 @@ def test_a_disk_that_fills_mid_write_gives_one_line_and_leaves_nothing(tmp_path,
     spec = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 100}
     record = materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
     loaded = load_model(record, tmp_path / "model" / "model", spec)
-    plan = plan_model(loaded, sentences, word_table(sentences), indexing="word")
+    plan = plan_model(loaded, sentences, word_table(sentences), indexing="word", tokenization="natural", policy="truncate")
     import h5py
 
     calls = []

@@ -323,9 +323,9 @@ def build_corpus(
     source: str,
     pairs_jsonl: Path | None = None,
     years: list[int],
-    include_2012_train: bool = False,
-    max_sentences: int | None = None,
-    hub_revisions: dict[int, str] | None = None,
+    include_2012_train: bool,
+    max_sentences: int | None,
+    hub_revisions: dict[int, str],
 ) -> pd.DataFrame:
     """Write ``sentences.parquet`` from the chosen source and return it."""
     if source == "bundled":

@@ -88,7 +88,7 @@ def word_table(sentences: pd.DataFrame) -> pd.DataFrame:
 
 
 def word_index(
-    words: pd.DataFrame, sentences: pd.DataFrame, min_occurrences: int = 5, count: str = "occurrences"
+    words: pd.DataFrame, sentences: pd.DataFrame, min_occurrences: int, count: str
 ) -> pd.DataFrame:
     """The indexed occurrences: non-punctuation words that pass the threshold.
 
@@ -143,7 +143,7 @@ def check_enough_words(
 
 
 def build_word_index(
-    sentences_parquet: Path, out_words: Path, out_index: Path, *, min_occurrences: int = 5, count: str = "occurrences",
+    sentences_parquet: Path, out_words: Path, out_index: Path, *, min_occurrences: int, count: str,
     corpus_settings: dict | None = None,
 ) -> pd.DataFrame:
     """Write ``words.parquet`` (every token) and ``word_index.parquet`` (the indexed occurrences).

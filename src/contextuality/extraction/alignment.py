@@ -156,8 +156,8 @@ def _piece_words(texts: list[str], offsets_flat: np.ndarray, token_sentence: np.
 
 
 def plan_pieces(
-    tokenizer, sentences: pd.DataFrame, words: pd.DataFrame, *, indexing: str, max_length: int,
-    policy: str = "truncate", name: str = "",
+    tokenizer, sentences: pd.DataFrame, words: pd.DataFrame, *, indexing: str, max_length: int, policy: str,
+    name: str = "",
 ) -> Plan:
     """The plan of a Hugging Face model: its pieces of every sentence, aligned to spaCy words.
 
@@ -279,8 +279,7 @@ def plan_words(sentences: pd.DataFrame, words: pd.DataFrame, *, max_length: int 
 
 
 def plan_faithful(
-    tokenizer, sentences: pd.DataFrame, words: pd.DataFrame, *, max_length: int, policy: str = "truncate",
-    name: str = "",
+    tokenizer, sentences: pd.DataFrame, words: pd.DataFrame, *, max_length: int, policy: str, name: str = "",
 ) -> Plan:
     """The paper's GPT-2 input (``tokenization: faithful``): spaCy tokens looked up bare, word i read at position i.
 

@@ -25,8 +25,8 @@ log = logging.getLogger(__name__)
 
 
 def plan_model(
-    model, sentences: pd.DataFrame, words: pd.DataFrame, *, indexing: str, tokenization: str = "natural",
-    policy: str = "truncate", max_length: int | None = None,
+    model, sentences: pd.DataFrame, words: pd.DataFrame, *, indexing: str, tokenization: str, policy: str,
+    max_length: int | None = None,
 ) -> Plan:
     """The plan of ``model``: anything with ``tokenizer`` and ``max_length`` (a loaded Hugging Face model), or a
     model that reads spaCy words (ELMo, or None)."""
