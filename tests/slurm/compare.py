@@ -102,6 +102,8 @@ def check_outputs(local: Path, slurm: Path) -> None:
     for rel in sorted(files_local):
         if rel.suffix in IMAGE_SUFFIXES:
             kinds["figures (exist)"] += 1
+        elif rel.parts[1] == "benchmarks":  # results/benchmarks/: each job's own timings, which no two runs share
+            kinds["timings (exist)"] += 1
         elif rel.suffix == ".h5":
             h5_equal(local / rel, slurm / rel)
             kinds["HDF5 (equal datasets and attrs)"] += 1
