@@ -137,3 +137,22 @@ def extract_planned(loaded, sentences, words, out_dir: Path, *, indexing: str = 
     )
     plan.units.to_parquet(out_dir / "units.parquet", index=False)
     return plan, stats
+
+
+def measure_model(layer_paths: dict, occurrences, out_words: Path, out_layers: Path, out_pcs_dir: Path,
+                  out_context_words: Path, settings, *, model: str, top_k: int, out_postprocess: Path | None = None,
+                  out_rogue: Path | None = None) -> None:
+    """What the workflow's measure_layer jobs and combine_layers do for one model, in one process: the same
+    tables, and the PC vectors in ``out_pcs_dir/layer_{LL}.txt``."""
+    from contextuality.measure.combine import combine_layers
+    from contextuality.measure.layer_job import OccurrenceIndex, measure_layer
+    from contextuality.static.embeddings import write_embedding_text
+
+    index = OccurrenceIndex(occurrences)
+    results = []
+    Path(out_pcs_dir).mkdir(parents=True, exist_ok=True)
+    for layer in sorted(layer_paths):
+        results.append(measure_layer(Path(layer_paths[layer]), layer, index, settings, model=model))
+        write_embedding_text(Path(out_pcs_dir) / f"layer_{layer:02d}.txt", index.words, results[-1].pcs)
+    combine_layers(results, out_words, out_layers, out_context_words, top_k=top_k, out_postprocess=out_postprocess,
+                   out_rogue=out_rogue)  # fmt: skip

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import measure_settings
+from conftest import measure_model, measure_settings
 from contextuality.measure import combine
 from contextuality.measure import layer_job
 from contextuality.measure import layer_result
@@ -68,7 +68,7 @@ def run(paths, occurrences, out, seed=0, out_postprocess=None, out_rogue=None, *
     }  # fmt: skip
     settings = measure_settings(seed=seed, **{"intra_sentences": 20, "baseline_samples": 30, "bootstrap_resamples": 200,
                                               **metrics})  # fmt: skip
-    combine.measure_model(paths, occurrences, **outputs, settings=settings, model="fake", top_k=2,
+    measure_model(paths, occurrences, **outputs, settings=settings, model="fake", top_k=2,
                           out_postprocess=out_postprocess, out_rogue=out_rogue)  # fmt: skip
     return outputs
 

@@ -14,12 +14,11 @@ import pandas as pd
 import pytest
 
 from conftest import PROJECT, STS_DIR, materialise, load_model
-from contextuality.measure.combine import measure_model
 from contextuality.corpus.sts import read_release, release_files
 from contextuality.extraction.plan import build_occurrences
 from contextuality.store.files import open_complete
 from contextuality.corpus.words import word_index, word_table
-from conftest import extract_planned, gather_layers, measure_settings
+from conftest import extract_planned, gather_layers, measure_model, measure_settings
 from workflow_runs import KILLED_MODEL, audited_smoke_run, interrupted_run
 
 

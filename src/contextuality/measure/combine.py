@@ -1,4 +1,4 @@
-"""A model's tables from its layers' results (``combine_layers``), and all of it in one process (``measure_model``).
+"""A model's tables from its layers' results (``combine_layers``).
 
 ``combine_layers`` checks that the per-layer results (``LayerResult``) cover exactly the manifest's
 layers and writes the model's words, layers, post-processing and rogue-dimension tables and its most and
@@ -7,26 +7,16 @@ least context-specific words (docs/data-contract.md).
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
 
 from contextuality.core.atomic import atomic_path
-from contextuality.measure.layer_job import OccurrenceIndex, measure_layer
 from contextuality.measure.layer_result import LAYER_COLUMNS, POSTPROCESS_COLUMNS, WORD_COLUMNS, LayerResult
 from contextuality.measure.panel import GEOMETRY_TEXT_COLUMNS
-from contextuality.static.embeddings import write_embedding_text
 from contextuality.store.reader import check_layer_set
 
-if TYPE_CHECKING:  # settings.py reaches snakemake (load_settings), which the jobs' environment lacks
-    from contextuality.core.settings import MeasureSettings
-
-LOG = logging.getLogger(__name__)
 
 ROGUE_COLUMNS = ["model", "layer", "dimension", "rank", "contribution", "share"]
 CONTEXT_WORD_COLUMNS = ["rank", "kind", "word", "mean_self_similarity", "n"]
@@ -108,37 +98,3 @@ def _context_specific_words(words: pd.DataFrame, top_k: int) -> pd.DataFrame:
     least = ordered.iloc[::-1].head(top_k).assign(kind="least_context_specific")
     table = pd.concat([most.assign(rank=np.arange(1, len(most) + 1)), least.assign(rank=np.arange(1, len(least) + 1))])
     return table[CONTEXT_WORD_COLUMNS].reset_index(drop=True)
-
-
-def measure_model(
-    layer_paths: Mapping[int, Path],
-    occurrences: pd.DataFrame,
-    out_words: Path,
-    out_layers: Path,
-    out_pcs_dir: Path,
-    out_context_words: Path,
-    settings: MeasureSettings,
-    *,
-    model: str,
-    top_k: int,
-    out_postprocess: Path | None = None,
-    out_rogue: Path | None = None,
-    log: logging.Logger = LOG,
-) -> None:
-    """Every layer of one model in one process, with the same outputs as the workflow's per-layer jobs.
-
-    For tests (and Python callers). PC vectors go to ``out_pcs_dir/layer_{LL}.txt``.
-    """
-    if not layer_paths:
-        raise ValueError(f"{model}: no layer files to measure")
-    index = OccurrenceIndex(occurrences)
-    log.info("%s: %d words, %d occurrences, layers %s", model, len(index.words), len(index.rows), sorted(layer_paths))
-    results = []
-    out_pcs_dir = Path(out_pcs_dir)
-    out_pcs_dir.mkdir(parents=True, exist_ok=True)
-    for layer in tqdm(sorted(layer_paths), desc=f"measure {model}", unit="layer", mininterval=5):
-        result = measure_layer(Path(layer_paths[layer]), layer, index, settings, model=model, log=log)
-        results.append(result)
-        write_embedding_text(out_pcs_dir / f"layer_{layer:02d}.txt", index.words, result.pcs)
-    combine_layers(results, out_words, out_layers, out_context_words, top_k=top_k, out_postprocess=out_postprocess,
-                   out_rogue=out_rogue)  # fmt: skip

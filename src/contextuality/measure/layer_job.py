@@ -18,13 +18,14 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from contextuality.core.runtime import collection_paused
+from contextuality.core.settings import MeasureSettings
 from contextuality.measure.exact_baseline import ExactBaseline
 from contextuality.measure.layer_pass import (
     LayerPass, cosine_pass, exact_baseline_from_pass, layer_pass, make_transform, rogue_summary,
@@ -40,9 +41,6 @@ from contextuality.measure.word_pcs import DEGENERATE_FLOOR, STORAGE_EPSILON, de
 from contextuality.measure.word_stats import WordStats, word_stats
 from contextuality.store.files import StoreError
 from contextuality.store.reader import LayerReader, check_layer
-
-if TYPE_CHECKING:  # settings.py reaches snakemake (load_settings), which the jobs' environment lacks
-    from contextuality.core.settings import MeasureSettings
 
 LOG = logging.getLogger(__name__)
 
