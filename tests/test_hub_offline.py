@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -244,6 +245,60 @@ def test_a_cached_weights_file_that_does_not_match_its_blob_name_is_refused(hf_h
         f"in the Hugging Face cache does not match its sha256 {blob.name} (the cache is damaged)"
     ), last
     assert storage.is_dir() and not (tmp_path / "m" / "model").exists()
+
+
+def materialise_offline(home: Path, workdir: Path, key: str, model_id: str, revision: str):
+    """materialise() of a hub model in a process of its own, offline, with the Hugging Face cache ``home``."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    code = (
+        "from pathlib import Path\n"
+        f"import sys; sys.path.insert(0, {str(PROJECT / 'tests')!r})\n"
+        "from conftest import materialise\n"
+        f"materialise({key!r}, {{'source': 'hub', 'id': {model_id!r}, 'revision': {revision!r}}}, Path('m'))\n"
+    )
+    return python_lines(code, offline_env(home), workdir)
+
+
+def test_a_cached_config_that_does_not_match_its_blob_name_is_refused(hf_home, tmp_path):
+    """Not only the weights: config.json and the tokenizer's files are checked against their blobs (git sha1)."""
+    home = tmp_path / "hf-home"
+    cached = folder_files(hf_home / "hub" / f"models--{BERT_ID.replace('/', '--')}" / "snapshots" / BERT_REV)
+    add_snapshot(home / "hub", "model", BERT_ID, BERT_REV, cached)
+    blob = blob_of(home / "hub", BERT_ID, BERT_REV, "config.json")
+    assert blob.name == git_blob_id(blob.read_bytes())
+    blob.write_text(blob.read_text().replace("{", '{"num_hidden_layers": 1, ', 1))  # still valid JSON, another model
+    result = materialise_offline(home, tmp_path, "tiny-bert", BERT_ID, BERT_REV)
+    assert result.returncode != 0, failure(result)
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == (
+        f"contextuality.models.loading.ModelError: model 'tiny-bert' (source hub, {BERT_ID} @ {BERT_REV}): config.json "
+        f"in the Hugging Face cache does not match its git blob sha1 {blob.name} (the cache is damaged); delete {blob} "
+        f"and {blob.parent.parent / 'snapshots' / BERT_REV} and download it again"
+    ), last
+
+
+def test_a_cache_copied_without_its_links_is_still_checked(hf_home, tmp_path):
+    """``cp -rL`` (or ``scp -r``, ``rsync`` without ``-l``) leaves plain files in the snapshot: each must still be
+    one of the repository's blobs, so an edited file is refused, and an intact copy used."""
+    repo = f"models--{BERT_ID.replace('/', '--')}"
+    home = tmp_path / "hf-home"
+    shutil.copytree(hf_home / "hub" / repo, home / "hub" / repo, symlinks=False)  # what cp -rL does
+    snapshot = home / "hub" / repo / "snapshots" / BERT_REV
+    assert not any(path.is_symlink() for path in snapshot.iterdir())
+    intact = materialise_offline(home, tmp_path / "intact", "tiny-bert", BERT_ID, BERT_REV)
+    assert intact.returncode == 0, failure(intact)
+    config = snapshot / "config.json"
+    config.write_text(config.read_text().replace("{", '{"num_hidden_layers": 1, ', 1))
+    result = materialise_offline(home, tmp_path / "edited", "tiny-bert", BERT_ID, BERT_REV)
+    assert result.returncode != 0, failure(result)
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == (
+        f"contextuality.models.loading.ModelError: model 'tiny-bert' (source hub, {BERT_ID} @ {BERT_REV}): {config} in "
+        "the Hugging Face cache is a plain file, not a link to a blob (a cache copied without its links), and its sha256 "
+        f"and git blob sha1 name no blob in {home / 'hub' / repo / 'blobs'}: it is not the hub's file (edited or damaged); "
+        "copy the cache with its links (cp -a, rsync -a), or delete that snapshot folder and download it again"
+    ), last
+    assert not (tmp_path / "edited" / "m" / "model").exists()
 
 
 # --------------------------------------------------------------------------------------------------
