@@ -168,7 +168,7 @@ def _edit_config(folder: Path, **changes) -> None:
 @pytest.mark.parametrize("changes, refusal", [
     ({"n_layer": 5}, r"24 parameter\(s\) missing from the weights \(transformers would initialise them at random\): "
                      r"h\.3\.attn\.c_attn\.bias, h\.3\.attn\.c_attn\.weight, .* and 19 more"),
-    ({"n_layer": 2}, r"11 parameter\(s\) in the weights but not in the architecture config\.json describes: h\.2\."),
+    ({"n_layer": 2}, r"11 parameter\(s\) in the weights, of modules the architecture config\.json describes lacks: h\.2\."),
     ({"n_positions": 64}, r"1 parameter\(s\) of another shape: wpe\.weight \[128, 16\] in the weights, \[64, 16\] in config\.json"),
 ])
 def test_weights_that_do_not_fill_the_architecture_are_refused_when_built(gpt2_folder, tmp_path, changes, refusal):
@@ -190,6 +190,17 @@ def test_a_task_head_beside_the_base_model_is_recorded_not_refused(gpt2_folder, 
     head.save_pretrained(gpt2_folder)
     record = materialise("m", {"source": "path", "path": str(gpt2_folder)}, tmp_path / "m")
     assert record["unused_weights"] == ["lm_head.weight"] and record["n_layers"] == 4
+
+
+def test_a_stale_tensor_of_a_module_the_model_has_is_recorded_not_refused(gpt2_folder, tmp_path):
+    """Old GPT-2 checkpoints hold each block's attention mask (``attn.masked_bias``), a buffer newer code computes."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    tensors = {**load_file(gpt2_folder / "model.safetensors"), "h.0.attn.masked_bias": torch.tensor(-1e4)}
+    save_file(tensors, gpt2_folder / "model.safetensors", metadata={"format": "pt"})
+    record = materialise("m", {"source": "path", "path": str(gpt2_folder)}, tmp_path / "m")
+    assert record["unused_weights"] == ["h.0.attn.masked_bias"]
 
 
 def test_a_safetensors_file_with_a_corrupt_header_is_refused_when_built(hf_folder, tmp_path):

@@ -86,10 +86,12 @@ def check_weights_load(key: str, hf_dir: Path, allow_pickle: bool, origin: str) 
 
     transformers initialises at random every parameter the weights lack or hold in another shape, and
     drops those it has no place for, noting it only in a log; each extraction job would then draw other
-    random values. From its loading report: missing and mismatched parameters refuse. Unexpected ones
-    refuse when they lie inside the base model's own modules (its embeddings and blocks: config.json and
-    the weights disagree); those of a task head outside the base model (BERT's ``cls.*``, an untied
-    ``lm_head``), which the hidden states never use, are returned, to be recorded in ``source.json``.
+    random values. From its loading report: missing and mismatched parameters refuse. An unexpected
+    tensor refuses when it belongs inside the base model to a module the architecture lacks (a block
+    beyond config.json's layer count: config.json and the weights disagree). The others are returned,
+    to be recorded in ``source.json``: those of a task head outside the base model (BERT's ``cls.*``, an
+    untied ``lm_head``) and stale extras of modules the model has (an old checkpoint's attention mask),
+    which the hidden states never use.
     ``origin``: where the folder came from (the messages name it, not the folder being built).
     """
     from transformers import AutoModel
@@ -105,17 +107,19 @@ def check_weights_load(key: str, hf_dir: Path, allow_pickle: bool, origin: str) 
         reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise ModelError(f"model '{key}' ({origin}): transformers cannot load it ({type(err).__name__}: {reason}); "
                          "fix or replace the model's files") from None  # fmt: skip
-    own = {name for name, _ in model.named_children()}
+    own, modules = {name for name, _ in model.named_children()}, {name for name, _ in model.named_modules()}
     prefix = f"{model.base_model_prefix}."
-    inside, head = [], []
+    inside, unused = [], []
     for name in sorted(info["unexpected_keys"]):
-        (inside if name.removeprefix(prefix).split(".")[0] in own else head).append(name)
+        path = name.removeprefix(prefix)
+        lacking = path.split(".")[0] in own and path.rpartition(".")[0] not in modules
+        (inside if lacking else unused).append(name)
     mismatched = [f"{name} {list(stored)} in the weights, {list(wanted)} in config.json"
                   for name, stored, wanted in sorted(info["mismatched_keys"], key=lambda item: item[0])]
     problems = [
         ("missing from the weights (transformers would initialise them at random)", sorted(info["missing_keys"])),
         ("of another shape", mismatched),
-        ("in the weights but not in the architecture config.json describes", inside),
+        ("in the weights, of modules the architecture config.json describes lacks", inside),
     ]
     problems = [f"{len(names)} parameter(s) {what}: {_first(names)}" for what, names in problems if names]
     if problems:
@@ -123,7 +127,7 @@ def check_weights_load(key: str, hf_dir: Path, allow_pickle: bool, origin: str) 
             f"model '{key}' ({origin}): its weights do not match the architecture ({type(model).__name__}) its "
             f"config.json describes: {'; '.join(problems)}; use a config.json that matches the weights, or another model"
         )
-    return head
+    return unused
 
 
 def check_safetensors_file(key: str, path: Path, origin: str) -> None:
