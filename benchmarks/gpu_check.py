@@ -103,7 +103,8 @@ def smollm2_folder(given: Path, folder: Path) -> tuple[Path, str]:
 
 def record_of(folder: Path, key: str) -> dict:
     files = loading.weight_files(folder)
-    return {"key": key, "source": "path", "weights": [f.name for f in files], "weights_sha256": loading.weights_digest(files)}
+    return {"key": key, "source": "path", "weights": [f.name for f in files], "weights_sha256": loading.weights_digest(files),
+            "files": loading.file_digests(folder)}  # what the build records; every load checks it
 
 
 def stored(path: Path, n_layers: int, rows: slice) -> np.ndarray:
