@@ -213,8 +213,9 @@ def build(key: str, settings: BuildSettings, model_dir: Path, *, download_dir: P
 
     The folder is a Hugging Face folder, or ELMo's options and weights files. Returns the record
     written to ``source.json``: provenance, the weights' names, size and sha256, the sha256 of every file
-    of the folder (``files``), and the model's shape (layers returned, input layer included; vector size). It holds no path: every job is given the
-    folder as a declared input.
+    of the folder (``files``), and the model's shape (layers returned, input layer included; vector size).
+    A Hugging Face folder is loaded once in full first (``_hf_record``). The record holds no path: every
+    job is given the folder as a declared input.
     """
     source = SOURCES[settings.source]
     record = {"key": key, "source": source.name, "licence": "see the model card"}
