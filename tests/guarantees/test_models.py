@@ -168,7 +168,7 @@ def _edit_config(folder: Path, **changes) -> None:
 @pytest.mark.parametrize("changes, refusal", [
     ({"n_layer": 5}, r"24 parameter\(s\) missing from the weights \(transformers would initialise them at random\): "
                      r"h\.3\.attn\.c_attn\.bias, h\.3\.attn\.c_attn\.weight, .* and 19 more"),
-    ({"n_layer": 2}, r"11 parameter\(s\) in the weights, of modules the architecture config\.json describes lacks: h\.2\."),
+    ({"n_layer": 2}, r"11 parameter\(s\) in the weights for modules that the architecture in config\.json lacks: h\.2\."),
     ({"n_positions": 64}, r"1 parameter\(s\) of another shape: wpe\.weight \[128, 16\] in the weights, \[64, 16\] in config\.json"),
 ])
 def test_weights_that_do_not_fill_the_architecture_are_refused_when_built(gpt2_folder, tmp_path, changes, refusal):

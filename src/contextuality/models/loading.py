@@ -119,7 +119,7 @@ def check_weights_load(key: str, hf_dir: Path, allow_pickle: bool, origin: str) 
     problems = [
         ("missing from the weights (transformers would initialise them at random)", sorted(info["missing_keys"])),
         ("of another shape", mismatched),
-        ("in the weights, of modules the architecture config.json describes lacks", inside),
+        ("in the weights for modules that the architecture in config.json lacks", inside),
     ]
     problems = [f"{len(names)} parameter(s) {what}: {_first(names)}" for what, names in problems if names]
     if problems:
