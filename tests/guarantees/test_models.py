@@ -313,3 +313,23 @@ def test_an_elmo_options_file_changed_after_the_build_is_refused_before_extracti
     options.write_text(options.read_text().replace("{", '{"edited": 1, ', 1))
     with pytest.raises(ModelError, match=rf"^model 'elmo': {options} changed since the model was built"):
         load_for_extraction("elmo", load_settings({"models": {"elmo": spec}}).shard("elmo"), record, options.parent, "cpu")
+
+
+@pytest.mark.slow
+def test_a_half_random_model_stops_the_run_in_its_build_job_with_one_line(gpt2_folder, tmp_path):
+    """The workflow's own jobs: materialise_model refuses (no traceback), and no plan or extraction job runs."""
+    import yaml
+
+    from conftest import run_snakemake, with_absolute_data_paths, write_config
+
+    _edit_config(gpt2_folder, n_layer=5)  # the issue's case: tiny-gpt2's 3 blocks, config.json raised to 5
+    config = with_absolute_data_paths(yaml.safe_load((PROJECT / "config" / "smoke.yaml").read_text()))
+    config["models"] = {"half": {"source": "path", "path": str(gpt2_folder)}}
+    result = run_snakemake(tmp_path, "resources/models/half/source.json", "--cores", "1",
+                           configfile=write_config(tmp_path / "c.yaml", config), timeout=600)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "Traceback" not in output, output
+    assert (f"model 'half' (source path, {gpt2_folder}): its weights do not match the architecture (GPT2Model) its "
+            "config.json describes: 24 parameter(s) missing from the weights") in output, output
+    assert not (tmp_path / "resources/models/half/model").exists() and not (tmp_path / "results/embeddings").exists()

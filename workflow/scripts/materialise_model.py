@@ -1,18 +1,20 @@
 """Snakemake entry point: a model's download (or, for 'random', the corpus) -> its model folder + source.json."""
 from pathlib import Path
 
-from contextuality.core.runtime import setup_job_logging
+from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.core.settings import BuildSettings, Settings, from_params
+from contextuality.models.loading import ModelError
 from contextuality.models.sources import build, write_source_record
 
 setup_job_logging(snakemake.log[0])
-record = build(
-    snakemake.wildcards.model,
-    from_params(BuildSettings, snakemake.params.build),
-    Path(snakemake.output.model),
-    download_dir=Path(snakemake.input.download) if snakemake.input.download else None,
-    sentences_parquet=Path(snakemake.input.sentences) if snakemake.input.sentences else None,
-    # how much free disk to insist on changes no output: a setting, not a param
-    disk_factor=Settings.from_config(snakemake.config).extraction.min_free_disk_factor,
-)
-write_source_record(record, Path(snakemake.output.record))
+with expected_errors(ModelError):
+    record = build(
+        snakemake.wildcards.model,
+        from_params(BuildSettings, snakemake.params.build),
+        Path(snakemake.output.model),
+        download_dir=Path(snakemake.input.download) if snakemake.input.download else None,
+        sentences_parquet=Path(snakemake.input.sentences) if snakemake.input.sentences else None,
+        # how much free disk to insist on changes no output: a setting, not a param
+        disk_factor=Settings.from_config(snakemake.config).extraction.min_free_disk_factor,
+    )
+    write_source_record(record, Path(snakemake.output.record))
