@@ -34,6 +34,7 @@ from contextuality.extraction.plan import read_plan
 from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import WINDOW_BATCHES, ShardSettings
 from contextuality.extraction.devices import choose_device
+from contextuality.store import provenance
 from contextuality.store.files import create_checked
 from contextuality.extraction.writer import DeviceBlock, HostBlock, ShardWriter, chunk_cache_bytes
 
@@ -386,6 +387,8 @@ def run_extraction_job(
         # the last hidden state of a pre-norm decoder has passed its final norm; the others have not
         "final_norm": "" if isinstance(loaded, ElmoModel) else loading.final_norm(loaded.model),
         "versions": json.dumps(package_versions(), sort_keys=True),
+        # what every shard of the model must share, checked by the manifest and every reader
+        "provenance": provenance.encode(provenance.shard_provenance(model_key, settings, record_path, tokens_path, units_path)),
     }
     try:
         return extract_shard(

@@ -177,7 +177,7 @@ def _mev_masked(settings: MeasureSettings, layer: int) -> bool:
 def _read_checked(path: Path, index: OccurrenceIndex, settings: MeasureSettings, manifest, units, work) -> _Layer:
     """The one read of the layer (in the compute dtype: every stored value is exact in it), checked against
     the occurrences, the manifest and the units; its storage format's tolerance; the sampled sentences."""
-    with LayerReader(path) as reader:
+    with LayerReader(path, manifest) as reader:  # with a manifest, its provenance and shards checked too
         stored_dtype = reader.dtype
         wanted = None if np.dtype(work).itemsize < stored_dtype.itemsize else work
         stored, offsets, attrs = reader.rows(dtype=wanted), reader.offsets, dict(reader.handle.attrs)
