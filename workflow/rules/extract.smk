@@ -74,9 +74,11 @@ rule manifest:
 
 
 rule layer_file:
-    # A few kB: HDF5 virtual dataset over the shards' layer_{layer} datasets, plus offsets and attributes.
+    # A few kB: HDF5 virtual dataset over the shards' layer_{layer} datasets, plus offsets and attributes
+    # (the shards' provenance, checked against the manifest's).
     input:
         shards=expand_shards(layout.SHARD),
+        manifest=rules.manifest.output.manifest,
     output:
         layer=layout.LAYER_FILE,
     log:

@@ -3,8 +3,10 @@ from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.store.files import StoreError
+from contextuality.store.reader import read_manifest
 from contextuality.store.views import write_layer_file
 
 setup_job_logging(snakemake.log[0])
 with expected_errors(StoreError):
-    write_layer_file([Path(path) for path in snakemake.input.shards], int(snakemake.wildcards.layer), Path(snakemake.output.layer))
+    write_layer_file([Path(path) for path in snakemake.input.shards], int(snakemake.wildcards.layer),
+                     Path(snakemake.output.layer), read_manifest(snakemake.input.manifest), snakemake.input.manifest)

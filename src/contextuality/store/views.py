@@ -22,11 +22,13 @@ log = logging.getLogger(__name__)
 SHARD_HINT = "delete the shard and rerun snakemake to extract it again"
 
 
-def _shard_table(shard_paths: list[Path], expected: dict | None = None) -> tuple[dict, np.ndarray, np.ndarray, list[int]]:
+def _shard_table(shard_paths: list[Path], expected: dict | None = None, against: str | None = None
+                 ) -> tuple[dict, np.ndarray, np.ndarray, list[int]]:
     """Attributes shared by the shards, gathered offsets and ids, and each shard's row count.
 
-    Every shard's provenance must equal ``expected`` (what the run would extract now) or, without it, the
-    first shard's; and the shards must be shards 0..n-1 of n, in order (checked whenever they record it).
+    Every shard's provenance must equal ``expected`` (held by ``against``; None: what the run would
+    extract now) or, without it, the first shard's; and the shards must be shards 0..n-1 of n, in order
+    (checked whenever they record it, always with ``expected``).
     """
     offsets, ids, rows, start, attrs = [np.zeros(1, dtype=np.int64)], [], [], 0, None
     for position, path in enumerate(shard_paths):
@@ -38,7 +40,7 @@ def _shard_table(shard_paths: list[Path], expected: dict | None = None) -> tuple
                                  f"{shard_paths[0]} has {attrs['n_layers']} x {attrs['dim']}; {REBUILD_HINT}")
             found = provenance.read(shard.attrs, path)
             if expected is not None:
-                provenance.refuse_mismatch(path, found, expected, None, SHARD_HINT)
+                provenance.refuse_mismatch(path, found, expected, against, SHARD_HINT)
             else:
                 provenance.refuse_mismatch(path, found, provenance.read(attrs, shard_paths[0]), str(shard_paths[0]), SHARD_HINT)
             _check_shard_index(path, shard.attrs, position, len(shard_paths), required=expected is not None)
@@ -108,10 +110,14 @@ def write_manifest(shard_paths: list[Path], units_path: Path, out_manifest: Path
     return manifest
 
 
-def write_layer_file(shard_paths: list[Path], layer: int, out_path: Path) -> None:
-    """One layer's file: a virtual ``vectors`` dataset over the shards, plus offsets, ids and attributes."""
+def write_layer_file(shard_paths: list[Path], layer: int, out_path: Path, manifest: dict | None = None,
+                     manifest_path: Path | str = "manifest.json") -> None:
+    """One layer's file: a virtual ``vectors`` dataset over the shards, plus offsets, ids and attributes.
+
+    With the model's ``manifest``, every shard must record its provenance (the layer file copies it)."""
     shard_paths = [Path(path) for path in shard_paths]
-    attrs, offsets, sentence_ids, rows = _shard_table(shard_paths)
+    expected = None if manifest is None else manifest["provenance"]
+    attrs, offsets, sentence_ids, rows = _shard_table(shard_paths, expected, str(manifest_path))
     n_layers, dim, dtype = int(attrs["n_layers"]), int(attrs["dim"]), np.dtype(str(attrs["dtype"]))
     if not 0 <= layer < n_layers:
         raise StoreError(f"layer {layer} is out of range: the shards hold layers 0-{n_layers - 1}")
