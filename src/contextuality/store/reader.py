@@ -65,9 +65,10 @@ class Manifest(dict):
         super().__init__(data)
         self.path = Path(path)
 
-    def shard_paths(self) -> list[Path]:
-        """The model's shard files, in shard order, as paths next to the manifest."""
-        return [Path(os.path.normpath(self.path.parent / shard["file"])) for shard in self["shards"]]
+    def shard_position(self, path: Path) -> int | None:
+        """The index of shard file ``path`` among the manifest's shards (paths relative to the manifest), or None."""
+        listed = [os.path.abspath(self.path.parent / shard["file"]) for shard in self["shards"]]
+        return listed.index(os.path.abspath(path)) if os.path.abspath(path) in listed else None
 
 
 class LayerReader:
@@ -111,7 +112,7 @@ class LayerReader:
 
     def _open_source(self, source: dict, manifest: Manifest | None) -> None:
         shard_path = source["file"]
-        if manifest is not None and shard_path not in manifest.shard_paths():
+        if manifest is not None and manifest.shard_position(shard_path) is None:
             raise StoreError(
                 f"{self.path}: its virtual dataset maps {shard_path}, which is not one of the model's shards listed "
                 f"in {manifest.path}; {REBUILD_HINT}"
@@ -126,7 +127,7 @@ class LayerReader:
             provenance.refuse_mismatch(shard_path, provenance.read(shard.attrs, shard_path), self.provenance,
                                        str(self.path), "delete the shard and rerun snakemake to extract it again")
             if manifest is not None:
-                position = manifest.shard_paths().index(shard_path)
+                position = manifest.shard_position(shard_path)
                 found = (int(shard.attrs.get("shard", -1)), int(shard.attrs.get("n_shards", -1)))
                 if found != (position, len(manifest["shards"])):
                     raise StoreError(f"{shard_path}: records shard {found[0]} of {found[1]}, but {manifest.path} lists it "
