@@ -118,8 +118,8 @@ def measure_layer(
     (isotropy on ``geometry_sample`` rows, TwoNN on ``twonn_sample`` of them); for each variant in
     ``postprocess`` (``none``, ``standardize``, ``abtt``) the paper's measures of the transformed
     vectors. All of it is computed from one read of the layer, in ``compute_dtype``. With a
-    ``manifest`` (the model's ``manifest.json``), the layer file is first checked against it (index,
-    rows, dims); ``units`` (the model's units.parquet) names the units carrying massive activations.
+    ``manifest`` (the model's ``manifest.json``, ``read_manifest``), the layer file is first checked against
+    it (index, rows, dims, provenance; it may map only the manifest's shards); ``units`` (the model's units.parquet) names the units carrying massive activations.
     ``threads``: BLAS and OpenMP threads (the workflow measures one layer per core, one thread each).
     """
     _check_settings(settings)
