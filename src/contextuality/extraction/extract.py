@@ -34,7 +34,6 @@ from contextuality.extraction.plan import read_plan
 from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import WINDOW_BATCHES, ShardSettings
 from contextuality.extraction.devices import choose_device
-from contextuality.store import provenance
 from contextuality.store.files import create_checked
 from contextuality.extraction.writer import DeviceBlock, HostBlock, ShardWriter, chunk_cache_bytes
 
@@ -367,6 +366,7 @@ def run_extraction_job(
     import torch
 
     from contextuality.models import loading
+    from contextuality.store import provenance
 
     torch.set_num_threads(max(1, threads))
     record = json.loads(record_path.read_text())
