@@ -54,12 +54,17 @@ rule extract:
 
 
 rule manifest:
-    # The model's manifest: every shard's rows checked against the plan's units; the vectors stay in the shards.
+    # The model's manifest: every shard's rows checked against the plan's units, and its provenance (weights,
+    # plan files, shard settings) against source.json, the plan and the settings; the vectors stay in the shards.
     input:
         shards=expand_shards(layout.SHARD),
+        record=rules.materialise_model.output.record,
+        tokens=rules.plan.output.tokens,
         units=rules.plan.output.units,
     output:
         manifest=layout.MANIFEST,
+    params:
+        shard=lambda wildcards: as_params(SETTINGS.shard(wildcards.model)),
     log:
         "logs/extract/{model}/manifest.log",
     conda:
@@ -69,9 +74,11 @@ rule manifest:
 
 
 rule layer_file:
-    # A few kB: HDF5 virtual dataset over the shards' layer_{layer} datasets, plus offsets and attributes.
+    # A few kB: HDF5 virtual dataset over the shards' layer_{layer} datasets, plus offsets and attributes
+    # (the shards' provenance, checked against the manifest's).
     input:
         shards=expand_shards(layout.SHARD),
+        manifest=rules.manifest.output.manifest,
     output:
         layer=layout.LAYER_FILE,
     log:
@@ -87,6 +94,7 @@ rule export_classic:
     input:
         layers=every_layer(layout.LAYER_FILE),
         shards=expand_shards(layout.SHARD),
+        manifest=rules.manifest.output.manifest,
         occurrences=rules.plan.output.occurrences,
         sentences=rules.corpus.output.sentences,
     output:

@@ -7,20 +7,23 @@ import pandas as pd
 from contextuality.measure.combine import combine_layers
 from contextuality.measure.layer_result import read_layer_results
 from contextuality.core.atomic import atomic_path
-from contextuality.core.runtime import setup_job_logging
+from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.store.files import StoreError
 from contextuality.store.reader import read_manifest
 
 setup_job_logging(snakemake.log[0])
-combine_layers(
-    [read_layer_results(record, words) for record, words in zip(snakemake.input.records, snakemake.input.words)],
-    Path(snakemake.output.words),
-    Path(snakemake.output.layers_parquet),
-    Path(snakemake.output.context_words),
-    top_k=snakemake.params.top_k,
-    manifest=read_manifest(snakemake.input.manifest),
-    manifest_path=snakemake.input.manifest,
-    out_postprocess=Path(snakemake.output.postprocess),
-    out_rogue=Path(snakemake.output.rogue),
-)
+with expected_errors(StoreError):
+    manifest = read_manifest(snakemake.input.manifest)
+    combine_layers(
+        [read_layer_results(record, words, manifest) for record, words in zip(snakemake.input.records, snakemake.input.words)],
+        Path(snakemake.output.words),
+        Path(snakemake.output.layers_parquet),
+        Path(snakemake.output.context_words),
+        top_k=snakemake.params.top_k,
+        manifest=manifest,
+        manifest_path=snakemake.input.manifest,
+        out_postprocess=Path(snakemake.output.postprocess),
+        out_rogue=Path(snakemake.output.rogue),
+    )
 with atomic_path(snakemake.output.layers) as tmp:
     pd.read_parquet(snakemake.output.layers_parquet).to_csv(tmp, index=False, float_format="%.6g")

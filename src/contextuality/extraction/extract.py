@@ -366,6 +366,7 @@ def run_extraction_job(
     import torch
 
     from contextuality.models import loading
+    from contextuality.store import provenance
 
     torch.set_num_threads(max(1, threads))
     record = json.loads(record_path.read_text())
@@ -386,6 +387,8 @@ def run_extraction_job(
         # the last hidden state of a pre-norm decoder has passed its final norm; the others have not
         "final_norm": "" if isinstance(loaded, ElmoModel) else loading.final_norm(loaded.model),
         "versions": json.dumps(package_versions(), sort_keys=True),
+        # what every shard of the model must share, checked by the manifest and every reader
+        "provenance": provenance.encode(provenance.shard_provenance(model_key, settings, record_path, tokens_path, units_path)),
     }
     try:
         return extract_shard(

@@ -118,8 +118,8 @@ def measure_layer(
     (isotropy on ``geometry_sample`` rows, TwoNN on ``twonn_sample`` of them); for each variant in
     ``postprocess`` (``none``, ``standardize``, ``abtt``) the paper's measures of the transformed
     vectors. All of it is computed from one read of the layer, in ``compute_dtype``. With a
-    ``manifest`` (the model's ``manifest.json``), the layer file is first checked against it (index,
-    rows, dims); ``units`` (the model's units.parquet) names the units carrying massive activations.
+    ``manifest`` (the model's ``manifest.json``, ``read_manifest``), the layer file is first checked against
+    it (index, rows, dims, provenance; it may map only the manifest's shards); ``units`` (the model's units.parquet) names the units carrying massive activations.
     ``threads``: BLAS and OpenMP threads (the workflow measures one layer per core, one thread each).
     """
     _check_settings(settings)
@@ -177,7 +177,7 @@ def _mev_masked(settings: MeasureSettings, layer: int) -> bool:
 def _read_checked(path: Path, index: OccurrenceIndex, settings: MeasureSettings, manifest, units, work) -> _Layer:
     """The one read of the layer (in the compute dtype: every stored value is exact in it), checked against
     the occurrences, the manifest and the units; its storage format's tolerance; the sampled sentences."""
-    with LayerReader(path) as reader:
+    with LayerReader(path, manifest) as reader:  # with a manifest, its provenance and shards checked too
         stored_dtype = reader.dtype
         wanted = None if np.dtype(work).itemsize < stored_dtype.itemsize else work
         stored, offsets, attrs = reader.rows(dtype=wanted), reader.offsets, dict(reader.handle.attrs)

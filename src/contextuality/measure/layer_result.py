@@ -19,6 +19,7 @@ import pandas as pd
 from contextuality.core.atomic import atomic_path
 from contextuality.measure.panel import GEOMETRY_COLUMNS
 from contextuality.static.embeddings import write_embedding_text
+from contextuality.store.files import REBUILD_HINT, StoreError
 
 WORD_COLUMNS = ["model", "word", "layer", "n", "self_similarity", "self_similarity_sampled", "mev", "mev_literal", "mev_centered"]
 LAYER_COLUMNS = [
@@ -68,12 +69,14 @@ class LayerResult:
         return self.row["layer"]
 
 
-def write_layer_results(result: LayerResult, out_record: Path, out_words: Path, out_pcs: Path) -> None:
+def write_layer_results(result: LayerResult, out_record: Path, out_words: Path, out_pcs: Path, *,
+                        provenance_sha256: str = "") -> None:
     """One layer's results: its record (JSON, floats exact: its row, post-processing rows, rogue
-    contributions and shape), its words table (parquet), its PC vectors (text)."""
+    contributions, shape and ``provenance_sha256``, the digest of the manifest's provenance it was measured
+    against), its words table (parquet), its PC vectors (text)."""
     record = {
         "row": result.row, "postprocess": result.postprocess, "rogue": [float(v) for v in result.rogue],
-        "shape": result.shape._asdict(),
+        "shape": result.shape._asdict(), "provenance_sha256": provenance_sha256,
     }  # fmt: skip
     with atomic_path(out_record) as tmp:
         tmp.write_text(json.dumps(record, indent=1) + "\n")
@@ -82,9 +85,15 @@ def write_layer_results(result: LayerResult, out_record: Path, out_words: Path, 
     write_embedding_text(Path(out_pcs), result.words["word"].to_numpy(), result.pcs)
 
 
-def read_layer_results(record_path: Path, words_path: Path) -> LayerResult:
-    """A layer's results as ``write_layer_results`` wrote them (without the PC vectors)."""
+def read_layer_results(record_path: Path, words_path: Path, manifest: dict | None = None) -> LayerResult:
+    """A layer's results as ``write_layer_results`` wrote them (without the PC vectors). With a ``manifest``,
+    a record measured against another manifest's provenance is refused."""
     record = json.loads(Path(record_path).read_text())
+    if manifest is not None and record.get("provenance_sha256") != manifest["provenance_sha256"]:
+        raise StoreError(
+            f"{record_path}: provenance_sha256 is {record.get('provenance_sha256')!r}, but the manifest has "
+            f"{manifest['provenance_sha256']!r}: the layer was measured on other shards; {REBUILD_HINT}"
+        )
     return LayerResult(
         record["row"], pd.read_parquet(words_path), None, record["postprocess"],
         np.asarray(record["rogue"], dtype=np.float64), LayerShape(**record["shape"]),

@@ -13,23 +13,28 @@ import pandas as pd
 from contextuality.core import diskspace
 from contextuality.core.atomic import atomic_path
 from contextuality.store.files import read_checked
-from contextuality.store.reader import LayerReader
+from contextuality.store.reader import LayerReader, Manifest, check_layer
 
 EXPORT_CHUNK_SENTENCES = 1000
 
 
 def export_classic(layer_paths: list[Path], occurrences: pd.DataFrame, out_h5: Path, out_word2sent: Path,
-                   disk_factor: float = 1.2, sentences: pd.DataFrame | None = None) -> None:
+                   disk_factor: float = 1.2, sentences: pd.DataFrame | None = None, manifest: Manifest | None = None) -> None:
     """One HDF5 per model, one dataset per sentence index (a string) of shape ``(layers, tokens, dim)``.
 
     Also ``sentence_to_index`` (a JSON string, as allennlp's ``elmo`` command writes it: each sentence's
     text to its dataset key; a text that occurs twice keeps its last key, as there) and
     ``word2sent.json`` mapping each word to its ``[sentence index, token position]`` pairs. Written a
-    chunk of sentences at a time: memory stays at one chunk of every layer.
+    chunk of sentences at a time: memory stays at one chunk of every layer. With a ``manifest``
+    (``read_manifest``), the layer files must be its layers, in order, each read as ``LayerReader`` checks it.
     """
     stack = contextlib.ExitStack()  # the disk reservation, held while writing
-    readers = [LayerReader(path) for path in layer_paths]
+    readers: list[LayerReader] = []
     try:
+        for layer, path in enumerate(layer_paths):
+            if manifest is not None:
+                check_layer(path, manifest, layer)
+            readers.append(LayerReader(path, manifest))
         needed = sum(reader.shape[0] * reader.shape[1] * reader.dtype.itemsize for reader in readers)
         stack.enter_context(diskspace.reserve(out_h5, needed, disk_factor))
         offsets = readers[0].offsets

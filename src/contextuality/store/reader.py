@@ -9,15 +9,19 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from contextuality.store import provenance
 from contextuality.store.files import READ_SLICE_ELEMENTS, REBUILD_HINT, StoreError, open_complete, read_checked
 
 
-def read_manifest(path: str | Path) -> dict:
+def read_manifest(path: str | Path) -> Manifest:
     path = Path(path)
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise StoreError(f"{path}: unreadable manifest ({err}); {REBUILD_HINT}") from None
+    if "provenance" not in data:
+        raise StoreError(f"{path}: records no provenance (written by an older version); {REBUILD_HINT}")
+    return Manifest(data, path)
 
 
 def check_layer(path: str | Path, manifest: dict, layer: int) -> None:
@@ -54,62 +58,94 @@ def check_layer_set(manifest: dict, measured: dict[int, dict], manifest_path: st
         )
 
 
+class Manifest(dict):
+    """A model's manifest (``manifest.json``'s keys), knowing where it lives: its shards are relative to it."""
+
+    def __init__(self, data: dict, path: str | Path):
+        super().__init__(data)
+        self.path = Path(path)
+
+    def shard_position(self, path: Path) -> int | None:
+        """The index of shard file ``path`` among the manifest's shards (paths relative to the manifest), or None."""
+        listed = [os.path.abspath(self.path.parent / shard["file"]) for shard in self["shards"]]
+        return listed.index(os.path.abspath(path)) if os.path.abspath(path) in listed else None
+
+
 class LayerReader:
     """A layer file opened for reading, every shard it maps checked up front; ``rows`` reads a range.
 
     Checks: the layer file and each shard exist and are complete, and each shard's dataset has the
-    rows the layer file maps (a shard rebuilt after its layer file is refused). Each shard is read
-    directly, never through HDF5's virtual dataset, which would fill a missing source silently; the
-    read verifies every chunk's checksum.
+    rows the layer file maps (a shard rebuilt after its layer file is refused). The rows are read from
+    what the file's virtual dataset maps (each source's file, dataset and selections), each shard
+    directly, never through HDF5's virtual dataset, which would fill a missing source silently; the read
+    verifies every chunk's checksum. Each shard's provenance must equal the layer file's. With a
+    ``manifest`` (``read_manifest``), the layer file's provenance must equal the manifest's, and it may
+    map only the manifest's shards, each recording its place among them.
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, manifest: Manifest | None = None):
         self.path = Path(path)
         self.handle = open_complete(self.path)
-        self._shards: dict[str, h5py.File] = {}
+        self._shards: dict[Path, h5py.File] = {}
         try:
             dataset = self.handle["vectors"]
             self.shape, self.dtype = dataset.shape, dataset.dtype
             self.offsets = read_checked(self.handle["sentence_offsets"], self.path).astype(np.int64)
             if self.offsets[-1] != self.shape[0]:
                 raise StoreError(f"{self.path}: sentence_offsets ends at {self.offsets[-1]} but vectors has {self.shape[0]} rows")
+            self.provenance = provenance.read(self.handle.attrs, self.path)
+            if manifest is not None:
+                provenance.refuse_mismatch(self.path, self.provenance, manifest["provenance"], str(manifest.path),
+                                           REBUILD_HINT)
             if dataset.is_virtual:
-                self.sources = json.loads(self.handle.attrs["sources"])
-                covered = sum(source["rows"] for source in self.sources)
-                if covered != self.shape[0]:
-                    raise StoreError(f"{self.path}: its sources cover {covered} of {self.shape[0]} rows; {REBUILD_HINT}")
+                self.sources = mapped_sources(self.path, dataset)
                 for source in self.sources:
-                    self._open_source(source)
+                    self._open_source(source, manifest)
+            elif manifest is not None:
+                raise StoreError(f"{self.path}: holds its own vectors, not a view of the shards listed in {manifest.path}; "
+                                 f"{REBUILD_HINT}")
             else:  # a plain file (tests, hand-made stores): its own data
-                self.sources = [{"file": None, "dataset": "vectors", "first_row": 0, "rows": self.shape[0]}]
+                self.sources = [{"file": None, "dataset": "vectors", "first_row": 0, "rows": self.shape[0], "local_row": 0}]
         except BaseException:
             self.close()
             raise
 
-    def _shard_path(self, source: dict) -> Path:
-        return Path(os.path.normpath(self.path.parent / source["file"]))
-
-    def _open_source(self, source: dict) -> None:
-        shard_path = self._shard_path(source)
+    def _open_source(self, source: dict, manifest: Manifest | None) -> None:
+        shard_path = source["file"]
+        if manifest is not None and manifest.shard_position(shard_path) is None:
+            raise StoreError(
+                f"{self.path}: its virtual dataset maps {shard_path}, which is not one of the model's shards listed "
+                f"in {manifest.path}; {REBUILD_HINT}"
+            )
         if not shard_path.exists():
             raise StoreError(
                 f"{self.path}: its vectors live in {shard_path}, which is missing; rerun snakemake to re-extract it "
                 "(the layer files are rebuilt after it)"
             )
-        shard = self._shards.get(source["file"]) or open_complete(shard_path)
-        self._shards[source["file"]] = shard
-        expected = (source["rows"], self.shape[1])
+        if shard_path not in self._shards:
+            shard = self._shards[shard_path] = open_complete(shard_path)
+            provenance.refuse_mismatch(shard_path, provenance.read(shard.attrs, shard_path), self.provenance,
+                                       str(self.path), "delete the shard and rerun snakemake to extract it again")
+            if manifest is not None:
+                position = manifest.shard_position(shard_path)
+                found = (int(shard.attrs.get("shard", -1)), int(shard.attrs.get("n_shards", -1)))
+                if found != (position, len(manifest["shards"])):
+                    raise StoreError(f"{shard_path}: records shard {found[0]} of {found[1]}, but {manifest.path} lists it "
+                                     f"as shard {position} of {len(manifest['shards'])}; {REBUILD_HINT}")
+        shard = self._shards[shard_path]
         found = shard[source["dataset"]].shape if source["dataset"] in shard else "no such dataset"
-        if found != expected:
+        needed = (source["local_row"] + source["rows"], self.shape[1])
+        fits = found == needed if source["whole"] else isinstance(found, tuple) and found[0] >= needed[0] and found[1:] == needed[1:]
+        if not fits:
             raise StoreError(
-                f"{shard_path}: {source['dataset']} is {found}, but {self.path} maps {expected[0]} rows x {expected[1]} "
+                f"{shard_path}: {source['dataset']} is {found}, but {self.path} maps {source['rows']} rows x {self.shape[1]} "
                 "dims: the shard was rebuilt after the layer file; rerun snakemake"
             )
 
     def _dataset(self, source: dict) -> tuple[h5py.Dataset, Path]:
         if source["file"] is None:
             return self.handle["vectors"], self.path
-        return self._shards[source["file"]][source["dataset"]], self._shard_path(source)
+        return self._shards[source["file"]][source["dataset"]], source["file"]
 
     def rows(self, start: int = 0, stop: int | None = None, dtype: np.dtype | None = None) -> np.ndarray:
         """Rows ``[start, stop)`` as one array (stored dtype unless ``dtype``), converted slice by slice."""
@@ -119,7 +155,7 @@ class LayerReader:
             first, last = max(start, source["first_row"]), min(stop, source["first_row"] + source["rows"])
             if first < last:
                 dataset, path = self._dataset(source)
-                local = first - source["first_row"]
+                local = first - source["first_row"] + source["local_row"]
                 _copy_rows(dataset, path, out[first - start:last - start], local, last - first)
         return out
 
@@ -135,9 +171,9 @@ class LayerReader:
         self.close()
 
 
-def read_layer(path: str | Path, dtype: np.dtype | None = None) -> tuple[np.ndarray, np.ndarray]:
+def read_layer(path: str | Path, dtype: np.dtype | None = None, manifest: Manifest | None = None) -> tuple[np.ndarray, np.ndarray]:
     """A layer file's vectors as one in-memory array (stored dtype unless ``dtype``), and its offsets."""
-    with LayerReader(path) as reader:
+    with LayerReader(path, manifest) as reader:
         return reader.rows(dtype=dtype), reader.offsets
 
 
@@ -147,3 +183,40 @@ def _copy_rows(dataset: h5py.Dataset, path: Path, out: np.ndarray, first: int, c
     for start in range(0, count, max(step, 1)):
         stop = min(start + step, count)
         out[start:stop] = read_checked(dataset, path, np.s_[first + start:first + stop])
+
+
+def mapped_sources(path: Path, dataset: h5py.Dataset) -> list[dict]:
+    """What a virtual dataset maps, from its own mapping: per source its file (resolved next to ``path``),
+    dataset, the rows it fills (``first_row``, ``rows``) and the first row read (``local_row``; ``whole``:
+    the source dataset is mapped whole). Refuses a mapping that does not fill every row exactly once."""
+    plist, sources = dataset.id.get_create_plist(), []
+    width = dataset.shape[1]
+    for j in range(plist.get_virtual_count()):
+        target, selected = plist.get_virtual_vspace(j), plist.get_virtual_srcspace(j)
+        first, rows = _rectangle(target, width)
+        whole = selected.get_select_type() == h5py.h5s.SEL_ALL
+        local = 0 if whole else _rectangle(selected, width, rows)[0]
+        if first is None or local is None:
+            raise StoreError(f"{path}: its virtual dataset maps something other than whole rows ({j}th mapping); {REBUILD_HINT}")
+        name = plist.get_virtual_filename(j)
+        file = path if name == "." else Path(os.path.normpath(path.parent / name))
+        sources.append({"file": file, "dataset": plist.get_virtual_dsetname(j), "first_row": first, "rows": rows,
+                        "local_row": local, "whole": whole})  # fmt: skip
+    sources.sort(key=lambda source: source["first_row"])
+    starts = np.cumsum([0] + [source["rows"] for source in sources])
+    if starts[-1] != dataset.shape[0] or any(source["first_row"] != start for source, start in zip(sources, starts)):
+        raise StoreError(f"{path}: its virtual dataset does not map each of its {dataset.shape[0]} rows exactly once; "
+                         f"{REBUILD_HINT}")
+    return sources
+
+
+def _rectangle(space, width: int, rows: int | None = None) -> tuple[int | None, int]:
+    """(first row, rows) of a selection that is whole rows ``[first, first + rows)`` of ``width`` columns
+    (of ``rows`` rows when given), else (None, 0)."""
+    if space.get_select_type() != h5py.h5s.SEL_HYPERSLABS:
+        return None, 0
+    (first, column), (last, last_column) = space.get_select_bounds()
+    count = last - first + 1
+    if (column, last_column) != (0, width - 1) or space.get_select_npoints() != count * width or rows not in (None, count):
+        return None, 0
+    return first, count
