@@ -7,9 +7,11 @@ from snakemake.exceptions import IncompleteCheckpointException
 from contextuality.core import layout
 from contextuality.core.runtime import prepend_python_path
 from contextuality.core.settings import as_params
+from contextuality.corpus.sts import bundled_release_paths
 from contextuality.extraction.devices import LOCAL_GPUS_ENV
 from contextuality.models.sources import SOURCES
 from contextuality.paper import FIGURES
+from contextuality.static.benchmark_files import benchmark_files
 from contextuality.workflow import estimates
 from contextuality.workflow.checks import checked_settings
 from contextuality.workflow.schema import ConfigError

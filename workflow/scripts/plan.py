@@ -4,10 +4,11 @@ from pathlib import Path
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.core.settings import PlanSettings, from_params
 from contextuality.extraction.alignment import AlignmentError
+from contextuality.extraction.faithful import NotADecoderError
 from contextuality.extraction.plan import NothingToMeasureError, run_plan_job
 
 setup_job_logging(snakemake.log[0])
-with expected_errors(NothingToMeasureError, AlignmentError):
+with expected_errors(NothingToMeasureError, AlignmentError, NotADecoderError):
     run_plan_job(
         model_key=snakemake.wildcards.model,
         settings=from_params(PlanSettings, snakemake.params.plan),
