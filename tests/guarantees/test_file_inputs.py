@@ -66,7 +66,7 @@ def finished_run_on_copies(tmp_path_factory):
 
 
 def _planned_after_editing(run, relative: str) -> dict[str, int]:
-    """The jobs a dry run plans after ``relative`` (under the copied data) is rewritten in place; the file's
+    """The jobs a dry run plans after ``relative`` (under the copied data) is edited in place; the file's
     bytes and time are put back afterwards, so each test starts from the finished run."""
     workdir, configfile, data = run
     path = data / relative
@@ -74,8 +74,10 @@ def _planned_after_editing(run, relative: str) -> dict[str, int]:
     finished = run_snakemake(workdir, TABLE1, "-n", "--cores", "1", configfile=configfile)
     assert finished.returncode == 0 and job_counts(finished.stdout) == {}, failure(finished)
     try:
-        path.write_bytes(text)  # an edit in place: same file, same folder, a new modification time
-        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
+        # an edit in place (the last 'e' made 'E'): same file, same folder; Snakemake compares the contents too
+        edited = text[::-1].replace(b"e", b"E", 1)[::-1]
+        assert edited != text
+        path.write_bytes(edited)
         result = run_snakemake(workdir, TABLE1, "-n", "--cores", "1", configfile=configfile)
         assert result.returncode == 0, failure(result)
     finally:

@@ -89,6 +89,25 @@ def name_problems(settings: Settings) -> list[str]:
     return problems
 
 
+def check_half_precision_has_a_gpu(settings: Settings, extract_gpus) -> None:
+    """Raise ConfigError when half precision is asked of extraction jobs that no GPU is given to.
+
+    ``extract_gpus`` is the ``gpu`` resource an extraction job gets: the rule's own (one when
+    ``extraction.device`` is 'cuda', or 'auto' with ``--resources gpu=N``), or what ``--set-resources`` or
+    a profile sets for ``extract``; not an integer (a function of the job): not known here, and the job
+    checks its device itself (``contextuality.extraction.devices.choose_device``).
+    """
+    extraction = settings.extraction
+    if extraction.compute_dtype == "float32" or not isinstance(extract_gpus, int) or extract_gpus > 0:
+        return
+    raise ConfigError(
+        f"extraction.compute_dtype: {extraction.compute_dtype} computes only on CUDA, but no extraction job of this "
+        f"run is given a GPU (extraction.device '{extraction.device}', no --resources gpu=N, no gpu for extract in "
+        "--set-resources or the profile); run with --resources gpu=N (or a cluster profile that gives extract jobs "
+        "gpu: 1), or set extraction.compute_dtype: float32"
+    )
+
+
 def _entry(build, field: str):
     """A model entry's value of ``field`` (``models.{key}.{field}``) from its build settings."""
     return getattr(build.download, field) if hasattr(build.download, field) else getattr(build, field)
