@@ -14,9 +14,6 @@ import shutil
 import pytest
 
 from conftest import BENCHMARK_DIR, STS_DIR, job_counts, run_snakemake, write_config
-from contextuality.corpus.sts import bundled_release_paths, write_bundled_pairs
-from contextuality.static.benchmark_files import benchmark_files
-from contextuality.static.scoring import load_benchmarks
 from workflow_runs import failure, smoke_config
 
 TABLE1 = "results/tables/table1.md"
@@ -32,6 +29,8 @@ def _copy_listed(source, listed: list[str], destination) -> None:
 
 def test_the_listed_release_files_are_all_the_corpus_reads(tmp_path):
     """The sts_pairs rule's inputs are complete: the corpus builds from them alone."""
+    from contextuality.corpus.sts import bundled_release_paths, write_bundled_pairs
+
     years = [2012, 2013, 2014, 2015, 2016]
     listed = bundled_release_paths(STS_DIR, years, include_2012_train=True)
     _copy_listed(STS_DIR, listed, tmp_path / "sts")
@@ -41,6 +40,9 @@ def test_the_listed_release_files_are_all_the_corpus_reads(tmp_path):
 
 def test_the_listed_benchmark_files_are_all_the_scoring_reads(tmp_path):
     """The scoring rules' inputs are complete: every Table 1 benchmark loads from them alone."""
+    from contextuality.static.benchmark_files import benchmark_files
+    from contextuality.static.scoring import load_benchmarks
+
     listed = benchmark_files(BENCHMARK_DIR)
     _copy_listed(BENCHMARK_DIR, listed, tmp_path / "benchmarks")
     data = load_benchmarks(tmp_path / "benchmarks")
