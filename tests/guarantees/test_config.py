@@ -107,7 +107,51 @@ CONFIG_CASES = {
     ),
     "integer_or_all_given_as_float": (
         lambda c: c["metrics"].update(intra_sentences=50.0),
-        "metrics.intra_sentences: 50.0 is not allowed; expected integer at least 2 or 'all'",
+        "metrics.intra_sentences: 50.0 is not allowed; expected integer at least 2 at most 2147483647 or 'all'",
+    ),
+    # passed the schema, and failed after the extraction (Table 1's clustering) without naming the seed
+    "seed_beyond_its_range": (
+        lambda c: c.update(seed=2**64),
+        "seed: 18446744073709551616 is out of range; must be at most 4294967295",
+    ),
+    "integer_beyond_its_range": (
+        lambda c: c["extraction"].update(threads=2**31),
+        "extraction.threads: 2147483648 is out of range; must be at most 2147483647",
+    ),
+    # Python's `$` matches before a final newline: `^[A-Za-z0-9][A-Za-z0-9_-]*$` accepted "tiny\n"
+    "model_key_ending_in_a_newline": (
+        lambda c: c["models"].update({"tiny\n": c["models"].pop("tiny-gpt2")}),
+        "models: model key 'tiny\\n' is not allowed; it names files and folders, so it must match",
+    ),
+    "device_ending_in_a_newline": (
+        lambda c: c["extraction"].update(device="cpu\n"),
+        "extraction.device: 'cpu\\n' does not match the allowed pattern",
+    ),
+    "hub_revision_year_ending_in_a_newline": (
+        lambda c: c["corpus"].update(hub_revisions={"2012\n": "0" * 40}),
+        "corpus.hub_revisions: unknown key(s) '2012\\n'; allowed keys match",
+    ),
+    # its scores went to results/static/baselines/../../elsewhere/evil.csv, outside the run
+    "baseline_label_naming_a_path": (
+        lambda c: c["static"].update(baselines={"../../elsewhere/evil": "glove.txt"}),
+        "static.baselines: baseline label '../../elsewhere/evil' is not allowed; it names files and folders",
+    ),
+    # results/static/baselines/ holds the baselines' scores: a model keyed so shares its folder
+    "model_key_reserved_by_the_layout": (
+        lambda c: c["models"].update(baselines=c["models"].pop("tiny-gpt2")),
+        "models.baselines: 'baselines' is a reserved name (results/static/baselines/ holds other files beside the "
+        "model folders); rename the model; reserved: baselines",
+    ),
+    "baseline_label_that_is_a_model_key": (
+        lambda c: c["static"].update(baselines={"tiny-bert": "glove.txt"}),
+        "static.baselines.tiny-bert: 'tiny-bert' is also a model key; Table 1 would show two rows of that name",
+    ),
+    # a BERT fed the paper's GPT-2 input: no [CLS]/[SEP], most words read at another word's position
+    "faithful_tokenization_of_an_encoder": (
+        lambda c: c["models"]["tiny-bert"].update(tokenization="faithful", indexing="word"),
+        "models.tiny-bert.tokenization: 'faithful' rebuilds the paper's GPT-2 input, which only a decoder reads, but "
+        "'tiny-bert' is a 'bert' model, not a decoder (no [CLS]/[SEP], word i read at position i); use tokenization: "
+        "natural",
     ),
 }
 
@@ -348,3 +392,86 @@ def test_more_shards_than_sentence_windows_gives_empty_shards_not_a_crash(tmp_pa
             with open_complete(path) as gathered:
                 np.testing.assert_array_equal(gathered["vectors"][:], full[f"layer_{layer:02d}"][:])
                 assert gathered["sentence_ids"][:].tolist() == [0, 1, 2, 3, 4]
+
+
+# --------------------------------------------------------------------------------------------------
+# The schema itself: every pattern matched in full, every integer bounded
+
+
+def _schema_nodes(node):
+    """Every mapping inside the schema (the schema's own nodes and the definitions of its keys)."""
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _schema_nodes(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _schema_nodes(value)
+
+
+def _schema_patterns() -> list[str]:
+    from contextuality.workflow.schema import SCHEMA
+
+    patterns = []
+    for node in _schema_nodes(yaml.safe_load(SCHEMA.read_text())):
+        if isinstance(node.get("pattern"), str):
+            patterns.append(node["pattern"])
+        patterns += list(node.get("patternProperties", {}))
+    return patterns
+
+
+# A value each pattern of the schema allows (a new pattern needs one here).
+ALLOWED_BY_A_PATTERN = ["tiny-bert", "GloVe", "2012", "auto", "cuda:1", "0" * 64]
+
+
+def test_every_pattern_of_the_schema_matches_in_full():
+    """jsonschema (ours and Snakemake's validate) runs re.search, where `$` also matches before a final newline."""
+    patterns = _schema_patterns()
+    assert len(patterns) >= 4, patterns
+    for pattern in patterns:
+        allowed = [value for value in ALLOWED_BY_A_PATTERN if re.search(pattern, value)]
+        assert allowed, f"no value of ALLOWED_BY_A_PATTERN matches {pattern!r}"
+        for value in allowed:
+            for longer in (value + "\n", value + "\n\n", "\n" + value, value + "/x"):
+                assert not re.search(pattern, longer), (pattern, longer)
+
+
+def test_every_integer_of_the_schema_has_a_maximum():
+    """Each is used where its range ends (a C int, a seed scikit-learn takes): past it the run failed late."""
+    from contextuality.workflow.schema import SCHEMA
+
+    unbounded = [node for node in _schema_nodes(yaml.safe_load(SCHEMA.read_text()))
+                 if "integer" in ([node.get("type")] if isinstance(node.get("type"), str) else node.get("type") or [])
+                 and "enum" not in node and "maximum" not in node]
+    assert unbounded == []
+
+
+def test_a_seed_at_the_top_of_its_range_runs_the_clustering():
+    """4294967295, the schema's maximum, is a seed Table 1's clustering (scikit-learn's KMeans) takes."""
+    import numpy as np
+
+    from contextuality.static.scoring import score_categorization
+    from contextuality.static.embeddings import StaticEmbedding
+
+    words = ["cat", "dog", "car", "bus"]
+    emb = StaticEmbedding._build(words, np.array([[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9]], dtype=np.float32))
+    items = pd.DataFrame({"word": words, "category": ["animal", "animal", "vehicle", "vehicle"]})
+    settings = checked_settings(_broken(lambda c: c.update(seed=4294967295)))
+    assert score_categorization(emb, items, settings.seed).score == 1.0
+
+
+HALF_PRECISION_WITHOUT_A_GPU = (
+    "extraction.compute_dtype: float16 computes only on CUDA, but no extraction job of this run is given a GPU "
+    "(extraction.device 'auto', no --resources gpu=N, no gpu for extract in --set-resources or the profile)"
+)
+
+
+@pytest.mark.slow
+def test_half_precision_where_no_job_can_have_a_gpu_stops_the_run_before_any_job(tmp_path):
+    """``device: auto`` on a run without GPUs computed float16 on the CPU; with a GPU given, the run plans."""
+    config = smoke_config(extraction={"device": "auto", "compute_dtype": "float16"})
+    output = _stops_before_any_job(tmp_path, config)
+    assert HALF_PRECISION_WITHOUT_A_GPU in output, output
+    for resources in (["--resources", "gpu=1"], ["--set-resources", "extract:gpu=1"]):
+        result = run_snakemake(tmp_path, "-n", "--cores", "1", *resources, configfile=tmp_path / "config.yaml")
+        assert result.returncode == 0 and "rule extract:" in result.stdout, failure(result)

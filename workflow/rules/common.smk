@@ -7,11 +7,13 @@ from snakemake.exceptions import IncompleteCheckpointException
 from contextuality.core import layout
 from contextuality.core.runtime import prepend_python_path
 from contextuality.core.settings import as_params
+from contextuality.corpus.sts import bundled_release_paths
 from contextuality.extraction.devices import LOCAL_GPUS_ENV
 from contextuality.models.sources import SOURCES
 from contextuality.paper import FIGURES
+from contextuality.static.benchmark_files import benchmark_files
 from contextuality.workflow import estimates
-from contextuality.workflow.checks import checked_settings
+from contextuality.workflow.checks import check_half_precision_has_a_gpu, checked_settings
 from contextuality.workflow.schema import ConfigError
 from contextuality.workflow.targets import command_line_targets
 
@@ -101,6 +103,20 @@ def gpus_per_shard(wildcards):
     """
     device = SETTINGS.extraction.device
     return 1 if device.startswith("cuda") or (device == "auto" and LOCAL_GPUS > 0) else 0
+
+
+def extract_job_gpus():
+    """The `gpu` resource of an extraction job: what --set-resources or a profile sets for extract, else the rule's."""
+    given = workflow.resource_settings.overwrite_resources.get("extract", {}).get("gpu")
+    return gpus_per_shard(None) if given is None else getattr(given, "value", given)
+
+
+# Half precision where no extraction job can be given a GPU stops here, not in the first shard job.
+if workflow.is_main_process:
+    try:
+        check_half_precision_has_a_gpu(SETTINGS, extract_job_gpus())
+    except ConfigError as err:
+        raise WorkflowError(str(err)) from None
 
 
 def n_layers_of(model):

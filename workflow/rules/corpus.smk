@@ -7,8 +7,12 @@ localrules:
 
 rule sts_pairs:
     # The bundled release files, parsed strictly into the JSON-lines form the `datasets` json builder loads.
+    # Each file it reads is an input too: the folder's time does not change when a file inside is edited.
     input:
         release_dir=SETTINGS.corpus.bundled_dir,
+        release_files=bundled_release_paths(
+            SETTINGS.corpus.bundled_dir, SETTINGS.corpus.years, SETTINGS.corpus.include_2012_train
+        ),
     output:
         pairs=layout.STS_PAIRS,
     params:

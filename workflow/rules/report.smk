@@ -51,7 +51,7 @@ rule model_figures:
         label=lambda wildcards: MODEL_LABELS[wildcards.model],
         x_axis=SETTINGS.figures.x_axis,
     log:
-        "logs/figures/{model}.log",
+        "logs/figures/{model}/figures.log",
     conda:
         "../../envs/analysis.yaml"
     script:

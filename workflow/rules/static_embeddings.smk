@@ -1,4 +1,6 @@
 # Table 1's scores: each layer's static embeddings (every word's first principal component) on nine word benchmarks.
+# The benchmark files each scoring reads are inputs beside their folder (contextuality.static.benchmark_files):
+# the folder's time does not change when a file inside is edited.
 
 
 rule static_scores:
@@ -7,12 +9,13 @@ rule static_scores:
         pcs=every_layer(layout.PCS),
         word_index=rules.words.output.index,
         benchmarks=SETTINGS.static.benchmark_dir,
+        benchmark_files=benchmark_files(SETTINGS.static.benchmark_dir),
     output:
         scores=layout.STATIC_SCORES,
     params:
         seed=SETTINGS.seed,
     log:
-        "logs/static/{model}.log",
+        "logs/static/{model}/scores.log",
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -25,12 +28,13 @@ rule static_baseline_scores:
         embedding=lambda wildcards: SETTINGS.static.baselines[wildcards.baseline],
         word_index=rules.words.output.index,
         benchmarks=SETTINGS.static.benchmark_dir,
+        benchmark_files=benchmark_files(SETTINGS.static.benchmark_dir),
     output:
         scores=layout.BASELINE_SCORES,
     params:
         seed=SETTINGS.seed,
     log:
-        "logs/static/baseline_{baseline}.log",
+        "logs/static/baselines/{baseline}.log",
     conda:
         "../../envs/analysis.yaml"
     script:

@@ -4,13 +4,14 @@ from pathlib import Path
 from contextuality.core.diskspace import DiskSpaceError
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.core.settings import Settings, ShardSettings, from_params
+from contextuality.extraction.devices import DeviceError
 from contextuality.extraction.extract import run_extraction_job
 from contextuality.extraction.writer import DiskFullError
 from contextuality.models.loading import ModelError
 
 setup_job_logging(snakemake.log[0])
 run = Settings.from_config(snakemake.config)  # what changes no stored vector: provenance and the disk margin
-with expected_errors(DiskSpaceError, DiskFullError, ModelError):
+with expected_errors(DiskSpaceError, DiskFullError, ModelError, DeviceError):
     run_extraction_job(
         model_key=snakemake.wildcards.model,
         settings=from_params(ShardSettings, snakemake.params.shard),

@@ -4,11 +4,12 @@ from pathlib import Path
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.core.settings import PlanSettings, from_params
 from contextuality.extraction.alignment import AlignmentError
+from contextuality.extraction.faithful import NotADecoderError
 from contextuality.extraction.plan import NothingToMeasureError, run_plan_job
 from contextuality.models.loading import ModelError
 
 setup_job_logging(snakemake.log[0])
-with expected_errors(NothingToMeasureError, AlignmentError, ModelError):
+with expected_errors(NothingToMeasureError, AlignmentError, ModelError, NotADecoderError):
     run_plan_job(
         model_key=snakemake.wildcards.model,
         settings=from_params(PlanSettings, snakemake.params.plan),

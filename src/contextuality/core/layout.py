@@ -96,6 +96,22 @@ _MODEL_FOLDERS = sorted({pattern.split("{model}")[0] for pattern in PATTERNS.val
 _BASELINES_FOLDER = BASELINE_SCORES.split("{baseline}")[0]
 
 
+def reserved_model_keys() -> dict[str, str]:
+    """Names no model key may take, each with the layout's folder that holds it.
+
+    A fixed name beside the model folders of one parent (``results/static/baselines/`` beside
+    ``results/static/{model}/``) would be a model's folder too: a model keyed ``baselines`` would mix its
+    scores with the static baselines' (and ``model_of`` would not see it as a model).
+    """
+    reserved = {}
+    for folder in _MODEL_FOLDERS:
+        for pattern in PATTERNS.values():
+            name = pattern[len(folder):].split("/", 1)[0] if pattern.startswith(folder) else ""
+            if "/" in pattern[len(folder):] and name and "{" not in name:
+                reserved[name] = folder + name + "/"
+    return dict(sorted(reserved.items()))
+
+
 def parse(target: str) -> tuple[str, dict[str, str]] | None:
     """(name of the pattern, its wildcards) of a path of the layout, or None."""
     target = target.removeprefix("./")

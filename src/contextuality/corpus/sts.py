@@ -159,6 +159,17 @@ def selected_releases(years: list[int], include_2012_train: bool) -> list[tuple[
     return chosen
 
 
+def bundled_release_paths(root: Path, years: list[int], include_2012_train: bool) -> list[str]:
+    """Every file ``write_bundled_pairs`` reads for these years (the sts_pairs rule's inputs), in corpus order."""
+    paths = []
+    for year, split in selected_releases(years, include_2012_train):
+        for domain in RELEASES[(year, split)]:
+            if (year, split, domain) not in NOT_REDISTRIBUTABLE:
+                files = release_files(root, year, split, domain)
+                paths += [str(files.input), str(files.gold)]
+    return paths
+
+
 def _existing_release_files(root: Path, year: int, split: str, domain: str) -> ReleaseFiles:
     files = release_files(root, year, split, domain)
     for path in (files.input, files.gold):

@@ -28,12 +28,15 @@ def _visible() -> list[str]:
     return [item.strip() for item in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if item.strip()]
 
 
-def choose_device(requested: str, gpus: int, shard: int, lease_dir: Path, local_gpus: int | None = None) -> tuple[str, object]:
+def choose_device(requested: str, gpus: int, shard: int, lease_dir: Path, local_gpus: int | None = None, *,
+                  compute_dtype: str = "float32") -> tuple[str, object]:
     """The torch device for a shard, and the lease that keeps it ours (or None).
 
     ``requested`` is ``extraction.device``; ``gpus`` the GPUs the job's rule was given (its ``gpu``
     resource); ``local_gpus`` the run's ``gpu`` resource, the GPUs of this machine the shards share
-    (default: the environment variable the workflow sets).
+    (default: the environment variable the workflow sets); ``compute_dtype`` is
+    ``extraction.compute_dtype``: float16 and bfloat16 are refused on the CPU (half precision there
+    is slow and not what the configuration promised).
 
     * ``cpu``: the CPU. ``cuda:N``: exactly that device, no lease.
     * ``auto``: a GPU when the job was given one, else the CPU. ``cuda``: a GPU (the job must have one).
@@ -51,6 +54,12 @@ def choose_device(requested: str, gpus: int, shard: int, lease_dir: Path, local_
     import torch
 
     if requested == "cpu" or (requested == "auto" and gpus < 1):
+        if compute_dtype != "float32":
+            raise DeviceError(
+                f"extraction.compute_dtype: {compute_dtype} computes only on CUDA, but this extraction job computes on "
+                f"the CPU (extraction.device '{requested}', and the job was given no GPU); run with --resources gpu=N "
+                "(or a cluster profile that gives extract jobs gpu: 1), or set extraction.compute_dtype: float32"
+            )
         return "cpu", None
     if requested.startswith("cuda:"):
         return requested, None

@@ -373,7 +373,8 @@ def run_extraction_job(
     n_sentences = pq.ParquetFile(tokens_path).metadata.num_rows
     first, last = shard_bounds(n_sentences, settings.n_shards, shard, WINDOW_BATCHES * settings.batch_size)
     plan = read_plan(tokens_path, units_path, first, last)
-    device, lease = choose_device(settings.device, gpus, shard, Path("resources") / ".gpu-leases")
+    device, lease = choose_device(settings.device, gpus, shard, Path("resources") / ".gpu-leases",
+                                  compute_dtype=settings.compute_dtype)
     log.info("model %s, shard %d/%d (sentences %d-%d) on %s", model_key, shard, settings.n_shards,
              first, last - 1, device)
     loaded = load_for_extraction(model_key, settings, record, model_dir, device)

@@ -90,6 +90,43 @@ def faithful_gpt2_input(
     return FaithfulInput(input_ids, tokenizer.convert_ids_to_tokens(input_ids), positions, word_spans, n_misaligned)
 
 
+class NotADecoderError(ValueError):
+    """``tokenization: faithful`` asked of an encoder; the message names the key and what to use."""
+
+
+def is_decoder(model_type: str | None) -> bool:
+    """Whether transformers builds ``model_type`` (``config.json``'s) only as a left-to-right model.
+
+    A decoder has a causal-LM head and no masked-LM one (GPT-2, Llama, Qwen2). An encoder has a masked-LM
+    head (BERT and RoBERTa have a causal one too, for encoder-decoder use), or neither (T5).
+    """
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    return model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+
+def encoder_problem(key: str, model_type: str | None) -> str | None:
+    """The one line refusing ``tokenization: faithful`` for model ``key`` of ``model_type``, or None for a decoder.
+
+    The paper's input has no [CLS]/[SEP] and reads word i at position i: on an encoder it would feed
+    the model text it never saw without its special tokens, and store other words' vectors.
+    """
+    if is_decoder(model_type):
+        return None
+    return (
+        f"models.{key}.tokenization: 'faithful' rebuilds the paper's GPT-2 input, which only a decoder reads, but "
+        f"'{key}' is a {model_type!r} model, not a decoder (no [CLS]/[SEP], word i read at position i); "
+        "use tokenization: natural"
+    )
+
+
+def refuse_encoder(key: str, model_type: str | None) -> None:
+    """Raise NotADecoderError for ``tokenization: faithful`` on a model that is not a decoder."""
+    problem = encoder_problem(key, model_type)
+    if problem:
+        raise NotADecoderError(problem)
+
+
 def _refuse_prefix_space(tokenizer) -> None:
     """The paper's fallback split a word with no space before it; a tokenizer adding one would differ."""
     if tokenizer.tokenize("a")[0].startswith(SPACE_MARKER):

@@ -17,6 +17,7 @@ import pandas as pd
 
 from contextuality.extraction import alignment
 from contextuality.extraction.alignment import Plan
+from contextuality.extraction.faithful import refuse_encoder
 from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import PlanSettings
 from contextuality.corpus.words import support
@@ -175,6 +176,8 @@ def run_plan_job(
     if record["source"] == "elmo":
         plan, max_length = alignment.plan_words(sentences, words), None
     else:
+        if tokenization == "faithful":  # the config cannot tell a downloaded model's architecture; its config.json can
+            refuse_encoder(model_key, json.loads((Path(model_dir) / "config.json").read_text()).get("model_type"))
         tokenizer, max_length = loading.load_tokenizer(record, model_dir, settings.max_length)
         holder = type("Tokenized", (), {"tokenizer": tokenizer, "max_length": max_length, "key": model_key})
         plan = plan_model(holder, sentences, words, indexing=indexing, tokenization=tokenization, policy=policy)

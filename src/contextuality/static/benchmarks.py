@@ -19,6 +19,8 @@ from typing import Iterable, Literal
 import numpy as np
 import pandas as pd
 
+from contextuality.static import benchmark_files as files
+
 
 def _read_table(path: Path, **kwargs) -> pd.DataFrame:
     """Read a benchmark table keeping every string as is (no NaN for words like 'null')."""
@@ -42,7 +44,7 @@ def _tsv3(path: Path) -> pd.DataFrame:
 
 def load_simlex999(benchmark_root: str | os.PathLike) -> pd.DataFrame:
     """SimLex-999 (999 pairs), original release, column ``SimLex999``."""
-    df = _read_table(Path(benchmark_root) / "wordsim/simlex999/SimLex-999.txt", sep="\t",
+    df = _read_table(Path(benchmark_root) / files.SIMLEX999, sep="\t",
                      quoting=csv.QUOTE_NONE)
     return _pairs(df["word1"], df["word2"], df["SimLex999"])
 
@@ -53,8 +55,7 @@ def load_men(benchmark_root: str | os.PathLike, form: Literal["lemma", "natural"
     ``lemma`` (default): the lemma-form file with the POS suffix cut off, which is what the fork's
     ``fetch_MEN(which="all", form="natural")`` returns. ``natural``: the release's natural-form file.
     """
-    name = {"lemma": "MEN_dataset_lemma_form_full", "natural": "MEN_dataset_natural_form_full"}[form]
-    df = _read_table(Path(benchmark_root) / "wordsim/men" / name, sep=" ")
+    df = _read_table(Path(benchmark_root) / files.MEN[form], sep=" ")
     if form == "lemma":
         strip = re.compile(r"-[a-z]$")
         return _pairs((strip.sub("", w) for w in df["word1"]), (strip.sub("", w) for w in df["word2"]),
@@ -64,39 +65,39 @@ def load_men(benchmark_root: str | os.PathLike, form: Literal["lemma", "natural"
 
 def load_ws353(benchmark_root: str | os.PathLike) -> pd.DataFrame:
     """WordSim-353, all 353 pairs (``combined.csv``)."""
-    df = _read_table(Path(benchmark_root) / "wordsim/ws353/combined.csv")
+    df = _read_table(Path(benchmark_root) / files.WS353)
     return _pairs(df["Word 1"], df["Word 2"], df["Human (mean)"])
 
 
 def load_rw(benchmark_root: str | os.PathLike) -> pd.DataFrame:
     """Stanford Rare Words, 2034 pairs (mean scores)."""
-    return _tsv3(Path(benchmark_root) / "wordsim/faruqui/EN-RW-STANFORD.txt")
+    return _tsv3(Path(benchmark_root) / files.RW)
 
 
 def load_rg65(benchmark_root: str | os.PathLike) -> pd.DataFrame:
     """RG-65, 65 pairs."""
-    return _tsv3(Path(benchmark_root) / "wordsim/faruqui/EN-RG-65.txt")
+    return _tsv3(Path(benchmark_root) / files.RG65)
 
 
 def load_mturk287(benchmark_root: str | os.PathLike) -> pd.DataFrame:
     """MTurk-287 (the fork's ``MTurk``), 287 pairs."""
-    return _tsv3(Path(benchmark_root) / "wordsim/faruqui/EN-MTurk-287.txt")
+    return _tsv3(Path(benchmark_root) / files.MTURK287)
 
 
 def load_ws353_relatedness(benchmark_root: str | os.PathLike) -> pd.DataFrame:
     """WS353 relatedness split (Agirre et al. 2009), 252 pairs."""
-    return _tsv3(Path(benchmark_root) / "wordsim/faruqui/EN-WS-353-REL.txt")
+    return _tsv3(Path(benchmark_root) / files.WS353_RELATEDNESS)
 
 
 def load_ws353_similarity(benchmark_root: str | os.PathLike) -> pd.DataFrame:
     """WS353 similarity split (Agirre et al. 2009), 203 pairs."""
-    return _tsv3(Path(benchmark_root) / "wordsim/faruqui/EN-WS-353-SIM.txt")
+    return _tsv3(Path(benchmark_root) / files.WS353_SIMILARITY)
 
 
 def load_google(benchmark_root: str | os.PathLike) -> pd.DataFrame:
     """Google analogies ``a:b :: c:d`` (19,544), lower-cased; section lines give ``category``."""
     rows, category = [], None
-    with open(Path(benchmark_root) / "analogy/google/questions-words.txt", encoding="utf-8") as fh:
+    with open(Path(benchmark_root) / files.GOOGLE, encoding="utf-8") as fh:
         for line in fh:
             tokens = line.split()
             if not tokens:
@@ -112,7 +113,7 @@ def load_google(benchmark_root: str | os.PathLike) -> pd.DataFrame:
 
 def load_msr(benchmark_root: str | os.PathLike) -> pd.DataFrame:
     """MSR syntactic analogies (8,000), lower-cased; ``category`` is the POS relation type."""
-    df = _read_table(Path(benchmark_root) / "analogy/msr/msr.csv", index_col=0)
+    df = _read_table(Path(benchmark_root) / files.MSR, index_col=0)
     out = pd.DataFrame({k: df[c].str.strip().str.lower() for k, c in
                         zip("abcd", ("word1", "word2", "word3", "target"))})
     out["category"] = df["type"].to_numpy()
@@ -139,22 +140,18 @@ def load_semeval2012_2(benchmark_root: str | os.PathLike,
     written ``a:b. c:d`` or ``a: b``, which the fork's parser also splits); rated pairs and
     scores come from ``GoldRatings-<c>.txt``.
     """
-    root = Path(benchmark_root) / "analogy/semeval2012_task2"
-    splits = {"train": ["Training"], "test": ["Testing"], "all": ["Training", "Testing"]}[which]
     prototypes, rows = {}, []
-    for split in splits:
-        for gold in sorted((root / "GoldRatings" / split).glob("GoldRatings-*.txt")):
-            cat = gold.stem.removeprefix("GoldRatings-")
-            question = (root / split / "Phase1Questions" / f"Phase1Questions-{cat}.txt").read_text("utf-8")
-            shown = question.split("Consider the following word pairs:")[1].split("What relation")[0]
-            prototypes[cat] = [(x.lower(), y.lower()) for x, y in _SEMEVAL_PAIR.findall(shown)]
-            for line in gold.read_text("utf-8").splitlines():
-                if line.startswith("#") or not line.strip():
-                    continue
-                m = _SEMEVAL_RATING.match(line)
-                if m is None:
-                    raise ValueError(f"{gold}: cannot parse {line!r}")
-                rows.append((cat, split.lower(), m[2].strip().lower(), m[3].strip().lower(), float(m[1])))
+    for cat, split, gold, question_file in files.semeval_files(benchmark_root, which):
+        question = question_file.read_text("utf-8")
+        shown = question.split("Consider the following word pairs:")[1].split("What relation")[0]
+        prototypes[cat] = [(x.lower(), y.lower()) for x, y in _SEMEVAL_PAIR.findall(shown)]
+        for line in gold.read_text("utf-8").splitlines():
+            if line.startswith("#") or not line.strip():
+                continue
+            m = _SEMEVAL_RATING.match(line)
+            if m is None:
+                raise ValueError(f"{gold}: cannot parse {line!r}")
+            rows.append((cat, split.lower(), m[2].strip().lower(), m[3].strip().lower(), float(m[1])))
     pairs = pd.DataFrame(rows, columns=["category", "split", "word1", "word2", "score"])
     return SemEval2012(prototypes=prototypes, pairs=pairs)
 
@@ -169,19 +166,19 @@ def _categories(path: Path) -> pd.DataFrame:
 
 def load_bless(benchmark_root: str | os.PathLike) -> pd.DataFrame:
     """BLESS categorization: 200 words in 17 categories."""
-    return _categories(Path(benchmark_root) / "categorization/bless.csv")
+    return _categories(Path(benchmark_root) / files.BLESS)
 
 
 def load_ap(benchmark_root: str | os.PathLike) -> pd.DataFrame:
     """Almuhareb-Poesio: 402 words in 21 categories."""
-    return _categories(Path(benchmark_root) / "categorization/ap.csv")
+    return _categories(Path(benchmark_root) / files.AP)
 
 
 def load_battig(benchmark_root: str | os.PathLike) -> pd.DataFrame:
     """Battig: 5,231 (word, category) rows in 56 categories."""
-    return _categories(Path(benchmark_root) / "categorization/battig.csv")
+    return _categories(Path(benchmark_root) / files.BATTIG)
 
 
 def load_essli_2c(benchmark_root: str | os.PathLike) -> pd.DataFrame:
     """ESSLLI-2008 verb categorization (the fork's ``ESSLI_2c``): 45 verbs in 9 classes."""
-    return _categories(Path(benchmark_root) / "categorization/essli-2008.csv")
+    return _categories(Path(benchmark_root) / files.ESSLI_2C)

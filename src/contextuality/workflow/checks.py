@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from contextuality.core import layout
 from contextuality.core.settings import CorpusSettings, Settings
+from contextuality.extraction.faithful import encoder_problem
 from contextuality.models.sources import SOURCES
 from contextuality.workflow.schema import SCHEMA, ConfigError, check_duplicate_keys, fill_defaults, validate_against_schema
 from contextuality.workflow.targets import check_targets
@@ -49,6 +51,8 @@ def check_settings(settings: Settings) -> None:
                 f"models.{key}.tokenization: 'faithful' rebuilds the paper's GPT-2 input from spaCy words; it needs a "
                 "Hugging Face decoder with indexing 'word'"
             )
+        elif model.tokenization == "faithful" and source.layers_in_config:  # built from the config: its architecture is known
+            problems += filter(None, [encoder_problem(key, model.build.architecture)])
         if source.reads_words and model.indexing == "subword":
             problems.append(f"models.{key}.indexing: ELMo reads whole spaCy words; allowed: 'word'")
         if model.build.download.gguf_file and not source.takes_gguf:
@@ -59,9 +63,49 @@ def check_settings(settings: Settings) -> None:
         problems.append(
             f"extraction.compute_dtype: {extraction.compute_dtype} needs a CUDA device; on device 'cpu' use float32"
         )
-    problems += hub_revision_problems(settings)
+    problems += hub_revision_problems(settings) + name_problems(settings)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+def name_problems(settings: Settings) -> list[str]:
+    """One line per model key the layout reserves, and per static baseline labelled as a model is keyed.
+
+    Both name folders and files (the schema keeps them to letters, digits, '_' and '-'); a model keyed
+    like a fixed folder beside the model folders would share it, and a baseline labelled like a model
+    would give Table 1 two rows of one name.
+    """
+    reserved = layout.reserved_model_keys()
+    problems = [
+        f"models.{key}: '{key}' is a reserved name ({reserved[key]} holds other files beside the model folders); "
+        f"rename the model; reserved: {', '.join(reserved)}"
+        for key in settings.models if key in reserved
+    ]
+    problems += [
+        f"static.baselines.{label}: '{label}' is also a model key; Table 1 would show two rows of that name, so "
+        "give the baseline another label"
+        for label in settings.static.baselines if label in settings.models
+    ]
+    return problems
+
+
+def check_half_precision_has_a_gpu(settings: Settings, extract_gpus) -> None:
+    """Raise ConfigError when half precision is asked of extraction jobs that no GPU is given to.
+
+    ``extract_gpus`` is the ``gpu`` resource an extraction job gets: the rule's own (one when
+    ``extraction.device`` is 'cuda', or 'auto' with ``--resources gpu=N``), or what ``--set-resources`` or
+    a profile sets for ``extract``; not an integer (a function of the job): not known here, and the job
+    checks its device itself (``contextuality.extraction.devices.choose_device``).
+    """
+    extraction = settings.extraction
+    if extraction.compute_dtype == "float32" or not isinstance(extract_gpus, int) or extract_gpus > 0:
+        return
+    raise ConfigError(
+        f"extraction.compute_dtype: {extraction.compute_dtype} computes only on CUDA, but no extraction job of this "
+        f"run is given a GPU (extraction.device '{extraction.device}', no --resources gpu=N, no gpu for extract in "
+        "--set-resources or the profile); run with --resources gpu=N (or a cluster profile that gives extract jobs "
+        "gpu: 1), or set extraction.compute_dtype: float32"
+    )
 
 
 def _entry(build, field: str):

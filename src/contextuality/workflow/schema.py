@@ -84,6 +84,10 @@ def check_duplicate_keys(paths) -> None:
         raise ConfigError("\n".join(problems))
 
 
+# What the keys of a mapping whose key names must match a pattern are, for its message.
+_NAMED_KEYS = {"models": "model key", "static.baselines": "baseline label"}
+
+
 def _key_path(error) -> str:
     return ".".join(str(part) for part in error.absolute_path) or "(top level)"
 
@@ -115,10 +119,12 @@ def _describe(error) -> str:
         return f"{key}: {error.instance!r} is out of range; must be {word} {error.validator_value}"
     if error.validator == "required":
         return f"{key}: {error.message}"
+    if error.validator == "pattern" and "propertyNames" in error.schema_path:
+        noun = _NAMED_KEYS.get(key, "key")
+        return (f"{key}: {noun} {error.instance!r} is not allowed; it names files and folders, so it must match "
+                f"{schema['pattern']!r} in full (letters, digits, '_' and '-', starting with a letter or digit)")
     if error.validator == "pattern":
         return f"{key}: {error.instance!r} does not match the allowed pattern {schema['pattern']!r}"
-    if error.validator == "propertyNames":
-        return f"{key}: model key {error.instance!r} must match {schema['propertyNames']['pattern']!r}"
     return f"{key}: {error.message}"
 
 
