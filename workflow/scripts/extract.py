@@ -4,12 +4,12 @@ from pathlib import Path
 from contextuality.core.diskspace import DiskSpaceError
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.core.settings import Settings, ShardSettings, from_params
-from contextuality.extraction.extract import run_extraction_job
+from contextuality.extraction.extract import ExtractionError, run_extraction_job
 from contextuality.extraction.writer import DiskFullError
 
 setup_job_logging(snakemake.log[0])
 run = Settings.from_config(snakemake.config)  # what changes no stored vector: provenance and the disk margin
-with expected_errors(DiskSpaceError, DiskFullError):
+with expected_errors(DiskSpaceError, DiskFullError, ExtractionError):
     run_extraction_job(
         model_key=snakemake.wildcards.model,
         settings=from_params(ShardSettings, snakemake.params.shard),
