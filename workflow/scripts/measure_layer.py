@@ -6,19 +6,21 @@ import pandas as pd
 from contextuality.core.settings import MeasureSettings, from_params
 from contextuality.measure.layer_job import measure_layer
 from contextuality.measure.layer_result import write_layer_results
-from contextuality.core.runtime import setup_job_logging
+from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.store.files import StoreError
 from contextuality.store.reader import read_manifest
 
 log = setup_job_logging(snakemake.log[0])
 settings = from_params(MeasureSettings, snakemake.params.measure)
-result = measure_layer(
-    Path(snakemake.input.layer),
-    int(snakemake.wildcards.layer),
-    pd.read_parquet(snakemake.input.occurrences),
-    settings,
-    model=snakemake.wildcards.model,
-    manifest=read_manifest(snakemake.input.manifest),
-    units=pd.read_parquet(snakemake.input.units, columns=["row", "unit", "position"]) if settings.geometry else None,
-    log=log,
-)
+with expected_errors(StoreError):  # a damaged, stale or non-finite layer: its one line
+    result = measure_layer(
+        Path(snakemake.input.layer),
+        int(snakemake.wildcards.layer),
+        pd.read_parquet(snakemake.input.occurrences),
+        settings,
+        model=snakemake.wildcards.model,
+        manifest=read_manifest(snakemake.input.manifest),
+        units=pd.read_parquet(snakemake.input.units, columns=["row", "unit", "position"]) if settings.geometry else None,
+        log=log,
+    )
 write_layer_results(result, Path(snakemake.output.record), Path(snakemake.output.words), Path(snakemake.output.pcs))
