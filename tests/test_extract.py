@@ -15,6 +15,7 @@ import torch
 from conftest import extract_planned, gather_layers, job_counts, run_snakemake, write_config, materialise, load_model
 from contextuality.extraction import extract
 from contextuality.extraction.extract import shard_bounds
+from contextuality.extraction.finite import NonFiniteError
 from contextuality.extraction.plan import build_occurrences
 from contextuality.store.export import export_classic
 from contextuality.store.files import open_complete
@@ -254,7 +255,7 @@ def test_a_non_finite_value_from_the_model_stops_the_shard_naming_layer_and_sent
                rf"'{plan.units['unit'].iat[row]}', row {row} of the shard\): the vector holds nan from the model's "
                r"forward pass; nothing was stored")  # fmt: skip
     for storage_dtype in ("float32", "float16"):
-        with pytest.raises(extract.ExtractionError, match=message) as refused:
+        with pytest.raises(NonFiniteError, match=message) as refused:
             _extract_with(loaded, plan, tmp_path / "shard.h5", forward, storage_dtype)
         assert "\n" not in str(refused.value)
         assert not list(tmp_path.glob("*.h5")) and not list(tmp_path.glob(".*.tmp-*"))
@@ -271,7 +272,7 @@ def test_float16_overflow_at_the_storage_cast_stops_the_shard(tiny_model, corpus
     with h5py.File(tmp_path / "wide.h5") as shard:
         assert np.abs(shard["layer_01"][:]).max() > 65504 and np.isfinite(shard["layer_01"][:]).all()
     assert stats["units"] > 0
-    with pytest.raises(extract.ExtractionError, match=(
+    with pytest.raises(NonFiniteError, match=(
         rf"narrow\.h5: model '{loaded.key}', shard 0, layer 1, sentence 0 \(unit '[^']+', row 0 of the shard\): the "
         r"vector holds -?inf after the cast to float16: an activation beyond float16's range \(\|x\| > 65504\), or "
         r"infinite in the model; nothing was stored \(set extraction.storage_dtype: float32"

@@ -10,10 +10,8 @@ which token range each stored unit pools. Extraction only runs the model and kee
 * The rows to store are gathered **on the device** with batched index operations (first or last
   piece; or the mean of a word's pieces through a padded index matrix, deterministic), cast to the
   storage dtype there, and only they cross to the host (pinned memory, non-blocking, on CUDA).
-* HDF5 writes happen in a background thread (``contextuality.writer``) while the next batches run.
-  Before a window's rows are written, their min and max (one reduction, on the device for CUDA) must be
-  finite: a NaN or infinity from the model, or a value beyond float16's range at the cast to the storage
-  dtype, stops the shard naming the layer and sentence (``NonFiniteError``), and nothing is kept.
+* HDF5 writes happen in a background thread (``contextuality.writer``) while the next batches run,
+  each window's rows checked finite first (``finite``).
 
 Special tokens go through the model but are never stored. Layer 0 is the input-embedding layer.
 """
@@ -38,9 +36,8 @@ from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import WINDOW_BATCHES, ShardSettings
 from contextuality.extraction.devices import choose_device
 from contextuality.store.files import create_checked
-from contextuality.extraction.writer import (
-    DeviceBlock, HostBlock, RefusedRows, ShardWriter, block_extent, chunk_cache_bytes,
-)  # fmt: skip
+from contextuality.extraction.finite import finite_check
+from contextuality.extraction.writer import DeviceBlock, HostBlock, ShardWriter, chunk_cache_bytes
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +46,6 @@ WRITER_DEPTH = 4  # windows queued for the writer before the forward passes wait
 
 class ExtractionError(RuntimeError):
     """Extraction cannot proceed (disk, plan, over-long sentence under policy 'error')."""
-
-
-class NonFiniteError(ExtractionError, RefusedRows):
-    """A stored vector would hold a NaN or an infinity (from the model, or float16 overflow at the storage cast)."""
 
 
 def shard_bounds(n_sentences: int, n_shards: int, shard: int, window: int = 1) -> tuple[int, int]:
@@ -347,41 +340,6 @@ def extract_shard(
 
 def _rows(block) -> int:
     return block.shape[1]
-
-
-FLOAT16_MAX = float(np.finfo(np.float16).max)
-
-
-def finite_check(plan: Plan, out_h5: Path, model: str, shard: int, storage_dtype: str):
-    """The writer's check of each block (layers, rows, dim) before it is written: every value finite.
-
-    One reduction per block (its min and max, NaN if any value is); only a refused block is searched for
-    its first non-finite value, named with its layer, sentence and unit.
-    """
-
-    def check(block, rows: np.ndarray, first_row: int) -> None:
-        low, high = block.extent() if hasattr(block, "extent") else block_extent(rows)
-        if np.isfinite(low) and np.isfinite(high):
-            return
-        bad = ~np.isfinite(rows)
-        layer = int(np.flatnonzero(bad.any(axis=(1, 2)))[0])
-        row = int(np.flatnonzero(bad[layer].any(axis=1))[0])
-        value = rows[layer, row][bad[layer, row]][0]
-        unit = first_row + row
-        sentence = int(np.searchsorted(plan.unit_offsets, unit, side="right") - 1)
-        if np.isinf(value) and storage_dtype == "float16":
-            why = (f"{value} after the cast to float16: an activation beyond float16's range (|x| > {FLOAT16_MAX:g}), "
-                   "or infinite in the model; nothing was stored (set extraction.storage_dtype: float32, or use a model "
-                   "whose activations stay within float16)")  # fmt: skip
-        else:
-            why = (f"{value} from the model's forward pass; nothing was stored (check the model's weights, or its "
-                   "extraction.compute_dtype: float16 and bfloat16 overflow where float32 does not)")  # fmt: skip
-        raise NonFiniteError(
-            f"{out_h5}: model '{model}', shard {shard}, layer {layer}, sentence {int(plan.sentence_ids[sentence])} "
-            f"(unit {plan.units['unit'].iat[unit]!r}, row {unit} of the shard): the vector holds {why}"
-        )
-
-    return check
 
 
 # --------------------------------------------------------------------------------------------------
