@@ -7,20 +7,26 @@
   layer counts them (``n_zero_vectors``), and ``n_words`` counts exactly the words its self-similarity mean
   averages (two or more non-zero vectors); the MEV keeps a zero vector as a point.
 
-Extraction's side (a NaN from the model, float16 overflow at the storage cast) is in tests/test_extract.py.
+Extraction's side (a NaN from the model, float16 overflow at the storage cast) is in tests/test_extract.py;
+here, both ends in the workflow: the extraction and measurement jobs end with their one line, no traceback.
 """
 
 from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
 
 import h5py
 import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import measure_settings
+from conftest import measure_settings, run_snakemake
 from contextuality.measure import exact_baseline, reference, word_pcs
 from contextuality.measure.layer_job import measure_layer
 from contextuality.store.files import StoreError
+from workflow_runs import audited_smoke_run, failure, hook_env, smoke_config_path
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon"]
 DIM = 12
@@ -160,3 +166,50 @@ def test_a_layer_without_zero_vectors_counts_every_word(layer):
     path = write_layer(folder / "layer_03.h5", vectors, offsets)
     row = measure_layer(path, 3, occurrences, settings(geometry=False), model="fake").row
     assert row["n_zero_vectors"] == 0 and row["n_words"] == len(WORDS)
+
+
+# --------------------------------------------------------------------------------------------------
+# The workflow's jobs (a copy of the shared smoke run)
+
+MODEL = "tiny-gpt2"  # float16 storage, 4 shards
+EMBEDDINGS = Path("results") / "embeddings" / MODEL
+
+
+@pytest.fixture
+def scratch(tmp_path_factory, tmp_path) -> Path:
+    """A copy of the finished smoke run (times kept) that a test may damage."""
+    workdir = tmp_path / "run"
+    shutil.copytree(audited_smoke_run(tmp_path_factory), workdir, symlinks=True)
+    return workdir
+
+
+@pytest.mark.slow
+def test_a_nan_in_a_shard_ends_the_measure_layer_job_with_one_line(scratch):
+    shard = scratch / EMBEDDINGS / "shards" / "shard_1.h5"
+    with h5py.File(shard, "a") as handle:
+        handle["layer_02"][5, 3] = np.nan
+        row = int(handle.attrs["first_row"]) + 5
+    target = f"results/metrics/{MODEL}/per_layer/layer_02.json"
+    result = run_snakemake(scratch, target, "--cores", "1", "--forcerun", "measure_layer", configfile=smoke_config_path())
+    assert result.returncode != 0, failure(result)
+    line = (rf"{EMBEDDINGS}/layers/layer_02\.h5: layer 2, row {row} \(sentence \d+(, word '[^']+')?\) holds nan \(1 of "
+            r"the layer's \d+ rows hold NaN or infinity\); the measures need finite vectors: delete the model's shards")
+    assert re.search(line, result.stderr), failure(result)
+    log = (scratch / "logs" / "metrics" / MODEL / "layer_02.log").read_text()
+    assert re.search(line, log) and "Traceback" not in log, log
+
+
+@pytest.mark.slow
+def test_a_nan_from_the_model_ends_the_extraction_job_with_one_line_and_keeps_no_shard(scratch):
+    """The model's hidden states scaled by NaN (a test hook) in one shard job: the job ends with the one line, the
+    shard is not kept. (The smoke run stores float32; float16 overflow is tested on extract_shard directly.)"""
+    target = EMBEDDINGS / "shards" / "shard_0.h5"
+    result = run_snakemake(scratch, str(target), "--cores", "1", "--forcerun", "extract", configfile=smoke_config_path(),
+                           env=hook_env(GUARANTEES_SCALE_ACTIVATIONS="nan"))  # fmt: skip
+    assert result.returncode != 0, failure(result)
+    line = (rf"{target}: model '{MODEL}', shard 0, layer 0, sentence \d+ \(unit '[^']+', row 0 of the shard\): the "
+            r"vector holds nan from the model's forward pass; nothing was stored")
+    assert re.search(line, result.stderr), failure(result)
+    log = (scratch / "logs" / "extract" / MODEL / "shard_0.log").read_text()
+    assert re.search(line, log) and "Traceback" not in log, log
+    assert not (scratch / target).exists() and not list((scratch / target).parent.glob(".shard_0.tmp-*"))

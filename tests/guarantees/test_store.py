@@ -122,7 +122,7 @@ def test_a_flipped_byte_in_a_stored_vector_fails_the_reading_job_naming_the_file
     result = run_snakemake(scratch, target, "--cores", "1", "--forcerun", "measure_layer", configfile=smoke_config_path())
     assert result.returncode != 0, failure(result)
     log = (scratch / "logs" / "metrics" / MODEL / "layer_02.log").read_text()
-    assert f"StoreError: {shard}: dataset layer_02 fails its checksum or cannot be read" in log
+    assert f"{shard}: dataset layer_02 fails its checksum or cannot be read" in log
     assert "the file is damaged; delete it and rerun snakemake, which rebuilds it and everything that depends on it" in log
 
 
