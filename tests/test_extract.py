@@ -15,6 +15,7 @@ import torch
 from conftest import extract_planned, gather_layers, job_counts, run_snakemake, write_config, materialise, load_model
 from contextuality.extraction import extract
 from contextuality.extraction.extract import shard_bounds
+from contextuality.extraction.finite import NonFiniteError
 from contextuality.extraction.plan import build_occurrences
 from contextuality.store.export import export_classic
 from contextuality.store.files import open_complete
@@ -207,6 +208,77 @@ def test_over_long_sentences_under_policy_error_stop_with_the_sentence_id(tiny_m
     finally:
         loaded.max_length = 128
     assert not (tmp_path / "shard.h5").exists()
+
+
+def _forward_changing(loaded, layer: int, change):
+    """The model's forward pass with ``change(hidden, input_ids)`` applied to one layer's hidden states."""
+    forward = extract.model_forward(loaded)
+
+    def changed(ids, mask):
+        hidden = list(forward(ids, mask))
+        hidden[layer] = change(hidden[layer].clone(), ids)
+        return hidden
+
+    return changed
+
+
+def _plan(loaded, sentences, words):
+    from contextuality.extraction.plan import plan_model
+
+    return plan_model(loaded, sentences, words, indexing="subword", tokenization="natural", policy="truncate")
+
+
+def _extract_with(loaded, plan, out: Path, forward, storage_dtype: str):
+    return extract.extract_shard(loaded, plan, out, pooling="first", batch_size=3, storage_dtype=storage_dtype,
+                                 device="cpu", disk_factor=1.0, attrs={"shard": 0}, forward=forward)  # fmt: skip
+
+
+def test_a_non_finite_value_from_the_model_stops_the_shard_naming_layer_and_sentence(tiny_model, corpus, tmp_path):
+    """A NaN at layer 2 wherever one token (sentence 3's first stored piece) is input: refused before anything is
+    written, naming the model, shard, layer, and the first sentence in corpus order storing that token, with its
+    unit and row; no shard file is left."""
+    loaded, _ = tiny_model
+    sentences, words, _ = corpus
+    plan = _plan(loaded, sentences, words)
+    first = plan.units["token_first"].to_numpy()
+    sentence_of_unit = np.repeat(np.arange(len(plan.sentence_ids)), np.diff(plan.unit_offsets))
+    unit_ids = plan.input_ids[plan.token_offsets[sentence_of_unit] + first]
+    target = unit_ids[plan.unit_offsets[3]]
+    row = int(np.flatnonzero(unit_ids == target)[0])  # the first stored unit of that token, in corpus order
+
+    def nan_at_target(states, ids):
+        states[ids == int(target)] = float("nan")
+        return states
+
+    forward = _forward_changing(loaded, 2, nan_at_target)
+    message = (rf"shard\.h5: model '{loaded.key}', shard 0, layer 2, sentence {sentence_of_unit[row]} \(unit "
+               rf"'{plan.units['unit'].iat[row]}', row {row} of the shard\): the vector holds nan from the model's "
+               r"forward pass; nothing was stored")  # fmt: skip
+    for storage_dtype in ("float32", "float16"):
+        with pytest.raises(NonFiniteError, match=message) as refused:
+            _extract_with(loaded, plan, tmp_path / "shard.h5", forward, storage_dtype)
+        assert "\n" not in str(refused.value)
+        assert not list(tmp_path.glob("*.h5")) and not list(tmp_path.glob(".*.tmp-*"))
+
+
+def test_float16_overflow_at_the_storage_cast_stops_the_shard(tiny_model, corpus, tmp_path):
+    """Activations of 1e5 at layer 1 are finite in float32 (stored as they are) but beyond float16's range: with
+    storage_dtype float16 the shard is refused, naming the cast and the way out."""
+    loaded, _ = tiny_model
+    sentences, words, _ = corpus
+    forward = _forward_changing(loaded, 1, lambda states, ids: states * 1e5 + 1e5)
+    plan = _plan(loaded, sentences, words)
+    stats = _extract_with(loaded, plan, tmp_path / "wide.h5", forward, "float32")
+    with h5py.File(tmp_path / "wide.h5") as shard:
+        assert np.abs(shard["layer_01"][:]).max() > 65504 and np.isfinite(shard["layer_01"][:]).all()
+    assert stats["units"] > 0
+    with pytest.raises(NonFiniteError, match=(
+        rf"narrow\.h5: model '{loaded.key}', shard 0, layer 1, sentence 0 \(unit '[^']+', row 0 of the shard\): the "
+        r"vector holds -?inf after the cast to float16: an activation beyond float16's range \(\|x\| > 65504\), or "
+        r"infinite in the model; nothing was stored \(set extraction.storage_dtype: float32"
+    )):  # fmt: skip
+        _extract_with(loaded, plan, tmp_path / "narrow.h5", forward, "float16")
+    assert not (tmp_path / "narrow.h5").exists() and not list(tmp_path.glob(".*.tmp-*"))
 
 
 def test_dry_run_plans_one_extraction_job_per_shard_and_model(tmp_path, base_config):

@@ -6,6 +6,8 @@ variable is set:
   rename (``os.rename``/``os.replace``) to ``<dir>/<pid>.jsonl`` (Python's audit events).
 * GUARANTEES_SLOW_EXTRACT: an extraction job sleeps this many seconds before each window of
   sentences, so that a test can kill it in the middle of a shard.
+* GUARANTEES_SCALE_ACTIVATIONS: an extraction job multiplies every hidden state of the model by this
+  factor ("nan": the model gives NaN everywhere; a large one: values beyond float16's range).
 * TEST_FAKE_GPUS=N: an extraction job runs as if CUDA showed N devices (the same device choice and
   leases as on a GPU machine, or the one device a scheduler gave it) but computes on the CPU, and
   appends one JSON line per shard (shard, device, CUDA_VISIBLE_DEVICES, SLURM_JOB_ID, host, pid,
@@ -62,6 +64,18 @@ if _SLOW and sys.argv and sys.argv[0].endswith("extract.py"):
         yield from _padded_batches(*args, **kwargs)
 
     _extract.padded_batches = _slow_padded_batches
+
+_SCALE = os.environ.get("GUARANTEES_SCALE_ACTIVATIONS")
+if _SCALE and sys.argv and sys.argv[0].endswith("extract.py"):
+    import contextuality.extraction.extract as _extract
+
+    _model_forward = _extract.model_forward
+
+    def _scaled_model_forward(loaded):
+        forward = _model_forward(loaded)
+        return lambda ids, mask: [states * float(_SCALE) for states in forward(ids, mask)]
+
+    _extract.model_forward = _scaled_model_forward
 
 _FAKE_GPUS = os.environ.get("TEST_FAKE_GPUS")
 if _FAKE_GPUS and sys.argv and sys.argv[0].endswith("extract.py"):

@@ -5,13 +5,14 @@ from contextuality.core.diskspace import DiskSpaceError
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.core.settings import Settings, ShardSettings, from_params
 from contextuality.extraction.devices import DeviceError
-from contextuality.extraction.extract import run_extraction_job
+from contextuality.extraction.extract import ExtractionError, run_extraction_job
+from contextuality.extraction.finite import NonFiniteError
 from contextuality.extraction.writer import DiskFullError
 from contextuality.models.loading import ModelError
 
 setup_job_logging(snakemake.log[0])
 run = Settings.from_config(snakemake.config)  # what changes no stored vector: provenance and the disk margin
-with expected_errors(DiskSpaceError, DiskFullError, ModelError, DeviceError):
+with expected_errors(DiskSpaceError, DiskFullError, ModelError, DeviceError, ExtractionError, NonFiniteError):
     run_extraction_job(
         model_key=snakemake.wildcards.model,
         settings=from_params(ShardSettings, snakemake.params.shard),

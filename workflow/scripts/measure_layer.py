@@ -12,7 +12,7 @@ from contextuality.store.reader import read_manifest
 
 log = setup_job_logging(snakemake.log[0])
 settings = from_params(MeasureSettings, snakemake.params.measure)
-with expected_errors(StoreError):
+with expected_errors(StoreError):  # a damaged, stale or non-finite layer: its one line
     manifest = read_manifest(snakemake.input.manifest)
     result = measure_layer(
         Path(snakemake.input.layer),

@@ -10,7 +10,8 @@ which token range each stored unit pools. Extraction only runs the model and kee
 * The rows to store are gathered **on the device** with batched index operations (first or last
   piece; or the mean of a word's pieces through a padded index matrix, deterministic), cast to the
   storage dtype there, and only they cross to the host (pinned memory, non-blocking, on CUDA).
-* HDF5 writes happen in a background thread (``contextuality.writer``) while the next batches run.
+* HDF5 writes happen in a background thread (``contextuality.writer``) while the next batches run,
+  each window's rows checked finite first (``finite``).
 
 Special tokens go through the model but are never stored. Layer 0 is the input-embedding layer.
 """
@@ -35,6 +36,7 @@ from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import WINDOW_BATCHES, ShardSettings
 from contextuality.extraction.devices import choose_device
 from contextuality.store.files import create_checked
+from contextuality.extraction.finite import finite_check
 from contextuality.extraction.writer import DeviceBlock, HostBlock, ShardWriter, chunk_cache_bytes
 
 log = logging.getLogger(__name__)
@@ -217,10 +219,13 @@ def _hf_windows(loaded, plan: Plan, *, batch_size: int, pooling: str, device: st
         if on_cuda:  # to pinned host memory without blocking
             host = torch.empty((loaded.n_layers, n_rows, dim), dtype=storage, pin_memory=True)
             host.copy_(rows_of_window, non_blocking=True)
+            bounds = torch.zeros(2, dtype=storage, pin_memory=True)  # the writer's finiteness check, reduced here
+            if n_rows:
+                bounds.copy_(torch.stack(torch.aminmax(rows_of_window)), non_blocking=True)
             free.put(buffer)
             done = torch.cuda.Event()
             done.record()
-            yield base, DeviceBlock(host, done), w1
+            yield base, DeviceBlock(host, done, bounds), w1
         else:
             yield base, HostBlock(rows_of_window, release=lambda b=buffer: free.put(b)), w1
 
@@ -302,7 +307,8 @@ def extract_shard(
     cache = chunk_cache_bytes(n_units, dim, storage_dtype)
     with diskspace.reserve(out_h5, needed, disk_factor), atomic_path(out_h5) as tmp, \
             h5py.File(tmp, "w", rdcc_nbytes=cache, rdcc_nslots=1009) as out:
-        writer = ShardWriter(out, out_h5, loaded.n_layers, n_units, dim, storage_dtype, depth=WRITER_DEPTH)
+        check = finite_check(plan, out_h5, loaded.key, attrs.get("shard", 0), storage_dtype)
+        writer = ShardWriter(out, out_h5, loaded.n_layers, n_units, dim, storage_dtype, depth=WRITER_DEPTH, check=check)
         try:
             expected = 0
             for base, block, window_end in windows:

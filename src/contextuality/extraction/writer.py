@@ -5,8 +5,10 @@ The extraction loop hands each window's vectors (layers x rows x dim, in the sto
 file. A block may be a CUDA copy still under way (the writer thread waits for it), or rows whose
 buffer the extraction reuses once they are written (the writer hands it back). The file's chunk cache
 holds every layer's open chunk, so each chunk is checksummed (fletcher32) and written once, whole,
-never read back. An error in the writer thread (a full disk, say) stops the extraction at its next
-``put`` or at ``close`` with the writer's message. The file is written under a temporary name and
+never read back. A ``check`` of each block runs in the writer thread before it is written (the
+extraction refuses non-finite values there, from each block's min and max). An error in the writer
+thread (a full disk, a refused block) stops the extraction at its next ``put`` or at ``close`` with its
+message. The file is written under a temporary name and
 renamed only once complete (``contextuality.atomic``).
 """
 
@@ -28,12 +30,20 @@ class WriterError(RuntimeError):
     """The shard could not be written (the message names the file, and the bytes needed and free on a full disk)."""
 
 
+class RefusedRows(RuntimeError):
+    """Rows the writer's ``check`` refused: raised as they are (their message names the rows), not as a write failure."""
+
+
 class ShardWriter:
     """Appends ``(layers, rows, dim)`` blocks to the ``layer_{LL}`` datasets of an open HDF5 file, in a thread."""
 
-    def __init__(self, out: h5py.File, path: Path, n_layers: int, n_rows: int, dim: int, dtype: str, *, depth: int = 4):
-        """``path``: the file's final name (for messages); ``out`` is open on its temporary name."""
+    def __init__(self, out: h5py.File, path: Path, n_layers: int, n_rows: int, dim: int, dtype: str, *, depth: int = 4,
+                 check=None):
+        """``path``: the file's final name (for messages); ``out`` is open on its temporary name. ``check(block,
+        rows, first_row)``: called with each block and its rows (numpy) before they are written; it may raise
+        ``RefusedRows``."""
         self.path, self.n_rows, self.dim, self.dtype = Path(path), n_rows, dim, np.dtype(dtype)
+        self.check = check
         self.needed = n_layers * n_rows * dim * self.dtype.itemsize
         self.datasets = [create_checked(out, layer_name(layer), (n_rows, dim), dtype) for layer in range(n_layers)]
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
@@ -67,6 +77,8 @@ class ShardWriter:
             raise WriterError(f"{self.path}: {self.written} rows written, {self.n_rows} expected")
 
     def _raise(self) -> None:
+        if isinstance(self.error, RefusedRows):
+            raise self.error
         if self.error is not None:
             raise _describe(self.error, self.path, self.needed) from self.error
 
@@ -74,6 +86,8 @@ class ShardWriter:
         try:
             while (block := self.queue.get()) is not None:
                 rows = block.resolve() if hasattr(block, "resolve") else block
+                if self.check is not None:
+                    self.check(block, rows, self.written)
                 for dataset, layer_rows in zip(self.datasets, rows):
                     dataset[self.written:self.written + rows.shape[1]] = layer_rows
                 self.written += rows.shape[1]
@@ -91,12 +105,19 @@ class ShardWriter:
 class DeviceBlock:
     """Rows copied from a CUDA device into pinned host memory without blocking; ready once ``event`` is."""
 
-    def __init__(self, host, event):
-        self.host, self.event, self.shape = host, event, tuple(host.shape)
+    def __init__(self, host, event, bounds=None):
+        """``bounds``: pinned host memory receiving the rows' (min, max), reduced on the device."""
+        self.host, self.event, self.bounds, self.shape = host, event, bounds, tuple(host.shape)
 
     def resolve(self) -> np.ndarray:
         self.event.synchronize()
         return self.host.numpy()
+
+    def extent(self) -> tuple[float, float]:
+        """The rows' (min, max), NaN if any row holds a NaN (once ``resolve`` has returned)."""
+        if self.bounds is None:
+            return block_extent(self.host)
+        return float(self.bounds[0]), float(self.bounds[1])
 
 
 class HostBlock:
@@ -109,9 +130,24 @@ class HostBlock:
     def resolve(self) -> np.ndarray:
         return self.rows.numpy()
 
+    def extent(self) -> tuple[float, float]:
+        return block_extent(self.rows)
+
     def written(self) -> None:
         if self.release is not None:
             self.release()
+
+
+def block_extent(rows) -> tuple[float, float]:
+    """(min, max) of a block of rows (a tensor or an array), NaN if any value is NaN: one reduction, as fast as a
+    copy (torch's ``aminmax``; ``np.isfinite`` on float16 is 9x slower). An empty block: (0, 0)."""
+    import torch
+
+    rows = torch.from_numpy(rows) if isinstance(rows, np.ndarray) else rows
+    if not rows.numel():
+        return 0.0, 0.0
+    low, high = torch.aminmax(rows)
+    return float(low), float(high)
 
 
 def chunk_cache_bytes(n_rows: int, dim: int, dtype: str) -> int:

@@ -46,7 +46,8 @@ def combine_layers(
     ordered = [results[i] for i in order]
     word_table = pd.concat([result.words for result in ordered], ignore_index=True).astype({"layer": "int64", "n": "int64"})
     layer_table = pd.DataFrame([result.row for result in ordered], columns=LAYER_COLUMNS).astype(
-        {"layer": "int64", "n_words": "int64", "n_degenerate_words": "int64", "after_final_norm": "int64",
+        {"layer": "int64", "n_words": "int64", "n_degenerate_words": "int64", "n_zero_vectors": "int64",
+         "after_final_norm": "int64",
          "massive_occurrences": "int64", "geometry_sample": "int64", **{c: "str" for c in GEOMETRY_TEXT_COLUMNS}}
     )  # fmt: skip
     with atomic_path(out_words) as tmp:

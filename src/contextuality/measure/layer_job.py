@@ -27,8 +27,9 @@ from threadpoolctl import threadpool_limits
 from contextuality.core.runtime import collection_paused
 from contextuality.core.settings import MeasureSettings
 from contextuality.measure.exact_baseline import ExactBaseline
+from contextuality.measure.finite import non_finite_error
 from contextuality.measure.layer_pass import (
-    LayerPass, cosine_pass, exact_baseline_from_pass, layer_pass, make_transform, rogue_summary,
+    LayerPass, NonFiniteRows, cosine_pass, exact_baseline_from_pass, layer_pass, make_transform, rogue_summary,
 )  # fmt: skip
 from contextuality.measure.layer_result import LAYER_COLUMNS, POSTPROCESS_COLUMNS, LayerResult, LayerShape
 from contextuality.measure.panel import empty_panel, panel_row
@@ -131,7 +132,10 @@ def measure_layer(
     data = _read_checked(Path(layer_path), index, settings, manifest, units, work)
     with threadpool_limits(limits=threads):
         X = data.stored if data.stored.dtype == work else data.stored.astype(work)  # a float32 layer in float64 work
-        passed = layer_pass(X, data.offsets, work, rogue=settings.geometry)
+        try:
+            passed = layer_pass(X, data.offsets, work, rogue=settings.geometry)
+        except NonFiniteRows as err:  # before any eigen-solve, which would fail naming nothing
+            raise non_finite_error(Path(layer_path), layer, X, data.offsets, index, err.row) from None
         # the paper's measures of the stored vectors (variant "none") and of each post-processed variant
         variants = _paper_measures(X, data, passed, index, settings, layer, work)
         none = variants[0]
@@ -140,7 +144,7 @@ def measure_layer(
         panel, rogue = _geometry(data, passed, units, settings, layer)
     # the result: the layer's row, its words, the post-processing rows
     masked = _mev_masked(settings, layer)
-    row = _layer_row(data, index, none, primary, sampled, layer_cis, panel, masked, model=model, layer=layer)
+    row = _layer_row(data, passed, none, primary, sampled, layer_cis, panel, masked, model=model, layer=layer)
     words = _words_table(index, none, exact_self, sampled, primary, masked, model=model, layer=layer)
     postprocess = _postprocess_rows(variants, variant_cis, settings, model, layer)
     log.info(
@@ -364,12 +368,15 @@ def _postprocess_rows(variants: list[_Variant], cis: dict, settings: MeasureSett
     return rows
 
 
-def _layer_row(data: _Layer, index: OccurrenceIndex, none: _Variant, primary, sampled, cis, panel: dict, masked: bool,
+def _layer_row(data: _Layer, passed: LayerPass, none: _Variant, primary, sampled, cis, panel: dict, masked: bool,
                *, model: str, layer: int) -> dict:  # fmt: skip
-    """The layer's row of layers.parquet (``LAYER_COLUMNS``)."""
+    """The layer's row of layers.parquet (``LAYER_COLUMNS``). ``n_words``: the words the self-similarity mean
+    averages (those with two or more non-zero vectors: a zero vector has no direction, so no cosine);
+    ``n_zero_vectors``: the layer's rows of squared norm 0 (in the compute dtype), left out of every cosine."""
     norms = row_norms(data.stored[sentence_rows(data.offsets, data.baseline_ids)[0]])
     row = {
-        "model": model, "layer": layer, "n_words": len(index.group_starts),
+        "model": model, "layer": layer, "n_words": int(np.count_nonzero(~np.isnan(primary))),
+        "n_zero_vectors": passed.n_rows - passed.cosines.n_nonzero,
         "n_sentences_sampled": int((~np.isnan(none.intra)).sum()), **_measures(primary, none, masked),
         "norm_mean": _mean_or_nan(norms), "norm_std": float(norms.std()) if len(norms) else float("nan"),
         "self_similarity_sampled": _mean_or_nan(sampled), "n_baseline_vectors": none.baseline.n_vectors,

@@ -9,6 +9,9 @@ one rank-k update per block. A variant's exact MEV baseline follows from these m
 map, without a pass; its exact cosine baselines need the norms of its rows (``cosine_pass``, a lighter
 pass). ``exact_baseline_from_pass`` and ``rogue_summary`` turn the sums into the measures.
 
+The pass refuses a layer holding a NaN or an infinity (``NonFiniteRows``), from the squared row norms it
+forms anyway: one test per row, before any eigen-solve of the layer's measures.
+
 Work precision: products in the work dtype (float32 by default), every sum over rows in float64.
 """
 
@@ -31,6 +34,14 @@ BLOCK_ROWS = 2048
 # Rows whose float64 mean is the point the layer's moments are taken around (``layer_pass``): a sample
 # spares a full pass over the layer.
 SHIFT_ROWS = 1 << 16
+
+
+class NonFiniteRows(ValueError):
+    """A row of the layer holds a NaN or an infinity, or its squared norm overflows the work dtype."""
+
+    def __init__(self, row: int):
+        super().__init__(f"row {row} has a non-finite squared norm")
+        self.row = row
 
 
 class CosineSums(NamedTuple):
@@ -93,13 +104,16 @@ def _class_blocks(offsets: np.ndarray, block_rows: int):
             yield length, (offsets[chunk][:, None] + np.arange(length)).reshape(-1)
 
 
-def _cosine_block(Y: np.ndarray, length: int, p: float, acc: dict, squares: bool = True) -> None:
+def _cosine_block(Y: np.ndarray, length: int, p: float, acc: dict, squares: bool = True, rows=None) -> None:
     """Add one block of transformed rows (whole sentences of ``length`` rows, weight p each) to ``acc``.
 
     Sums of unit rows are products with the inverse norms (BLAS), not sums of a unit-row copy.
     ``squares``: also the per-dimension sums of p_i^2 u_i^2 (the rogue dimensions; stored vectors only).
+    ``rows``: the block's row numbers, to refuse (``NonFiniteRows``) a row whose squared norm is not finite.
     """
     squared = np.einsum("ij,ij->i", Y, Y)
+    if rows is not None and not np.isfinite(squared).all():  # a NaN or an infinity reaches its row's square
+        raise NonFiniteRows(int(rows[np.flatnonzero(~np.isfinite(squared))[0]]))
     nonzero = squared > 0
     inverse = np.zeros(len(Y), dtype=Y.dtype)
     inverse[nonzero] = 1.0 / np.sqrt(squared[nonzero])
@@ -139,7 +153,9 @@ def layer_pass(X: np.ndarray, offsets: np.ndarray, work_dtype=np.float32, block_
     taken around ``shift``, the float64 column mean of the first ``SHIFT_ROWS`` rows: near the layer's
     mean, for precision, and so that a constant dimension (every row the same value, which its float64
     mean then is exactly) has variance exactly 0.
-    ``rogue=False`` leaves out the per-dimension squares that only ``rogue_summary`` reads.
+    ``rogue=False`` leaves out the per-dimension squares that only ``rogue_summary`` reads. Raises
+    ``NonFiniteRows`` (naming a row) where a row's squared norm or the shift is not finite: a NaN or an
+    infinity in the layer.
     """
     offsets = np.asarray(offsets, dtype=np.int64)
     n, d = X.shape
@@ -147,6 +163,8 @@ def layer_pass(X: np.ndarray, offsets: np.ndarray, work_dtype=np.float32, block_
         raise ValueError(f"sentence_offsets ends at {offsets[-1]} but X has {n} rows")
     n_sentences = _sentence_count(offsets)
     shift = X[:SHIFT_ROWS].mean(axis=0, dtype=np.float64) if n else np.zeros(d)
+    if not np.isfinite(shift).all():  # a row it averages is not finite: refused before it spreads to every block
+        raise NonFiniteRows(int(np.flatnonzero(~np.isfinite(X[:SHIFT_ROWS]).all(axis=1))[0]))
     uniform_first, uniform_second = np.zeros(d), np.zeros((d, d))
     weighted_first, weighted_second = np.zeros(d), np.zeros((d, d))
     weighted_total = 0.0
@@ -171,7 +189,7 @@ def layer_pass(X: np.ndarray, offsets: np.ndarray, work_dtype=np.float32, block_
             current, class_first, class_second = [length, 0], np.zeros(d), np.zeros((d, d))
         Y = np.asarray(X[rows], dtype=work_dtype)
         current[1] += len(rows)
-        _cosine_block(Y, length, 1.0 / (n_sentences * length), acc, squares=rogue)
+        _cosine_block(Y, length, 1.0 / (n_sentences * length), acc, squares=rogue, rows=rows)
         subtract_in_two_parts(Y, shift)
         class_first += (np.ones(len(Y), dtype=Y.dtype) @ Y).astype(np.float64)
         class_second += Y.T @ Y

@@ -33,7 +33,7 @@ LAYER_COLUMNS = [
     "self_similarity_sampled", "n_baseline_vectors",
     "baseline_cosine_exact", "baseline_cosine_exact_between", "baseline_cosine_uniform", "baseline_mev_exact",
     "adjusted_self_similarity_exact", "adjusted_intra_sentence_exact", "adjusted_mev_exact",
-    "n_degenerate_words", "after_final_norm",
+    "n_degenerate_words", "n_zero_vectors", "after_final_norm",
     *GEOMETRY_COLUMNS,
 ]  # fmt: skip
 # The paper's measures per post-processing variant (results/metrics/{model}/postprocess.csv).
