@@ -36,7 +36,7 @@ CHECKS: dict[str, Callable[[ModelView], Result]] = LAYER_CHECKS | TABLE1_CHECKS
 
 def evaluate_claims(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, pd.DataFrame] | None,
                     labels: dict[str, str], paper_models: dict[str, str | None], *,
-                    sources: dict[str, str] | None = None, table1: pd.DataFrame | None = None) -> pd.DataFrame:
+                    sources: dict[str, dict] | None = None, table1: pd.DataFrame | None = None) -> pd.DataFrame:
     """Evaluate every applicable claim on every model; one row per (model, claim).
 
     Columns: model, label, paper_model, stand_in, role (one sentence: paper checkpoint or stand-in),
@@ -58,7 +58,7 @@ def evaluate_claims(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str
     return pd.DataFrame(rows)
 
 
-def _model_claims(key: str, table: pd.DataFrame, label: str, pm: str | None, source: str | None,
+def _model_claims(key: str, table: pd.DataFrame, label: str, pm: str | None, source: dict | None,
                   words: pd.DataFrame | None, table1: pd.DataFrame | None) -> list[dict]:
     """The rows of ``evaluate_claims`` for one model."""
     depth = model_depth(table)
@@ -122,7 +122,7 @@ _INTRO = ("Ethayarajh (EMNLP 2019), *How Contextual are Contextualized Word Repr
 
 def claims_report(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, pd.DataFrame] | None,
                   labels: dict[str, str], paper_models: dict[str, str | None], out_md, *,
-                  sources: dict[str, str] | None = None, losses: dict[str, dict] | None = None,
+                  sources: dict[str, dict] | None = None, losses: dict[str, dict] | None = None,
                   table1: pd.DataFrame | None = None) -> pd.DataFrame:
     """Check the paper's claims on this run and write them as Markdown; returns the results table.
 

@@ -44,12 +44,12 @@ EXACT_SUMMARY_COLUMNS = (
 
 def summary_table(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str],
                   paper_models: dict[str, str | None], out_md, out_tex, *,
-                  sources: dict[str, str] | None = None, losses: dict[str, dict] | None = None) -> pd.DataFrame:
+                  sources: dict[str, dict] | None = None, losses: dict[str, dict] | None = None) -> pd.DataFrame:
     """Per model and layer, this run's values beside the paper's; written as Markdown and LaTeX.
 
     ``paper_models`` maps each model key to "elmo", "bert", "gpt2" or None; ``sources``
-    (optional) maps it to its hub id, package, path or ELMo options file, to tell the paper's
-    own checkpoint from a stand-in (without it the model key is compared).
+    (optional) maps it to its identity (``source`` and the config entries naming its weights, e.g. ``id``
+    and ``revision``), to tell the paper's own checkpoint from a stand-in (without it: a stand-in).
     The paper column holds the [STATS] value ("≈" = approximate) at the same layer, or, for a
     model of another depth, at the nearest relative depth (column "Paper layer").
     Returns the table as a DataFrame.
