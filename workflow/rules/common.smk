@@ -156,9 +156,10 @@ def measure_mem_mb(wildcards, input, attempt):
 # rules', so renaming a model re-draws the figures and tables only.
 MODEL_LABELS = {key: model.label for key, model in SETTINGS.models.items()}
 STANDS_FOR = {key: model.stands_for for key, model in SETTINGS.models.items()}
-# A model's identity: its source and the config entries that name its weights (a hub id and its pinned revision,
-# ELMo's files, ...); the reports call it the paper's own checkpoint only when these are the paper's.
+# A model's identity: its source and the config entries that name its downloaded weights (a hub id and its pinned
+# revision, ELMo's files, ...); the reports call it the paper's own checkpoint only when these are the paper's.
 MODEL_SOURCES = {
-    key: {"source": model.source} | {name: getattr(model.build.download, name) for name in SOURCES[model.source].required}
+    key: {"source": model.source}
+    | {name: getattr(model.build.download, name) for name in SOURCES[model.source].required if SOURCES[model.source].downloads}
     for key, model in SETTINGS.models.items()
 }

@@ -20,7 +20,7 @@ from contextuality.report.claim_checks import LAYER_CHECKS, NA, ModelView, NotAp
 from contextuality.report.losses import losses_section
 from contextuality.report.paper_models import check_paper_models, model_depth, model_role
 from contextuality.report.table1_checks import A9_TOLERANCE, TABLE1_CHECKS
-from contextuality.report.tables import pipe_table, write_text
+from contextuality.report.tables import md_text, pipe_table, write_text
 
 # Claims about a model's last layer: the report notes when that layer is taken after the final norm.
 LAST_LAYER_CLAIMS = frozenset({"A2", "A3", "A5a", "A5b", "A7a", "A7c", "A9c", "A9d"})
@@ -150,7 +150,7 @@ def _overview(results: pd.DataFrame, models: list[str], labels: dict[str, str]) 
                  for m in models]  # fmt: skip
         about = ", ".join(PAPER_LABELS[p] for p in c.about) or "all models"
         rows.append([c.id, about, c.source, *cells])
-    header = ["Claim", "About", "Source"] + [labels.get(m, m) for m in models]
+    header = ["Claim", "About", "Source"] + [md_text(labels.get(m, m)) for m in models]
     return [pipe_table(header, rows, "-" * len(header)), "",
             "Source: sections of the methods spec (paper-spec.md). `·` = the claim is about a paper model "
             "this model does not stand for. A9a-d compare the rows the paper's Table 1 shows: every static "
@@ -159,7 +159,7 @@ def _overview(results: pd.DataFrame, models: list[str], labels: dict[str, str]) 
 
 def _model_section(sub: pd.DataFrame, model: str, label: str, table: pd.DataFrame) -> list[str]:
     """Markdown lines: one model's role, its degenerate words and each claim's verdict with its evidence."""
-    md = [f"## {label} (`{model}`)", "", sub["role"].iloc[0] if not sub.empty else ""]
+    md = [f"## {md_text(label)} (`{model}`)", "", md_text(sub["role"].iloc[0]) if not sub.empty else ""]
     degenerate = _degenerate_line(table)
     md += ["", degenerate] if degenerate else []
     rows = []

@@ -16,7 +16,7 @@ import pandas as pd
 from contextuality.paper import PAPER_DEPTH, reference_value
 from contextuality.report.losses import losses_section
 from contextuality.report.paper_models import check_paper_models, model_depth, model_role, nearest_paper_layer
-from contextuality.report.tables import fmt, latex_escape, latex_table, pipe_table, write_text
+from contextuality.report.tables import fmt, latex_escape, latex_table, md_text, pipe_table, write_text
 
 # (layers.parquet column, short header) of the summary table, in order.
 SUMMARY_COLUMNS = (
@@ -71,7 +71,7 @@ def summary_table(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str],
         _, role = model_role(model, label, model_depth(layer_tables[model]), pm, sources.get(model))
         cells = _summary_cells(rows)
         header = ["Layer", "Paper layer"] + [h for _, short in SUMMARY_COLUMNS for h in (short, "paper")]
-        md += [f"## {label} (`{model}`)", "", role, "", pipe_table(header, cells, "r" * len(header)), ""]
+        md += [f"## {md_text(label)} (`{model}`)", "", md_text(role), "", pipe_table(header, cells, "r" * len(header)), ""]
         md += _exact_summary_md(layer_tables[model])
         tex += [_summary_tex(cells, label, role, model), ""]
         tex += _exact_summary_tex(layer_tables[model], label, model)
