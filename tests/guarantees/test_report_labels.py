@@ -59,13 +59,6 @@ def test_labels_travel_to_the_reporting_jobs_as_inert_json():
 
 
 def test_markdown_shows_a_label_as_written(tmp_path):
-    from contextuality.report.tables import md_cell, md_text
-
-    assert md_text("<script>x</script>") == r"\<script\>x\</script\>"
-    assert md_text("a\n\n# heading [l](javascript:1) ![i](u) `c` *e* _u_") == \
-        r"a \# heading \[l\](javascript:1) \!\[i\](u) \`c\` \*e\* \_u\_"
-    assert md_text("1. item") == r"1\. item" and md_text("- item") == r"\- item"
-    assert md_cell(md_text(r"a\|b")) == r"a\\\|b"  # a backslash, then an escaped pipe: one cell
     from test_claims import paper_table  # the summary of a model under a hostile label
 
     label = f"x\n\n# Injected {SCRIPT}"
@@ -73,15 +66,23 @@ def test_markdown_shows_a_label_as_written(tmp_path):
     text = (tmp_path / "s.md").read_text()
     assert SCRIPT not in text and "\n# Injected" not in text
     assert r"## x \# Injected \<script\>alert(1)\</script\> (`m`)" in text
+    from contextuality.report.tables import md_cell, md_text
+
+    assert md_text("<script>x</script>") == r"\<script\>x\</script\>"
+    assert md_text("a\n\n# heading [l](javascript:1) ![i](u) `c` *e* _u_") == \
+        r"a \# heading \[l\](javascript:1) \!\[i\](u) \`c\` \*e\* \_u\_"
+    assert md_text("1. item") == r"1\. item" and md_text("- item") == r"\- item"
+    assert md_cell(md_text(r"a\|b")) == r"a\\\|b"  # a backslash, then an escaped pipe: one cell
 
 
 def test_figures_draw_a_label_with_dollars_and_backslashes_as_text(tmp_path):
     from test_claims import paper_table
 
-    label = r"_cost $5 \foo $x^{ and more"
+    label = r"cost $5 \foo $x^{ and more"  # matplotlib would read $5 \foo $ as math, and stop at \foo
     figures.plot_all({"m": paper_table("bert")}, {"m": label}, tmp_path)
     assert (tmp_path / "anisotropy.png").stat().st_size > 1000
-    assert figures.plain_text(label) == "\N{ZERO WIDTH SPACE}" + r"_cost \$5 \foo \$x^{ and more"
+    assert figures.plain_text(label) == r"cost \$5 \foo \$x^{ and more"
+    assert figures.plain_text("_hidden") == "\N{ZERO WIDTH SPACE}_hidden"  # a leading _ would hide the legend entry
 
 
 # --------------------------------------------------------------------------------------------------
