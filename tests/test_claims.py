@@ -7,8 +7,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from contextuality import paper
+from contextuality.models.sources import SOURCES
 from contextuality.report import tables
 from contextuality.report.claims import CHECKS, claims_report, evaluate_claims
 from contextuality.report.losses import losses_frame
@@ -33,6 +35,21 @@ def layers_table(model, baseline, self_adj, intra_adj, mev, baseline_mev):
         "adjusted_self_similarity": self_raw - b, "adjusted_intra_sentence": intra_raw - b,
         "adjusted_mev": mev - bm, "norm_mean": 10.0, "norm_std": 1.0,
     })
+
+
+def hub(model_id, revision="0" * 40):
+    """The identity the workflow passes for a hub model (MODEL_SOURCES)."""
+    return {"source": "hub", "id": model_id, "revision": revision}
+
+
+def paper_yaml_identities():
+    """The identity of each model of config/paper.yaml, as workflow/rules/common.smk makes it (MODEL_SOURCES)."""
+    models = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "paper.yaml").read_text())["models"]
+    return {key: {"source": entry["source"]} | {name: entry.get(name) for name in SOURCES[entry["source"]].required}
+            for key, entry in models.items()}
+
+
+PAPER_IDENTITIES = {key: identity for key, identity in paper_yaml_identities().items() if key in paper.PAPER_MODELS}
 
 
 def paper_table(pm):
@@ -146,7 +163,7 @@ def test_relative_depth_mapping_holds_for_shallow_stand_in():
     ok = layers_table("small", base, [0.3, 0.3, 0.25, 0.2, 0.15, 0.1, 0.01], [0.2, 0.05, 0.0, 0.0, 0.01, 0.02, 0.0],
                       [np.nan, 0.2, 0.3, 0.3, 0.3, 0.3, 0.7], [0.1, 0.3, 0.9, 0.9, 0.9, 0.9, 0.8])
     results = evaluate_claims({"small": ok}, None, {"small": "distilgpt2"}, {"small": "gpt2"},
-                              sources={"small": "distilbert/distilgpt2"})
+                              sources={"small": hub("distilbert/distilgpt2")})
     for claim_id in ("A2", "A5a", "A5b", "A7c", "A8b", "S1", "S2", "S3", "S4"):
         assert status(results, "small", claim_id) == "HOLDS", claim_id
     assert results["stand_in"].all()
@@ -166,7 +183,7 @@ def test_summary_table_shows_paper_values(tmp_path, paper_run):
     tables = dict(tables, minilm=violating_gpt2_like(), other=violating_gpt2_like())
     labels = dict(labels, minilm="all-MiniLM-L6-v2", other="Other")
     pms = dict(pms, minilm="bert", other=None)
-    sources = dict(sources, minilm="sentence-transformers/all-MiniLM-L6-v2")
+    sources = dict(sources, minilm=hub("sentence-transformers/all-MiniLM-L6-v2"))
     md, tex = tmp_path / "summary.md", tmp_path / "summary.tex"
     frame = summary_table(tables, labels, pms, md, tex, sources=sources)
     text, latex = md.read_text(), tex.read_text()
@@ -211,12 +228,55 @@ def test_every_claim_has_one_check():
 
 
 def test_paper_checkpoint_detection_and_bad_mapping():
-    url = "https://allennlp.s3.amazonaws.com/models/elmo/x/elmo_2x4096_512_2048cnn_2xhighway_options.json"
-    assert paper.is_paper_checkpoint("elmo", url)
-    assert paper.is_paper_checkpoint("bert", "google-bert/bert-base-cased")
-    assert not paper.is_paper_checkpoint("gpt2", "openai-community/gpt2-medium")
     with pytest.raises(ValueError, match="expected one of"):
         evaluate_claims({"x": violating_gpt2_like()}, None, {}, {"x": "BERT"})
+
+
+def test_only_the_papers_hub_ids_at_their_pinned_revisions_and_elmos_official_files_are_the_papers_own():
+    """The paper's own checkpoint is its hub id (or the legacy alias of the same repository) at the pinned commit,
+    or ELMo's official files; a name whose last part is `gpt2` or `bert-base-cased` proves nothing."""
+    pinned = {pm: revision for pm, (_, revision) in paper.PAPER_HUB.items()}
+    for key, identity in paper_yaml_identities().items():  # config/paper.yaml: all four are the paper's own
+        assert paper.is_paper_checkpoint(key.removesuffix("-faithful"), identity), key
+    assert paper.is_paper_checkpoint("bert", hub("bert-base-cased", pinned["bert"]))
+    assert paper.is_paper_checkpoint("gpt2", hub("gpt2", pinned["gpt2"]))
+    elmo_on_the_other_host = {name: url.replace("https://s3-us-west-2.amazonaws.com/allennlp", "https://allennlp.s3.amazonaws.com")
+                              for name, url in PAPER_IDENTITIES["elmo"].items()}
+    assert paper.is_paper_checkpoint("elmo", elmo_on_the_other_host)
+    not_the_papers = {
+        "bert": [hub("me/bert-base-cased", pinned["bert"]), hub("google-bert/bert-base-cased"),
+                 hub("google-bert/bert-base-cased", None), {"source": "path", "path": "/data/finetuned/bert-base-cased"},
+                 {"source": "pypi", "package": "bert-base-cased", "version": "1.0"}, {"source": "hub", "id": "bert-base-cased"},
+                 {"source": "random", "architecture": "bert"}, None, {}],
+        "gpt2": [hub("me/gpt2", pinned["gpt2"]), hub("openai-community/gpt2-medium", pinned["gpt2"]),
+                 hub("openai-community/gpt2", pinned["bert"]), {"source": "path", "path": "/data/finetuned/gpt2"},
+                 {"source": "path", "path": "openai-community/gpt2"}],
+        "elmo": [{"source": "elmo", "options": "/data/elmo_2x4096_512_2048cnn_2xhighway_options.json",
+                  "weights": "/data/elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5"},
+                 {**PAPER_IDENTITIES["elmo"], "weights": "https://example.org/elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5"},
+                 {"source": "path", "path": "elmo_2x4096_512_2048cnn_2xhighway"}],
+    }
+    for pm, identities in not_the_papers.items():
+        for identity in identities:
+            assert not paper.is_paper_checkpoint(pm, identity), (pm, identity)
+
+
+@pytest.mark.parametrize("key, identity", [
+    ("gpt2", None),  # a model keyed `gpt2` with no identity: the key names nothing
+    ("gpt2", {"source": "path", "path": "/data/finetuned/gpt2"}),
+    ("bert", hub("me/bert-base-cased", "cd5ef92a9fb2f889e972770a36d4ed042daf221e")),
+])
+def test_a_copy_named_like_the_papers_checkpoint_keeps_its_stand_in_caveat(tmp_path, key, identity):
+    pm = key
+    table = paper_table(pm)
+    claims = claims_report({key: table}, None, {key: "Mine"}, {key: pm}, tmp_path / "claims.md", sources={key: identity})
+    summary_table({key: table}, {key: "Mine"}, {key: pm}, tmp_path / "summary.md", tmp_path / "summary.tex",
+                  sources={key: identity})
+    assert claims["stand_in"].all()
+    about_pm = claims[claims["about"] == paper.PAPER_LABELS[pm]]
+    assert len(about_pm) and about_pm["note"].str.contains(f"stand-in for {paper.PAPER_LABELS[pm]}").all()
+    assert "the paper's own" not in (tmp_path / "summary.md").read_text()
+    assert f"Mine stands in for {paper.PAPER_LABELS[pm]}" in (tmp_path / "claims.md").read_text()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -359,7 +419,7 @@ def _full_run():
     tables.update(bert=bert, gpt2=gpt2, minilm=minilm, **{"other/v1.0": violating_gpt2_like()})
     labels.update(minilm="all-MiniLM_L6 & co|50%", **{"other/v1.0": ODD_LABEL})
     pms.update(minilm="bert", **{"other/v1.0": None})
-    sources.update(minilm="sentence-transformers/all-MiniLM-L6-v2")
+    sources.update(minilm=hub("sentence-transformers/all-MiniLM-L6-v2"))
     losses = {
         "bert": {"sentences_truncated": 3, "sentences_skipped": 0, "indexed_occurrences": 1089,
                  "indexed_occurrences_lost": {"truncated": 4, "skipped": 0, "spanning": 2}, "misaligned_words": 1},
@@ -381,8 +441,7 @@ def _paper_run_parts():
     """Tables, words, labels, paper models and sources of the paper's own numbers (the ``paper_run`` fixture)."""
     tables = {pm: paper_table(pm) for pm in paper.PAPER_MODELS}
     words = {"elmo": words_table("elmo", ["and", "of", "'s", "to", "the"] + CONTENT)}
-    sources = {"elmo": "elmo_2x4096_512_2048cnn_2xhighway", "bert": "google-bert/bert-base-cased",
-               "gpt2": "openai-community/gpt2"}
+    sources = {pm: PAPER_IDENTITIES[pm] for pm in tables}
     return tables, words, {pm: paper.PAPER_LABELS[pm] for pm in tables}, {pm: pm for pm in tables}, sources
 
 

@@ -13,6 +13,7 @@ run's table and the paper's line up by name.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 PAPER_MODELS = ("elmo", "bert", "gpt2")
@@ -28,22 +29,31 @@ PAPER_CHECKPOINTS = {
 # Number of contextual layers; layer 0 (the input embedding) comes on top.
 PAPER_DEPTH = {"elmo": 2, "bert": 12, "gpt2": 12}
 
-# Identifiers under which the paper's own checkpoints are known (hub ids, aliases).
-PAPER_IDENTIFIERS = {
-    "elmo": frozenset({"elmo", "elmo_2x4096_512_2048cnn_2xhighway", "elmo-2x4096_512_2048cnn_2xhighway",
-                       "lysandre/elmo-2x4096_512_2048cnn_2xhighway"}),
-    "bert": frozenset({"bert-base-cased", "google-bert/bert-base-cased"}),
-    "gpt2": frozenset({"gpt2", "openai-community/gpt2"}),
+# The paper's own checkpoints as a run's config names them (spec 9.1; config/paper.yaml): BERT and GPT-2 by
+# their hub ids (and the legacy aliases the hub redirects to the same repository) at the pinned commits, ELMo by
+# its official files on either AllenNLP host. A name alone proves nothing: any folder or fine-tuned copy can be
+# called `gpt2`. No digest of these weights is recorded in the spec, so none is compared.
+PAPER_HUB = {
+    "bert": (frozenset({"google-bert/bert-base-cased", "bert-base-cased"}), "cd5ef92a9fb2f889e972770a36d4ed042daf221e"),
+    "gpt2": (frozenset({"openai-community/gpt2", "gpt2"}), "607a30d783dfa663caf39e06633721c8d4cfcd7e"),
 }
+_ELMO_FOLDERS = tuple(f"{host}/models/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_"
+                      for host in ("https://s3-us-west-2.amazonaws.com/allennlp", "https://allennlp.s3.amazonaws.com"))
+PAPER_ELMO_FILES = {"options": frozenset(f"{folder}options.json" for folder in _ELMO_FOLDERS),
+                    "weights": frozenset(f"{folder}weights.hdf5" for folder in _ELMO_FOLDERS)}
 
 
-def is_paper_checkpoint(paper_model: str, identifier: str | None) -> bool:
-    """Whether ``identifier`` (a hub id, alias, path, or ELMo options/weights file) names the paper's checkpoint."""
-    if not identifier:
-        return False
-    name = identifier.rstrip("/").lower()
-    last = name.rsplit("/", 1)[-1].removesuffix("_options.json").removesuffix("_weights.hdf5")
-    return name in PAPER_IDENTIFIERS[paper_model] or last in PAPER_IDENTIFIERS[paper_model]
+def is_paper_checkpoint(paper_model: str, identity: Mapping[str, str | None] | None) -> bool:
+    """Whether a model's identity (its ``source`` and the config entries that name its weights, as the workflow
+    passes them: ``id`` and ``revision``, ``options`` and ``weights``, ...) is the paper's own checkpoint."""
+    identity = identity or {}
+    source = identity.get("source")
+    if paper_model in PAPER_HUB and source == "hub":
+        ids, revision = PAPER_HUB[paper_model]
+        return identity.get("id") in ids and identity.get("revision") == revision
+    if paper_model == "elmo" and source == "elmo":
+        return all(identity.get(name) in files for name, files in PAPER_ELMO_FILES.items())
+    return False
 
 
 # The paper's y ranges and titles (visualize.py), keyed by figure name.

@@ -36,6 +36,14 @@ ERROR_CASES = {
     "gold_and_input_lengths_differ": (2014, b"a\tb\nc\td\n", b"1\n", r"STS\.input\.toy\.txt: 2 lines but its gold file .*STS\.gs\.toy\.txt has 1"),
     "non_utf8_bytes": (2014, b"a\tb\ncaf\xe9\td\n", b"1\n2\n", r"STS\.input\.toy\.txt:2: bytes that are not UTF-8 \(b'\\xe9'\)"),
     "gold_not_a_number": (2014, b"a\tb\n", b"high\n", r"STS\.gs\.toy\.txt:1: gold score 'high' is not a number"),
+    # a release file emptied (a failed copy) would silently lose its pairs
+    "empty_release_files": (2014, b"", b"", r"STS\.input\.toy\.txt: empty release file \(0 lines\); expected one line per sentence pair: restore it from the release$"),
+    "empty_gold_file": (2014, b"a\tb\n", b"", r"STS\.gs\.toy\.txt: empty release file \(0 lines\)"),
+    "every_pair_unscored": (2015, b"a\tb\nc\td\n", b"\n\n", r"STS\.gs\.toy\.txt: no scored pair in its 2 lines \(all blank\); expected gold scores from 0 to 5"),
+    "gold_nan": (2014, b"a\tb\nc\td\n", b"1\nnan\n", r"STS\.gs\.toy\.txt:2: gold score 'nan' is outside the STS range; allowed: a number from 0 to 5$"),
+    "gold_inf": (2014, b"a\tb\n", b"inf\n", r"STS\.gs\.toy\.txt:1: gold score 'inf' is outside the STS range; allowed: a number from 0 to 5$"),
+    "gold_negative": (2014, b"a\tb\n", b"-7\n", r"STS\.gs\.toy\.txt:1: gold score '-7' is outside the STS range"),
+    "gold_above_five": (2016, b"a\tb\ts\tt\n", b"5.01\n", r"STS2016\.gs\.toy\.txt:1: gold score '5.01' is outside the STS range"),
 }
 
 
@@ -44,6 +52,11 @@ def test_malformed_release_file_is_an_error_naming_file_and_line(tmp_path, case)
     year, input_text, gold_text, message = ERROR_CASES[case]
     with pytest.raises(CorpusError, match=message):
         read_release(_release(tmp_path, year, input_text, gold_text))
+
+
+def test_gold_scores_at_the_ends_of_the_range_are_accepted(tmp_path):
+    pairs, _ = read_release(_release(tmp_path, 2014, b"a\tb\nc\td\n", b"0\n5.000\n"))
+    assert [pair["score"] for pair in pairs] == [0.0, 5.0]
 
 
 def test_documented_2016_source_columns_are_accepted_and_ignored(tmp_path):

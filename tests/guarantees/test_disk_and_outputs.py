@@ -215,3 +215,38 @@ def test_jobs_write_nothing_outside_the_run_directory_and_the_temp_dir(smoke):
     assert dict(outside) == {}
     project = [path for path in paths if path.startswith(str(PROJECT) + os.sep) and "__pycache__" not in path]
     assert project == []
+
+
+def _missing_outputs_planned(dry_run_output: str) -> set[str]:
+    """The files `snakemake -n` plans to write because they are missing (its jobs' 'Missing output files')."""
+    planned = set()
+    for line in dry_run_output.splitlines():
+        if "reason: Missing output files:" in line:
+            files = line.split("Missing output files:", 1)[1].split(";", 1)[0]
+            planned |= {name.strip() for name in files.split(",")}
+    return planned
+
+
+@pytest.mark.slow
+def test_every_deliverable_deleted_from_a_finished_run_is_rebuilt(smoke, tmp_path):
+    """Snakemake rebuilds a deleted output only when something asks for it: each kind of file a job writes
+    under results/ (a figure's PDF, claims.csv, a model's words.parquet, a layer's PCs, ...), deleted from a
+    finished run, is planned again by `snakemake -n`."""
+    workdir, _, _, files, _ = smoke
+    scratch = tmp_path / "run"
+    shutil.copytree(workdir, scratch, symlinks=True)
+    kinds = {}
+    for name in sorted(files):
+        if name.startswith("results/"):
+            kind = (layout.parse(name) or (name,))[0]
+            kinds.setdefault(name if kind in ("TABLE", "FIGURE") else kind, name)  # each table and figure file
+    assert len(kinds) >= 25, sorted(kinds)
+    not_rebuilt = []
+    for kind, name in kinds.items():
+        (scratch / name).unlink()
+        result = run_snakemake(scratch, "-n", "--cores", "2", configfile=smoke_config_path())
+        shutil.copy2(workdir / name, scratch / name)
+        assert result.returncode == 0, failure(result)
+        if name not in _missing_outputs_planned(result.stdout):
+            not_rebuilt.append(name)
+    assert not_rebuilt == []

@@ -41,23 +41,36 @@ wildcard_constraints:
 
 
 def final_outputs(wildcards):
-    """Everything `snakemake` builds by default (an input function: layer counts may come from a checkpoint).
+    """Everything `snakemake` builds by default: every file a job writes under results/ (an input function:
+    layer counts may come from a checkpoint).
 
-    The stored vectors are deliverables too: every shard and every layer file is a target, so a
-    deleted one is rebuilt (with what depends on it) instead of passing unnoticed behind newer tables.
+    Snakemake rebuilds a missing file only when something asks for it: a deleted output that no target names
+    (a figure's PDF, claims.csv, a model's words.parquet) would pass unnoticed behind the files that are
+    there. So every deliverable is a target, taken from the rules' own outputs; the stored vectors too, so a
+    deleted shard or layer file is rebuilt (with what depends on it) instead of passing behind newer tables.
     """
-    targets = [layout.SENTENCES, layout.WORD_INDEX]
-    for model in MODELS:
-        targets += stored_vectors(model)
-    targets += expand(layout.CONTEXT_WORDS, model=MODELS)
-    targets += expand(layout.FIGURE, name=FIGURES, ext="png")
-    targets += expand(layout.MODEL_FIGURE, model=MODELS, name=MODEL_FIGURES, ext="png")
-    targets += expand(layout.TABLE, name=["summary", "claims"], ext="md")
+    targets = [*rules.sts_pairs.output, *rules.corpus.output, *rules.words.output, *rules.figures.output,
+               *rules.summary.output]
     if SETTINGS.static.enabled:
-        targets += [layout.path(layout.TABLE, name="table1", ext="md")]
-    if SETTINGS.extraction.export_classic:
-        targets += expand(layout.EXPORT_WORD2SENT, model=MODELS)
+        targets += [*rules.table1.output]
+        targets += expand(rules.static_baseline_scores.output, baseline=SETTINGS.static.baselines)
+    for model in MODELS:
+        targets += model_outputs(model)
     return targets
+
+
+def model_outputs(model):
+    """Every file under results/ of one model: its plan, vectors, measurements, figures, scores and export."""
+    per_model = [rules.plan, rules.manifest, rules.combine_layers, rules.model_figures]
+    per_model += [rules.static_scores] if SETTINGS.static.enabled else []
+    per_model += [rules.export_classic] if SETTINGS.extraction.export_classic else []
+    targets = [path for rule in per_model for path in expand(rule.output, model=model)]
+    layers = stored_layers(model)
+    if layers is None:
+        return targets
+    targets += expand(rules.extract.output, model=model, shard=range(SETTINGS.models[model].n_shards))
+    return targets + expand([*rules.layer_file.output, *rules.measure_layer.output], model=model,
+                            layer=[layout.layer_label(layer) for layer in layers])
 
 
 def model_params(job):
@@ -130,20 +143,16 @@ def n_layers_of(model):
     return source.layer_count(settings.build, record)
 
 
-def stored_vectors(model):
-    """The shard and layer files of a model, once its layer count is known.
+def stored_layers(model):
+    """The layers of a model, once its layer count is known, else None.
 
     Not yet known (a downloaded model not built): nothing is asked here, and the model is built and its
     layers extracted for its measurements; asking here would wait for each model's build in turn.
     """
     try:
-        layers = range(n_layers_of(model))
+        return range(n_layers_of(model))
     except IncompleteCheckpointException:
-        return []
-    shards = range(SETTINGS.models[model].n_shards)
-    return [layout.path(layout.SHARD, model=model, shard=shard) for shard in shards] + [
-        layout.path(layout.LAYER_FILE, model=model, layer=layer) for layer in layers
-    ]
+        return None
 
 
 def every_layer(pattern):
@@ -172,4 +181,10 @@ def measure_mem_mb(wildcards, input, attempt):
 # rules', so renaming a model re-draws the figures and tables only.
 MODEL_LABELS = {key: model.label for key, model in SETTINGS.models.items()}
 STANDS_FOR = {key: model.stands_for for key, model in SETTINGS.models.items()}
-MODEL_SOURCES = {key: SOURCES[model.source].identity(model.build.download) for key, model in SETTINGS.models.items()}
+# A model's identity: its source and the config entries that name its downloaded weights (a hub id and its pinned
+# revision, ELMo's files, ...); the reports call it the paper's own checkpoint only when these are the paper's.
+MODEL_SOURCES = {
+    key: {"source": model.source}
+    | {name: getattr(model.build.download, name) for name in SOURCES[model.source].required if SOURCES[model.source].downloads}
+    for key, model in SETTINGS.models.items()
+}

@@ -1,5 +1,7 @@
 # What people read: the paper's four figures across models, each model's geometry figures, the summary
-# beside the paper with the claims checked, and Table 1.
+# beside the paper with the claims checked, and Table 1. Labels and identities from the config travel as inert JSON
+# (contextuality.report.inert): report.html prints these rules' params inside a <script> element.
+from contextuality.report.inert import inert_json
 
 
 rule figures:
@@ -19,7 +21,7 @@ rule figures:
         },
     params:
         models=MODELS,
-        labels=MODEL_LABELS,
+        labels=inert_json(MODEL_LABELS),
         x_axis=SETTINGS.figures.x_axis,
     log:
         "logs/figures/figures.log",
@@ -48,7 +50,7 @@ rule model_figures:
             for ext in ("png", "pdf")
         },
     params:
-        label=lambda wildcards: MODEL_LABELS[wildcards.model],
+        label=lambda wildcards: inert_json(MODEL_LABELS[wildcards.model]),
         x_axis=SETTINGS.figures.x_axis,
     log:
         "logs/figures/{model}/figures.log",
@@ -91,9 +93,9 @@ rule summary:
         ),
     params:
         models=MODELS,
-        labels=MODEL_LABELS,
+        labels=inert_json(MODEL_LABELS),
         paper_models=STANDS_FOR,
-        sources=MODEL_SOURCES,
+        sources=inert_json(MODEL_SOURCES),
     log:
         "logs/figures/summary.log",
     conda:
@@ -125,7 +127,7 @@ rule table1:
         pdf=layout.path(layout.FIGURE, name="table1_by_layer", ext="pdf"),
     params:
         # display names are applied here, so renaming a model re-scores nothing
-        labels=MODEL_LABELS,
+        labels=inert_json(MODEL_LABELS),
     log:
         "logs/static/table1.log",
     conda:

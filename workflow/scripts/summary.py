@@ -9,13 +9,15 @@ from contextuality.report.claims import claims_report
 from contextuality.report.losses import losses_frame
 from contextuality.report.summary import summary_table
 from contextuality.core.runtime import setup_job_logging
+from contextuality.report.inert import from_inert_json
 
 setup_job_logging(snakemake.log[0])
 models = snakemake.params.models
 layer_tables = {model: pd.read_parquet(path) for model, path in zip(models, snakemake.input.layers)}
 word_tables = {model: pd.read_parquet(path) for model, path in zip(models, snakemake.input.words)}
 losses = {model: json.loads(Path(path).read_text()) for model, path in zip(models, snakemake.input.losses)}
-labels, paper_models, sources = snakemake.params.labels, snakemake.params.paper_models, snakemake.params.sources
+labels, sources = from_inert_json(snakemake.params.labels), from_inert_json(snakemake.params.sources)
+paper_models = snakemake.params.paper_models
 # Table 1's scores (claims A9a-d); absent when static.enabled is false
 table1 = pd.read_csv(snakemake.input.table1[0]) if snakemake.input.table1 else None
 summary_table(layer_tables, labels, paper_models, snakemake.output.summary_md, snakemake.output.summary_tex,

@@ -42,6 +42,9 @@ RELEASES: dict[tuple[int, str], list[str]] = {
 }
 NOT_REDISTRIBUTABLE = {(2013, "test", "SMT")}
 
+# Every STS release scores a pair from 0 (unrelated) to 5 (equivalent); a score outside is not one of its scores.
+GOLD_RANGE = (0.0, 5.0)
+
 # Pinned revisions used by MTEB (spec section 9.2).
 HUB_DATASETS: dict[int, tuple[str, str]] = {
     2012: ("mteb/sts12-sts", "a0d554a64d88156834ff5ae9920b964011b16384"),
@@ -106,6 +109,10 @@ def read_release(files: ReleaseFiles) -> tuple[list[dict], dict[str, int]]:
     """
     inputs = _read_lines(files.input)
     golds = _read_lines(files.gold)
+    for path, lines in ((files.input, inputs), (files.gold, golds)):
+        if not lines:
+            raise CorpusError(f"{path}: empty release file (0 lines); expected one line per sentence pair: "
+                              "restore it from the release")
     if len(inputs) != len(golds):
         raise CorpusError(
             f"{files.input}: {len(inputs)} lines but its gold file {files.gold} has {len(golds)}; "
@@ -127,10 +134,7 @@ def read_release(files: ReleaseFiles) -> tuple[list[dict], dict[str, int]]:
         if not gold:
             counts["unscored"] += 1
             continue
-        try:
-            score = float(gold)
-        except ValueError:
-            raise CorpusError(f"{files.gold}:{number}: gold score {gold!r} is not a number") from None
+        score = _gold_score(files.gold, number, gold)
         sentences = [clean_sentence(text) for text in columns[:2]]
         counts["empty_sentences"] += sum(1 for text in sentences if not text)
         pairs.append(
@@ -144,7 +148,23 @@ def read_release(files: ReleaseFiles) -> tuple[list[dict], dict[str, int]]:
                 "sentence2": sentences[1],
             }
         )
+    if not pairs:
+        raise CorpusError(f"{files.gold}: no scored pair in its {len(golds)} lines (all blank); expected gold "
+                          f"scores from {GOLD_RANGE[0]:g} to {GOLD_RANGE[1]:g}: restore it from the release")
     return pairs, counts
+
+
+def _gold_score(path: Path, number: int, gold: str) -> float:
+    """One gold line's score: a finite number within the releases' range, else an error naming the line."""
+    lo, hi = GOLD_RANGE
+    try:
+        score = float(gold)
+    except ValueError:
+        raise CorpusError(f"{path}:{number}: gold score {gold!r} is not a number") from None
+    if not lo <= score <= hi:  # also false for nan
+        raise CorpusError(f"{path}:{number}: gold score {gold!r} is outside the STS range; allowed: a number "
+                          f"from {lo:g} to {hi:g}")
+    return score
 
 
 def clean_sentence(text: str) -> str:

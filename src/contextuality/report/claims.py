@@ -20,7 +20,7 @@ from contextuality.report.claim_checks import LAYER_CHECKS, NA, ModelView, NotAp
 from contextuality.report.losses import losses_section
 from contextuality.report.paper_models import check_paper_models, model_depth, model_role
 from contextuality.report.table1_checks import A9_TOLERANCE, TABLE1_CHECKS
-from contextuality.report.tables import pipe_table, write_text
+from contextuality.report.tables import md_text, pipe_table, write_text
 
 # Claims about a model's last layer: the report notes when that layer is taken after the final norm.
 LAST_LAYER_CLAIMS = frozenset({"A2", "A3", "A5a", "A5b", "A7a", "A7c", "A9c", "A9d"})
@@ -36,7 +36,7 @@ CHECKS: dict[str, Callable[[ModelView], Result]] = LAYER_CHECKS | TABLE1_CHECKS
 
 def evaluate_claims(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, pd.DataFrame] | None,
                     labels: dict[str, str], paper_models: dict[str, str | None], *,
-                    sources: dict[str, str] | None = None, table1: pd.DataFrame | None = None) -> pd.DataFrame:
+                    sources: dict[str, dict] | None = None, table1: pd.DataFrame | None = None) -> pd.DataFrame:
     """Evaluate every applicable claim on every model; one row per (model, claim).
 
     Columns: model, label, paper_model, stand_in, role (one sentence: paper checkpoint or stand-in),
@@ -58,7 +58,7 @@ def evaluate_claims(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str
     return pd.DataFrame(rows)
 
 
-def _model_claims(key: str, table: pd.DataFrame, label: str, pm: str | None, source: str | None,
+def _model_claims(key: str, table: pd.DataFrame, label: str, pm: str | None, source: dict | None,
                   words: pd.DataFrame | None, table1: pd.DataFrame | None) -> list[dict]:
     """The rows of ``evaluate_claims`` for one model."""
     depth = model_depth(table)
@@ -122,7 +122,7 @@ _INTRO = ("Ethayarajh (EMNLP 2019), *How Contextual are Contextualized Word Repr
 
 def claims_report(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, pd.DataFrame] | None,
                   labels: dict[str, str], paper_models: dict[str, str | None], out_md, *,
-                  sources: dict[str, str] | None = None, losses: dict[str, dict] | None = None,
+                  sources: dict[str, dict] | None = None, losses: dict[str, dict] | None = None,
                   table1: pd.DataFrame | None = None) -> pd.DataFrame:
     """Check the paper's claims on this run and write them as Markdown; returns the results table.
 
@@ -150,7 +150,7 @@ def _overview(results: pd.DataFrame, models: list[str], labels: dict[str, str]) 
                  for m in models]  # fmt: skip
         about = ", ".join(PAPER_LABELS[p] for p in c.about) or "all models"
         rows.append([c.id, about, c.source, *cells])
-    header = ["Claim", "About", "Source"] + [labels.get(m, m) for m in models]
+    header = ["Claim", "About", "Source"] + [md_text(labels.get(m, m)) for m in models]
     return [pipe_table(header, rows, "-" * len(header)), "",
             "Source: sections of the methods spec (paper-spec.md). `·` = the claim is about a paper model "
             "this model does not stand for. A9a-d compare the rows the paper's Table 1 shows: every static "
@@ -159,7 +159,7 @@ def _overview(results: pd.DataFrame, models: list[str], labels: dict[str, str]) 
 
 def _model_section(sub: pd.DataFrame, model: str, label: str, table: pd.DataFrame) -> list[str]:
     """Markdown lines: one model's role, its degenerate words and each claim's verdict with its evidence."""
-    md = [f"## {label} (`{model}`)", "", sub["role"].iloc[0] if not sub.empty else ""]
+    md = [f"## {md_text(label)} (`{model}`)", "", md_text(sub["role"].iloc[0]) if not sub.empty else ""]
     degenerate = _degenerate_line(table)
     md += ["", degenerate] if degenerate else []
     rows = []

@@ -37,6 +37,13 @@ _YLABELS = {
 }
 
 
+def plain_text(label: str) -> str:
+    """A label drawn as written: matplotlib reads ``$...$`` as math (an unknown command stops the figure), a
+    leading ``_`` hides a legend entry, and a line break is a space in a title or legend."""
+    text = " ".join(str(label).split()).replace("$", r"\$")
+    return "\N{ZERO WIDTH SPACE}" + text if text.startswith("_") else text
+
+
 def _style(index: int) -> dict:
     """Colour and marker of the index-th model: distinct for up to 10 models, then cycling."""
     colors = plt.get_cmap("tab10").colors
@@ -116,8 +123,8 @@ def _line_figure(name: str, value: str, ci: tuple[str, str] | None, shift: str |
         max_layer = max(max_layer, depth)
         x = _x(s["layer"].to_numpy(), depth, relative_depth)
         style = _style(i)
-        ax.plot(x, s["value"], linestyle=":", linewidth=1.8, markersize=6, label=labels.get(model, model),
-                **style)
+        ax.plot(x, s["value"], linestyle=":", linewidth=1.8, markersize=6,
+                label=plain_text(labels.get(model, model)), **style)
         if "low" in s and np.isfinite(s[["low", "high"]].to_numpy()).any():
             ax.fill_between(x, s["low"], s["high"], color=style["color"], alpha=0.15, linewidth=0)
             shown += [s["low"].to_numpy(), s["high"].to_numpy()]
@@ -180,7 +187,7 @@ def plot_mev(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], png,
             shown += [s["low"].to_numpy(), s["high"].to_numpy()]
         ax.bar(x, s["value"], width=width, color=style["color"], edgecolor="black", linewidth=0.4,
                hatch=None if i < 10 else "//", yerr=err, capsize=2, error_kw={"elinewidth": 0.8},
-               label=labels.get(model, model))
+               label=plain_text(labels.get(model, model)))
         shown.append(s["value"].to_numpy())
     ax.axhline(MEV_THRESHOLD, color="black", linestyle="--", linewidth=1.0, label="5% of variance")
     ax.axhline(0.0, color="black", linewidth=0.6)
@@ -274,7 +281,8 @@ def plot_geometry_dashboard(layers: pd.DataFrame, postprocess: pd.DataFrame | No
     for ax in axes.ravel():
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, frameon=False, loc="best")
-    fig.suptitle(f"{label}: geometry per layer (the paper's measures, rogue dimensions, isotropy; grey: null controls)")
+    fig.suptitle(f"{plain_text(label)}: geometry per layer (the paper's measures, rogue dimensions, isotropy; "
+                 "grey: null controls)")
     return _save(fig, png, pdf)
 
 
@@ -392,5 +400,5 @@ def plot_rogue_dimensions(rogue: pd.DataFrame, layers: pd.DataFrame, label: str,
     for ax in (left, right):
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.suptitle(f"{label}: rogue dimensions (Timkey & van Schijndel, 2021) across layers")
+    fig.suptitle(f"{plain_text(label)}: rogue dimensions (Timkey & van Schijndel, 2021) across layers")
     return _save(fig, png, pdf)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from contextuality.report.tables import pipe_table
+from contextuality.report.tables import md_text, pipe_table
 
 LOSS_COLUMNS = [
     ("sentences_truncated", "Sentences truncated"), ("sentences_skipped", "Sentences skipped"),
@@ -41,7 +41,7 @@ def losses_section(losses: dict[str, dict], labels: dict[str, str]) -> list[str]
           "at the model's length limit (`extraction.max_length_policy: truncate`), in skipped sentences "
           "(`skip`), or with no piece of their own because one piece spans two spaCy words (`cannot` -> "
           "`can` + `not`). Details: `results/embeddings/{model}/losses.json`.", ""]
-    rows = [[f"{row['label']} (`{row['model']}`)"]
+    rows = [[f"{md_text(row['label'])} (`{row['model']}`)"]
             + [f"{row[c]:.2%}" if c == "lost_share" else str(int(row[c])) for c, _ in LOSS_COLUMNS]
             for _, row in frame.iterrows()]
     header = ["Model"] + [title for _, title in LOSS_COLUMNS]

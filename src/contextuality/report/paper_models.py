@@ -8,6 +8,7 @@ paper layer (the summary), a range of paper layers as the run's layers covering 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import pandas as pd
 
@@ -41,12 +42,17 @@ def mapped_span(first: int, last: int, depth: int, paper_depth: int) -> tuple[in
     return lo, hi, f"relative depth: paper layers {first}-{last} of {paper_depth} → layers {lo}-{hi} of {depth}"
 
 
-def model_role(model: str, label: str, depth: int, paper_model: str | None, source: str | None) -> tuple[bool, str]:
-    """Whether the model stands in for (is not) its paper model, and one sentence saying which it is."""
+def model_role(model: str, label: str, depth: int, paper_model: str | None,
+               identity: Mapping[str, str | None] | None) -> tuple[bool, str]:
+    """Whether the model stands in for (is not) its paper model, and one sentence saying which it is.
+
+    ``identity``: the model's source and what names its weights (the workflow's MODEL_SOURCES); without it
+    (or with any other checkpoint) the model is a stand-in.
+    """
     if paper_model is None:
         return False, f"{label} has no counterpart in the paper: only the general claims apply."
     name, ckpt, pdepth = PAPER_LABELS[paper_model], PAPER_CHECKPOINTS[paper_model], PAPER_DEPTH[paper_model]
-    if is_paper_checkpoint(paper_model, source or model) and depth == pdepth:
+    if is_paper_checkpoint(paper_model, identity) and depth == pdepth:
         return False, f"{label} is the paper's own {name} checkpoint ({ckpt})."
     text = (f"{label} stands in for {name}: the paper's claims are about {ckpt} ({pdepth} layers); "
             f"{label} has {depth} layers")

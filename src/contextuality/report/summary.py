@@ -16,7 +16,7 @@ import pandas as pd
 from contextuality.paper import PAPER_DEPTH, reference_value
 from contextuality.report.losses import losses_section
 from contextuality.report.paper_models import check_paper_models, model_depth, model_role, nearest_paper_layer
-from contextuality.report.tables import fmt, latex_escape, latex_table, pipe_table, write_text
+from contextuality.report.tables import fmt, latex_escape, latex_table, md_text, pipe_table, write_text
 
 # (layers.parquet column, short header) of the summary table, in order.
 SUMMARY_COLUMNS = (
@@ -44,12 +44,12 @@ EXACT_SUMMARY_COLUMNS = (
 
 def summary_table(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str],
                   paper_models: dict[str, str | None], out_md, out_tex, *,
-                  sources: dict[str, str] | None = None, losses: dict[str, dict] | None = None) -> pd.DataFrame:
+                  sources: dict[str, dict] | None = None, losses: dict[str, dict] | None = None) -> pd.DataFrame:
     """Per model and layer, this run's values beside the paper's; written as Markdown and LaTeX.
 
     ``paper_models`` maps each model key to "elmo", "bert", "gpt2" or None; ``sources``
-    (optional) maps it to its hub id, package, path or ELMo options file, to tell the paper's
-    own checkpoint from a stand-in (without it the model key is compared).
+    (optional) maps it to its identity (``source`` and the config entries naming its weights, e.g. ``id``
+    and ``revision``), to tell the paper's own checkpoint from a stand-in (without it: a stand-in).
     The paper column holds the [STATS] value ("≈" = approximate) at the same layer, or, for a
     model of another depth, at the nearest relative depth (column "Paper layer").
     Returns the table as a DataFrame.
@@ -71,7 +71,7 @@ def summary_table(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str],
         _, role = model_role(model, label, model_depth(layer_tables[model]), pm, sources.get(model))
         cells = _summary_cells(rows)
         header = ["Layer", "Paper layer"] + [h for _, short in SUMMARY_COLUMNS for h in (short, "paper")]
-        md += [f"## {label} (`{model}`)", "", role, "", pipe_table(header, cells, "r" * len(header)), ""]
+        md += [f"## {md_text(label)} (`{model}`)", "", md_text(role), "", pipe_table(header, cells, "r" * len(header)), ""]
         md += _exact_summary_md(layer_tables[model])
         tex += [_summary_tex(cells, label, role, model), ""]
         tex += _exact_summary_tex(layer_tables[model], label, model)

@@ -13,6 +13,7 @@ from matplotlib.ticker import MaxNLocator
 from contextuality.core.atomic import atomic_path
 from contextuality.paper import PAPER_TABLE1, TABLE1_HEADERS, TABLE1_TASKS
 from contextuality.report import tables
+from contextuality.report.figures import plain_text
 from contextuality.static.scoring import TASK_METRIC
 
 
@@ -126,8 +127,8 @@ def plot_scores_by_layer(results: pd.DataFrame, out_png: str | os.PathLike, out_
         ax.grid(True, alpha=0.3, linewidth=0.6)
     for ax in axes[len(tasks):]:
         ax.set_visible(False)
-    handles = [Line2D([], [], color=colors[i], marker="o", markersize=4, label=m) for i, m in enumerate(models)]
-    handles += [Line2D([], [], color=colors[len(models) + j], linestyle="--", label=m)
+    handles = [Line2D([], [], color=colors[i], marker="o", markersize=4, label=plain_text(m)) for i, m in enumerate(models)]
+    handles += [Line2D([], [], color=colors[len(models) + j], linestyle="--", label=plain_text(m))
                 for j, m in enumerate(dict.fromkeys(baselines["model"]))]
     handles.append(Line2D([], [], linestyle="none", marker="s", markerfacecolor="white",
                           markeredgecolor="black", label="layer 0 (input embeddings)"))

@@ -9,6 +9,7 @@ losses). Cells are text; each renderer makes it safe for its format (``md_cell``
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -33,6 +34,21 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
 
 # --------------------------------------------------------------------------------------------------
 # Markdown
+
+
+# Characters that start Markdown or HTML markup anywhere in a line (emphasis, code, links, images, raw HTML and
+# entities, headings, math); CommonMark reads a backslash before any of them as the character itself.
+_MD_SPECIAL = frozenset("\\`*_[]<>&#!~$")
+# What starts a list, a quote or a heading underline at the start of a line: '-', '+', '=', or '1.' / '1)'.
+_MD_LINE_START = re.compile(r"^(\d{0,9})([-+=.)])")
+
+
+def md_text(text) -> str:
+    """Free text from the config (a label) shown as written in Markdown: markup characters backslash-escaped
+    and line breaks made spaces, so no label becomes a heading, link, image or raw HTML. ``|`` is left to
+    ``md_cell`` (in a table cell)."""
+    text = "".join("\\" + char if char in _MD_SPECIAL else char for char in " ".join(str(text).split()))
+    return _MD_LINE_START.sub(lambda match: match[1] + "\\" + match[2], text, count=1)
 
 
 def md_cell(text) -> str:
@@ -64,8 +80,10 @@ def _pipe_row(cells: Sequence[str]) -> str:
 
 
 def markdown(frame: pd.DataFrame, bold: pd.DataFrame | None = None, digits: int = 3) -> str:
-    """A padded GitHub-Markdown table of ``frame`` (numbers to ``digits`` decimals; ``bold`` marks cells)."""
-    cells = _cells(frame, bold, lambda cell: f"**{cell}**", digits)
+    """A padded GitHub-Markdown table of ``frame`` (numbers to ``digits`` decimals; ``bold`` marks cells; text,
+    such as a label, shown as written)."""
+    text_as_written = frame.map(lambda value: md_cell(md_text(value)) if isinstance(value, str) else value)
+    cells = _cells(text_as_written, bold, lambda cell: f"**{cell}**", digits)
     align = ["left"] + ["right"] * (len(cells.columns) - 1)  # the first column names the row
     return cells.to_markdown(index=False, disable_numparse=True, colalign=align)
 

@@ -1,0 +1,117 @@
+"""Guarantee: a label from the config is shown as written wherever it reaches the report: report.html (the
+workflow description Snakemake renders with Jinja and docutils, and the job parameters it prints inside a
+<script> element), the Markdown tables and the figures. No label runs a directive, includes a file or adds a
+live <script>."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from docutils.core import publish_parts
+from jinja2 import Environment
+
+from conftest import PROJECT, job_counts, run_snakemake, write_config
+from contextuality.report import figures
+from contextuality.report.summary import summary_table
+from workflow_runs import audited_smoke_run, failure, smoke_config, smoke_config_path
+
+SCRIPT = "<script>alert(1)</script>"
+SECRET = "INCLUDED-FILE-CONTENT-5c1e"
+
+
+def hostile_label(included) -> str:
+    """A label holding a reStructuredText include of a local file and a raw HTML script."""
+    return f"Evil\n\n.. include:: {included}\n\n.. raw:: html\n\n   {SCRIPT}\n\n`x <javascript:alert(2)>`_"
+
+
+def _workflow_description(models: dict) -> str:
+    """workflow/report/workflow.rst rendered as Snakemake renders it (Jinja, then docutils to HTML)."""
+    env = Environment(trim_blocks=True, lstrip_blocks=True)  # Snakemake's environment for captions
+
+    class Snakemake:
+        config = {"models": models}
+
+    text = (PROJECT / "workflow" / "report" / "workflow.rst").read_text()
+    return publish_parts(env.from_string(text).render(snakemake=Snakemake), writer="html")["html_body"]
+
+
+def test_the_reports_model_list_shows_a_label_as_text(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text(SECRET)
+    html = _workflow_description({"tiny-bert": {"label": hostile_label(secret), "stands_for": "bert"},
+                                  "other": {"label": "GPT-2 (paper's tokenization) *x* & <b>"}})
+    assert SECRET not in html and SCRIPT not in html and 'href="javascript' not in html
+    assert f".. include:: {secret}" in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<strong>GPT-2 (paper's tokenization) *x* &amp; &lt;b&gt;</strong>" in html
+    models = html.split("<ul", 1)[1].split("</ul>", 1)[0]
+    assert models.count("<li>") == 2  # one item per model
+
+
+def test_labels_travel_to_the_reporting_jobs_as_inert_json():
+    from contextuality.report.inert import from_inert_json, inert_json
+
+    labels = {"a": "</script><script>alert(1)</script> & co", "b": "plain – é"}
+    text = inert_json(labels)
+    assert "<" not in text and ">" not in text and "&" not in text
+    assert from_inert_json(text) == labels
+
+
+def test_markdown_shows_a_label_as_written(tmp_path):
+    from test_claims import paper_table  # the summary of a model under a hostile label
+
+    label = f"x\n\n# Injected {SCRIPT}"
+    summary_table({"m": paper_table("bert")}, {"m": label}, {"m": "bert"}, tmp_path / "s.md", tmp_path / "s.tex")
+    text = (tmp_path / "s.md").read_text()
+    assert SCRIPT not in text and "\n# Injected" not in text
+    assert r"## x \# Injected \<script\>alert(1)\</script\> (`m`)" in text
+    from contextuality.report.tables import md_cell, md_text
+
+    assert md_text("<script>x</script>") == r"\<script\>x\</script\>"
+    assert md_text("a\n\n# heading [l](javascript:1) ![i](u) `c` *e* _u_") == \
+        r"a \# heading \[l\](javascript:1) \!\[i\](u) \`c\` \*e\* \_u\_"
+    assert md_text("1. item") == r"1\. item" and md_text("- item") == r"\- item"
+    assert md_cell(md_text(r"a\|b")) == r"a\\\|b"  # a backslash, then an escaped pipe: one cell
+
+
+def test_figures_draw_a_label_with_dollars_and_backslashes_as_text(tmp_path):
+    from test_claims import paper_table
+
+    label = r"cost $5 \foo $x^{ and more"  # matplotlib would read $5 \foo $ as math, and stop at \foo
+    figures.plot_all({"m": paper_table("bert")}, {"m": label}, tmp_path)
+    assert (tmp_path / "anisotropy.png").stat().st_size > 1000
+    assert figures.plain_text(label) == r"cost \$5 \foo \$x^{ and more"
+    assert figures.plain_text("_hidden") == "\N{ZERO WIDTH SPACE}_hidden"  # a leading _ would hide the legend entry
+
+
+# --------------------------------------------------------------------------------------------------
+# A real report of a finished smoke run, relabelled: only the reporting rules rerun
+
+
+@pytest.mark.slow
+def test_report_html_shows_hostile_labels_as_text(tmp_path_factory, tmp_path):
+    smoke = audited_smoke_run(tmp_path_factory)
+    workdir = tmp_path / "run"
+    shutil.copytree(smoke, workdir, symlinks=True)
+    secret = tmp_path / "secret.txt"
+    secret.write_text(SECRET)
+    config = smoke_config()
+    config["models"]["tiny-bert"]["label"] = hostile_label(secret)
+    config["models"]["tiny-gpt2"]["label"] = "</script><script>alert(2)</script> $\\foo$"
+    configfile = write_config(tmp_path / "hostile.yaml", config)
+    dry = run_snakemake(workdir, "-n", "--cores", "2", configfile=configfile)
+    assert dry.returncode == 0, failure(dry)
+    assert set(job_counts(dry.stdout)) - {"all", "total"} == {"figures", "model_figures", "summary", "table1"}, dry.stdout
+    run = run_snakemake(workdir, "--cores", "2", configfile=configfile)
+    assert run.returncode == 0, failure(run)
+    report = run_snakemake(workdir, "--report", str(tmp_path / "report.html"), configfile=configfile)
+    assert report.returncode == 0, failure(report)
+    html = (tmp_path / "report.html").read_text()
+    assert SECRET not in html  # the included file's text
+    assert "<script>alert(" not in html and "</script><script>alert" not in html  # no live script
+    description = json.loads(html.split("var workflow_desc = ", 1)[1].split(";\n", 1)[0]) \
+        if "var workflow_desc = " in html else html
+    assert "include:: " in description  # the label is there, as text
+    summary = (workdir / "results" / "tables" / "summary.md").read_text()
+    assert r"\<script\>alert(1)\</script\>" in summary and SCRIPT not in summary
