@@ -1,4 +1,5 @@
 # Configuration checks, the run's settings and the helpers every rule file uses.
+import itertools
 import os
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def final_outputs(wildcards):
                *rules.summary.output]
     if SETTINGS.static.enabled:
         targets += [*rules.table1.output]
-        targets += expand(rules.static_baseline_scores.output, baseline=SETTINGS.static.baselines)
+        targets += filled(rules.static_baseline_scores.output, baseline=SETTINGS.static.baselines)
     for model in MODELS:
         targets += model_outputs(model)
     return targets
@@ -64,13 +65,24 @@ def model_outputs(model):
     per_model = [rules.plan, rules.manifest, rules.combine_layers, rules.model_figures]
     per_model += [rules.static_scores] if SETTINGS.static.enabled else []
     per_model += [rules.export_classic] if SETTINGS.extraction.export_classic else []
-    targets = [path for rule in per_model for path in expand(rule.output, model=model)]
+    targets = [path for rule in per_model for path in filled(rule.output, model=[model])]
     layers = stored_layers(model)
     if layers is None:
         return targets
-    targets += expand(rules.extract.output, model=model, shard=range(SETTINGS.models[model].n_shards))
-    return targets + expand([*rules.layer_file.output, *rules.measure_layer.output], model=model,
+    targets += filled(rules.extract.output, model=[model], shard=range(SETTINGS.models[model].n_shards))
+    return targets + filled([*rules.layer_file.output, *rules.measure_layer.output], model=[model],
                             layer=[layout.layer_label(layer) for layer in layers])
+
+
+def filled(files, **values):
+    """``files`` (a rule's declared outputs) with their wildcards filled in, for every combination of ``values``.
+
+    Not ``expand``: with a default storage provider (--default-storage-provider) a rule's outputs carry their
+    storage object, which expand refuses; ``apply_wildcards`` keeps it.
+    """
+    names = list(values)
+    return [file.apply_wildcards(dict(zip(names, map(str, combination))))
+            for combination in itertools.product(*values.values()) for file in files]
 
 
 def model_params(job):
