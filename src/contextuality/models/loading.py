@@ -13,6 +13,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from contextuality.core.digest import sha256_of
+
 log = logging.getLogger(__name__)
 
 ELMO_OPTIONS, ELMO_WEIGHTS = "options.json", "weights.hdf5"
@@ -23,11 +25,6 @@ PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 
 class ModelError(RuntimeError):
     """A model cannot be materialised or loaded; the message says which model and what to do."""
-
-
-def sha256_of(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def weight_files(hf_dir: Path) -> list[Path]:

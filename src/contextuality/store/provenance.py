@@ -14,6 +14,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from contextuality.core.digest import sha256_of
 from contextuality.core.settings import ShardSettings, as_params
 from contextuality.store.files import StoreError
 
@@ -22,21 +23,11 @@ ATTRIBUTE = "provenance"
 ORIGINS = {"model": "the model key", "weights_sha256": "source.json", "source_sha256": "source.json's digest",
            "plan_sha256": "the plan (tokens.parquet, units.parquet)"}  # fmt: skip
 _MISSING = "(not recorded)"
-_READ_BYTES = 1 << 20
-
-
-def file_sha256(path: str | Path) -> str:
-    """The SHA-256 of a file's bytes, read a block at a time."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(_READ_BYTES), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def plan_sha256(tokens_path: str | Path, units_path: str | Path) -> str:
     """One digest of the plan files a shard is extracted from (``tokens.parquet`` and ``units.parquet``)."""
-    return digest({"tokens": file_sha256(tokens_path), "units": file_sha256(units_path)})
+    return digest({"tokens": sha256_of(tokens_path), "units": sha256_of(units_path)})
 
 
 def shard_provenance(model: str, settings: ShardSettings, record_path: str | Path, tokens_path: str | Path,
@@ -44,7 +35,7 @@ def shard_provenance(model: str, settings: ShardSettings, record_path: str | Pat
     """What every shard of ``model`` is made from: its weights, its plan and its shard settings."""
     record = json.loads(Path(record_path).read_text())
     return normalised({
-        "model": model, "weights_sha256": record.get("weights_sha256", ""), "source_sha256": file_sha256(record_path),
+        "model": model, "weights_sha256": record.get("weights_sha256", ""), "source_sha256": sha256_of(record_path),
         "plan_sha256": plan_sha256(tokens_path, units_path), **as_params(settings),
     })  # fmt: skip
 
