@@ -23,6 +23,10 @@ ATTRIBUTE = "provenance"
 ORIGINS = {"model": "the model key", "weights_sha256": "source.json", "source_sha256": "source.json's digest",
            "plan_sha256": "the plan (tokens.parquet, units.parquet)"}  # fmt: skip
 _MISSING = "(not recorded)"
+# Shard settings that say how a job ran, not what it stored: the device it computed on and the batch size
+# move a vector within the tested tolerance (1e-4, test_determinism), and allow_pickle only lets a format
+# load. Shards that differ in these alone hold the same vectors (a local and a SLURM run compare equal).
+HOW_IT_RAN = ("allow_pickle", "batch_size", "device")
 
 
 def plan_sha256(tokens_path: str | Path, units_path: str | Path) -> str:
@@ -36,7 +40,8 @@ def shard_provenance(model: str, settings: ShardSettings, record_path: str | Pat
     record = json.loads(Path(record_path).read_text())
     return normalised({
         "model": model, "weights_sha256": record.get("weights_sha256", ""), "source_sha256": sha256_of(record_path),
-        "plan_sha256": plan_sha256(tokens_path, units_path), **as_params(settings),
+        "plan_sha256": plan_sha256(tokens_path, units_path),
+        **{key: value for key, value in as_params(settings).items() if key not in HOW_IT_RAN},
     })  # fmt: skip
 
 
