@@ -57,6 +57,32 @@ BASELINE_SCORES = f"{RESULTS}/static/baselines/{{baseline}}.csv"
 EXPORT_EMBEDDINGS = f"{RESULTS}/export/{{model}}/embeddings.hdf5"
 EXPORT_WORD2SENT = f"{RESULTS}/export/{{model}}/word2sent.json"
 
+# Word senses (issue 25): WordNet 3.0 (outside results/: fetched once, reused by every run), the sense
+# inventory of the corpus's words, the WordNet usages and pairs, and the usages as a second corpus that goes
+# through the same plan, extraction and store as the STS corpus (its own embeddings folder per model)
+WORDNET_ROOT = "resources/wordnet"
+WORDNET_RECORD = f"{WORDNET_ROOT}/wordnet.json"
+WORDNET_FILE = f"{WORDNET_ROOT}/nltk_data/corpora/wordnet/{{name}}"
+SENSES = f"{RESULTS}/senses"
+SENSE_INVENTORY = f"{SENSES}/inventory.parquet"
+SENSE_USAGES = f"{SENSES}/usages.parquet"
+SENSE_PAIRS = f"{SENSES}/pairs.parquet"
+CONTEXT_DIVERSITY = f"{SENSES}/context_diversity.parquet"
+SENSES_SENTENCES = f"{SENSES}/corpus/sentences.parquet"
+SENSES_SPACY_WORDS = f"{SENSES}/corpus/spacy_words.parquet"
+SENSES_WORD_INDEX = f"{SENSES}/corpus/word_index.parquet"
+SENSES_EMBEDDINGS = f"{SENSES}/embeddings/{{model}}"
+SENSES_TOKENS = f"{SENSES_EMBEDDINGS}/tokens.parquet"
+SENSES_UNITS = f"{SENSES_EMBEDDINGS}/units.parquet"
+SENSES_OCCURRENCES = f"{SENSES_EMBEDDINGS}/occurrences.parquet"
+SENSES_LOSSES = f"{SENSES_EMBEDDINGS}/losses.json"
+SENSES_SHARD = f"{SENSES_EMBEDDINGS}/shards/shard_{{shard}}.h5"
+SENSES_MANIFEST = f"{SENSES_EMBEDDINGS}/manifest.json"
+SENSES_LAYER_FILE = f"{SENSES_EMBEDDINGS}/{LAYER_IN_EMBEDDINGS}"
+SENSE_LAYERS = f"{METRICS}/senses/layers.csv"
+SENSE_WORDS = f"{METRICS}/senses/words.parquet"
+SENSE_LENS = f"{METRICS}/senses/lens.csv"
+
 # What people read
 FIGURE = f"{RESULTS}/figures/{{name}}.{{ext}}"
 MODEL_FIGURE = f"{RESULTS}/figures/{{model}}/{{name}}.{{ext}}"
