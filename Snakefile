@@ -23,6 +23,7 @@ include: "workflow/rules/extract.smk"
 include: "workflow/rules/metrics.smk"
 include: "workflow/rules/static_embeddings.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/senses.smk"
 
 
 rule all:

@@ -55,6 +55,9 @@ def final_outputs(wildcards):
     if SETTINGS.static.enabled:
         targets += [*rules.table1.output]
         targets += filled(rules.static_baseline_scores.output, baseline=SETTINGS.static.baselines)
+    if SETTINGS.senses.enabled:
+        targets += [*rules.wordnet.output, *rules.sense_inventory.output, *rules.sense_usages.output,
+                    *rules.context_diversity.output, *rules.senses_figures.output]
     for model in MODELS:
         targets += model_outputs(model)
     return targets
@@ -69,9 +72,15 @@ def model_outputs(model):
     layers = stored_layers(model)
     if layers is None:
         return targets
-    targets += filled(rules.extract.output, model=[model], shard=range(SETTINGS.models[model].n_shards))
-    return targets + filled([*rules.layer_file.output, *rules.measure_layer.output], model=[model],
-                            layer=[layout.layer_label(layer) for layer in layers])
+    shards, labels = range(SETTINGS.models[model].n_shards), [layout.layer_label(layer) for layer in layers]
+    targets += filled(rules.extract.output, model=[model], shard=shards)
+    targets += filled([*rules.layer_file.output, *rules.measure_layer.output], model=[model], layer=labels)
+    if SETTINGS.senses.enabled:
+        targets += filled([*rules.senses_plan.output, *rules.senses_manifest.output, *rules.combine_senses.output],
+                          model=[model])
+        targets += filled(rules.senses_extract.output, model=[model], shard=shards)
+        targets += filled([*rules.senses_layer_file.output, *rules.measure_senses.output], model=[model], layer=labels)
+    return targets
 
 
 def filled(files, **values):

@@ -67,6 +67,7 @@ rule summary:
         words=expand(layout.WORDS, model=MODELS),
         losses=expand(layout.LOSSES, model=MODELS),
         table1=[layout.path(layout.TABLE, name="table1", ext="csv")] if SETTINGS.static.enabled else [],
+        senses=expand(layout.SENSE_LAYERS, model=MODELS) if SETTINGS.senses.enabled else [],
     output:
         summary_md=report(
             layout.path(layout.TABLE, name="summary", ext="md"),

@@ -10,6 +10,7 @@ from contextuality.report.losses import losses_frame
 from contextuality.report.summary import summary_table
 from contextuality.core.runtime import setup_job_logging
 from contextuality.report.inert import from_inert_json
+from contextuality.senses.report import sense_claims, sense_claims_section
 
 setup_job_logging(snakemake.log[0])
 models = snakemake.params.models
@@ -22,8 +23,14 @@ paper_models = snakemake.params.paper_models
 table1 = pd.read_csv(snakemake.input.table1[0]) if snakemake.input.table1 else None
 summary_table(layer_tables, labels, paper_models, snakemake.output.summary_md, snakemake.output.summary_tex,
               sources=sources, losses=losses)
+# The word-senses claims (W1-W4), when senses.enabled: their own section of claims.md and rows of claims.csv
+sense_tables = {model: pd.read_csv(path) for model, path in zip(models, snakemake.input.senses)}
+anisotropy = {model: table.set_index("layer")["baseline_cosine_exact" if "baseline_cosine_exact" in table else "baseline_cosine"]
+              for model, table in layer_tables.items()}
+senses = sense_claims(sense_tables, anisotropy, labels)
 claims = claims_report(layer_tables, word_tables, labels, paper_models, snakemake.output.claims_md, sources=sources,
-                       losses=losses, table1=table1)
+                       losses=losses, table1=table1, extra_sections=sense_claims_section(senses))
+claims = pd.concat([claims, senses], ignore_index=True) if len(senses) else claims
 with atomic_path(snakemake.output.claims_csv) as tmp:
     claims.to_csv(tmp, index=False)
 with atomic_path(snakemake.output.losses_csv) as tmp:

@@ -193,6 +193,21 @@ class StaticSettings:
 
 
 @dataclass(frozen=True)
+class SenseSettings:
+    enabled: bool
+    max_lemmas: int | None
+    permutations: int
+    cluster_words: int
+    cluster_subsample: int
+    cluster_subsamples: int
+    cluster_components: int
+    cluster_null_draws: int
+    lens_rows: int
+    alignment_words: int
+    regression_min_occurrences: int
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every setting of a run."""
 
@@ -204,6 +219,7 @@ class Settings:
     metrics: MetricsSettings
     figures: FigureSettings
     static: StaticSettings
+    senses: SenseSettings
 
     @classmethod
     def from_config(cls, config: dict) -> Settings:
@@ -226,6 +242,7 @@ class Settings:
             ),
             figures=_take(FigureSettings, config["figures"]),
             static=_take(StaticSettings, static, baselines=dict(sorted(static["baselines"].items()))),
+            senses=_take(SenseSettings, config["senses"]),
         )  # fmt: skip
 
     def plan(self, key: str) -> PlanSettings:

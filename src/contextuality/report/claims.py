@@ -123,8 +123,10 @@ _INTRO = ("Ethayarajh (EMNLP 2019), *How Contextual are Contextualized Word Repr
 def claims_report(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, pd.DataFrame] | None,
                   labels: dict[str, str], paper_models: dict[str, str | None], out_md, *,
                   sources: dict[str, dict] | None = None, losses: dict[str, dict] | None = None,
-                  table1: pd.DataFrame | None = None) -> pd.DataFrame:
+                  table1: pd.DataFrame | None = None, extra_sections: list[str] | None = None) -> pd.DataFrame:
     """Check the paper's claims on this run and write them as Markdown; returns the results table.
+
+    ``extra_sections``: Markdown lines appended before the losses (the word-senses claims).
 
     ``word_tables`` maps model keys to their words.parquet (needed for A6 and S5; missing
     ones give N/A). ``paper_models`` and ``sources`` are as in ``report.summary.summary_table``;
@@ -136,6 +138,7 @@ def claims_report(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, 
     for model, table in layer_tables.items():
         md += _model_section(results[results["model"] == model], model, labels.get(model, model), table)
     md += _unchecked_section(paper_models)
+    md += extra_sections or []
     md += losses_section(losses or {}, labels)
     write_text(out_md, "\n".join(md))
     return results

@@ -1,0 +1,364 @@
+"""The ``measure_senses`` job: one layer of one model, every sense measure, from one read of each layer file.
+
+The STS layer gives the polysemy regression (P1), the clusterability contrast (C1-C3) and the output-layer
+measures (B1-B4); the WordNet usages' layer gives the labelled sense separation (A1-A3, C5). Each measure is
+computed on centred and on standardised vectors (the layer's mean and per-dimension standard deviation over
+every stored STS row), so that the anisotropy and the rogue dimensions do not dominate every cosine; the
+output layer is read on the hidden states themselves, as the model does. Occurrences at a sentence's first
+word are left out where a decoder has no left context there (counted in the rows' ``note``).
+
+Output: ``rows`` (long format: one row per measure and preprocessing, with its null, interval, p and count) and
+``words`` (one row per word form of the STS index with a WordNet entry: its per-layer values).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from contextuality.core.settings import SenseSettings
+from contextuality.extraction.faithful import is_decoder
+from contextuality.senses import clusters, polysemy, separation
+from contextuality.senses.vectors import preprocess, unit_rows
+from contextuality.store.reader import LayerReader, read_manifest
+
+log = logging.getLogger(__name__)
+
+PREPROCESSINGS = ("centred", "standardised")
+ROW_COLUMNS = ["model", "layer", "family", "measure", "preprocessing", "value", "null", "ci_low", "ci_high", "p", "n",
+               "note"]
+
+
+@dataclass(frozen=True)
+class SensePaths:
+    """The files one ``measure_senses`` job reads (the rule's named inputs)."""
+
+    layer: Path
+    manifest: Path
+    occurrences: Path
+    units: Path
+    tokens: Path
+    spacy_words: Path
+    inventory: Path
+    diversity: Path
+    usages: Path
+    pairs: Path
+    senses_layer: Path
+    senses_manifest: Path
+    senses_units: Path
+    model: Path
+    record: Path
+
+
+class Rows:
+    """The long table of one layer's measures."""
+
+    def __init__(self, model: str, layer: int):
+        self.model, self.layer, self.rows = model, layer, []
+
+    def add(self, family: str, measure: str, preprocessing: str, value, *, null=np.nan, ci=(np.nan, np.nan),
+            p=np.nan, n=0, note: str = "") -> None:
+        self.rows.append([self.model, self.layer, family, measure, preprocessing, _float(value), _float(null),
+                          _float(ci[0]), _float(ci[1]), _float(p), int(n), note])
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows, columns=ROW_COLUMNS)
+
+
+def _float(value) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def word_seed(seed: int, word: str) -> int:
+    """A word's own seed: the same subsample rows at every layer, whatever else the layer measures."""
+    return (seed * 1_000_003 + zlib.crc32(word.encode("utf-8"))) % 2**32
+
+
+def model_type(model_dir: Path) -> str | None:
+    """``config.json``'s model type, or None for a model without one (ELMo: a bidirectional LSTM, no decoder)."""
+    config = Path(model_dir) / "config.json"
+    return json.loads(config.read_text()).get("model_type") if config.is_file() else None
+
+
+# --------------------------------------------------------------------------------------------------
+# The STS corpus's occurrences, as the sense measures use them
+
+
+def sts_occurrences(occurrences: pd.DataFrame, units: pd.DataFrame, spacy_words: pd.DataFrame, *,
+                    decoder: bool) -> tuple[pd.DataFrame, dict]:
+    """The indexed occurrences whose stored unit is the whole spaCy word, with their lower-cased form.
+
+    A subword model's piece ``bank`` also occurs inside longer words: only units whose word *is* the piece
+    count (spec pitfall 8). A decoder's occurrences at a sentence's first word have no left context and are
+    left out. Returns the table (``row``, ``form``, ``word``, ``sentence_id``, ``word_position``, ``token_first``,
+    ``token_last``) and the counts left out.
+    """
+    joined = occurrences[["word", "row"]].merge(
+        units[["row", "sentence_id", "word_position", "unit", "token_first", "token_last"]], on="row", how="left")
+    joined = joined.merge(spacy_words[["sentence_id", "position", "word"]].rename(
+        columns={"position": "word_position", "word": "spacy_word"}), on=["sentence_id", "word_position"], how="left")
+    whole = joined["unit"].str.lower() == joined["spacy_word"].str.lower()
+    initial = joined["word_position"] == 0
+    keep = whole & ~(initial & decoder)
+    counts = {"not_whole_word": int((~whole).sum()), "sentence_initial": int((whole & initial & decoder).sum())}
+    table = joined[keep].assign(form=lambda t: t["spacy_word"].str.lower())
+    columns = ["row", "form", "word", "sentence_id", "word_position", "token_first", "token_last"]
+    return table[columns].reset_index(drop=True), counts
+
+
+def self_similarity_by_form(vectors: np.ndarray, forms: np.ndarray) -> pd.DataFrame:
+    """Exact mean cosine over ordered pairs i != j of each form's rows (zero rows left out), float64."""
+    unit = unit_rows(vectors)
+    nonzero = np.abs(unit).sum(axis=1) > 0
+    codes, names = pd.factorize(forms[nonzero])
+    sums = np.zeros((len(names), unit.shape[1]))
+    np.add.at(sums, codes, unit[nonzero])
+    n = np.bincount(codes, minlength=len(names)).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value = ((sums**2).sum(axis=1) - n) / (n * (n - 1))
+    return pd.DataFrame({"form": names, "n": n.astype(np.int64), "self_similarity": value})
+
+
+# --------------------------------------------------------------------------------------------------
+# The job
+
+
+def measure_senses_layer(paths: SensePaths, layer: int, settings: SenseSettings, *, seed: int, model: str,
+                         head_loader=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every sense measure of one layer: the long ``rows`` table and the per-word table."""
+    rows = Rows(model, layer)
+    decoder = is_decoder(model_type(paths.model))
+    with LayerReader(paths.layer, read_manifest(paths.manifest)) as reader:
+        x = reader.rows(dtype=np.float32)
+        after_final_norm = bool(int(reader.handle.attrs.get("after_final_norm", 0)))
+    mean = x.mean(axis=0, dtype=np.float64)
+    std = x.std(axis=0, dtype=np.float64)
+    occurrences, dropped = sts_occurrences(pd.read_parquet(paths.occurrences), pd.read_parquet(paths.units),
+                                           pd.read_parquet(paths.spacy_words), decoder=decoder)
+    note = (f"{dropped['sentence_initial']} sentence-initial occurrences left out (decoder)" if decoder
+            else "encoder: sentence-initial occurrences kept")
+    words = _word_table(occurrences, pd.read_parquet(paths.inventory), pd.read_parquet(paths.diversity))
+    words = _regression(rows, words, x, mean, std, occurrences, settings, note)
+    words = _clusterability(rows, words, x, mean, std, occurrences, settings, seed, note)
+    if head_loader is not None:
+        words = _output_layer(rows, words, x, occurrences, paths, settings, seed, head_loader, decoder=decoder,
+                              after_final_norm=after_final_norm)
+    del x
+    _separation(rows, paths, mean, std, settings, seed, decoder=decoder)
+    return rows.frame(), words.assign(model=model, layer=layer)
+
+
+def _word_table(occurrences: pd.DataFrame, inventory: pd.DataFrame, diversity: pd.DataFrame) -> pd.DataFrame:
+    """One row per form with a WordNet entry: occurrences used, sense counts, POS, context diversity."""
+    counts = occurrences.groupby("form").size().rename("n_used").reset_index()
+    table = counts.merge(inventory[["form", "n_synsets", "pos", "polysemy"]], on="form", how="inner")
+    by_form = (diversity.assign(form=diversity["word"].str.lower())
+               .groupby("form").apply(lambda t: np.average(t["context_diversity"], weights=t["n"]), include_groups=False)
+               .rename("context_diversity").reset_index())  # fmt: skip
+    return table.merge(by_form, on="form", how="left").sort_values("form").reset_index(drop=True)
+
+
+def _regression(rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, settings: SenseSettings, note: str):
+    """P1: each form's self-similarity on log sense count, log frequency, context diversity and POS."""
+    forms = occurrences["form"].to_numpy()
+    for kind in ("raw", *PREPROCESSINGS):
+        selfsim = self_similarity_by_form(preprocess(x[occurrences["row"].to_numpy()], mean, std, kind), forms)
+        words = words.merge(selfsim[["form", "self_similarity"]].rename(
+            columns={"self_similarity": f"self_similarity_{kind}"}), on="form", how="left")
+        measured = selfsim[selfsim["n"] >= 2]
+        rows.add("context", "mean_self_similarity", kind, measured["self_similarity"].mean(), n=len(measured),
+                 note="mean over word forms of the exact mean cosine between a form's occurrences; " + note)
+        if kind == "raw":
+            continue
+        table = words[(words["n_used"] >= settings.regression_min_occurrences)
+                      & words["context_diversity"].notna()].rename(columns={f"self_similarity_{kind}": "self_similarity",
+                                                                           "n_used": "n"})  # fmt: skip
+        try:
+            full = polysemy.polysemy_regression(table).set_index("term")
+            reduced = polysemy.polysemy_without_diversity(table).set_index("term")
+        except ValueError as err:  # too few words, or a constant column (tiny corpora)
+            rows.add("polysemy", "beta_log_synsets", kind, np.nan, n=len(table), note=f"not measurable: {err}")
+            continue
+        n_words = int(full["n_words"].iloc[0])
+        for term, measure in (("log_synsets", "beta_log_synsets"), ("context_diversity", "beta_context_diversity"),
+                              ("log_n", "beta_log_n")):
+            rows.add("polysemy", measure, kind, full.loc[term, "beta"], null=0.0,
+                     ci=(full.loc[term, "ci_low"], full.loc[term, "ci_high"]), p=full.loc[term, "p"], n=n_words, note=note)
+        rows.add("polysemy", "beta_log_synsets_without_diversity", kind, reduced.loc["log_synsets", "beta"], null=0.0,
+                 ci=(reduced.loc["log_synsets", "ci_low"], reduced.loc["log_synsets", "ci_high"]),
+                 p=reduced.loc["log_synsets", "p"], n=n_words, note=note)
+        rows.add("polysemy", "r2", kind, full["r2"].iloc[0], null=reduced["r2"].iloc[0], n=n_words,
+                 note="null: R2 without context diversity")
+    return words
+
+
+def _clusterability(rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, settings: SenseSettings, seed: int,
+                    note: str):
+    """C1-C3: the cluster index of polysemous words against frequency-matched monosemous ones."""
+    eligible = words[words["n_used"] >= settings.cluster_subsample].rename(columns={"form": "word", "n_used": "n"})
+    matched = clusters.matched_mono_poly(eligible, per_group=settings.cluster_words, seed=seed)
+    rows_of = occurrences.groupby("form")["row"].apply(np.asarray)
+    for kind in PREPROCESSINGS:
+        index = {}
+        for word in matched["word"]:
+            vectors = preprocess(x[rows_of[word]], mean, std, kind)
+            index[word] = clusters.word_cluster_index(
+                vectors, m=settings.cluster_subsample, subsamples=settings.cluster_subsamples,
+                components=settings.cluster_components, seed=word_seed(seed, word))
+        group = matched.set_index("word")["polysemy"]
+        ci = pd.Series(index, dtype=np.float64)
+        poly, mono = ci[group[ci.index] == "poly"].to_numpy(), ci[group[ci.index] == "mono"].to_numpy()
+        if len(poly) < 2 or len(mono) < 2:
+            rows.add("clusterability", "delta_cluster_index", kind, np.nan, n=len(poly) + len(mono),
+                     note="not measurable: fewer than 2 matched words in a group")
+        else:
+            contrast = clusters.cluster_contrast(poly, mono)
+            rows.add("clusterability", "delta_cluster_index", kind, contrast["delta_ci"], null=0.0,
+                     ci=(contrast["ci_low"], contrast["ci_high"]), p=contrast["p"], n=len(poly) + len(mono), note=note)
+            rows.add("clusterability", "cluster_index_poly", kind, poly.mean(), null=mono.mean(), n=len(poly),
+                     note="null: the matched monosemous words' mean")
+        if settings.cluster_null_draws and len(poly):
+            flags = [clusters.gaussian_null_p(preprocess(x[rows_of[word]], mean, std, kind),
+                                              m=settings.cluster_subsample, components=settings.cluster_components,
+                                              draws=settings.cluster_null_draws, seed=word_seed(seed, word)) <= 0.05
+                     for word in ci.index[group[ci.index] == "poly"]]  # fmt: skip
+            rows.add("clusterability", "share_gaussian_null_rejected", kind, np.mean(flags), null=0.05, n=len(flags),
+                     note="Gaussian null of the same covariance, alpha 0.05 (conservative)")
+        words = words.merge(ci.rename(f"cluster_index_{kind}").rename_axis("form").reset_index(), on="form", how="left")
+    return words
+
+
+def _separation(rows: Rows, paths: SensePaths, mean, std, settings: SenseSettings, seed: int, *, decoder: bool) -> None:
+    """A1-A3, C5 on the WordNet usages: each usage's stored row, the same preprocessing as the STS layer."""
+    usages, pairs = pd.read_parquet(paths.usages), pd.read_parquet(paths.pairs)
+    units = pd.read_parquet(paths.senses_units)
+    usage_rows = usage_row_numbers(usages, units)
+    initial = usages["position"].to_numpy() == 0
+    if decoder:
+        usage_rows = np.where(initial, -1, usage_rows)
+    with LayerReader(paths.senses_layer, read_manifest(paths.senses_manifest)) as reader:
+        stored = reader.rows(dtype=np.float32)
+    note = (f"{int(initial.sum())} sentence-initial usages left out (decoder), "
+            f"{int((usage_row_numbers(usages, units) < 0).sum())} not stored as one unit")
+    design = separation.SeparationDesign(usages, pairs, permutations=settings.permutations, seed=seed)
+    for kind in PREPROCESSINGS:
+        vectors = np.full((len(usages), stored.shape[1]), np.nan)
+        present = usage_rows >= 0
+        vectors[present] = preprocess(stored[usage_rows[present]], mean, std, kind)
+        result = design.measure(vectors)
+        rows.add("separation", "delta_within_between", kind, result["delta"], null=result["delta_null_mean"],
+                 ci=(result["delta_ci_low"], result["delta_ci_high"]), p=result["delta_p"],
+                 n=result["n_words_delta"], note=note)
+        rows.add("separation", "auroc_same_sense", kind, result["auroc"], null=0.5,
+                 ci=(result["auroc_ci_low"], result["auroc_ci_high"]), n=result["n_pairs_same"] + result["n_pairs_different"],
+                 note=note)  # fmt: skip
+        rows.add("separation", "auroc_same_sense_coarse", kind, result["auroc_coarse"], null=0.5,
+                 n=result["n_pairs_same"] + result["n_pairs_coarse"], note=note)
+        rows.add("separation", "knn_accuracy", kind, result["knn_accuracy"], null=result["knn_majority"],
+                 n=result["n_knn"], note=f"null: leave-one-out majority sense; chance {result['knn_chance']:.3f}")
+        if "ari" in result and result["ari"] is not None:
+            rows.add("separation", "ari_kmeans", kind, result["ari"], null=0.0, n=result.get("n_ari", 0), note=note)
+
+
+def usage_row_numbers(usages: pd.DataFrame, units: pd.DataFrame) -> np.ndarray:
+    """Each usage's stored row in the usages' layer, or -1 where its word is not one stored unit.
+
+    A unit belongs to the usage's word (same sentence, same spaCy position) and holds all of it: for
+    ``indexing: word`` the unit is the word; for ``subword`` only a word that is a single piece qualifies.
+    """
+    whole = units[units["unit"].str.lower().str.strip() != ""]
+    key = whole.assign(unit_lower=whole["unit"].str.lower())
+    joined = usages[["usage_id", "sentence_id", "position", "form_lower"]].merge(
+        key[["row", "sentence_id", "word_position", "unit_lower"]],
+        left_on=["sentence_id", "position", "form_lower"], right_on=["sentence_id", "word_position", "unit_lower"],
+        how="left").drop_duplicates("usage_id")  # fmt: skip
+    rows = joined.set_index("usage_id")["row"].reindex(usages["usage_id"])
+    return rows.fillna(-1).to_numpy(dtype=np.int64)
+
+
+# --------------------------------------------------------------------------------------------------
+# The output layer (B1-B4)
+
+
+def token_ids_of(tokens: pd.DataFrame, occurrences: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each occurrence's own stored piece (its word's last piece) and the next input token (-1 if none), and the
+    corpus's count of every token id (the unigram baseline)."""
+    lengths = tokens["input_ids"].map(len).to_numpy()
+    flat = np.concatenate(tokens["input_ids"].to_numpy()) if len(tokens) else np.zeros(0, np.int64)
+    starts = pd.Series(np.concatenate([[0], np.cumsum(lengths)[:-1]]), index=tokens["sentence_id"].to_numpy())
+    first = starts.reindex(occurrences["sentence_id"].to_numpy()).to_numpy()
+    last = occurrences["token_last"].to_numpy(dtype=np.int64)
+    own = flat[first + last]
+    has_next = last + 1 < pd.Series(lengths, index=tokens["sentence_id"].to_numpy()).reindex(
+        occurrences["sentence_id"].to_numpy()).to_numpy()
+    following = np.where(has_next, flat[np.minimum(first + last + 1, len(flat) - 1)], -1)
+    return own.astype(np.int64), following.astype(np.int64), np.bincount(flat.astype(np.int64))
+
+
+def _output_layer(rows: Rows, words: pd.DataFrame, x, occurrences, paths: SensePaths, settings: SenseSettings,
+                  seed: int, head_loader, *, decoder: bool, after_final_norm: bool) -> pd.DataFrame:
+    from contextuality.senses import lens
+
+    head, reason = head_loader()
+    if head is None:
+        rows.add("output_layer", "own_token_top1", "hidden", np.nan, note=f"not measurable on this model: {reason}")
+        return words
+    target = "next token (a decoder's training target)" if head.kind == "causal" else "the token itself (masked LM)"
+    own, following, counts = token_ids_of(pd.read_parquet(paths.tokens), occurrences)
+    counts = np.pad(counts, (0, max(0, head.unembedding.shape[0] - len(counts))))
+    sample = np.random.default_rng(seed).permutation(len(occurrences))[: settings.lens_rows]
+    sample.sort()
+    hidden = x[occurrences["row"].to_numpy()[sample]]
+    for name, ids in (("own_token", own[sample]), ("next_token", following[sample])):
+        valid = ids >= 0
+        ranks = lens.token_ranks(head, hidden[valid], ids[valid], after_final_norm=after_final_norm)
+        baseline = lens.frequency_baseline_ranks(ids[valid], counts)
+        summary, null = lens.rank_summary(ranks), lens.rank_summary(baseline)
+        applies = "applies" if (name == "next_token") == (head.kind == "causal") else "reference only"
+        for stat in ("top1", "top10", "median_rank", "mean_log2_rank"):
+            rows.add("output_layer", f"{name}_{stat}", "hidden", summary[stat], null=null[stat], n=summary["n"],
+                     note=f"{head.kind} head, claim about {target}: {applies}; null: unigram frequency ranks")
+    return _alignment(rows, words, x, occurrences, own, head, settings, seed, after_final_norm)
+
+
+def _alignment(rows: Rows, words: pd.DataFrame, x, occurrences, own, head, settings: SenseSettings, seed: int,
+               after_final_norm: bool) -> pd.DataFrame:
+    """B4: each single-piece word's centroid against its own output row, and a frequency-matched other word's."""
+    from contextuality.senses import lens
+
+    table = occurrences.assign(token=own, single=occurrences["token_first"] == occurrences["token_last"])
+    per_word = table.groupby("word").agg(n=("row", "size"), token=("token", "first"), tokens=("token", "nunique"),
+                                         single=("single", "all"))
+    per_word = per_word[per_word["single"] & (per_word["tokens"] == 1) & (per_word["n"] >= 5)]
+    if len(per_word) < 2:
+        rows.add("output_layer", "alignment_median_rank", "centred", np.nan, note="not measurable: < 2 single-piece words")
+        return words
+    chosen = per_word.sample(n=min(settings.alignment_words, len(per_word)), random_state=seed % 2**32)
+    chosen = chosen.sort_values(["n", "token"], kind="stable")
+    # the null partner: the neighbour in frequency order (pairs swap; an odd one out takes the one before)
+    order = np.arange(len(chosen))
+    partner = np.where(order % 2 == 0, np.minimum(order + 1, len(chosen) - 1), order - 1)
+    partner[-1] = len(chosen) - 2 if len(chosen) % 2 else partner[-1]
+    sums = table[table["word"].isin(chosen.index)].groupby("word")["row"].apply(lambda r: x[r.to_numpy()].mean(axis=0,
+                                                                                dtype=np.float64))  # fmt: skip
+    centroids = np.stack(sums.reindex(chosen.index).to_numpy()).astype(np.float32)
+    tokens = chosen["token"].to_numpy()
+    result = lens.centroid_alignment(head, centroids, tokens, tokens[partner], after_final_norm=after_final_norm,
+                                     layer_mean=x.mean(axis=0, dtype=np.float64).astype(np.float32))
+    summary = result["summary"]
+    rows.add("output_layer", "alignment_median_rank", "centred", summary["median_rank"],
+             null=summary["null_median_rank"], n=len(chosen), note="centroid vs own row; null: a frequency-matched word's row")
+    rows.add("output_layer", "alignment_share_rank_lt_10", "centred", summary["share_rank_lt_10"],
+             null=summary["null_share_rank_lt_10"], n=len(chosen), note=f"chance {summary['chance_share']:.2g}")
+    rows.add("output_layer", "alignment_mean_cos", "centred", summary["mean_cos"], null=summary["null_mean_cos"],
+             n=len(chosen))
+    ranks = pd.DataFrame({"word": chosen.index, "alignment_rank": result["rank"], "alignment_null_rank": result["null_rank"]})
+    ranks["form"] = ranks["word"].str.lower()
+    ranks = ranks.groupby("form")[["alignment_rank", "alignment_null_rank"]].median().reset_index()
+    return words.merge(ranks, on="form", how="left")

