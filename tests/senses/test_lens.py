@@ -99,8 +99,12 @@ def test_ranks_match_brute_force_in_any_batching(gpt2, batch_rows):
     ranks = token_ranks(head, hidden[-1], ids, after_final_norm=True, batch_rows=batch_rows)
     z = lens_logits(head, hidden[-1], after_final_norm=True)
     assert ranks.tolist() == [int((row > row[t]).sum()) for row, t in zip(z, ids)]
-    nxt = token_ranks(head, hidden[1][:-1], ids[1:], after_final_norm=False, batch_rows=batch_rows)  # B2: next token
-    assert nxt.shape == (len(ids) - 1,) and nxt.min() >= 0
+    # own and next token (B1, B2) in one pass; the last row has no next token
+    both = np.stack([ids, np.append(ids[1:], -1)], 1)
+    ranks2 = token_ranks(head, hidden[-1], both, after_final_norm=True, batch_rows=batch_rows)
+    assert ranks2[:, 0].tolist() == ranks.tolist() and ranks2[-1, 1] == -1
+    assert ranks2[:-1, 1].tolist() == [int((row > row[t]).sum()) for row, t in zip(z[:-1], ids[1:])]
+    assert rank_summary(ranks2[:, 1])["n"] == len(ids) - 1
 
 
 def hand_head(unembedding, bias=None) -> OutputHead:
@@ -166,7 +170,7 @@ def test_bad_input_is_refused(gpt2):
     head, _, hidden, _, ids = gpt2
     with pytest.raises(ValueError, match="the head needs rows of size 16"):
         token_ranks(head, hidden[-1][:, :8], ids, after_final_norm=True)
-    with pytest.raises(ValueError, match=f"outside 0..{head.vocab_size - 1}"):
+    with pytest.raises(ValueError, match=f"outside -1..{head.vocab_size - 1}"):
         token_ranks(head, hidden[-1], ids + 1000, after_final_norm=True)
-    with pytest.raises(ValueError, match="one integer token id per row"):
+    with pytest.raises(ValueError, match=r"integer token ids of shape \(n,\) or \(n, k\), n = 32 rows"):
         token_ranks(head, hidden[-1], ids[:-1], after_final_norm=True)

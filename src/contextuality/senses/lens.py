@@ -19,6 +19,7 @@ from contextuality.models.heads import OutputHead
 
 BATCH_ROWS = 1024  # 1,024 × 49,152 float32 logits (SmolLM2) = 200 MB per batch
 TOP = 10  # the cut of top10 and of share_rank_lt_10
+NO_TOKEN = -1  # a row without a target (B2: the last token of a sentence has no next token)
 
 
 def _check_rows(head: OutputHead, rows: np.ndarray, what: str) -> np.ndarray:
@@ -29,14 +30,17 @@ def _check_rows(head: OutputHead, rows: np.ndarray, what: str) -> np.ndarray:
     return rows
 
 
-def _check_ids(head: OutputHead, ids, n: int, what: str) -> np.ndarray:
+def _check_ids(head: OutputHead, ids, n: int, what: str, *, allow_none: bool = False) -> np.ndarray:
     ids = np.asarray(ids)
-    if ids.shape != (n,) or not np.issubdtype(ids.dtype, np.integer):
-        raise ValueError(f"{what} has shape {ids.shape} and dtype {ids.dtype}; one integer token id per row ({n}) is "
-                         "needed: drop the rows that have none")  # fmt: skip
-    if n and (ids.min() < 0 or ids.max() >= head.vocab_size):
-        raise ValueError(f"{what} holds ids outside 0..{head.vocab_size - 1}, the head's vocabulary: use the ids of "
-                         "this model's tokenizer")  # fmt: skip
+    shapes = "(n,) or (n, k)" if allow_none else "(n,)"
+    if ids.shape[:1] != (n,) or ids.ndim > (2 if allow_none else 1) or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"{what} has shape {ids.shape} and dtype {ids.dtype}; integer token ids of shape {shapes}, n = "
+                         f"{n} rows, are needed: drop the rows that have none")  # fmt: skip
+    lowest = NO_TOKEN if allow_none else 0
+    if ids.size and (ids.min() < lowest or ids.max() >= head.vocab_size):
+        none = f" ({NO_TOKEN}: no token)" if allow_none else ""
+        raise ValueError(f"{what} holds ids outside {lowest}..{head.vocab_size - 1}{none}, the head's vocabulary: use "
+                         "the ids of this model's tokenizer")  # fmt: skip
     return ids.astype(np.int64)
 
 
@@ -112,22 +116,30 @@ def lens_input_mean(head: OutputHead, hidden: np.ndarray, *, after_final_norm: b
 
 def token_ranks(head: OutputHead, hidden: np.ndarray, token_ids, *, after_final_norm: bool,
                 batch_rows: int = BATCH_ROWS) -> np.ndarray:
-    """B1/B2: r = #{v : z[v] > z[t]} for each row and its token t (0 = the lens's top-1), int64 (n,)."""
+    """B1/B2: r = #{v : z[v] > z[t]} for each row and its token t (0 = the lens's top-1), int64.
+
+    ``token_ids`` (n,) or (n, k): k targets per row ranked under the same logits (own and next token in one
+    pass); ``NO_TOKEN`` (-1) marks a row without that target, whose rank is -1 (``rank_summary`` skips it).
+    """
     import torch
 
     hidden = _check_rows(head, hidden, "hidden")
-    ids = _check_ids(head, token_ids, hidden.shape[0], "token_ids")
-    ranks = np.empty(hidden.shape[0], dtype=np.int64)
+    ids = _check_ids(head, token_ids, hidden.shape[0], "token_ids", allow_none=True)
+    flat = ids.reshape(hidden.shape[0], -1)
+    ranks = np.empty(flat.shape, dtype=np.int64)
     for rows, z in _batches(head, hidden, after_final_norm, batch_rows):
-        target = z.gather(1, torch.from_numpy(ids[rows])[:, None])
-        ranks[rows] = (z > target).sum(1).numpy()
-    return ranks
+        chosen = torch.from_numpy(flat[rows])
+        target = z.gather(1, chosen.clamp_min(0))  # batch × k
+        counts = torch.stack([(z > target[:, [j]]).sum(1) for j in range(flat.shape[1])], 1)
+        ranks[rows] = torch.where(chosen >= 0, counts, NO_TOKEN).numpy()
+    return ranks.reshape(ids.shape)
 
 
 def rank_summary(ranks) -> dict:
     """``top1``, ``top10`` (shares of rank 0 and rank < 10), ``median_rank``, ``mean_log2_rank`` (mean
-    log2(1 + r)) and ``n``; NaN for an empty set."""
-    ranks = np.asarray(ranks, dtype=np.float64)
+    log2(1 + r)) and ``n`` over the ranks that are not -1 (no target); NaN when none is left."""
+    ranks = np.asarray(ranks, dtype=np.float64).ravel()
+    ranks = ranks[ranks != NO_TOKEN]
     if ranks.size == 0:
         return {"top1": float("nan"), "top10": float("nan"), "median_rank": float("nan"),
                 "mean_log2_rank": float("nan"), "n": 0}  # fmt: skip
