@@ -170,7 +170,34 @@ def test_bad_input_is_refused(gpt2):
     head, _, hidden, _, ids = gpt2
     with pytest.raises(ValueError, match="the head needs rows of size 16"):
         token_ranks(head, hidden[-1][:, :8], ids, after_final_norm=True)
+    with pytest.raises(ValueError, match="hidden holds NaN or infinite values"):
+        token_ranks(head, np.where(hidden[-1] > 0, np.nan, hidden[-1]), ids, after_final_norm=True)
     with pytest.raises(ValueError, match=f"outside -1..{head.vocab_size - 1}"):
         token_ranks(head, hidden[-1], ids + 1000, after_final_norm=True)
     with pytest.raises(ValueError, match=r"integer token ids of shape \(n,\) or \(n, k\), n = 32 rows"):
         token_ranks(head, hidden[-1], ids[:-1], after_final_norm=True)
+
+
+def test_llama_type_decoder_uses_its_rms_norm(tmp_path):
+    """SmolLM2's path: a tied Llama whose final RMSNorm (``model.norm``) the lens applies below the last layer."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=90, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         num_key_value_heads=1, tie_word_embeddings=True, max_position_embeddings=64)  # fmt: skip
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # a non-trivial gain, so that forgetting it would show
+        model.model.norm.weight.uniform_(0.5, 1.5)
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    head, reason = output_head_or_reason({"key": "llama", "files": file_digests(tmp_path)}, tmp_path)
+    assert reason == "" and head.kind == "causal" and head.tied
+    ids = torch.tensor([[1, 5, 9, 33, 2]])
+    with torch.no_grad():
+        out = model(input_ids=ids, output_hidden_states=True)
+    hidden = [state[0].numpy() for state in out.hidden_states]
+    np.testing.assert_allclose(lens_logits(head, hidden[-1], after_final_norm=True), out.logits[0].numpy(), atol=1e-5)
+    h = hidden[1].astype(np.float64)
+    normed = h / np.sqrt((h**2).mean(1, keepdims=True) + config.rms_norm_eps) * model.model.norm.weight.detach().numpy()
+    expected = normed @ model.model.embed_tokens.weight.detach().numpy().astype(np.float64).T
+    np.testing.assert_allclose(lens_logits(head, hidden[1], after_final_norm=False), expected, atol=1e-5)

@@ -27,6 +27,8 @@ def _check_rows(head: OutputHead, rows: np.ndarray, what: str) -> np.ndarray:
     if rows.ndim != 2 or rows.shape[1] != head.dim:
         raise ValueError(f"{what} has shape {rows.shape}; the head needs rows of size {head.dim} (n×{head.dim}): "
                          "pass the stored vectors of this model's layer")  # fmt: skip
+    if not np.isfinite(rows).all():  # a NaN logit compares false with everything: it would rank first
+        raise ValueError(f"{what} holds NaN or infinite values; only finite vectors can be ranked: drop those rows")
     return rows
 
 
