@@ -132,12 +132,24 @@ def train_corpus_tokenizer(texts: list[str], architecture: str, vocab_size: int 
     return fast
 
 
-def build_random_model(architecture: str, texts: list[str], out_dir: Path, seed: int, *, n_hidden_layers: int,
-                       hidden_size: int, vocab_size: int) -> None:
-    """A tiny randomly initialised BERT or GPT-2 (seeded) with a tokenizer trained on the corpus."""
-    import torch
-    from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
+HEADS = ("masked-lm",)
 
+
+def build_random_model(architecture: str, texts: list[str], out_dir: Path, seed: int, *, n_hidden_layers: int,
+                       hidden_size: int, vocab_size: int, head: str | None = None) -> None:
+    """A tiny randomly initialised BERT or GPT-2 (seeded) with a tokenizer trained on the corpus.
+
+    ``head="masked-lm"`` (BERT only) also saves a random masked-LM head: the weights are a
+    ``BertForPreTraining`` (``bert.*``, pooler included, plus ``cls.*``), whose ``bert.*`` tensors are
+    exactly those of the head-less build with the same seed (copied from it), so hidden states do not change.
+    The GPT-2 needs no head option: its output layer is tied to the input embeddings.
+    """
+    import torch
+    from transformers import BertConfig, BertForPreTraining, BertModel, GPT2Config, GPT2Model
+
+    if head is not None and (head not in HEADS or architecture != "bert"):
+        raise ValueError(f"random model head {head!r} for architecture {architecture!r}: only head='masked-lm' with "
+                         "architecture 'bert' is allowed (a GPT-2's output layer is its tied embeddings); drop the option")
     torch.manual_seed(seed)
     tokenizer = train_corpus_tokenizer(texts, architecture, vocab_size)
     layers, hidden = n_hidden_layers, hidden_size
@@ -147,6 +159,11 @@ def build_random_model(architecture: str, texts: list[str], out_dir: Path, seed:
             intermediate_size=hidden * 2, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id,
         )
         model = BertModel(config)
+        if head == "masked-lm":
+            # built after the base model, so the base draws the same random numbers as without a head
+            with_head = BertForPreTraining(config)
+            with_head.bert.load_state_dict(model.state_dict())
+            model = with_head
     else:
         config = GPT2Config(vocab_size=len(tokenizer), n_embd=hidden, n_layer=layers, n_head=2, n_positions=128)
         model = GPT2Model(config)
