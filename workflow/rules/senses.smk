@@ -161,6 +161,7 @@ rule measure_senses:
     params:
         senses=as_params(SETTINGS.senses),
         seed=SETTINGS.seed,
+        allow_pickle=lambda wildcards: SETTINGS.models[wildcards.model].build.download.allow_pickle,
     resources:
         mem_mb=measure_mem_mb,
     log:

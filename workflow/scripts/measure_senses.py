@@ -18,7 +18,8 @@ with expected_errors(StoreError, ModelError):
     rows, words = measure_senses_layer(
         paths, int(snakemake.wildcards.layer), from_params(SenseSettings, snakemake.params.senses),
         seed=snakemake.params.seed, model=snakemake.wildcards.model,
-        head_loader=partial(output_head_or_reason, json.loads(paths.record.read_text()), paths.model),
+        head_loader=partial(output_head_or_reason, json.loads(paths.record.read_text()), paths.model,
+                            allow_pickle=snakemake.params.allow_pickle),
     )
 with atomic_path(snakemake.output.rows) as tmp:
     rows.to_csv(tmp, index=False)

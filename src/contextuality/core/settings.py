@@ -57,6 +57,7 @@ class BuildSettings:
     n_hidden_layers: int
     hidden_size: int
     vocab_size: int
+    head: str | None  # a random BERT's masked-LM head, or None
     seed: int | None  # a random model's initialisation; None for downloaded weights
 
     @property

@@ -189,8 +189,9 @@ class RandomSource(Source):
 
         texts = pd.read_parquet(sentences_parquet)["text"].tolist()
         build_random_model(settings.architecture, texts, out, settings.seed, n_hidden_layers=settings.n_hidden_layers,
-                           hidden_size=settings.hidden_size, vocab_size=settings.vocab_size)  # fmt: skip
-        return {"architecture": settings.architecture, "seed": settings.seed, "licence": "random weights"}
+                           hidden_size=settings.hidden_size, vocab_size=settings.vocab_size, head=settings.head)  # fmt: skip
+        return {"architecture": settings.architecture, "seed": settings.seed, "head": settings.head,
+                "licence": "random weights"}
 
 
 SOURCES: dict[str, Source] = {source.name: source for source in (PypiSource(), HubSource(), PathSource(), ElmoSource(), RandomSource())}

@@ -31,6 +31,7 @@ from contextuality.store.reader import LayerReader, read_manifest
 log = logging.getLogger(__name__)
 
 PREPROCESSINGS = ("centred", "standardised")
+MEAN_ROWS = 20_000  # rows of the layer whose lens inputs give B4's mean m (a seeded sample)
 ROW_COLUMNS = ["model", "layer", "family", "measure", "preprocessing", "value", "null", "ci_low", "ci_high", "p", "n",
                "note"]
 
@@ -315,9 +316,11 @@ def _output_layer(rows: Rows, words: pd.DataFrame, x, occurrences, paths: SenseP
     sample = np.random.default_rng(seed).permutation(len(occurrences))[: settings.lens_rows]
     sample.sort()
     hidden = x[occurrences["row"].to_numpy()[sample]]
-    for name, ids in (("own_token", own[sample]), ("next_token", following[sample])):
+    both = lens.token_ranks(head, hidden, np.stack([own[sample], following[sample]], axis=1),
+                            after_final_norm=after_final_norm)  # one pass over the logits for B1 and B2
+    for column, (name, ids) in enumerate((("own_token", own[sample]), ("next_token", following[sample]))):
         valid = ids >= 0
-        ranks = lens.token_ranks(head, hidden[valid], ids[valid], after_final_norm=after_final_norm)
+        ranks = both[valid, column]
         baseline = lens.frequency_baseline_ranks(ids[valid], counts)
         summary, null = lens.rank_summary(ranks), lens.rank_summary(baseline)
         applies = "applies" if (name == "next_token") == (head.kind == "causal") else "reference only"
@@ -349,8 +352,11 @@ def _alignment(rows: Rows, words: pd.DataFrame, x, occurrences, own, head, setti
                                                                                 dtype=np.float64))  # fmt: skip
     centroids = np.stack(sums.reindex(chosen.index).to_numpy()).astype(np.float32)
     tokens = chosen["token"].to_numpy()
+    # m of B4: the mean of the lens inputs (N_f(h), or a masked LM's transform(h)) over a seeded sample of the layer
+    sample = np.sort(np.random.default_rng(seed).permutation(len(x))[:MEAN_ROWS])
+    layer_mean = lens.lens_input_mean(head, x[sample], after_final_norm=after_final_norm)
     result = lens.centroid_alignment(head, centroids, tokens, tokens[partner], after_final_norm=after_final_norm,
-                                     layer_mean=x.mean(axis=0, dtype=np.float64).astype(np.float32))
+                                     layer_mean=layer_mean)
     summary = result["summary"]
     rows.add("output_layer", "alignment_median_rank", "centred", summary["median_rank"],
              null=summary["null_median_rank"], n=len(chosen), note="centroid vs own row; null: a frequency-matched word's row")

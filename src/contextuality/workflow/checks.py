@@ -53,6 +53,9 @@ def check_settings(settings: Settings) -> None:
             )
         elif model.tokenization == "faithful" and source.layers_in_config:  # built from the config: its architecture is known
             problems += filter(None, [encoder_problem(key, model.build.architecture)])
+        if model.build.head and (model.source != "random" or model.build.architecture != "bert"):
+            problems.append(f"models.{key}.head: '{model.build.head}' is built only on a random 'bert'; remove it "
+                            "(a downloaded model's head is read from its own weights)")
         if source.reads_words and model.indexing == "subword":
             problems.append(f"models.{key}.indexing: ELMo reads whole spaCy words; allowed: 'word'")
         if model.build.download.gguf_file and not source.takes_gguf:
