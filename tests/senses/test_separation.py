@@ -174,3 +174,10 @@ def test_preprocessing_against_numpy():
     assert np.all(u[3] == 0)
     with pytest.raises(ValueError, match="kind"):
         preprocess(x, mean, std, "abtt")
+
+
+def test_no_word_with_both_kinds_of_pair_gives_nan():
+    usages, pairs = make_usages(n_words=4, senses=(1, 1), seed=0)  # one sense per word: no different pairs
+    x = np.random.default_rng(0).normal(size=(len(usages), 3))
+    r = SeparationDesign(usages, pairs, permutations=20, seed=0).measure(x)
+    assert np.isnan(r["delta"]) and np.isnan(r["delta_p"]) and r["n_words_delta"] == 0 and np.isnan(r["auroc"])

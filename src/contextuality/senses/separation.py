@@ -154,11 +154,14 @@ class SeparationDesign:
         delta_w = self._word_delta(self.pair_to_word.T @ (c * self.same), self.pair_to_word.T @ same_ok,
                                    tot_sum, tot_n)
         has = ~np.isnan(delta_w)
-        delta = float(delta_w[has].mean()) if has.any() else np.nan
+        if not has.any():  # no word has both kinds of pair: nothing to test
+            return {k: np.nan for k in ("delta", "delta_null_mean", "delta_null_sd", "delta_z", "delta_p",
+                                        "delta_ci_low", "delta_ci_high")} | {"n_words_delta": 0}
+        delta = float(delta_w[has].mean())
         g = self.n_words
         perm_w = self._word_delta((self.perm_same @ c).reshape(-1, g), (self.perm_same @ ok).reshape(-1, g),
                                   tot_sum, tot_n)
-        null = np.nanmean(perm_w, axis=1) if has.any() else np.full(self.permutations, np.nan)
+        null = np.nanmean(perm_w, axis=1)
         sd = float(null.std(ddof=1)) if self.permutations > 1 else np.nan
         # Bootstrap over lemmas: the resampled mean of Δ_w over words that have it.
         w = self.boot_word_counts * has
