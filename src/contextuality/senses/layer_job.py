@@ -122,7 +122,7 @@ def self_similarity_by_form(vectors: np.ndarray, forms: np.ndarray) -> pd.DataFr
     np.add.at(sums, codes, unit[nonzero])
     n = np.bincount(codes, minlength=len(names)).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        value = ((sums**2).sum(axis=1) - n) / (n * (n - 1))
+        value = np.where(n >= 2, ((sums**2).sum(axis=1) - n) / (n * (n - 1)), np.nan)
     return pd.DataFrame({"form": names, "n": n.astype(np.int64), "self_similarity": value})
 
 
@@ -221,7 +221,7 @@ def _clusterability(rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, 
         else:
             contrast = clusters.cluster_contrast(poly, mono)
             rows.add("clusterability", "delta_cluster_index", kind, contrast["delta_ci"], null=0.0,
-                     ci=(contrast["ci_low"], contrast["ci_high"]), p=contrast["p"], n=len(poly) + len(mono), note=note)
+                     ci=(contrast["ci_low"], contrast["ci_high"]), p=contrast["mw_p"], n=len(poly) + len(mono), note=note)
             rows.add("clusterability", "cluster_index_poly", kind, poly.mean(), null=mono.mean(), n=len(poly),
                      note="null: the matched monosemous words' mean")
         if settings.cluster_null_draws and len(poly):
