@@ -1,0 +1,16 @@
+"""Snakemake entry point: the corpus's word index + WordNet 3.0 -> the sense inventory (one row per form)."""
+from pathlib import Path
+
+import pandas as pd
+
+from contextuality.core.atomic import atomic_path
+from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.senses.inventory import sense_inventory
+from contextuality.senses.wordnet import WordNetError, load_wordnet
+
+setup_job_logging(snakemake.log[0])
+with expected_errors(WordNetError):
+    wordnet = load_wordnet(Path(snakemake.input.wordnet).parent)
+inventory = sense_inventory(pd.read_parquet(snakemake.input.word_index), wordnet)
+with atomic_path(snakemake.output.inventory) as tmp:
+    inventory.to_parquet(tmp, index=False)
