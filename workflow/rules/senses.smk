@@ -51,8 +51,8 @@ rule sense_usages:
         usages=layout.SENSE_USAGES,
         pairs=layout.SENSE_PAIRS,
         sentences=layout.SENSES_SENTENCES,
-        words=layout.SENSES_SPACY_WORDS,
-        index=layout.SENSES_WORD_INDEX,
+        spacy_words=layout.SENSES_SPACY_WORDS,
+        word_index=layout.SENSES_WORD_INDEX,
     params:
         max_lemmas=SETTINGS.senses.max_lemmas,
         seed=SETTINGS.seed,
@@ -68,7 +68,7 @@ rule context_diversity:
     # Each indexed word's context variety: 1 - mean cosine between the TF-IDF vectors of its sentences.
     input:
         sentences=rules.corpus.output.sentences,
-        words=rules.words.output.words,
+        spacy_words=rules.words.output.words,
         word_index=rules.words.output.index,
     output:
         diversity=layout.CONTEXT_DIVERSITY,
@@ -87,8 +87,8 @@ use rule plan as senses_plan with:
         model=rules.materialise_model.output.model,
         record=rules.materialise_model.output.record,
         sentences=rules.sense_usages.output.sentences,
-        words=rules.sense_usages.output.words,
-        word_index=rules.sense_usages.output.index,
+        words=rules.sense_usages.output.spacy_words,
+        word_index=rules.sense_usages.output.word_index,
     output:
         tokens=layout.SENSES_TOKENS,
         units=layout.SENSES_UNITS,

@@ -10,7 +10,7 @@ from contextuality.senses.wordnet import WordNetError, load_wordnet
 
 setup_job_logging(snakemake.log[0])
 with expected_errors(WordNetError):
-    wordnet = load_wordnet(Path(snakemake.input.wordnet).parent)
+    wordnet = load_wordnet(Path(snakemake.input.record).parent)
 inventory = sense_inventory(pd.read_parquet(snakemake.input.word_index), wordnet)
 with atomic_path(snakemake.output.inventory) as tmp:
     inventory.to_parquet(tmp, index=False)

@@ -9,7 +9,7 @@ from contextuality.senses.wordnet import WordNetError, load_wordnet
 
 setup_job_logging(snakemake.log[0])
 with expected_errors(WordNetError, UsageError):
-    wordnet = load_wordnet(Path(snakemake.input.wordnet).parent)
+    wordnet = load_wordnet(Path(snakemake.input.record).parent)
     forms = set(pd.read_parquet(snakemake.input.inventory, columns=["form"])["form"])
     usages, pairs, sentences = build_usages(
         wordnet, forms, max_lemmas=snakemake.params.max_lemmas, seed=snakemake.params.seed

@@ -1,1 +1,1 @@
-"""Word senses: WordNet 3.0 offline, the sense inventory, WordNet usages and context diversity."""
+"""Word senses: WordNet data, sense separation, clusterability, the output layer (issue 25)."""

@@ -179,7 +179,7 @@ def _regression(rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, sett
             continue
         table = words[(words["n_used"] >= settings.regression_min_occurrences)
                       & words["context_diversity"].notna()].rename(columns={f"self_similarity_{kind}": "self_similarity",
-                                                                           "n_used": "n"})  # fmt: skip
+                                                                           "n_used": "n", "form": "word"})  # fmt: skip
         try:
             full = polysemy.polysemy_regression(table).set_index("term")
             reduced = polysemy.polysemy_without_diversity(table).set_index("term")
@@ -245,8 +245,9 @@ def _separation(rows: Rows, paths: SensePaths, mean, std, settings: SenseSetting
         usage_rows = np.where(initial, -1, usage_rows)
     with LayerReader(paths.senses_layer, read_manifest(paths.senses_manifest)) as reader:
         stored = reader.rows(dtype=np.float32)
-    note = (f"{int(initial.sum())} sentence-initial usages left out (decoder), "
-            f"{int((usage_row_numbers(usages, units) < 0).sum())} not stored as one unit")
+    unstored = int((usage_row_numbers(usages, units) < 0).sum())
+    note = (f"{int(initial.sum())} sentence-initial usages left out (decoder)" if decoder
+            else "encoder: sentence-initial usages kept") + f"; {unstored} usages not stored as one unit"
     design = separation.SeparationDesign(usages, pairs, permutations=settings.permutations, seed=seed)
     for kind in PREPROCESSINGS:
         vectors = np.full((len(usages), stored.shape[1]), np.nan)

@@ -239,4 +239,4 @@ def sense_claims_section(claims: pd.DataFrame) -> list[str]:
     rows = [[md_text(r["label"]), r["claim"], md_text(r["statement"]), f"**{r['status']}**", md_text(r["evidence"])]
             for _, r in claims.iterrows()]
     md += pipe_table(["model", "claim", "statement", "verdict", "evidence"], rows, "l-l-l").splitlines()
-    return md
+    return md + [""]
