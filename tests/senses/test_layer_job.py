@@ -25,6 +25,9 @@ def test_self_similarity_by_form_is_the_brute_force_mean_over_ordered_pairs():
         n = len(x)
         assert got.loc[form, "self_similarity"] == pytest.approx((cos.sum() - n) / (n * (n - 1)), abs=1e-12)
         assert got.loc[form, "n"] == n
+    blocks = self_similarity_by_form(vectors, forms, transform=lambda block: block - 0.5, block_rows=7).set_index("form")
+    whole = self_similarity_by_form(vectors - 0.5, forms).set_index("form")
+    assert np.allclose(blocks["self_similarity"], whole["self_similarity"], rtol=0, atol=1e-12)
 
 
 def test_identical_vectors_have_self_similarity_one_and_a_single_occurrence_none():

@@ -31,6 +31,7 @@ from contextuality.store.reader import LayerReader, read_manifest
 log = logging.getLogger(__name__)
 
 PREPROCESSINGS = ("centred", "standardised")
+BLOCK_ROWS = 20_000  # rows preprocessed at once (float64 copies)
 MEAN_ROWS = 20_000  # rows of the layer whose lens inputs give B4's mean m (a seeded sample)
 ROW_COLUMNS = ["model", "layer", "family", "measure", "preprocessing", "value", "null", "ci_low", "ci_high", "p", "n",
                "note"]
@@ -113,14 +114,24 @@ def sts_occurrences(occurrences: pd.DataFrame, units: pd.DataFrame, spacy_words:
     return table[columns].reset_index(drop=True), counts
 
 
-def self_similarity_by_form(vectors: np.ndarray, forms: np.ndarray) -> pd.DataFrame:
-    """Exact mean cosine over ordered pairs i != j of each form's rows (zero rows left out), float64."""
-    unit = unit_rows(vectors)
-    nonzero = np.abs(unit).sum(axis=1) > 0
-    codes, names = pd.factorize(forms[nonzero])
-    sums = np.zeros((len(names), unit.shape[1]))
-    np.add.at(sums, codes, unit[nonzero])
-    n = np.bincount(codes, minlength=len(names)).astype(np.float64)
+def self_similarity_by_form(vectors, forms: np.ndarray, *, transform=None, block_rows: int = BLOCK_ROWS) -> pd.DataFrame:
+    """Exact mean cosine over ordered pairs i != j of each form's rows (zero rows left out), float64.
+
+    ``vectors``: an array, or anything indexable by a row range; ``transform`` (the preprocessing) is applied
+    block by block, so the float64 copies never hold more than ``block_rows`` rows.
+    """
+    from scipy import sparse
+
+    codes, names = pd.factorize(forms)
+    sums, n = np.zeros((len(names), vectors.shape[1])), np.zeros(len(names))
+    for first in range(0, len(forms), block_rows):
+        block = np.asarray(vectors[first:first + block_rows], dtype=np.float64)
+        unit = unit_rows(transform(block) if transform else block)
+        nonzero = (np.abs(unit).sum(axis=1) > 0).astype(np.float64)
+        indicator = sparse.csr_matrix((nonzero, (codes[first:first + block_rows], np.arange(len(unit)))),
+                                      shape=(len(names), len(unit)))
+        sums += indicator @ unit
+        n += np.asarray(indicator.sum(axis=1)).ravel()
     with np.errstate(invalid="ignore", divide="ignore"):
         value = np.where(n >= 2, ((sums**2).sum(axis=1) - n) / (n * (n - 1)), np.nan)
     return pd.DataFrame({"form": names, "n": n.astype(np.int64), "self_similarity": value})
@@ -167,9 +178,10 @@ def _word_table(occurrences: pd.DataFrame, inventory: pd.DataFrame, diversity: p
 
 def _regression(rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, settings: SenseSettings, note: str):
     """P1: each form's self-similarity on log sense count, log frequency, context diversity and POS."""
-    forms = occurrences["form"].to_numpy()
+    forms, occurring = occurrences["form"].to_numpy(), x[occurrences["row"].to_numpy()]
     for kind in ("raw", *PREPROCESSINGS):
-        selfsim = self_similarity_by_form(preprocess(x[occurrences["row"].to_numpy()], mean, std, kind), forms)
+        selfsim = self_similarity_by_form(occurring, forms,
+                                          transform=lambda block, kind=kind: preprocess(block, mean, std, kind))
         words = words.merge(selfsim[["form", "self_similarity"]].rename(
             columns={"self_similarity": f"self_similarity_{kind}"}), on="form", how="left")
         measured = selfsim[selfsim["n"] >= 2]
