@@ -156,3 +156,20 @@ def measure_model(layer_paths: dict, occurrences, out_words: Path, out_layers: P
         write_embedding_text(Path(out_pcs_dir) / f"layer_{layer:02d}.txt", index.words, results[-1].pcs)
     combine_layers(results, out_words, out_layers, out_context_words, top_k=top_k, out_postprocess=out_postprocess,
                    out_rogue=out_rogue)  # fmt: skip
+
+
+# The WordNet 3.0 copy the senses tests share: fetched once per session (a 31.6 MB download, about 15 s).
+@pytest.fixture(scope="session")
+def wordnet_root(tmp_path_factory):
+    from contextuality.senses.wordnet import fetch_wordnet
+
+    root = tmp_path_factory.mktemp("wordnet")
+    fetch_wordnet(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def wordnet(wordnet_root):
+    from contextuality.senses.wordnet import load_wordnet
+
+    return load_wordnet(wordnet_root)

@@ -8,7 +8,8 @@ from conftest import PROJECT
 
 PACKAGE = PROJECT / "src" / "contextuality"
 # Bottom to top: a stage may import itself and what comes before it (contextuality/__init__.py says why).
-STAGES = ("core", "paper", "store", "corpus", "models", "extraction", "static", "measure", "report", "workflow")
+STAGES = ("core", "paper", "store", "corpus", "models", "extraction", "static", "measure", "senses", "report",
+          "workflow")
 
 
 def _stage(path) -> str:

@@ -11,6 +11,8 @@ importing only those listed before it:
 * ``extraction``: the plan of each model and the extraction of every layer's vectors;
 * ``static``: static embeddings (the word2vec text format, the nine benchmarks of Table 1, scoring);
 * ``measure``: the paper's reference definitions, the geometry beyond it, the one-read engine per layer;
+* ``senses``: word senses (WordNet 3.0 offline, its usages as a labelled corpus, sense separation,
+  clusterability, the polysemy regression, the output layer as a lens);
 * ``report``: figures, the summary beside the paper, the claims, Table 1;
 * ``workflow``: what the Snakefile imports (config checks, target checks, job estimates).
 """

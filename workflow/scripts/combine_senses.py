@@ -2,7 +2,7 @@
 from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging
-from contextuality.senses.report import combine_senses
+from contextuality.senses.combine import combine_senses
 from contextuality.store.files import StoreError
 from contextuality.store.reader import read_manifest
 

@@ -25,6 +25,7 @@ import pandas as pd
 from contextuality.core.settings import SenseSettings
 from contextuality.extraction.faithful import is_decoder
 from contextuality.senses import clusters, polysemy, separation
+from contextuality.senses.combine import ROW_COLUMNS
 from contextuality.senses.vectors import preprocess, unit_rows
 from contextuality.store.reader import LayerReader, read_manifest
 
@@ -33,8 +34,6 @@ log = logging.getLogger(__name__)
 PREPROCESSINGS = ("centred", "standardised")
 BLOCK_ROWS = 20_000  # rows preprocessed at once (float64 copies)
 MEAN_ROWS = 20_000  # rows of the layer whose lens inputs give B4's mean m (a seeded sample)
-ROW_COLUMNS = ["model", "layer", "family", "measure", "preprocessing", "value", "null", "ci_low", "ci_high", "p", "n",
-               "note"]
 
 
 @dataclass(frozen=True)

@@ -1,45 +1,21 @@
 """The sense measures for people: each model's tables combined, the three figures, and the claims rows.
 
-The question (README, "Word senses"): every occurrence of a word passes through one output layer in
+``contextuality.senses.combine`` joins each model's per-layer rows. The question (README, "Word senses"): every occurrence of a word passes through one output layer in
 pretraining, so how does a model keep a polysemous word's senses apart? Three parts of the usual answer and
 the paper's own reading are checked on each model, each HOLDS, FAILS or N/A with its numbers.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import numpy as np
 import pandas as pd
 
 from contextuality.core.atomic import atomic_path
-from contextuality.senses.layer_job import ROW_COLUMNS
-from contextuality.store.files import StoreError
 
 SENSE_FIGURES = ("sense_separation", "logit_lens", "polysemy")
 HOLDS, FAILS, NA = "HOLDS", "FAILS", "N/A"
 ALPHA = 0.05
 # The narrow cone: the layer's mean cosine between random words above this in most layers above the input.
 CONE_THRESHOLD = 0.1
-
-
-def combine_senses(row_paths: list[str], word_paths: list[str], n_layers: int, manifest_path: str,
-                   out_layers: Path, out_words: Path) -> pd.DataFrame:
-    """One model's per-layer sense rows and word rows, refused unless they cover exactly layers 0..n-1."""
-    rows = pd.concat([pd.read_csv(path, keep_default_na=True) for path in row_paths], ignore_index=True)
-    found = sorted(rows["layer"].unique().tolist())
-    if found != list(range(n_layers)):
-        raise StoreError(f"sense rows cover layers {found} but {manifest_path} has {n_layers} layers; delete "
-                         "results/metrics/<model>/senses/ and rerun snakemake")
-    if list(rows.columns) != ROW_COLUMNS:
-        raise StoreError(f"sense rows have columns {list(rows.columns)}, expected {ROW_COLUMNS}; rerun measure_senses")
-    rows = rows.sort_values(["layer", "family", "measure", "preprocessing"], kind="stable").reset_index(drop=True)
-    words = pd.concat([pd.read_parquet(path) for path in word_paths], ignore_index=True)
-    with atomic_path(out_layers) as tmp:
-        rows.to_csv(tmp, index=False)
-    with atomic_path(out_words) as tmp:
-        words.to_parquet(tmp, index=False)
-    return rows
 
 
 def _series(table: pd.DataFrame, measure: str, preprocessing: str, column: str = "value") -> pd.Series:
