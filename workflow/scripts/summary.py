@@ -10,7 +10,7 @@ from contextuality.report.losses import losses_frame
 from contextuality.report.summary import summary_table
 from contextuality.core.runtime import setup_job_logging
 from contextuality.report.inert import from_inert_json
-from contextuality.senses.report import sense_claims, sense_claims_section
+from contextuality.report.senses import sense_claims, sense_claims_section
 
 setup_job_logging(snakemake.log[0])
 models = snakemake.params.models
