@@ -32,6 +32,10 @@ from contextuality.store.reader import LayerReader, read_manifest
 log = logging.getLogger(__name__)
 
 PREPROCESSINGS = ("centred", "standardised")
+# The per-word table's columns, whatever a model lacks (no output layer: no alignment ranks)
+WORD_COLUMNS = ["model", "layer", "form", "n_used", "n_synsets", "pos", "polysemy", "context_diversity",
+                "self_similarity_raw", "self_similarity_centred", "self_similarity_standardised",
+                "cluster_index_centred", "cluster_index_standardised", "alignment_rank", "alignment_null_rank"]
 BLOCK_ROWS = 20_000  # rows preprocessed at once (float64 copies)
 MEAN_ROWS = 20_000  # rows of the layer whose lens inputs give B4's mean m (a seeded sample)
 
@@ -162,7 +166,7 @@ def measure_senses_layer(paths: SensePaths, layer: int, settings: SenseSettings,
                               after_final_norm=after_final_norm)
     del x
     _separation(rows, paths, mean, std, settings, seed, decoder=decoder)
-    return rows.frame(), words.assign(model=model, layer=layer)
+    return rows.frame(), words.assign(model=model, layer=layer).reindex(columns=WORD_COLUMNS)
 
 
 def _word_table(occurrences: pd.DataFrame, inventory: pd.DataFrame, diversity: pd.DataFrame) -> pd.DataFrame:
