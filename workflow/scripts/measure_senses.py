@@ -20,6 +20,7 @@ with expected_errors(StoreError, ModelError):
         seed=snakemake.params.seed, model=snakemake.wildcards.model,
         head_loader=partial(output_head_or_reason, json.loads(paths.record.read_text()), paths.model,
                             allow_pickle=snakemake.params.allow_pickle),
+        threads=snakemake.threads,
     )
 with atomic_path(snakemake.output.rows) as tmp:
     rows.to_csv(tmp, index=False)

@@ -26,7 +26,7 @@ from contextuality.core.settings import SenseSettings
 from contextuality.extraction.faithful import is_decoder
 from contextuality.senses import clusters, polysemy, separation
 from contextuality.senses.combine import ROW_COLUMNS
-from contextuality.senses.vectors import preprocess, unit_rows
+from contextuality.senses.vectors import layer_moments, preprocess, unit_rows
 from contextuality.store.reader import LayerReader, read_manifest
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 PREPROCESSINGS = ("centred", "standardised")
 # The per-word table's columns, whatever a model lacks (no output layer: no alignment ranks)
 WORD_COLUMNS = ["model", "layer", "form", "n_used", "n_synsets", "pos", "polysemy", "context_diversity",
-                "self_similarity_raw", "self_similarity_centred", "self_similarity_standardised",
+                "self_similarity_centred", "self_similarity_standardised",
                 "cluster_index_centred", "cluster_index_standardised", "alignment_rank", "alignment_null_rank"]
 BLOCK_ROWS = 20_000  # rows preprocessed at once (float64 copies)
 MEAN_ROWS = 20_000  # rows of the layer whose lens inputs give B4's mean m (a seeded sample)
@@ -145,15 +145,26 @@ def self_similarity_by_form(vectors, forms: np.ndarray, *, transform=None, block
 
 
 def measure_senses_layer(paths: SensePaths, layer: int, settings: SenseSettings, *, seed: int, model: str,
-                         head_loader=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every sense measure of one layer: the long ``rows`` table and the per-word table."""
+                         head_loader=None, threads: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every sense measure of one layer: the long ``rows`` table and the per-word table.
+
+    ``threads``: BLAS, OpenMP and torch threads (the workflow measures one layer per core, one thread each).
+    """
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(max(1, threads))
+    with threadpool_limits(limits=threads):
+        return _measure(paths, layer, settings, seed=seed, model=model, head_loader=head_loader)
+
+
+def _measure(paths: SensePaths, layer: int, settings: SenseSettings, *, seed: int, model: str, head_loader):
     rows = Rows(model, layer)
     decoder = is_decoder(model_type(paths.model))
     with LayerReader(paths.layer, read_manifest(paths.manifest)) as reader:
         x = reader.rows(dtype=np.float32)
         after_final_norm = bool(int(reader.handle.attrs.get("after_final_norm", 0)))
-    mean = x.mean(axis=0, dtype=np.float64)
-    std = x.std(axis=0, dtype=np.float64)
+    mean, std = layer_moments(x[first:first + BLOCK_ROWS] for first in range(0, len(x), BLOCK_ROWS))
     occurrences, dropped = sts_occurrences(pd.read_parquet(paths.occurrences), pd.read_parquet(paths.units),
                                            pd.read_parquet(paths.spacy_words), decoder=decoder)
     note = (f"{dropped['sentence_initial']} sentence-initial occurrences left out (decoder)" if decoder
@@ -173,25 +184,28 @@ def _word_table(occurrences: pd.DataFrame, inventory: pd.DataFrame, diversity: p
     """One row per form with a WordNet entry: occurrences used, sense counts, POS, context diversity."""
     counts = occurrences.groupby("form").size().rename("n_used").reset_index()
     table = counts.merge(inventory[["form", "n_synsets", "pos", "polysemy"]], on="form", how="inner")
-    by_form = (diversity.assign(form=diversity["word"].str.lower())
-               .groupby("form").apply(lambda t: np.average(t["context_diversity"], weights=t["n"]), include_groups=False)
-               .rename("context_diversity").reset_index())  # fmt: skip
+    # a form's diversity: its casings' values weighted by their occurrences
+    weighted = diversity.assign(form=diversity["word"].str.lower(), weighted=diversity["context_diversity"] * diversity["n"],
+                                weight=diversity["n"].where(diversity["context_diversity"].notna(), 0))
+    sums = weighted.groupby("form")[["weighted", "weight"]].sum(min_count=1)
+    by_form = (sums["weighted"] / sums["weight"].where(sums["weight"] > 0)).rename("context_diversity").reset_index()
     return table.merge(by_form, on="form", how="left").sort_values("form").reset_index(drop=True)
 
 
 def _regression(rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, settings: SenseSettings, note: str):
     """P1: each form's self-similarity on log sense count, log frequency, context diversity and POS."""
-    forms, occurring = occurrences["form"].to_numpy(), x[occurrences["row"].to_numpy()]
-    for kind in ("raw", *PREPROCESSINGS):
+    # only the forms with a WordNet entry (the regression's and W1's words): function words are most rows
+    kept = occurrences[occurrences["form"].isin(words["form"])]
+    forms, occurring = kept["form"].to_numpy(), x[kept["row"].to_numpy()]
+    for kind in PREPROCESSINGS:
         selfsim = self_similarity_by_form(occurring, forms,
                                           transform=lambda block, kind=kind: preprocess(block, mean, std, kind))
         words = words.merge(selfsim[["form", "self_similarity"]].rename(
             columns={"self_similarity": f"self_similarity_{kind}"}), on="form", how="left")
         measured = selfsim[selfsim["n"] >= 2]
         rows.add("context", "mean_self_similarity", kind, measured["self_similarity"].mean(), n=len(measured),
-                 note="mean over word forms of the exact mean cosine between a form's occurrences; " + note)
-        if kind == "raw":
-            continue
+                 note="mean over word forms with a WordNet entry of the exact mean cosine between a form's occurrences; "
+                 + note)
         table = words[(words["n_used"] >= settings.regression_min_occurrences)
                       & words["context_diversity"].notna()].rename(columns={f"self_similarity_{kind}": "self_similarity",
                                                                            "n_used": "n", "form": "word"})  # fmt: skip
@@ -219,7 +233,9 @@ def _clusterability(rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, 
     """C1-C3: the cluster index of polysemous words against frequency-matched monosemous ones."""
     eligible = words[words["n_used"] >= settings.cluster_subsample].rename(columns={"form": "word", "n_used": "n"})
     matched = clusters.matched_mono_poly(eligible, per_group=settings.cluster_words, seed=seed)
-    rows_of = occurrences.groupby("form")["row"].apply(np.asarray)
+    chosen = occurrences[occurrences["form"].isin(matched["word"])].sort_values(["form", "row"], kind="stable")
+    forms, starts = np.unique(chosen["form"].to_numpy(), return_index=True)
+    rows_of = dict(zip(forms, np.split(chosen["row"].to_numpy(), starts[1:])))
     for kind in PREPROCESSINGS:
         index = {}
         for word in matched["word"]:
@@ -364,9 +380,11 @@ def _alignment(rows: Rows, words: pd.DataFrame, x, occurrences, own, head, setti
     order = np.arange(len(chosen))
     partner = np.where(order % 2 == 0, np.minimum(order + 1, len(chosen) - 1), order - 1)
     partner[-1] = len(chosen) - 2 if len(chosen) % 2 else partner[-1]
-    sums = table[table["word"].isin(chosen.index)].groupby("word")["row"].apply(lambda r: x[r.to_numpy()].mean(axis=0,
-                                                                                dtype=np.float64))  # fmt: skip
-    centroids = np.stack(sums.reindex(chosen.index).to_numpy()).astype(np.float32)
+    members = table[table["word"].isin(chosen.index)]
+    codes = pd.Index(chosen.index).get_indexer(members["word"])
+    centroids = np.zeros((len(chosen), x.shape[1]))
+    np.add.at(centroids, codes, x[members["row"].to_numpy()].astype(np.float64))
+    centroids = (centroids / np.bincount(codes, minlength=len(chosen))[:, None]).astype(np.float32)
     tokens = chosen["token"].to_numpy()
     # m of B4: the mean of the lens inputs (N_f(h), or a masked LM's transform(h)) over a seeded sample of the layer
     sample = np.sort(np.random.default_rng(seed).permutation(len(x))[:MEAN_ROWS])
