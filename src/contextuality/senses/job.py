@@ -38,7 +38,7 @@ WORD_COLUMNS = ["model", "layer", "form", "n_used", "n_synsets", "pos", "polysem
                 "self_similarity_centred", "self_similarity_standardised",
                 "cluster_index_centred", "cluster_index_standardised", "alignment_rank", "alignment_null_rank"]
 BLOCK_ROWS = 20_000  # rows preprocessed at once (float64 copies)
-MEAN_ROWS = 20_000  # rows of the layer whose lens inputs give B4's mean m (a seeded sample)
+MEAN_ROWS = 10_000  # rows of the layer whose lens inputs give B4's mean m (a seeded sample)
 
 
 @dataclass(frozen=True)
