@@ -3,7 +3,7 @@
 The STS layer gives the polysemy regression (P1), the clusterability contrast (C1-C3) and the output-layer
 measures (B1-B4); the WordNet usages' layer gives the labelled sense separation (A1-A3, C5). Each measure is
 computed on centred and on standardised vectors (the layer's mean and per-dimension standard deviation over
-every stored STS row), so that the anisotropy and the rogue dimensions do not dominate every cosine; the
+the STS occurrences the measures use: for a decoder, not its sentence-initial rows), so that the anisotropy and the rogue dimensions do not dominate every cosine; the
 output layer is read on the hidden states themselves, as the model does. Occurrences at a sentence's first
 word are left out where a decoder has no left context there (counted in the rows' ``note``).
 
@@ -218,7 +218,11 @@ def measure_layer(context: SenseContext, layer: int, paths: SensePaths, manifest
     with LayerReader(paths.layers[layer], manifests[0]) as reader:
         x = reader.rows(dtype=np.float32)
         after_final_norm = bool(int(reader.handle.attrs.get("after_final_norm", 0)))
-    mean, std = layer_moments(x[first:first + BLOCK_ROWS] for first in range(0, len(x), BLOCK_ROWS))
+    # the moments of the rows the measures use: a decoder's sentence-initial rows (its attention sink, with
+    # activations 1,000 times the median in SmolLM2) would shift the mean so far that every centred vector
+    # points one way (spec pitfall 3)
+    used = context.occurrences["row"].to_numpy()
+    mean, std = layer_moments(x[used[first:first + BLOCK_ROWS]] for first in range(0, len(used), BLOCK_ROWS))
     words = _regression(rows, context.words, x, mean, std, context.occurrences, settings, context.note)
     words = _clusterability(rows, words, x, mean, std, context.occurrences, settings, seed, context.note)
     words = _output_layer(rows, words, x, context, settings, seed, after_final_norm=after_final_norm)
