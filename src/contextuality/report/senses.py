@@ -78,6 +78,8 @@ def _draw_lens(ax, table: pd.DataFrame, scale) -> None:
         notes = table[table["family"] == "output_layer"]["note"].dropna()
         ax.text(0.5, 0.5, (notes.iloc[0] if len(notes) else "not measured").replace(": ", ":\n", 1), ha="center",
                 va="center", transform=ax.transAxes, fontsize=8, wrap=True)
+        ax.set_xticks([])
+        ax.set_yticks([])
         return
     ax.set_yscale("log")
     ax.set_ylabel("median rank + 1 (logit lens)")

@@ -26,6 +26,7 @@ from contextuality.core.settings import SenseSettings
 from contextuality.extraction.faithful import is_decoder
 from contextuality.senses import clusters, polysemy, separation
 from contextuality.senses.combine import ROW_COLUMNS
+from contextuality.senses.output_layer import output_layer_rows, token_ids_of
 from contextuality.senses.vectors import layer_moments, preprocess, unit_rows
 from contextuality.store.files import StoreError
 from contextuality.store.reader import LayerReader, check_layer, read_manifest
@@ -38,7 +39,6 @@ WORD_COLUMNS = ["model", "layer", "form", "n_used", "n_synsets", "pos", "polysem
                 "self_similarity_centred", "self_similarity_standardised",
                 "cluster_index_centred", "cluster_index_standardised", "alignment_rank", "alignment_null_rank"]
 BLOCK_ROWS = 20_000  # rows preprocessed at once (float64 copies)
-MEAN_ROWS = 10_000  # rows of the layer whose lens inputs give B4's mean m (a seeded sample)
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,7 @@ def prepare(paths: SensePaths, settings: SenseSettings, *, seed: int, head_loade
             else "encoder: sentence-initial occurrences kept")
     words = _word_table(occurrences, pd.read_parquet(paths.inventory), pd.read_parquet(paths.diversity))
     head, reason = head_loader() if head_loader is not None else (None, "no output head was loaded")
-    tokens = token_ids_of(pd.read_parquet(paths.tokens), occurrences) if head is not None else None
+    tokens = token_ids_of(pd.read_parquet(paths.tokens), occurrences) if head is not None else None  # B1, B2
     usages, units = pd.read_parquet(paths.usages), pd.read_parquet(paths.senses_units)
     usage_rows = usage_row_numbers(usages, units)
     unstored, initial = int((usage_rows < 0).sum()), usages["position"].to_numpy() == 0
@@ -225,7 +225,8 @@ def measure_layer(context: SenseContext, layer: int, paths: SensePaths, manifest
     mean, std = layer_moments(x[used[first:first + BLOCK_ROWS]] for first in range(0, len(used), BLOCK_ROWS))
     words = _regression(rows, context.words, x, mean, std, context.occurrences, settings, context.note)
     words = _clusterability(rows, words, x, mean, std, context.occurrences, settings, seed, context.note)
-    words = _output_layer(rows, words, x, context, settings, seed, after_final_norm=after_final_norm)
+    words = output_layer_rows(rows, words, x, context.occurrences, context.tokens, context.head, context.head_reason,
+                              settings, seed, after_final_norm=after_final_norm)
     del x
     with LayerReader(paths.senses_layers[layer], manifests[1]) as reader:
         stored = reader.rows(dtype=np.float32)
@@ -353,93 +354,3 @@ def usage_row_numbers(usages: pd.DataFrame, units: pd.DataFrame) -> np.ndarray:
         how="left").drop_duplicates("usage_id")  # fmt: skip
     rows = joined.set_index("usage_id")["row"].reindex(usages["usage_id"])
     return rows.fillna(-1).to_numpy(dtype=np.int64)
-
-
-# --------------------------------------------------------------------------------------------------
-# The output layer (B1-B4)
-
-
-def token_ids_of(tokens: pd.DataFrame, occurrences: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each occurrence's own stored piece (its word's last piece) and the next input token (-1 if none), and the
-    corpus's count of every token id (the unigram baseline)."""
-    lengths = tokens["input_ids"].map(len).to_numpy()
-    flat = np.concatenate(tokens["input_ids"].to_numpy()) if len(tokens) else np.zeros(0, np.int64)
-    starts = pd.Series(np.concatenate([[0], np.cumsum(lengths)[:-1]]), index=tokens["sentence_id"].to_numpy())
-    first = starts.reindex(occurrences["sentence_id"].to_numpy()).to_numpy()
-    last = occurrences["token_last"].to_numpy(dtype=np.int64)
-    own = flat[first + last]
-    has_next = last + 1 < pd.Series(lengths, index=tokens["sentence_id"].to_numpy()).reindex(
-        occurrences["sentence_id"].to_numpy()).to_numpy()
-    following = np.where(has_next, flat[np.minimum(first + last + 1, len(flat) - 1)], -1)
-    return own.astype(np.int64), following.astype(np.int64), np.bincount(flat.astype(np.int64))
-
-
-def _output_layer(rows: Rows, words: pd.DataFrame, x, context: SenseContext, settings: SenseSettings, seed: int, *,
-                  after_final_norm: bool) -> pd.DataFrame:
-    from contextuality.senses import lens
-
-    head, occurrences = context.head, context.occurrences
-    if head is None:
-        rows.add("output_layer", "own_token_top1", "hidden", np.nan,
-                 note=f"not measurable on this model: {context.head_reason}")
-        return words
-    target = "next token (a decoder's training target)" if head.kind == "causal" else "the token itself (masked LM)"
-    own, following, counts = context.tokens
-    counts = np.pad(counts, (0, max(0, head.unembedding.shape[0] - len(counts))))
-    sample = np.random.default_rng(seed).permutation(len(occurrences))[: settings.lens_rows]
-    sample.sort()
-    hidden = x[occurrences["row"].to_numpy()[sample]]
-    both = lens.token_ranks(head, hidden, np.stack([own[sample], following[sample]], axis=1),
-                            after_final_norm=after_final_norm)  # one pass over the logits for B1 and B2
-    for column, (name, ids) in enumerate((("own_token", own[sample]), ("next_token", following[sample]))):
-        valid = ids >= 0
-        ranks = both[valid, column]
-        baseline = lens.frequency_baseline_ranks(ids[valid], counts)
-        summary, null = lens.rank_summary(ranks), lens.rank_summary(baseline)
-        applies = "applies" if (name == "next_token") == (head.kind == "causal") else "reference only"
-        for stat in ("top1", "top10", "median_rank", "mean_log2_rank"):
-            rows.add("output_layer", f"{name}_{stat}", "hidden", summary[stat], null=null[stat], n=summary["n"],
-                     note=f"{head.kind} head, claim about {target}: {applies}; null: unigram frequency ranks")
-    return _alignment(rows, words, x, occurrences, own, head, settings, seed, after_final_norm)
-
-
-def _alignment(rows: Rows, words: pd.DataFrame, x, occurrences, own, head, settings: SenseSettings, seed: int,
-               after_final_norm: bool) -> pd.DataFrame:
-    """B4: each single-piece word's centroid against its own output row, and a frequency-matched other word's."""
-    from contextuality.senses import lens
-
-    table = occurrences.assign(token=own, single=occurrences["token_first"] == occurrences["token_last"])
-    per_word = table.groupby("word").agg(n=("row", "size"), token=("token", "first"), tokens=("token", "nunique"),
-                                         single=("single", "all"))
-    per_word = per_word[per_word["single"] & (per_word["tokens"] == 1) & (per_word["n"] >= 5)]
-    if len(per_word) < 2:
-        rows.add("output_layer", "alignment_median_rank", "centred", np.nan, note="not measurable: < 2 single-piece words")
-        return words
-    chosen = per_word.sample(n=min(settings.alignment_words, len(per_word)), random_state=seed % 2**32)
-    chosen = chosen.sort_values(["n", "token"], kind="stable")
-    # the null partner: the neighbour in frequency order (pairs swap; an odd one out takes the one before)
-    order = np.arange(len(chosen))
-    partner = np.where(order % 2 == 0, np.minimum(order + 1, len(chosen) - 1), order - 1)
-    partner[-1] = len(chosen) - 2 if len(chosen) % 2 else partner[-1]
-    members = table[table["word"].isin(chosen.index)]
-    codes = pd.Index(chosen.index).get_indexer(members["word"])
-    centroids = np.zeros((len(chosen), x.shape[1]))
-    np.add.at(centroids, codes, x[members["row"].to_numpy()].astype(np.float64))
-    centroids = (centroids / np.bincount(codes, minlength=len(chosen))[:, None]).astype(np.float32)
-    tokens = chosen["token"].to_numpy()
-    # m of B4: the mean of the lens inputs (N_f(h), or a masked LM's transform(h)) over a seeded sample of the layer
-    sample = np.sort(np.random.default_rng(seed).permutation(len(x))[:MEAN_ROWS])
-    layer_mean = lens.lens_input_mean(head, x[sample], after_final_norm=after_final_norm)
-    result = lens.centroid_alignment(head, centroids, tokens, tokens[partner], after_final_norm=after_final_norm,
-                                     layer_mean=layer_mean)
-    summary = result["summary"]
-    rows.add("output_layer", "alignment_median_rank", "centred", summary["median_rank"],
-             null=summary["null_median_rank"], n=len(chosen), note="centroid vs own row; null: a frequency-matched word's row")
-    rows.add("output_layer", "alignment_share_rank_lt_10", "centred", summary["share_rank_lt_10"],
-             null=summary["null_share_rank_lt_10"], n=len(chosen), note=f"chance {summary['chance_share']:.2g}")
-    rows.add("output_layer", "alignment_mean_cos", "centred", summary["mean_cos"], null=summary["null_mean_cos"],
-             n=len(chosen))
-    ranks = pd.DataFrame({"word": chosen.index, "alignment_rank": result["rank"], "alignment_null_rank": result["null_rank"]})
-    ranks["form"] = ranks["word"].str.lower()
-    ranks = ranks.groupby("form")[["alignment_rank", "alignment_null_rank"]].median().reset_index()
-    return words.merge(ranks, on="form", how="left")
