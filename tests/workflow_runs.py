@@ -84,6 +84,7 @@ KILLED_TARGETS = [
     f"results/embeddings/{KILLED_MODEL}/manifest.json",
     f"results/metrics/{KILLED_MODEL}/layers.csv",
     f"results/metrics/{KILLED_MODEL}/context_specific_words.csv",
+    f"results/metrics/{KILLED_MODEL}/senses/layers.csv",
 ]
 
 

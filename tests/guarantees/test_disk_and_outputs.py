@@ -157,7 +157,8 @@ def smoke(tmp_path_factory):
     # Snakemake's own timings of the heavy jobs (their rules' `benchmark:` files), written by Snakemake
     # itself once a job ends, like its logs: declared by the rules, but not job outputs
     benchmarks = {name for name in files if (layout.parse(name) or ("",))[0].endswith("_BENCHMARK")}
-    assert len(benchmarks) == 5 + 7, sorted(benchmarks)  # every shard and every layer of the two smoke models
+    # every shard and every layer of the two smoke models, every shard of their usages' store, their sense jobs
+    assert len(benchmarks) == 5 + 7 + 5 + 2, sorted(benchmarks)
     return workdir, outputs, logs, files - benchmarks, smoke_audit()
 
 

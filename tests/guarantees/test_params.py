@@ -46,7 +46,7 @@ def test_a_new_label_redraws_the_reports_only(tmp_path_factory, tmp_path):
     config = smoke_config()
     config["models"]["tiny-gpt2"]["label"] = "renamed GPT-2"
     planned = _planned(tmp_path_factory, tmp_path, config)
-    assert set(planned) <= {"figures", "model_figures", "summary", "table1", "all"}, planned
+    assert set(planned) <= {"figures", "model_figures", "senses_figures", "summary", "table1", "all"}, planned
     assert planned["figures"] == planned["summary"] == planned["table1"] == 1, planned
 
 

@@ -102,7 +102,8 @@ def test_report_html_shows_hostile_labels_as_text(tmp_path_factory, tmp_path):
     configfile = write_config(tmp_path / "hostile.yaml", config)
     dry = run_snakemake(workdir, "-n", "--cores", "2", configfile=configfile)
     assert dry.returncode == 0, failure(dry)
-    assert set(job_counts(dry.stdout)) - {"all", "total"} == {"figures", "model_figures", "summary", "table1"}, dry.stdout
+    assert set(job_counts(dry.stdout)) - {"all", "total"} == {"figures", "model_figures", "senses_figures", "summary",
+                                                              "table1"}, dry.stdout
     run = run_snakemake(workdir, "--cores", "2", configfile=configfile)
     assert run.returncode == 0, failure(run)
     report = run_snakemake(workdir, "--report", str(tmp_path / "report.html"), configfile=configfile)

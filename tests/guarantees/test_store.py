@@ -35,7 +35,7 @@ MODEL = "tiny-gpt2"  # 3 hidden layers + the input layer, indexing by word
 EMBEDDINGS = Path("results") / "embeddings" / MODEL
 # the model's measurements, what the rebuild tests compare (what is drawn from them: the dry runs' concern)
 METRICS_TARGET = f"results/metrics/{MODEL}/layers.csv"
-REPORTING_RULES = {"figures", "model_figures", "summary", "table1", "all"}
+REPORTING_RULES = {"figures", "model_figures", "senses_figures", "summary", "table1", "all"}
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +85,8 @@ def test_deleting_one_layer_file_plans_exactly_its_rebuild_and_what_depends_on_i
     (scratch / EMBEDDINGS / "layers" / "layer_02.h5").unlink()
     counts, output = _dry_run(scratch)
     assert counts == {
-        "layer_file": 1, "measure_layer": 1, "combine_layers": 1, "static_scores": 1,
-        "figures": 1, "model_figures": 1, "summary": 1, "table1": 1, "all": 1,
+        "layer_file": 1, "measure_layer": 1, "combine_layers": 1, "static_scores": 1, "measure_senses": 1,
+        "figures": 1, "model_figures": 1, "senses_figures": 1, "summary": 1, "table1": 1, "all": 1,
     }, output
     assert _planned_layers(output, "layer_file") == {"02"} and _planned_layers(output, "measure_layer") == {"02"}
     assert f"wildcards: model={MODEL}" in output and "model=tiny-bert" not in output
@@ -246,8 +246,9 @@ def test_a_run_without_a_shared_filesystem_equals_a_local_run(smoke, tmp_path):
             assert (smoke / relative).read_bytes() == (storage / relative).read_bytes(), relative
         compared += 1
     assert compared > 30
-    # each heavy job's timings went to the storage too (Snakemake's benchmark files): 4 shards and 4 layers
-    assert len(list((storage / "results" / "benchmarks" / MODEL).glob("*.tsv"))) == 4 + 4
+    # each heavy job's timings went to the storage too (Snakemake's benchmark files): 4 shards and 4 layers, the
+    # usages' 4 shards and the sense job
+    assert len(list((storage / "results" / "benchmarks" / MODEL).glob("*.tsv"))) == 4 + 4 + 4 + 1
     for name in ("summary.md", "claims.md", "table1.md", "losses.csv"):
         assert (storage / "results" / "tables" / name).stat().st_size > 0
     assert (storage / "resources" / "models" / MODEL / "model" / "model.safetensors").exists()

@@ -2,7 +2,7 @@
 # words, WordNet's example sentences as a second, sense-labelled corpus that goes through the SAME plan,
 # extraction and store as the STS corpus (the rules below reuse them with other paths), and per model and layer
 # the sense measures (one job per model), drawn across models.
-from contextuality.report.senses import SENSE_FIGURES
+from contextuality.senses.combine import SENSE_FIGURES
 from contextuality.senses.wordnet import WORDNET_FILES
 
 

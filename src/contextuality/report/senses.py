@@ -10,8 +10,8 @@ from __future__ import annotations
 import pandas as pd
 
 from contextuality.core.atomic import atomic_path
+from contextuality.senses.combine import SENSE_FIGURES
 
-SENSE_FIGURES = ("sense_separation", "logit_lens", "polysemy")
 HOLDS, FAILS, NA = "HOLDS", "FAILS", "N/A"
 ALPHA = 0.05
 # The narrow cone: the layer's mean cosine between random words above this in most layers above the input.
@@ -34,6 +34,8 @@ def sense_figures(tables: dict[str, pd.DataFrame], labels: dict[str, str], outpu
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from contextuality.report.figures import plain_text
+
     drawers = {"sense_separation": _draw_separation, "logit_lens": _draw_lens, "polysemy": _draw_polysemy}
     for name in SENSE_FIGURES:
         fig, axes = plt.subplots(1, max(len(tables), 1), figsize=(5 * max(len(tables), 1), 3.8), squeeze=False)
@@ -41,7 +43,7 @@ def sense_figures(tables: dict[str, pd.DataFrame], labels: dict[str, str], outpu
             depth = max(int(table["layer"].max()), 1)
             scale = (lambda s: s.index / depth) if x_axis == "relative_depth" else (lambda s: s.index)
             drawers[name](ax, table, scale)
-            ax.set_title(labels.get(model, model))
+            ax.set_title(plain_text(labels.get(model, model)))
             ax.set_xlabel("relative depth" if x_axis == "relative_depth" else "layer")
         fig.tight_layout()
         for ext in ("png", "pdf"):
