@@ -122,7 +122,8 @@ def main() -> None:
     parser.add_argument("--slurm", type=Path, required=True)
     args = parser.parse_args()
     job_ids = check_sbatch(args.slurm_log, args.sacct)
-    check_devices(args.slurm, job_ids, job_stats(args.slurm_log.read_text())["extract"])
+    stats = job_stats(args.slurm_log.read_text())  # the STS shards and the usages' shards both extract on a GPU
+    check_devices(args.slurm, job_ids, stats["extract"] + stats.get("senses_extract", 0))
     check_outputs(args.local, args.slurm)
 
 
