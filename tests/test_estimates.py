@@ -11,12 +11,12 @@ from contextuality.workflow.schema import load_settings
 from contextuality.workflow import estimates
 
 
-def _settings(tmp_path, *, batch_size=64, n_shards=2, max_sentences=None, compute_dtype="float32"):
+def _settings(tmp_path, *, batch_size=64, n_shards=2, max_sentences=None, compute_dtype="float32", memory_mb=2048):
     return load_settings({
         "models": {"m": {"source": "hub", "id": "org/m", "revision": "0" * 40}},
         "extraction": {"batch_size": batch_size, "n_shards": n_shards},
         "corpus": {"max_sentences": max_sentences},
-        "metrics": {"compute_dtype": compute_dtype},
+        "metrics": {"compute_dtype": compute_dtype, "memory_mb": memory_mb},
     })  # fmt: skip
 
 
@@ -63,13 +63,24 @@ def test_extraction_runtime_of_a_shortened_corpus(tmp_path):
     assert estimates.extraction_runtime_min(settings.models["m"], settings.corpus, record) == 10
 
 
-def test_measurement_memory_from_the_manifest_in_the_compute_dtype(tmp_path):
+def test_whole_layer_memory_from_the_manifest_in_the_compute_dtype(tmp_path):
     manifest = tmp_path / "manifest.json"
     manifest.write_text(json.dumps({"rows": 309_088, "dim": 384}))
     float32 = _settings(tmp_path).metrics.measure
     float64 = _settings(tmp_path, compute_dtype="float64").metrics.measure
-    assert estimates.measure_mem_mb(float32, manifest) == int(309_088 * 384 * 4 / 1e6 + 384 + 1024) == 1882
-    assert estimates.measure_mem_mb(float64, manifest) == int(309_088 * 384 * 8 / 1e6 + 384 + 1024)
-    assert estimates.measure_mem_mb(float32, manifest, attempt=3) == int(3 * (309_088 * 384 * 4 / 1e6 + 384 + 1024))
+    assert estimates.whole_layer_mem_mb(float32, manifest) == int(309_088 * 384 * 4 / 1e6 + 384 + 1024) == 1882
+    assert estimates.whole_layer_mem_mb(float64, manifest) == int(309_088 * 384 * 8 / 1e6 + 384 + 1024)
+    assert estimates.whole_layer_mem_mb(float32, manifest, attempt=3) == int(3 * (309_088 * 384 * 4 / 1e6 + 384 + 1024))
     # before the manifest exists: the paper's largest layer, 330k WordPieces x 1024 dims
-    assert estimates.measure_mem_mb(float32, tmp_path / "missing.json") == int(330_000 * 1024 * 4 / 1e6 + 384 + 1024)
+    assert estimates.whole_layer_mem_mb(float32, tmp_path / "missing.json") == int(330_000 * 1024 * 4 / 1e6 + 384 + 1024)
+
+
+def test_measurement_memory_is_the_budget_whatever_the_layer(tmp_path):
+    """A layer's job asks for metrics.memory_mb: a larger layer is measured in chunks, not in more memory."""
+    small, huge = tmp_path / "small.json", tmp_path / "huge.json"
+    small.write_text(json.dumps({"rows": 1_000, "dim": 384}))
+    huge.write_text(json.dumps({"rows": 30_000_000, "dim": 4096}))
+    measure = _settings(tmp_path, memory_mb=3000).metrics.measure
+    assert estimates.measure_mem_mb(measure, small) == estimates.measure_mem_mb(measure, huge) == 3000
+    assert estimates.measure_mem_mb(measure, huge, attempt=2) == 6000
+    assert _settings(tmp_path).metrics.measure.memory_mb == 2048  # the schema's default

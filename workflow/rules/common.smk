@@ -197,6 +197,10 @@ def measure_mem_mb(wildcards, input, attempt):
     return estimates.measure_mem_mb(SETTINGS.metrics.measure, input.manifest, attempt)
 
 
+def whole_layer_mem_mb(wildcards, input, attempt):
+    return estimates.whole_layer_mem_mb(SETTINGS.metrics.measure, input.manifest, attempt)
+
+
 # Reporting: display names and what each model stands for and is, in no job's params but the reporting
 # rules', so renaming a model re-draws the figures and tables only.
 MODEL_LABELS = {key: model.label for key, model in SETTINGS.models.items()}

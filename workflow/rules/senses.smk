@@ -170,7 +170,7 @@ rule measure_senses:
         seed=SETTINGS.seed,
         allow_pickle=lambda wildcards: SETTINGS.models[wildcards.model].build.download.allow_pickle,
     resources:
-        mem_mb=measure_mem_mb,
+        mem_mb=whole_layer_mem_mb,
     log:
         "logs/senses/{model}/measure.log",
     benchmark:

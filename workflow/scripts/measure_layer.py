@@ -4,7 +4,7 @@ from pathlib import Path
 import pandas as pd
 
 from contextuality.core.settings import MeasureSettings, from_params
-from contextuality.measure.layer_job import measure_layer
+from contextuality.measure.layer_job import OccurrenceIndex, measure_layer
 from contextuality.measure.layer_result import write_layer_results
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.store.files import StoreError
@@ -17,11 +17,12 @@ with expected_errors(StoreError):  # a damaged, stale or non-finite layer: its o
     result = measure_layer(
         Path(snakemake.input.layer),
         int(snakemake.wildcards.layer),
-        pd.read_parquet(snakemake.input.occurrences),
+        OccurrenceIndex.from_parquet(snakemake.input.occurrences),  # within metrics.memory_mb whatever the corpus
         settings,
         model=snakemake.wildcards.model,
         manifest=manifest,
         units=pd.read_parquet(snakemake.input.units, columns=["row", "unit", "position"]) if settings.geometry else None,
+        scratch=Path(snakemake.output.record).parent,  # a layer over metrics.memory_mb spills its occurrences here
         log=log,
     )
 write_layer_results(result, Path(snakemake.output.record), Path(snakemake.output.words), Path(snakemake.output.pcs),

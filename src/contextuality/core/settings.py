@@ -173,6 +173,7 @@ class MeasureSettings:
     twonn_sample: int | None
     postprocess: tuple[str, ...]
     compute_dtype: str
+    memory_mb: int  # the job's memory budget: a larger layer is measured in chunks (measure.streaming)
 
 
 @dataclass(frozen=True)

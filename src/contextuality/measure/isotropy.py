@@ -37,12 +37,17 @@ import numpy as np
 TWONN_DISCARD_FRACTION = 0.1
 
 
+def sample_indices(n_rows: int, rng: np.random.Generator, size: int) -> np.ndarray | None:
+    """The rows ``sample_rows`` draws from ``n_rows`` (None: all of them), drawing them from ``rng`` as it does."""
+    if size >= n_rows:
+        return None
+    return np.sort(rng.choice(n_rows, size=size, replace=False))
+
+
 def sample_rows(X: np.ndarray, rng: np.random.Generator, size: int) -> np.ndarray:
     """``size`` rows drawn uniformly without replacement (all rows if there are fewer), in row order."""
-    n = X.shape[0]
-    if size >= n:
-        return np.asarray(X[:])
-    return np.asarray(X[np.sort(rng.choice(n, size=size, replace=False))])
+    rows = sample_indices(X.shape[0], rng, size)
+    return np.asarray(X[:]) if rows is None else np.asarray(X[rows])
 
 
 def _centred(X: np.ndarray) -> np.ndarray:

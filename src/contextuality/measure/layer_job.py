@@ -1,12 +1,12 @@
 """The measurement job: one layer file in, every measure of that layer out (a ``LayerResult``).
 
-``measure_layer`` reads one layer file once, whole, into memory (in the compute dtype), and takes every
-measure of that layer from the in-memory array: the paper's measures, the exact baselines, the degenerate
+``measure_layer`` reads one layer file once, whole, into memory (in the compute dtype) when it fits
+``metrics.memory_mb`` (else in chunks, once per pass: ``streaming``), and takes every measure of that layer: the paper's measures, the exact baselines, the degenerate
 words, the paper's measures of post-processed variants of the vectors, the geometry beyond the paper
 (``panel``) and the bootstrap intervals. The work is done by the engine (``layer_pass``, ``word_stats``)
 on one copy of the layer in the compute dtype (float32 by default; sums over rows in float64): one pass
-over all rows, one over the indexed occurrences. Peak memory is about the layer in its stored dtype plus
-that copy plus a few batches. It is one workflow job per (model, layer), so layers are measured in
+over all rows, one over the indexed occurrences. Peak memory is about that copy plus a few batches, or
+the budget's chunks. It is one workflow job per (model, layer), so layers are measured in
 parallel; ``combine.combine_layers`` then joins the per-layer results into the model's tables. Random
 draws come from streams derived from one seed, one per purpose (and per layer where the paper redraws),
 never from the order the layers are measured in, so a rerun with the same seed writes byte-identical
@@ -22,20 +22,28 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 from threadpoolctl import threadpool_limits
+from tqdm import tqdm
 
 from contextuality.core.runtime import collection_paused
 from contextuality.core.settings import MeasureSettings
 from contextuality.measure.exact_baseline import ExactBaseline
 from contextuality.measure.finite import non_finite_error
+from contextuality.measure.isotropy import sample_indices
 from contextuality.measure.layer_pass import (
-    LayerPass, NonFiniteRows, cosine_pass, exact_baseline_from_pass, layer_pass, make_transform, rogue_summary,
+    BLOCK_ROWS, SHIFT_ROWS, CosinePassSums, LayerPass, LayerPassSums, NonFiniteRows, cosine_pass,
+    exact_baseline_from_pass, layer_pass, make_transform, rogue_summary,
 )  # fmt: skip
 from contextuality.measure.layer_result import LAYER_COLUMNS, POSTPROCESS_COLUMNS, LayerResult, LayerShape
 from contextuality.measure.panel import empty_panel, panel_row
 from contextuality.measure.reference import (
     Baseline, anisotropy_baseline, bootstrap_ci, bootstrap_input, intra_sentence_similarity, row_norms,
     self_similarity_sampled, sentence_rows,
+)  # fmt: skip
+from contextuality.measure.rogue import largest_magnitude, massive_activations_blocks
+from contextuality.measure.streaming import (
+    MemoryPlan, OccurrenceSpill, gather, plan_memory, read_chunks, sentence_chunks, word_groups,
 )  # fmt: skip
 from contextuality.measure.transforms import VARIANTS, Transform
 from contextuality.measure.word_pcs import DEGENERATE_FLOOR, STORAGE_EPSILON, degenerate_tolerance, group_sizes
@@ -61,20 +69,45 @@ class OccurrenceIndex:
 
     def __init__(self, occurrences: pd.DataFrame):
         occurrences = occurrences.sort_values(["word", "row"], kind="stable")
-        word_of_row = occurrences["word"].to_numpy()
-        self.rows = occurrences["row"].to_numpy(dtype=np.int64)
+        self._set(occurrences["word"].to_numpy(), occurrences["row"].to_numpy(dtype=np.int64))
+
+    def _set(self, word_of_row: np.ndarray, rows: np.ndarray) -> None:
+        self.rows = rows
         self.group_starts = np.flatnonzero(np.concatenate([[len(self.rows) > 0], word_of_row[1:] != word_of_row[:-1]]))
         self.words = word_of_row[self.group_starts]
         self.counts = group_sizes(self.group_starts, len(self.rows))
 
+    @classmethod
+    def from_parquet(cls, path: str | Path) -> OccurrenceIndex:
+        """From occurrences.parquet: only its word and row columns, each word's text held once (a dictionary),
+        not once per occurrence, so that the index costs about 16 bytes per occurrence; the same index as
+        ``OccurrenceIndex(pd.read_parquet(path))``."""
+        table = pq.read_table(path, columns=["word", "row"], read_dictionary=["word"])
+        words = table.column("word").combine_chunks()
+        texts = np.asarray(words.dictionary.to_pylist(), dtype=object)
+        rank = np.empty(len(texts), dtype=np.int64)
+        rank[np.argsort(texts, kind="stable")] = np.arange(len(texts))  # a word's place in text order
+        keys = rank[words.indices.to_numpy(zero_copy_only=False)]
+        rows = table.column("row").to_numpy().astype(np.int64)
+        del table, words
+        order = np.lexsort((rows, keys))  # by word, then row: sort_values(["word", "row"])
+        index = cls.__new__(cls)
+        keys, rows = keys[order], rows[order]
+        index._set(keys, rows)
+        index.words = texts[np.argsort(rank)][index.words]  # ranks back to the texts
+        return index
+
 
 class _Layer(NamedTuple):
-    """A layer as read and checked (``_read_checked``), and the sentences its sampled measures use."""
+    """A layer file as checked (``_checked_layer``), before its rows are read, and its sampled sentences."""
 
-    stored: np.ndarray  # the vectors in the compute dtype (in their stored dtype when that is wider)
+    path: Path
+    n_rows: int
+    d: int
+    stored_dtype: np.dtype
+    read_dtype: np.dtype  # the compute dtype, or the stored dtype when that is wider
     offsets: np.ndarray  # sentence offsets
     after_final_norm: int  # the file's attribute
-    tol: float  # the degenerate-word tolerance of the storage format
     intra_ids: np.ndarray  # the sentences of the intra-sentence similarity
     baseline_ids: np.ndarray  # the sentences of the sampled baselines (a prefix of the same permutation)
 
@@ -101,6 +134,7 @@ def measure_layer(
     manifest: dict | None = None,
     units: pd.DataFrame | None = None,
     threads: int = 1,
+    scratch: Path | None = None,
     log: logging.Logger = LOG,
 ) -> LayerResult:
     """Every measure of one layer, from one read of its file (see ``LayerResult``).
@@ -122,6 +156,9 @@ def measure_layer(
     ``manifest`` (the model's ``manifest.json``, ``read_manifest``), the layer file is first checked against
     it (index, rows, dims, provenance; it may map only the manifest's shards); ``units`` (the model's units.parquet) names the units carrying massive activations.
     ``threads``: BLAS and OpenMP threads (the workflow measures one layer per core, one thread each).
+    Memory: a layer whose rows fit ``settings.memory_mb`` is read once, whole; a larger one is read in
+    chunks, once per pass, its occurrences spilled to a scratch file in ``scratch`` (default: the system's
+    temporary folder), with the same results up to float64 rounding (``streaming``).
     """
     _check_settings(settings)
     work = COMPUTE_DTYPES[settings.compute_dtype]
@@ -129,22 +166,22 @@ def measure_layer(
     if manifest is not None:
         check_layer(layer_path, manifest, layer)
     started = time.perf_counter()
-    data = _read_checked(Path(layer_path), index, settings, manifest, units, work)
-    with threadpool_limits(limits=threads):
-        X = data.stored if data.stored.dtype == work else data.stored.astype(work)  # a float32 layer in float64 work
-        try:
-            passed = layer_pass(X, data.offsets, work, rogue=settings.geometry)
-        except NonFiniteRows as err:  # before any eigen-solve, which would fail naming nothing
-            raise non_finite_error(Path(layer_path), layer, X, data.offsets, index, err.row) from None
-        # the paper's measures of the stored vectors (variant "none") and of each post-processed variant
-        variants = _paper_measures(X, data, passed, index, settings, layer, work)
-        none = variants[0]
-        exact_self, sampled, primary = _self_similarities(data.stored, index, none.words.self_similarity, settings)
-        layer_cis, variant_cis = _bootstrap_intervals(primary, variants, settings, layer)
-        panel, rogue = _geometry(data, passed, units, settings, layer)
+    with LayerReader(Path(layer_path), manifest) as reader, threadpool_limits(limits=threads):
+        # with a manifest, its provenance and shards are checked too
+        data = _checked_layer(Path(layer_path), reader, index, settings, manifest, units, work)
+        plan = plan_memory(data.n_rows, data.d, data.read_dtype.itemsize, settings.memory_mb)
+        log.info("%s layer %d: %d x %d, %s (metrics.memory_mb %d)", model, layer, data.n_rows, data.d, plan.describe(),
+                 settings.memory_mb)  # fmt: skip
+        if plan.whole:
+            measured = _measure_whole(reader, data, index, units, settings, layer, work)
+        else:
+            measured = _measure_streamed(reader, data, plan, index, units, settings, layer, work, scratch)
+    variants, exact_self, sampled, primary, panel, rogue, baseline_norms = measured
+    none = variants[0]
+    layer_cis, variant_cis = _bootstrap_intervals(primary, variants, settings, layer)
     # the result: the layer's row, its words, the post-processing rows
     masked = _mev_masked(settings, layer)
-    row = _layer_row(data, passed, none, primary, sampled, layer_cis, panel, masked, model=model, layer=layer)
+    row = _layer_row(data, baseline_norms, none, primary, sampled, layer_cis, panel, masked, model=model, layer=layer)
     words = _words_table(index, none, exact_self, sampled, primary, masked, model=model, layer=layer)
     postprocess = _postprocess_rows(variants, variant_cis, settings, model, layer)
     log.info(
@@ -154,8 +191,163 @@ def measure_layer(
         row["baseline_cosine_exact"], row["baseline_mev"], row["baseline_mev_exact"],
         row["n_degenerate_words"], ",".join(v.transform.name for v in variants), time.perf_counter() - started,
     )  # fmt: skip
-    shape = LayerShape(int(data.stored.shape[0]), int(data.stored.shape[1]))
-    return LayerResult(row, words, none.words.first_vector, postprocess, rogue, shape)
+    return LayerResult(row, words, none.words.first_vector, postprocess, rogue, LayerShape(data.n_rows, data.d))
+
+
+class _Measured(NamedTuple):
+    """What both paths (whole, streamed) give the layer's result."""
+
+    variants: list
+    exact_self: np.ndarray
+    sampled: np.ndarray
+    primary: np.ndarray
+    panel: dict
+    rogue: np.ndarray
+    baseline_norms: np.ndarray  # the norms of the baseline sentences' rows
+
+
+def _measure_whole(reader, data: _Layer, index: OccurrenceIndex, units, settings: MeasureSettings, layer: int,
+                   work) -> _Measured:  # fmt: skip
+    """The layer read once, whole, and measured in memory."""
+    stored = reader.rows(dtype=data.read_dtype)
+    X = stored if stored.dtype == work else stored.astype(work)  # a float32 layer in float64 work
+    try:
+        passed = layer_pass(X, data.offsets, work, rogue=settings.geometry)
+    except NonFiniteRows as err:  # before any eigen-solve, which would fail naming nothing
+        raise non_finite_error(data.path, layer, X, data.offsets, index, err.row) from None
+    tol = _tolerance(data, stored)
+    transforms = _transforms(passed, settings)
+    sums = {"none": passed.cosines, **cosine_pass(X, data.offsets, transforms[1:], work)}
+    words = word_stats(X, index.rows, index.group_starts, transforms, degenerate_tol=tol, work_dtype=work)
+    sentences = {t.name: _sentence_measures(X, data.offsets, data.intra_ids, data.baseline_ids, t, settings, layer)
+                 for t in transforms}  # fmt: skip
+    variants = _paper_measures(transforms, passed, sums, words, sentences, tol, settings, layer)
+    exact_self, sampled, primary = _self_similarities(
+        variants[0].words.self_similarity, _sampled_self_similarities(stored, index, settings), settings)
+    panel, rogue = _geometry(stored, data, passed, units, settings, layer)
+    norms = row_norms(stored[sentence_rows(data.offsets, data.baseline_ids)[0]])
+    return _Measured(variants, exact_self, sampled, primary, panel, rogue, norms)
+
+
+def _measure_streamed(reader, data: _Layer, plan: MemoryPlan, index: OccurrenceIndex, units, settings: MeasureSettings,
+                      layer: int, work, scratch) -> _Measured:  # fmt: skip
+    """The layer read in chunks of whole sentences, one read per pass, within ``plan``'s memory.
+
+    Pass 1: the moments and unit-row sums (``LayerPassSums``), the occurrences spilled word by word, the
+    sampled sentences' and geometry rows gathered, whether any entry is above the massive threshold.
+    Pass 2 (with post-processing variants, or intra-sentence similarity over ``all`` sentences): the
+    variants' unit-row sums and the intra-sentence similarities. Then the words, a group at a time from
+    the spill; the massive activations take two more passes only where some entry is above 100.
+    """
+    n, d, offsets = data.n_rows, data.d, data.offsets
+    chunks = sentence_chunks(offsets, plan.chunk_rows)
+
+    def read():
+        return read_chunks(reader, offsets, chunks, data.read_dtype)
+
+    every_intra = settings.intra_sentences == "all"
+    # the sampled sentences in one compact block: ids are positions in ``sampled``
+    sampled_ids = np.union1d(data.baseline_ids, [] if every_intra else data.intra_ids).astype(np.int64)
+    z_rows, z_counts = sentence_rows(offsets, sampled_ids)
+    Z = np.empty((len(z_rows), d), dtype=data.read_dtype)
+    z_offsets = np.concatenate([[0], np.cumsum(z_counts)]).astype(np.int64)
+    geometry_rng = _rng(settings.seed, _GEOMETRY, layer)
+    geometry_rows = np.empty(0, dtype=np.int64)
+    if settings.geometry:
+        drawn = sample_indices(n, geometry_rng, settings.geometry_sample)
+        geometry_rows = np.arange(n) if drawn is None else drawn
+    G = np.empty((len(geometry_rows), d), dtype=data.read_dtype)
+    shift = _streamed_shift(reader, data, index, layer, work)
+    sums = LayerPassSums(int(np.count_nonzero(np.diff(offsets))), shift, work, rogue=settings.geometry)
+    tol, any_above = np.inf, False
+    with OccurrenceSpill(index.rows, n, d, reader.dtype, scratch) as spill:
+        for chunk in tqdm(read(), total=len(chunks), desc=f"layer {layer}: moments", disable=None, leave=False):
+            try:
+                sums.add(chunk.rows, chunk.offsets, chunk.first_row)
+            except NonFiniteRows as err:
+                raise non_finite_error(data.path, layer, chunk.rows, offsets, index, err.row,
+                                       first_row=chunk.first_row) from None  # fmt: skip
+            spill.add(chunk)
+            gather(z_rows, chunk, Z)
+            gather(geometry_rows, chunk, G)
+            tol = min(tol, _tolerance(data, chunk.rows))
+            if settings.geometry and not any_above:
+                any_above = largest_magnitude(lambda: [(chunk.first_row, chunk.rows)], data.read_dtype)
+        passed = sums.result()
+        transforms = _transforms(passed, settings)
+        cosine_sums = CosinePassSums(passed.n_sentences, d, transforms[1:], work)
+        intra_all = {t.name: np.full(len(offsets) - 1, np.nan) for t in transforms} if every_intra else {}
+        if len(transforms) > 1 or every_intra:
+            for chunk in tqdm(read(), total=len(chunks), desc=f"layer {layer}: variants", disable=None, leave=False):
+                cosine_sums.add(chunk.rows, chunk.offsets)
+                ids = np.arange(chunk.s1 - chunk.s0)
+                for t in transforms if every_intra else []:
+                    rows = chunk.rows if t.identity else t.rows(chunk.rows, np.float64)
+                    intra_all[t.name][chunk.s0 : chunk.s1] = intra_sentence_similarity(rows, chunk.offsets, ids)
+        sums_by_name = {"none": passed.cosines, **cosine_sums.result()}
+        words, sampled = _streamed_words(spill, index, transforms, tol, plan, settings, work)
+    position = {"baseline": np.searchsorted(sampled_ids, data.baseline_ids),
+                "intra": None if every_intra else np.searchsorted(sampled_ids, data.intra_ids)}  # fmt: skip
+    sentences = {}
+    for t in transforms:
+        intra_ids = position["baseline"] if every_intra else position["intra"]  # ``all``: replaced below
+        intra, baseline = _sentence_measures(Z, z_offsets, intra_ids, position["baseline"], t, settings, layer)
+        sentences[t.name] = (intra_all[t.name][data.intra_ids] if every_intra else intra, baseline)
+    variants = _paper_measures(transforms, passed, sums_by_name, words, sentences, tol, settings, layer)
+    exact_self, sampled, primary = _self_similarities(variants[0].words.self_similarity, sampled, settings)
+    massive = None
+    if settings.geometry:
+        massive = massive_activations_blocks(lambda: ((c.first_row, c.rows) for c in read()), n, d, data.read_dtype,
+                                             any_above=any_above)  # fmt: skip
+    panel, rogue = _geometry(None, data, passed, units, settings, layer, rng=geometry_rng, massive=massive, sample=G)
+    norms = row_norms(Z[sentence_rows(z_offsets, position["baseline"])[0]])
+    return _Measured(variants, exact_self, sampled, primary, panel, rogue, norms)
+
+
+def _streamed_shift(reader, data: _Layer, index: OccurrenceIndex, layer: int, work) -> np.ndarray:
+    """``layer_pass.layer_shift`` of a streamed layer, from its first ``SHIFT_ROWS`` rows read in slices."""
+    last, total = min(SHIFT_ROWS, data.n_rows), np.zeros(data.d)
+    step = max(1, BLOCK_ROWS)
+    for a in range(0, last, step):
+        rows = reader.rows(a, min(a + step, last), dtype=data.read_dtype)
+        total += rows.sum(axis=0, dtype=np.float64)
+        if not np.isfinite(total).all():
+            bad = a + int(np.flatnonzero(~np.isfinite(rows).all(axis=1))[0])
+            raise non_finite_error(data.path, layer, rows, data.offsets, index, bad, first_row=a) from None
+    return total / last if last else total
+
+
+def _streamed_words(spill: OccurrenceSpill, index: OccurrenceIndex, transforms, tol: float, plan: MemoryPlan,
+                    settings: MeasureSettings, work):  # fmt: skip
+    """``word_stats`` of every variant and the sampled self-similarities, a group of words at a time from the spill."""
+    groups = word_groups(index.group_starts, len(index.rows), plan.group_rows)
+    parts, sampled_parts = [], []
+    pair_rng = _rng(settings.seed, _SAMPLED_PAIRS)  # one stream over the words in order, as in memory
+    ends = np.append(index.group_starts[1:], len(index.rows))
+    for w0, w1 in tqdm(groups, desc="words", disable=None, leave=False):
+        first, last = int(index.group_starts[w0]), int(ends[w1 - 1])
+        rows = spill.read(first, last, spill.dtype)
+        starts = index.group_starts[w0:w1] - first
+        parts.append(word_stats(rows, np.arange(last - first), starts, transforms, degenerate_tol=tol, work_dtype=work))
+        if settings.self_similarity in ("sampled", "both"):
+            local_ends = np.append(starts[1:], last - first)
+            sampled_parts.append([
+                self_similarity_sampled(np.asarray(rows[a:b], dtype=np.float64), pair_rng, settings.sampled_pairs)
+                for a, b in zip(starts, local_ends)
+            ])  # fmt: skip
+    words = {t.name: _concatenate_word_stats([part[t.name] for part in parts]) for t in transforms}
+    sampled = np.array([v for part in sampled_parts for v in part]) if sampled_parts else np.full(len(index.words), np.nan)
+    return words, sampled
+
+
+def _concatenate_word_stats(parts: list[WordStats]) -> WordStats:
+    if not parts:
+        raise ValueError("no words to measure")
+    fields = []
+    for name in WordStats._fields:
+        values = [getattr(part, name) for part in parts]
+        fields.append(None if values[0] is None else np.concatenate(values))
+    return WordStats(*fields)
 
 
 def _check_settings(settings: MeasureSettings) -> None:
@@ -178,64 +370,72 @@ def _mev_masked(settings: MeasureSettings, layer: int) -> bool:
 # Read and check
 
 
-def _read_checked(path: Path, index: OccurrenceIndex, settings: MeasureSettings, manifest, units, work) -> _Layer:
-    """The one read of the layer (in the compute dtype: every stored value is exact in it), checked against
-    the occurrences, the manifest and the units; its storage format's tolerance; the sampled sentences."""
-    with LayerReader(path, manifest) as reader:  # with a manifest, its provenance and shards checked too
-        stored_dtype = reader.dtype
-        wanted = None if np.dtype(work).itemsize < stored_dtype.itemsize else work
-        stored, offsets, attrs = reader.rows(dtype=wanted), reader.offsets, dict(reader.handle.attrs)
-    if len(index.rows) and index.rows.max() >= len(stored):
-        raise StoreError(f"{path}: occurrences refer to row {index.rows.max()} but the file has {len(stored)} rows")
+def _checked_layer(path: Path, reader, index: OccurrenceIndex, settings: MeasureSettings, manifest, units, work) -> _Layer:
+    """The layer's shape and offsets checked against the occurrences, the manifest and the units; the dtype
+    its rows are read in (the compute dtype: every stored value is exact in it; the stored dtype when
+    that is wider); the sampled sentences."""
+    stored_dtype = reader.dtype
+    read_dtype = stored_dtype if np.dtype(work).itemsize < stored_dtype.itemsize else np.dtype(work)
+    n_rows, d = (int(v) for v in reader.shape)
+    offsets, attrs = reader.offsets, dict(reader.handle.attrs)
+    if len(index.rows) and index.rows.max() >= n_rows:
+        raise StoreError(f"{path}: occurrences refer to row {index.rows.max()} but the file has {n_rows} rows")
     n_sentences = len(offsets) - 1
     if manifest is not None and n_sentences != manifest["n_sentences"]:
         raise StoreError(f"{path}: {n_sentences} sentences, but the manifest lists {manifest['n_sentences']}")
-    if units is not None and len(units) != len(stored):
-        raise StoreError(f"{path}: {len(stored)} rows, but units.parquet lists {len(units)}")
-    # the storage format's rounding, once per layer (stored values carry its eps whatever they were read as)
-    if stored.dtype == stored_dtype or stored_dtype.name not in STORAGE_EPSILON:
-        tol = degenerate_tolerance(stored)
-    else:
-        tol = max(STORAGE_EPSILON[stored_dtype.name] ** 2, DEGENERATE_FLOOR)
+    if units is not None and len(units) != n_rows:
+        raise StoreError(f"{path}: {n_rows} rows, but units.parquet lists {len(units)}")
     sentence_sample = _rng(settings.seed, _SENTENCE_SAMPLE).permutation(n_sentences)
     intra_ids = sentence_sample if settings.intra_sentences == "all" else sentence_sample[: settings.intra_sentences]
     baseline_ids = sentence_sample[: settings.baseline_samples]
-    return _Layer(stored, offsets, int(attrs.get("after_final_norm", 0)), tol, intra_ids, baseline_ids)
+    return _Layer(path, n_rows, d, stored_dtype, read_dtype, offsets, int(attrs.get("after_final_norm", 0)), intra_ids,
+                  baseline_ids)  # fmt: skip
+
+
+def _tolerance(data: _Layer, rows: np.ndarray) -> float:
+    """The storage format's rounding (``word_pcs.degenerate_tolerance``): stored values carry its eps
+    whatever they were read as; rows read in their stored dtype tell it from their values."""
+    if rows.dtype == data.stored_dtype or data.stored_dtype.name not in STORAGE_EPSILON:
+        return degenerate_tolerance(rows)
+    return max(STORAGE_EPSILON[data.stored_dtype.name] ** 2, DEGENERATE_FLOOR)
 
 
 # --------------------------------------------------------------------------------------------------
 # The paper's measures, of the stored vectors and of each post-processed variant
 
 
-def _paper_measures(X, data: _Layer, passed: LayerPass, index: OccurrenceIndex, settings: MeasureSettings, layer: int,
-                    work) -> list[_Variant]:  # fmt: skip
-    """Every variant's measures (``none`` first, then the ``postprocess`` variants in ``VARIANTS`` order),
-    from the layer pass, one pass of the variants' unit rows and one pass over the occurrences."""
+def _transforms(passed: LayerPass, settings: MeasureSettings) -> list[Transform]:
+    """``none`` first, then the ``postprocess`` variants in ``VARIANTS`` order."""
     names = ["none"] + [name for name in VARIANTS if name in settings.postprocess and name != "none"]
-    transforms = [make_transform(name, passed) for name in names]
-    sums = {"none": passed.cosines, **cosine_pass(X, data.offsets, transforms[1:], work)}
-    words = word_stats(X, index.rows, index.group_starts, transforms, degenerate_tol=data.tol, work_dtype=work)
+    return [make_transform(name, passed) for name in names]
+
+
+def _paper_measures(transforms, passed: LayerPass, sums: dict, words: dict, sentences: dict, tol: float,
+                    settings: MeasureSettings, layer: int) -> list[_Variant]:  # fmt: skip
+    """Every variant's measures from the layer pass, the variants' unit-row sums, their words and their
+    sampled sentences' measures (``_sentence_measures``)."""
     masked = _mev_masked(settings, layer)
     variants = []
     for transform in transforms:
-        intra, baseline = _sentence_measures(X, data, transform, settings, layer)
-        exact = exact_baseline_from_pass(passed, sums[transform.name], transform, data.tol)
+        intra, baseline = sentences[transform.name]
+        exact = exact_baseline_from_pass(passed, sums[transform.name], transform, tol)
         mev = words[transform.name].mev
         variants.append(_Variant(transform, words[transform.name], intra, np.full_like(mev, np.nan) if masked else mev,
                                  baseline, exact))  # fmt: skip
     return variants
 
 
-def _sentence_measures(X, data: _Layer, transform: Transform, settings: MeasureSettings, layer: int):
+def _sentence_measures(X, offsets, intra_ids, baseline_ids, transform: Transform, settings: MeasureSettings,
+                       layer: int):  # fmt: skip
     """Intra-sentence similarity of the sampled sentences and the sampled baselines, of one variant."""
     # every variant draws from the stored vectors' stream: the same sentences, rows and pairs are drawn
     rng = _rng(settings.seed, _BASELINE, layer)
     if transform.identity:
-        intra = intra_sentence_similarity(X, data.offsets, data.intra_ids)
-        return intra, anisotropy_baseline(X, data.offsets, data.baseline_ids, rng, settings.baseline_samples)
-    block, local, ids = _sentence_block(X, transform, data.offsets, data.intra_ids)
+        intra = intra_sentence_similarity(X, offsets, intra_ids)
+        return intra, anisotropy_baseline(X, offsets, baseline_ids, rng, settings.baseline_samples)
+    block, local, ids = _sentence_block(X, transform, offsets, intra_ids)
     intra = intra_sentence_similarity(block, local, ids)
-    block, local, ids = _sentence_block(X, transform, data.offsets, data.baseline_ids)
+    block, local, ids = _sentence_block(X, transform, offsets, baseline_ids)
     return intra, anisotropy_baseline(block, local, ids, rng, settings.baseline_samples)
 
 
@@ -245,19 +445,23 @@ def _sentence_block(X, transform: Transform, offsets, sentence_ids):
     return transform.rows(X[rows], np.float64), np.concatenate([[0], np.cumsum(counts)]), np.arange(len(counts))
 
 
-def _self_similarities(stored, index: OccurrenceIndex, exact_values, settings: MeasureSettings):
+def _sampled_self_similarities(stored, index: OccurrenceIndex, settings: MeasureSettings) -> np.ndarray:
+    """Each word's sampled self-similarity (NaN unless asked for) from a layer in memory."""
+    if settings.self_similarity not in ("sampled", "both"):
+        return np.full(len(index.words), np.nan)
+    # the same stream at every layer: a word gets the same sampled pairs in each layer, as in the paper's code
+    pair_rng = _rng(settings.seed, _SAMPLED_PAIRS)
+    ends = np.append(index.group_starts[1:], len(index.rows))
+    return np.array([
+        self_similarity_sampled(np.asarray(stored[index.rows[a:b]], dtype=np.float64), pair_rng, settings.sampled_pairs)
+        for a, b in zip(index.group_starts, ends)
+    ])  # fmt: skip
+
+
+def _self_similarities(exact_values: np.ndarray, sampled: np.ndarray, settings: MeasureSettings):
     """Each word's exact and sampled self-similarity (NaN where not asked for), and the one the means use."""
-    mode, n_words = settings.self_similarity, len(index.words)
-    exact = exact_values if mode in ("exact", "both") else np.full(n_words, np.nan)
-    sampled = np.full(n_words, np.nan)
-    if mode in ("sampled", "both"):
-        # the same stream at every layer: a word gets the same sampled pairs in each layer, as in the paper's code
-        pair_rng = _rng(settings.seed, _SAMPLED_PAIRS)
-        ends = np.append(index.group_starts[1:], len(index.rows))
-        sampled = np.array([
-            self_similarity_sampled(np.asarray(stored[index.rows[a:b]], dtype=np.float64), pair_rng, settings.sampled_pairs)
-            for a, b in zip(index.group_starts, ends)
-        ])  # fmt: skip
+    mode = settings.self_similarity
+    exact = exact_values if mode in ("exact", "both") else np.full(len(exact_values), np.nan)
     return exact, sampled, sampled if mode == "sampled" else exact
 
 
@@ -333,20 +537,22 @@ def _with_cis(row: dict, cis) -> dict:
 # The geometry panel
 
 
-def _geometry(data: _Layer, passed: LayerPass, units, settings: MeasureSettings, layer: int) -> tuple[dict, np.ndarray]:
+def _geometry(stored, data: _Layer, passed: LayerPass, units, settings: MeasureSettings, layer: int, *, rng=None,
+              massive=None, sample=None) -> tuple[dict, np.ndarray]:  # fmt: skip
     """``panel.geometry_panel``'s row of the layer, its rogue dimensions from the layer pass (weighted by
     the paper's sampling, so that their contributions add up to the exact baseline A_p), and the rogue
-    contributions; NaN, "" and 0 without ``settings.geometry``."""
-    d = data.stored.shape[1]
+    contributions; NaN, "" and 0 without ``settings.geometry``. A streamed layer (``stored`` None) gives
+    its ``massive`` activations, its ``sample`` rows and the ``rng`` they were drawn from."""
     if not settings.geometry:
-        return empty_panel(), np.full(d, np.nan)
+        return empty_panel(), np.full(data.d, np.nan)
     labels = positions = None
     if units is not None:
         ordered = units if units["row"].is_monotonic_increasing else units.sort_values("row", kind="stable")
         labels, positions = ordered["unit"].to_numpy(dtype=object), ordered["position"].to_numpy()
-    rogue = rogue_summary(passed, d)
-    row = panel_row(data.stored, rogue, _rng(settings.seed, _GEOMETRY, layer), settings.geometry_sample, labels,
-                    positions, twonn_sample_size=settings.twonn_sample)  # fmt: skip
+    rogue = rogue_summary(passed, data.d)
+    row = panel_row(stored, rogue, _rng(settings.seed, _GEOMETRY, layer) if rng is None else rng,
+                    settings.geometry_sample, labels, positions, twonn_sample_size=settings.twonn_sample,
+                    massive=massive, sample=sample)  # fmt: skip
     return row, rogue.contributions
 
 
@@ -368,15 +574,14 @@ def _postprocess_rows(variants: list[_Variant], cis: dict, settings: MeasureSett
     return rows
 
 
-def _layer_row(data: _Layer, passed: LayerPass, none: _Variant, primary, sampled, cis, panel: dict, masked: bool,
+def _layer_row(data: _Layer, norms: np.ndarray, none: _Variant, primary, sampled, cis, panel: dict, masked: bool,
                *, model: str, layer: int) -> dict:  # fmt: skip
     """The layer's row of layers.parquet (``LAYER_COLUMNS``). ``n_words``: the words the self-similarity mean
     averages (those with two or more non-zero vectors: a zero vector has no direction, so no cosine);
     ``n_zero_vectors``: the layer's rows of squared norm 0 (in the compute dtype), left out of every cosine."""
-    norms = row_norms(data.stored[sentence_rows(data.offsets, data.baseline_ids)[0]])
     row = {
         "model": model, "layer": layer, "n_words": int(np.count_nonzero(~np.isnan(primary))),
-        "n_zero_vectors": passed.n_rows - passed.cosines.n_nonzero,
+        "n_zero_vectors": data.n_rows - none.exact.n_vectors,
         "n_sentences_sampled": int((~np.isnan(none.intra)).sum()), **_measures(primary, none, masked),
         "norm_mean": _mean_or_nan(norms), "norm_std": float(norms.std()) if len(norms) else float("nan"),
         "self_similarity_sampled": _mean_or_nan(sampled), "n_baseline_vectors": none.baseline.n_vectors,

@@ -144,6 +144,74 @@ def _sentence_count(offsets: np.ndarray) -> int:
     return int(np.count_nonzero(np.diff(offsets)))
 
 
+def layer_shift(X: np.ndarray) -> np.ndarray:
+    """The point ``layer_pass`` takes the moments around: the float64 column mean of the first ``SHIFT_ROWS``
+    rows of X (its first rows suffice: a streamed layer passes them alone). Raises ``NonFiniteRows``."""
+    n, d = X.shape
+    shift = X[:SHIFT_ROWS].mean(axis=0, dtype=np.float64) if n else np.zeros(d)
+    if not np.isfinite(shift).all():  # a row it averages is not finite: refused before it spreads to every block
+        raise NonFiniteRows(int(np.flatnonzero(~np.isfinite(X[:SHIFT_ROWS]).all(axis=1))[0]))
+    return shift
+
+
+class LayerPassSums:
+    """``layer_pass``'s sums, added one block of whole sentences at a time (``add``), then ``result``.
+
+    A block is closed class by class, as one whole-layer block is, so a layer passed as one block gives
+    exactly ``layer_pass``'s numbers and a layer passed in several blocks the same up to float64 rounding.
+    """
+
+    def __init__(self, n_sentences: int, shift: np.ndarray, work_dtype=np.float32, block_rows: int = BLOCK_ROWS, *,
+                 rogue: bool = True):  # fmt: skip
+        d = len(shift)
+        self.n_sentences, self.shift, self.work_dtype, self.block_rows, self.rogue = (
+            n_sentences, shift, work_dtype, block_rows, rogue)
+        self.n_rows = 0
+        self.uniform_first, self.uniform_second = np.zeros(d), np.zeros((d, d))
+        self.weighted_first, self.weighted_second = np.zeros(d), np.zeros((d, d))
+        self.weighted_total = 0.0
+        self.acc = _new_cosine_acc(d)
+
+    def add(self, X: np.ndarray, offsets: np.ndarray, first_row: int = 0) -> None:
+        """Rows ``X`` (whole sentences, ``offsets`` from 0) that are the layer's rows from ``first_row`` on."""
+        offsets = np.asarray(offsets, dtype=np.int64)
+        d = X.shape[1]
+        current, class_first, class_second = None, np.zeros(d), np.zeros((d, d))
+
+        def close_class():
+            if current is None:
+                return
+            length, rows_in_class = current
+            p = 1.0 / (self.n_sentences * length)
+            self.uniform_first += class_first
+            self.uniform_second += class_second
+            self.weighted_first += p * class_first
+            self.weighted_second += p * class_second
+            self.weighted_total += p * rows_in_class
+
+        for length, rows in _class_blocks(offsets, self.block_rows):
+            if current is None or current[0] != length:
+                close_class()
+                current, class_first, class_second = [length, 0], np.zeros(d), np.zeros((d, d))
+            Y = np.asarray(X[rows], dtype=self.work_dtype)
+            current[1] += len(rows)
+            _cosine_block(Y, length, 1.0 / (self.n_sentences * length), self.acc, squares=self.rogue,
+                          rows=rows + first_row)  # fmt: skip
+            subtract_in_two_parts(Y, self.shift)
+            class_first += (np.ones(len(Y), dtype=Y.dtype) @ Y).astype(np.float64)
+            class_second += Y.T @ Y
+        close_class()
+        self.n_rows += len(X)
+
+    def result(self) -> LayerPass:
+        # every row of a constant column equals its exact mean, so the shifted column is exactly 0
+        constant = np.diag(self.uniform_second) == 0
+        return LayerPass(
+            self.n_rows, self.n_sentences, self.shift, self.uniform_first, self.uniform_second, self.weighted_total,
+            self.weighted_first, self.weighted_second, CosineSums(**self.acc), constant,
+        )  # fmt: skip
+
+
 def layer_pass(X: np.ndarray, offsets: np.ndarray, work_dtype=np.float32, block_rows: int = BLOCK_ROWS, *,
                rogue: bool = True) -> LayerPass:
     """One pass over every row of a layer: moments (uniform and the paper's weights) and unit-row sums.
@@ -155,51 +223,40 @@ def layer_pass(X: np.ndarray, offsets: np.ndarray, work_dtype=np.float32, block_
     mean then is exactly) has variance exactly 0.
     ``rogue=False`` leaves out the per-dimension squares that only ``rogue_summary`` reads. Raises
     ``NonFiniteRows`` (naming a row) where a row's squared norm or the shift is not finite: a NaN or an
-    infinity in the layer.
+    infinity in the layer. A layer too large for memory is passed block by block (``LayerPassSums``).
     """
     offsets = np.asarray(offsets, dtype=np.int64)
-    n, d = X.shape
+    n = X.shape[0]
     if offsets[-1] != n:
         raise ValueError(f"sentence_offsets ends at {offsets[-1]} but X has {n} rows")
-    n_sentences = _sentence_count(offsets)
-    shift = X[:SHIFT_ROWS].mean(axis=0, dtype=np.float64) if n else np.zeros(d)
-    if not np.isfinite(shift).all():  # a row it averages is not finite: refused before it spreads to every block
-        raise NonFiniteRows(int(np.flatnonzero(~np.isfinite(X[:SHIFT_ROWS]).all(axis=1))[0]))
-    uniform_first, uniform_second = np.zeros(d), np.zeros((d, d))
-    weighted_first, weighted_second = np.zeros(d), np.zeros((d, d))
-    weighted_total = 0.0
-    acc = _new_cosine_acc(d)
-    current, class_first, class_second = None, np.zeros(d), np.zeros((d, d))
+    sums = LayerPassSums(_sentence_count(offsets), layer_shift(X), work_dtype, block_rows, rogue=rogue)
+    sums.add(X, offsets)
+    return sums.result()
 
-    def close_class():
-        nonlocal weighted_total, uniform_first, uniform_second, weighted_first, weighted_second
-        if current is None:
+
+class CosinePassSums:
+    """``cosine_pass``'s sums, added one block of whole sentences at a time (``add``), then ``result``."""
+
+    def __init__(self, n_sentences: int, d: int, transforms: list[Transform], work_dtype=np.float32,
+                 block_rows: int = BLOCK_ROWS):  # fmt: skip
+        self.n_sentences, self.transforms, self.work_dtype, self.block_rows = n_sentences, transforms, work_dtype, block_rows
+        self.accs = {t.name: _new_cosine_acc(d) for t in transforms}
+        shifts = [t.shift for t in transforms]
+        self.shared = shifts[0] if transforms and all(v is not None and np.array_equal(v, shifts[0]) for v in shifts) else None
+
+    def add(self, X: np.ndarray, offsets: np.ndarray) -> None:
+        if not self.transforms:
             return
-        length, rows_in_class = current
-        p = 1.0 / (n_sentences * length)
-        uniform_first += class_first
-        uniform_second += class_second
-        weighted_first += p * class_first
-        weighted_second += p * class_second
-        weighted_total += p * rows_in_class
+        for length, rows in _class_blocks(np.asarray(offsets, dtype=np.int64), self.block_rows):
+            block = np.asarray(X[rows], dtype=self.work_dtype)  # an index gather: a new array, safe to centre in place
+            if self.shared is not None:
+                subtract_in_two_parts(block, self.shared)
+            for t in self.transforms:
+                Y = t.linear_rows(block, self.work_dtype) if self.shared is not None else t.rows(block, self.work_dtype)
+                _cosine_block(Y, length, 1.0 / (self.n_sentences * length), self.accs[t.name], squares=False)
 
-    for length, rows in _class_blocks(offsets, block_rows):
-        if current is None or current[0] != length:
-            close_class()
-            current, class_first, class_second = [length, 0], np.zeros(d), np.zeros((d, d))
-        Y = np.asarray(X[rows], dtype=work_dtype)
-        current[1] += len(rows)
-        _cosine_block(Y, length, 1.0 / (n_sentences * length), acc, squares=rogue, rows=rows)
-        subtract_in_two_parts(Y, shift)
-        class_first += (np.ones(len(Y), dtype=Y.dtype) @ Y).astype(np.float64)
-        class_second += Y.T @ Y
-    close_class()
-    # every row of a constant column equals its exact mean, so the shifted column is exactly 0
-    constant = np.diag(uniform_second) == 0
-    return LayerPass(
-        n, n_sentences, shift, uniform_first, uniform_second, weighted_total, weighted_first, weighted_second,
-        CosineSums(**acc), constant,
-    )  # fmt: skip
+    def result(self) -> dict[str, CosineSums]:
+        return {name: CosineSums(**acc) for name, acc in self.accs.items()}
 
 
 def cosine_pass(X: np.ndarray, offsets: np.ndarray, transforms: list[Transform], work_dtype=np.float32,
@@ -211,20 +268,9 @@ def cosine_pass(X: np.ndarray, offsets: np.ndarray, transforms: list[Transform],
     block, each applying only its linear part to it.
     """
     offsets = np.asarray(offsets, dtype=np.int64)
-    n_sentences = _sentence_count(offsets)
-    accs = {t.name: _new_cosine_acc(X.shape[1]) for t in transforms}
-    if not transforms:
-        return {}
-    shifts = [t.shift for t in transforms]
-    shared = shifts[0] if all(v is not None and np.array_equal(v, shifts[0]) for v in shifts) else None
-    for length, rows in _class_blocks(offsets, block_rows):
-        block = np.asarray(X[rows], dtype=work_dtype)  # an index gather: a new array, safe to centre in place
-        if shared is not None:
-            subtract_in_two_parts(block, shared)
-        for t in transforms:
-            Y = t.linear_rows(block, work_dtype) if shared is not None else t.rows(block, work_dtype)
-            _cosine_block(Y, length, 1.0 / (n_sentences * length), accs[t.name], squares=False)
-    return {name: CosineSums(**acc) for name, acc in accs.items()}
+    sums = CosinePassSums(_sentence_count(offsets), X.shape[1], transforms, work_dtype, block_rows)
+    sums.add(X, offsets)
+    return sums.result()
 
 
 def make_transform(name: str, passed: LayerPass) -> Transform:

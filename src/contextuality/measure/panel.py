@@ -26,7 +26,8 @@ from contextuality.measure.isotropy import (
     TWONN_DISCARD_FRACTION, gaussian_null, isotropy_measures, permuted_null, sample_rows,
 )  # fmt: skip
 from contextuality.measure.rogue import (
-    MASSIVE_ABSOLUTE, MASSIVE_RELATIVE, RogueSummary, massive_activations, massive_carriers, rogue_dimensions,
+    MASSIVE_ABSOLUTE, MASSIVE_RELATIVE, MassiveActivations, RogueSummary, massive_activations, massive_carriers,
+    rogue_dimensions,
 )  # fmt: skip
 
 # The isotropy measures of isotropy.isotropy_measures, and the columns of its null controls.
@@ -87,11 +88,21 @@ def panel_row(
     massive_relative: float = MASSIVE_RELATIVE,
     twonn_discard_fraction: float = TWONN_DISCARD_FRACTION,
     twonn_sample_size: int | None = None,
+    massive: MassiveActivations | None = None,
+    sample: np.ndarray | None = None,
 ) -> dict:
-    """``geometry_panel``'s row of X with its rogue dimensions given (``rogue.rogue_dimensions`` of X)."""
+    """``geometry_panel``'s row of X with its rogue dimensions given (``rogue.rogue_dimensions`` of X).
+
+    A layer read in blocks passes X as None, with its ``massive`` activations
+    (``rogue.massive_activations_blocks``) and its ``sample`` rows, drawn with
+    ``isotropy.sample_indices(n, rng, sample_size)`` from the same ``rng`` before it is passed here."""
     row = _rogue_columns(rogue)
-    row.update(_massive_columns(X, units, positions, massive_absolute, massive_relative))
-    row.update(_sample_columns(X, rng, sample_size, twonn_discard_fraction, twonn_sample_size))
+    if massive is None:
+        massive = massive_activations(X, massive_absolute, massive_relative)
+    row.update(_massive_columns(massive, units, positions))
+    if sample is None:
+        sample = sample_rows(X, rng, sample_size)
+    row.update(_sample_columns(sample, rng, twonn_discard_fraction, twonn_sample_size))
     return row
 
 
@@ -116,9 +127,8 @@ def _rogue_columns(rogue: RogueSummary) -> dict:
     }
 
 
-def _massive_columns(X, units, positions, absolute: float, relative: float) -> dict:
+def _massive_columns(massive: MassiveActivations, units, positions) -> dict:
     """The massive activations over every row, and which units carry them (with ``units`` and ``positions``)."""
-    massive = massive_activations(X, absolute, relative)
     row = {
         "massive_dims": _indices(massive.dims),
         "massive_occurrences": massive.n_occurrences,
@@ -134,10 +144,11 @@ def _massive_columns(X, units, positions, absolute: float, relative: float) -> d
     return row
 
 
-def _sample_columns(X, rng, sample_size: int, twonn_discard_fraction: float, twonn_sample_size: int | None) -> dict:
-    """The isotropy measures of a sample of rows and of its two nulls; ``rng``: sample, Gaussian, permutation."""
-    sample = np.asarray(sample_rows(X, rng, sample_size), dtype=np.float64)
-    gaussian = gaussian_null(len(sample), X.shape[1], rng)
+def _sample_columns(sample, rng, twonn_discard_fraction: float, twonn_sample_size: int | None) -> dict:
+    """The isotropy measures of a sample of rows and of its two nulls; ``rng`` (the sample drawn from it):
+    Gaussian, permutation."""
+    sample = np.asarray(sample, dtype=np.float64)
+    gaussian = gaussian_null(len(sample), sample.shape[1], rng)
     permuted = permuted_null(sample, rng)
     row = isotropy_measures(sample, twonn_discard_fraction, twonn_sample_size)
     for prefix, null in (("null_gaussian_", gaussian), ("null_permuted_", permuted)):

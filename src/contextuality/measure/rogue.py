@@ -236,6 +236,19 @@ def _is_number(keys: np.ndarray, dtype: np.dtype) -> np.ndarray | bool:
     return keys <= _FLOAT16_INF_KEY if dtype == np.float16 else True
 
 
+def _in_blocks(X: np.ndarray):
+    """``Blocks`` of an in-memory layer: its rows in blocks of about ``BLOCK_ELEMENTS`` elements."""
+    n, d = X.shape
+    return lambda: ((a, X[a:b]) for a, b in row_blocks(n, d))
+
+
+def _sub_blocks(blocks):
+    """The blocks of ``blocks()`` cut into ``row_blocks``, so that their temporaries stay small."""
+    for first, rows in blocks():
+        for a, b in row_blocks(*rows.shape):
+            yield first + a, rows[a:b]
+
+
 def median_abs(X: np.ndarray, exact_limit: int = MEDIAN_EXACT_ELEMENTS) -> float:
     """Exact median of |x| over all entries (np.median's convention: mean of the two middle values).
 
@@ -246,27 +259,40 @@ def median_abs(X: np.ndarray, exact_limit: int = MEDIAN_EXACT_ELEMENTS) -> float
     Entries are expected to be finite (a NaN makes the result NaN, as in np.median).
     """
     X = np.asarray(X)
-    size = X.size
+    X = X.reshape(len(X), -1) if X.ndim else X.reshape(1, 1)
+    return median_abs_blocks(_in_blocks(X), *X.shape, X.dtype, exact_limit)
+
+
+def median_abs_blocks(blocks, n_rows: int, d: int, dtype, exact_limit: int = MEDIAN_EXACT_ELEMENTS) -> float:
+    """``median_abs`` of a layer given as blocks: ``blocks()`` yields (first row, rows) in row order, every
+    row once (each call a new pass: a layer larger than memory is read again). The same number whatever
+    the blocks: the subsample is the same strided entries, and the rest is counting and exact selection."""
+    dtype = np.dtype(dtype)
+    size = n_rows * d
     if size == 0:
         return float("nan")
     if size <= exact_limit:
-        return float(np.median(np.abs(np.asarray(X, dtype=np.float64))))
-    dtype = X.dtype
-    flat = X.reshape(-1)
-    sample = np.sort(_magnitudes(flat[:: max(1, size // MEDIAN_SAMPLE)]))
+        return float(np.median(np.concatenate([np.abs(np.asarray(r, dtype=np.float64)).reshape(-1) for _, r in blocks()])))
+    step = max(1, size // MEDIAN_SAMPLE)
+    pieces = []
+    for first, rows in blocks():  # the entries flat[::step], block by block
+        start = first * d
+        local = np.arange(-(-start // step) * step, start + rows.size, step) - start
+        pieces.append(_magnitudes(rows.reshape(-1)[local]) if len(local) else np.empty(0, _magnitudes(rows[:0]).dtype))
+    sample = np.sort(np.concatenate(pieces))
     margin = 6.0 * np.sqrt(0.25 / len(sample))
     low = sample[max(0, int(np.floor((0.5 - margin) * len(sample))) - 1)]
     high = sample[min(len(sample) - 1, int(np.ceil((0.5 + margin) * len(sample))))]
     below, inside = 0, []
-    for a, b in row_blocks(X.shape[0], size // max(X.shape[0], 1)):
-        keys = _magnitudes(X[a:b])
+    for _, rows in _sub_blocks(blocks):
+        keys = _magnitudes(rows)
         below += int(np.count_nonzero(keys < low))
         inside.append(keys[(keys >= low) & (keys <= high)])
     inside = _magnitude_values(np.concatenate(inside), dtype)
     ranks = [size // 2] if size % 2 else [size // 2 - 1, size // 2]
     local = [r - below for r in ranks]
     if min(local) < 0 or max(local) >= len(inside):
-        return float(np.median(np.abs(np.asarray(X, dtype=np.float64))))
+        return float(np.median(np.concatenate([np.abs(np.asarray(r, dtype=np.float64)).reshape(-1) for _, r in blocks()])))
     return float(np.mean(np.partition(inside, local)[local]))
 
 
@@ -282,23 +308,38 @@ def massive_activations(
     median is not needed and ``median_abs`` is NaN. NaN entries are never massive.
     """
     X = np.asarray(X)
-    n, d = X.shape
-    dtype = X.dtype
+    return massive_activations_blocks(_in_blocks(X), *X.shape, X.dtype, absolute, relative)
+
+
+def largest_magnitude(blocks, dtype, absolute: float = MASSIVE_ABSOLUTE) -> bool:
+    """Whether any entry exceeds ``absolute`` (``massive_activations``' first test), over ``blocks()``."""
+    key = _magnitude_key(_smallest_at_least(absolute, dtype, strict=True), np.dtype(dtype))
+    return any(_magnitudes(rows).max() >= key for _, rows in _sub_blocks(blocks) if rows.size)
+
+
+def massive_activations_blocks(
+    blocks, n_rows: int, d: int, dtype, absolute: float = MASSIVE_ABSOLUTE, relative: float = MASSIVE_RELATIVE,
+    *, any_above: bool | None = None,
+) -> MassiveActivations:
+    """``massive_activations`` of a layer given as blocks (``median_abs_blocks``): the same result, each
+    pass over the layer one call of ``blocks()``. ``any_above``: ``largest_magnitude``'s answer, when a
+    pass already found it."""
+    dtype = np.dtype(dtype)
     above_absolute = _smallest_at_least(absolute, dtype, strict=True)
-    absolute_key = _magnitude_key(above_absolute, dtype)
-    largest = max((_magnitudes(X[a:b]).max() for a, b in row_blocks(n, d)), default=None)
-    if largest is None or not largest >= absolute_key:
+    if any_above is None:
+        any_above = largest_magnitude(blocks, dtype, absolute)
+    if not any_above:
         none = np.empty(0, np.int64)
-        return MassiveActivations(none, none, np.zeros(n, bool), float(above_absolute), float("nan"))
-    median = median_abs(X)
+        return MassiveActivations(none, none, np.zeros(n_rows, bool), float(above_absolute), float("nan"))
+    median = median_abs_blocks(blocks, n_rows, d, dtype)
     threshold = max(_smallest_at_least(relative * median, dtype), above_absolute)
     key = _magnitude_key(threshold, dtype)
-    rows = np.zeros(n, dtype=bool)
+    rows = np.zeros(n_rows, dtype=bool)
     counts = np.zeros(d, dtype=np.int64)
-    for a, b in row_blocks(n, d):
-        keys = _magnitudes(X[a:b])
+    for first, block in _sub_blocks(blocks):
+        keys = _magnitudes(block)
         mask = (keys >= key) & _is_number(keys, dtype)
-        rows[a:b] = mask.any(axis=1)
+        rows[first:first + len(block)] = mask.any(axis=1)
         counts += np.count_nonzero(mask, axis=0)
     dims = np.flatnonzero(counts)
     return MassiveActivations(dims, counts[dims], rows, float(threshold), median)

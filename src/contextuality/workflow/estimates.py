@@ -77,8 +77,15 @@ def extraction_runtime_min(model: ModelSettings, corpus: CorpusSettings, record_
 
 
 def measure_mem_mb(measure: MeasureSettings, manifest_path: str | Path, attempt: int = 1) -> int:
-    """MB of one measurement job: the layer read in ``metrics.compute_dtype`` (float16 storage is converted
-    as it is read), batches of words, 1 GiB for the interpreter and the rest; x attempt.
+    """MB of one measurement job: its budget, ``metrics.memory_mb`` (``measure.streaming`` keeps the job
+    within it whatever the layer's size: a larger layer is read in chunks); x attempt. The manifest is
+    not needed: the budget, not the corpus, sets the job's memory."""
+    return int(measure.memory_mb * attempt)
+
+
+def whole_layer_mem_mb(measure: MeasureSettings, manifest_path: str | Path, attempt: int = 1) -> int:
+    """MB of a job holding one whole layer in ``metrics.compute_dtype`` (the sense job: its layers are read
+    one at a time, whole): the layer, batches of words, 1 GiB for the interpreter and the rest; x attempt.
 
     rows x dim come from the model's manifest; before it exists, the paper's largest layer is assumed.
     """
