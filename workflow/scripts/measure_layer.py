@@ -1,10 +1,8 @@
 """Snakemake entry point: one layer of one model -> its record, its words table and its PC vectors."""
 from pathlib import Path
 
-import pandas as pd
-
 from contextuality.core.settings import MeasureSettings, from_params
-from contextuality.measure.layer_job import OccurrenceIndex, measure_layer
+from contextuality.measure.layer_job import OccurrenceIndex, measure_layer, read_units
 from contextuality.measure.layer_result import write_layer_results
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.store.files import StoreError
@@ -21,7 +19,7 @@ with expected_errors(StoreError):  # a damaged, stale or non-finite layer: its o
         settings,
         model=snakemake.wildcards.model,
         manifest=manifest,
-        units=pd.read_parquet(snakemake.input.units, columns=["row", "unit", "position"]) if settings.geometry else None,
+        units=read_units(snakemake.input.units) if settings.geometry else None,
         scratch=Path(snakemake.output.record).parent,  # a layer over metrics.memory_mb spills its occurrences here
         log=log,
     )

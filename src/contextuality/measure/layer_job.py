@@ -98,6 +98,12 @@ class OccurrenceIndex:
         return index
 
 
+def read_units(path: str | Path) -> pd.DataFrame:
+    """units.parquet's row, unit and position columns, each unit's text held once (a categorical column),
+    not once per row: the geometry panel names the units carrying massive activations."""
+    return pq.read_table(path, columns=["row", "unit", "position"], read_dictionary=["unit"]).to_pandas()
+
+
 class _Layer(NamedTuple):
     """A layer file as checked (``_checked_layer``), before its rows are read, and its sampled sentences."""
 
