@@ -54,7 +54,7 @@ def _run_stops_before_any_job(tmp_path, configfile, *targets: str) -> str:
 CONFIG_CASES = {
     "unknown_key": (
         lambda c: c["corpus"].update(yeers=[2012]),
-        "corpus: unknown key(s) 'yeers'; allowed: bundled_dir, hub_revisions, include_2012_train, max_sentences, source, years",
+        "corpus: unknown key(s) 'yeers'; allowed: bundled_dir, dataset, group_column, hub_revisions, id_column, include_2012_train, max_sentences, path, revision, source, split, text_column, years",
     ),
     "unknown_model_field": (
         lambda c: c["models"]["tiny-bert"].update(layers=4),
@@ -421,7 +421,7 @@ def _schema_patterns() -> list[str]:
 
 
 # A value each pattern of the schema allows (a new pattern needs one here).
-ALLOWED_BY_A_PATTERN = ["tiny-bert", "GloVe", "2012", "auto", "cuda:1", "0" * 64]
+ALLOWED_BY_A_PATTERN = ["tiny-bert", "GloVe", "2012", "auto", "cuda:1", "0" * 64, "org/name"]
 
 
 def test_every_pattern_of_the_schema_matches_in_full():

@@ -8,6 +8,7 @@ from snakemake.exceptions import IncompleteCheckpointException
 from contextuality.core import layout
 from contextuality.core.runtime import prepend_python_path
 from contextuality.core.settings import as_params
+from contextuality.corpus.sources import is_sts
 from contextuality.corpus.sts import bundled_release_paths
 from contextuality.extraction.devices import LOCAL_GPUS_ENV
 from contextuality.models.sources import SOURCES
@@ -50,8 +51,9 @@ def final_outputs(wildcards):
     there. So every deliverable is a target, taken from the rules' own outputs; the stored vectors too, so a
     deleted shard or layer file is rebuilt (with what depends on it) instead of passing behind newer tables.
     """
-    targets = [*rules.sts_pairs.output, *rules.corpus.output, *rules.words.output, *rules.figures.output,
-               *rules.summary.output]
+    targets = [*rules.corpus.output, *rules.words.output, *rules.figures.output, *rules.summary.output]
+    if is_sts(SETTINGS.corpus.source):  # pairs and gold scores are the STS corpus's only
+        targets = [*rules.sts_pairs.output, *targets]
     if SETTINGS.static.enabled:
         targets += [*rules.table1.output]
         targets += filled(rules.static_baseline_scores.output, baseline=SETTINGS.static.baselines)

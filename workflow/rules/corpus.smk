@@ -26,23 +26,44 @@ rule sts_pairs:
         "../scripts/sts_pairs.py"
 
 
-rule corpus:
-    input:
-        pairs=branch(SETTINGS.corpus.source == "bundled", then=rules.sts_pairs.output.pairs, otherwise=[]),
-    output:
-        sentences=layout.SENTENCES,
-    params:
-        source=SETTINGS.corpus.source,
-        years=list(SETTINGS.corpus.years),
-        include_2012_train=SETTINGS.corpus.include_2012_train,
-        max_sentences=SETTINGS.corpus.max_sentences,
-        hub_revisions=SETTINGS.corpus.hub_revisions,
-    log:
-        "logs/corpus/corpus.log",
-    conda:
-        "../../envs/corpus.yaml"
-    script:
-        "../scripts/corpus.py"
+if is_sts(SETTINGS.corpus.source):
+
+    rule corpus:
+        input:
+            pairs=branch(SETTINGS.corpus.source == "bundled", then=rules.sts_pairs.output.pairs, otherwise=[]),
+        output:
+            sentences=layout.SENTENCES,
+        params:
+            source=SETTINGS.corpus.source,
+            years=list(SETTINGS.corpus.years),
+            include_2012_train=SETTINGS.corpus.include_2012_train,
+            max_sentences=SETTINGS.corpus.max_sentences,
+            hub_revisions=SETTINGS.corpus.hub_revisions,
+        log:
+            "logs/corpus/corpus.log",
+        conda:
+            "../../envs/corpus.yaml"
+        script:
+            "../scripts/corpus.py"
+
+else:
+
+    rule corpus:
+        # Any other corpus: a text file, a table or a dataset (corpus.sources), with the STS corpus's cleaning,
+        # stable ids and a record of its input's digest. A path a rule makes (the WordNet glosses) is made first.
+        input:
+            corpus=branch(SETTINGS.corpus.path is not None, then=SETTINGS.corpus.path, otherwise=[]),
+        output:
+            sentences=layout.SENTENCES,
+            record=layout.CORPUS_RECORD,
+        params:
+            corpus=as_params(SETTINGS.corpus),
+        log:
+            "logs/corpus/corpus.log",
+        conda:
+            "../../envs/corpus.yaml"
+        script:
+            "../scripts/corpus_source.py"
 
 
 rule words:

@@ -68,6 +68,8 @@ rule summary:
         losses=expand(layout.LOSSES, model=MODELS),
         table1=[layout.path(layout.TABLE, name="table1", ext="csv")] if SETTINGS.static.enabled else [],
         senses=expand(layout.SENSE_LAYERS, model=MODELS) if SETTINGS.senses.enabled else [],
+        # a corpus other than STS: claims.md says that the paper measured STS, and why pairs and gold are absent
+        corpus=branch(is_sts(SETTINGS.corpus.source), then=[], otherwise=layout.CORPUS_RECORD),
     output:
         summary_md=report(
             layout.path(layout.TABLE, name="summary", ext="md"),

@@ -24,6 +24,22 @@ rule wordnet:
         "../scripts/wordnet.py"
 
 
+rule wordnet_glosses:
+    # WordNet 3.0's 117,659 definitions and 48,339 example sentences as a table (id, kind, text): a second real
+    # corpus for `corpus.source: table` (config/wordnet-corpus.yaml), 6.6 times the STS sentences.
+    input:
+        record=rules.wordnet.output.record,
+        wordnet=rules.wordnet.output.files,
+    output:
+        table=layout.WORDNET_GLOSSES,
+    log:
+        "logs/corpus/wordnet_glosses.log",
+    conda:
+        "../../envs/senses.yaml"
+    script:
+        "../scripts/wordnet_glosses.py"
+
+
 rule sense_inventory:
     # Every indexed word's WordNet entry: lemma and POS by morphy, sense counts, SemCor tag counts.
     input:

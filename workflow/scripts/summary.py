@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 
 from contextuality.core.atomic import atomic_path
-from contextuality.report.claims import claims_report
+from contextuality.report.claims import claims_report, corpus_section
 from contextuality.report.losses import losses_frame
 from contextuality.report.summary import summary_table
 from contextuality.core.runtime import setup_job_logging
@@ -28,8 +28,9 @@ sense_tables = {model: pd.read_csv(path) for model, path in zip(models, snakemak
 anisotropy = {model: table.set_index("layer")["baseline_cosine_exact" if "baseline_cosine_exact" in table else "baseline_cosine"]
               for model, table in layer_tables.items()}
 senses = sense_claims(sense_tables, anisotropy, labels)
+corpus = json.loads(Path(snakemake.input.corpus[0]).read_text()) if snakemake.input.corpus else None
 claims = claims_report(layer_tables, word_tables, labels, paper_models, snakemake.output.claims_md, sources=sources,
-                       losses=losses, table1=table1, extra_sections=sense_claims_section(senses))
+                       losses=losses, table1=table1, extra_sections=corpus_section(corpus) + sense_claims_section(senses))
 claims = pd.concat([claims, senses], ignore_index=True) if len(senses) else claims
 with atomic_path(snakemake.output.claims_csv) as tmp:
     claims.to_csv(tmp, index=False)

@@ -136,6 +136,14 @@ class CorpusSettings:
     include_2012_train: bool
     max_sentences: int | None
     hub_revisions: dict[int, str]  # by year, in year order
+    # sources other than STS (corpus.sources): a file or folder, a hub dataset at a revision, and the columns read
+    path: str | None
+    dataset: str | None
+    revision: str | None
+    split: str
+    text_column: str
+    id_column: str | None
+    group_column: str | None
 
 
 @dataclass(frozen=True)

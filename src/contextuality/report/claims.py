@@ -144,6 +144,22 @@ def claims_report(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, 
     return results
 
 
+def corpus_section(record: dict | None) -> list[str]:
+    """Markdown lines on a corpus other than STS (its ``corpus.json`` record; none for STS): what was read,
+    and why the STS-only parts are absent and the paper's numbers compare with another corpus's."""
+    if record is None:
+        return []
+    where = record.get("path") or f"{record.get('dataset')} at {record.get('revision')}"
+    return [
+        "## The corpus", "",
+        f"This run measured {record['n_sentences']:,} sentences from `{md_text(str(where))}` (corpus.source "
+        f"'{record['source']}', sha256 `{record['sha256'][:16]}…`), not the paper's STS 2012-2016 sentences. "
+        "There are no STS pairs or gold similarity scores (the STS-only steps did not run), and every number "
+        "the claims quote from the paper was measured on STS: a verdict here says whether the paper's pattern "
+        "holds on this corpus, not whether its numbers are reproduced.", "",
+    ]  # fmt: skip
+
+
 def _overview(results: pd.DataFrame, models: list[str], labels: dict[str, str]) -> list[str]:
     """Markdown lines: every claim's verdict per model (· where it does not apply), and what the columns mean."""
     rows = []

@@ -66,7 +66,7 @@ def check_settings(settings: Settings) -> None:
         problems.append(
             f"extraction.compute_dtype: {extraction.compute_dtype} needs a CUDA device; on device 'cpu' use float32"
         )
-    problems += hub_revision_problems(settings) + name_problems(settings)
+    problems += hub_revision_problems(settings) + name_problems(settings) + corpus_problems(settings.corpus)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 
@@ -133,6 +133,24 @@ def hub_revision_problems(settings: Settings) -> list[str]:
         if not _COMMIT_HASH.fullmatch(str(revision)):
             problems.append(f"corpus.hub_revisions.{year}: {revision!r} is not a commit hash; {needed}")
     return problems
+
+
+def corpus_problems(corpus: CorpusSettings) -> list[str]:
+    """What a corpus source other than STS needs: a path, or for 'datasets' a hub id at a commit."""
+    source = corpus.source
+    if source in ("text", "table") and not corpus.path:
+        return [f"corpus.path: missing; corpus.source '{source}' reads the corpus file it names"]
+    if source == "datasets":
+        if bool(corpus.path) == bool(corpus.dataset):
+            return ["corpus.path / corpus.dataset: corpus.source 'datasets' reads exactly one of a local dataset folder "
+                    "(corpus.path) or a hub dataset (corpus.dataset, with corpus.revision)"]
+        if corpus.dataset and not (corpus.revision and _COMMIT_HASH.fullmatch(corpus.revision)):
+            return [f"corpus.revision: {corpus.revision!r} is not a commit hash; a hub dataset is read only at a pinned "
+                    "commit (40 hex digits), so that a rerun reads the same sentences"]
+    if source in ("bundled", "hub") and (corpus.path or corpus.dataset):
+        return [f"corpus.path / corpus.dataset: unused with corpus.source '{source}' (the STS sentences); set "
+                "corpus.source to text, table or datasets to read them"]
+    return []
 
 
 def check_bundled_corpus(corpus: CorpusSettings) -> None:
