@@ -41,6 +41,8 @@ if is_sts(SETTINGS.corpus.source):
             hub_revisions=SETTINGS.corpus.hub_revisions,
         log:
             "logs/corpus/corpus.log",
+        benchmark:
+            layout.CORPUS_BENCHMARK
         conda:
             "../../envs/corpus.yaml"
         script:
@@ -60,6 +62,8 @@ else:
             corpus=as_params(SETTINGS.corpus),
         log:
             "logs/corpus/corpus.log",
+        benchmark:
+            layout.CORPUS_BENCHMARK
         conda:
             "../../envs/corpus.yaml"
         script:
@@ -76,6 +80,8 @@ rule words:
         words=as_params(SETTINGS.words),
     log:
         "logs/corpus/words.log",
+    benchmark:
+        layout.WORDS_BENCHMARK
     # before the models are built: a corpus with no word to measure stops the run within seconds
     priority: 10
     conda:

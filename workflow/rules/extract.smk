@@ -21,6 +21,8 @@ rule plan:
         plan=lambda wildcards: as_params(SETTINGS.plan(wildcards.model)),
     log:
         "logs/extract/{model}/plan.log",
+    benchmark:
+        layout.PLAN_BENCHMARK
     conda:
         "../../envs/models.yaml"
     script:
@@ -67,6 +69,8 @@ rule manifest:
         shard=lambda wildcards: as_params(SETTINGS.shard(wildcards.model)),
     log:
         "logs/extract/{model}/manifest.log",
+    benchmark:
+        layout.MANIFEST_BENCHMARK
     conda:
         "../../envs/analysis.yaml"
     script:

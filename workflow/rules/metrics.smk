@@ -65,6 +65,8 @@ rule combine_layers:
         top_k=SETTINGS.metrics.top_k_words,
     log:
         "logs/metrics/{model}/combine.log",
+    benchmark:
+        layout.COMBINE_BENCHMARK
     conda:
         "../../envs/analysis.yaml"
     script:

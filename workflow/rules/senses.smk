@@ -34,6 +34,8 @@ rule wordnet_glosses:
         table=layout.WORDNET_GLOSSES,
     log:
         "logs/corpus/wordnet_glosses.log",
+    benchmark:
+        layout.WORDNET_GLOSSES_BENCHMARK
     conda:
         "../../envs/senses.yaml"
     script:
@@ -112,6 +114,8 @@ use rule plan as senses_plan with:
         losses=layout.SENSES_LOSSES,
     log:
         "logs/senses/{model}/plan.log",
+    benchmark:
+        layout.SENSES_PLAN_BENCHMARK
 
 
 use rule extract as senses_extract with:
@@ -138,6 +142,8 @@ use rule manifest as senses_manifest with:
         manifest=layout.SENSES_MANIFEST,
     log:
         "logs/senses/{model}/manifest.log",
+    benchmark:
+        layout.SENSES_MANIFEST_BENCHMARK
 
 
 use rule layer_file as senses_layer_file with:

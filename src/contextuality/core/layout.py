@@ -94,6 +94,14 @@ EXTRACT_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/extract_shard_{{shard}}.tsv
 MEASURE_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/measure_layer_{{layer}}.tsv"
 SENSES_EXTRACT_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/senses_extract_shard_{{shard}}.tsv"
 SENSES_MEASURE_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/measure_senses.tsv"
+CORPUS_BENCHMARK = f"{RESULTS}/benchmarks/corpus.tsv"
+WORDS_BENCHMARK = f"{RESULTS}/benchmarks/words.tsv"
+WORDNET_GLOSSES_BENCHMARK = f"{RESULTS}/benchmarks/wordnet_glosses.tsv"
+PLAN_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/plan.tsv"
+MANIFEST_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/manifest.tsv"
+COMBINE_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/combine_layers.tsv"
+SENSES_PLAN_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/senses_plan.tsv"
+SENSES_MANIFEST_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/senses_manifest.tsv"
 
 # Every path of the layout by name (LAYER_IN_EMBEDDINGS is relative to a model's embeddings folder).
 PATTERNS = {name: value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)
