@@ -248,8 +248,8 @@ def _measure_streamed(reader, data: _Layer, plan: MemoryPlan, index: OccurrenceI
     n, d, offsets = data.n_rows, data.d, data.offsets
     chunks = sentence_chunks(offsets, plan.chunk_rows)
 
-    def read():
-        return read_chunks(reader, offsets, chunks, data.read_dtype)
+    def read():  # in the stored dtype: every block a pass takes is converted as it is taken
+        return read_chunks(reader, offsets, chunks)
 
     every_intra = settings.intra_sentences == "all"
     # the sampled sentences in one compact block: ids are positions in ``sampled``
@@ -277,8 +277,8 @@ def _measure_streamed(reader, data: _Layer, plan: MemoryPlan, index: OccurrenceI
             gather(z_rows, chunk, Z)
             gather(geometry_rows, chunk, G)
             tol = min(tol, _tolerance(data, chunk.rows))
-            if settings.geometry and not any_above:
-                any_above = largest_magnitude(lambda: [(chunk.first_row, chunk.rows)], data.read_dtype)
+            if settings.geometry and not any_above:  # the same test in any dtype that holds the values
+                any_above = largest_magnitude(lambda: [(chunk.first_row, chunk.rows)], chunk.rows.dtype)
         passed = sums.result()
         transforms = _transforms(passed, settings)
         cosine_sums = CosinePassSums(passed.n_sentences, d, transforms[1:], work)
@@ -303,8 +303,9 @@ def _measure_streamed(reader, data: _Layer, plan: MemoryPlan, index: OccurrenceI
     exact_self, sampled, primary = _self_similarities(variants[0].words.self_similarity, sampled, settings)
     massive = None
     if settings.geometry:
-        massive = massive_activations_blocks(lambda: ((c.first_row, c.rows) for c in read()), n, d, data.read_dtype,
-                                             any_above=any_above)  # fmt: skip
+        # in the dtype the whole layer is read in, so that the threshold is rounded as in memory
+        massive = massive_activations_blocks(lambda: ((c.first_row, c.rows.astype(data.read_dtype, copy=False))
+                                                      for c in read()), n, d, data.read_dtype, any_above=any_above)  # fmt: skip
     panel, rogue = _geometry(None, data, passed, units, settings, layer, rng=geometry_rng, massive=massive, sample=G)
     norms = row_norms(Z[sentence_rows(z_offsets, position["baseline"])[0]])
     return _Measured(variants, exact_self, sampled, primary, panel, rogue, norms)

@@ -186,7 +186,8 @@ class LayerPassSums:
             self.uniform_first += class_first
             self.uniform_second += class_second
             self.weighted_first += p * class_first
-            self.weighted_second += p * class_second
+            np.multiply(class_second, p, out=class_second)  # in place (the class is done): closed once per chunk
+            self.weighted_second += class_second
             self.weighted_total += p * rows_in_class
 
         for length, rows in _class_blocks(offsets, self.block_rows):

@@ -81,14 +81,16 @@ class Chunk(NamedTuple):
     """Rows of whole sentences: the layer's rows [first_row, first_row + len(rows)), sentences [s0, s1)."""
 
     first_row: int
-    rows: np.ndarray  # in the compute dtype
+    rows: np.ndarray  # in the stored dtype (``read_chunks``)
     offsets: np.ndarray  # the sentences' offsets, from 0
     s0: int
     s1: int
 
 
-def read_chunks(reader, offsets: np.ndarray, chunks: list[tuple[int, int]], dtype):
-    """Each chunk of ``sentence_chunks`` read from a ``store.reader.LayerReader`` (checksums verified)."""
+def read_chunks(reader, offsets: np.ndarray, chunks: list[tuple[int, int]], dtype=None):
+    """Each chunk of ``sentence_chunks`` read from a ``store.reader.LayerReader`` (checksums verified), in its
+    stored dtype unless ``dtype``: the passes convert each block they take, and the spill keeps the stored
+    values, so a float16 layer is never converted back."""
     offsets = np.asarray(offsets, dtype=np.int64)
     for s0, s1 in chunks:
         a, b = int(offsets[s0]), int(offsets[s1])
