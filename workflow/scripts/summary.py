@@ -28,7 +28,9 @@ sense_tables = {model: pd.read_csv(path) for model, path in zip(models, snakemak
 anisotropy = {model: table.set_index("layer")["baseline_cosine_exact" if "baseline_cosine_exact" in table else "baseline_cosine"]
               for model, table in layer_tables.items()}
 senses = sense_claims(sense_tables, anisotropy, labels)
-corpus = json.loads(Path(snakemake.input.corpus[0]).read_text()) if snakemake.input.corpus else None
+# a corpus other than STS: its record (one path), else no input
+corpus_path = snakemake.input.corpus if isinstance(snakemake.input.corpus, str) else next(iter(snakemake.input.corpus), None)
+corpus = json.loads(Path(corpus_path).read_text()) if corpus_path else None
 claims = claims_report(layer_tables, word_tables, labels, paper_models, snakemake.output.claims_md, sources=sources,
                        losses=losses, table1=table1, extra_sections=corpus_section(corpus) + sense_claims_section(senses))
 claims = pd.concat([claims, senses], ignore_index=True) if len(senses) else claims
