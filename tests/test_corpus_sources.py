@@ -134,7 +134,7 @@ def test_corpus_section_of_claims():
 @pytest.mark.slow
 def test_wordnet_glosses_are_the_second_corpus(wordnet_root, tmp_path):
     """WordNet 3.0's definitions and examples, as the wordnet_glosses rule writes them, through the table source."""
-    from contextuality.corpus.wordnet_glosses import write_glosses
+    from contextuality.senses.glosses import write_glosses
 
     table = write_glosses(wordnet_root, tmp_path / "glosses.parquet")
     assert table["kind"].value_counts().to_dict() == {"definition": 117_659, "example": 48_339}
@@ -142,3 +142,18 @@ def test_wordnet_glosses_are_the_second_corpus(wordnet_root, tmp_path):
                                            group_column="kind"))  # fmt: skip
     assert record["n_sentences"] == 165_998 and sentences["source_id"].iloc[0].endswith(".def")
     assert np.isclose(165_998 / 25_088, 6.6, atol=0.05)
+
+
+def test_own_corpus_claims_are_na_on_another_corpus():
+    """A9d and A10 compare with numbers the paper measured on STS: N/A, saying why, on another corpus."""
+    from contextuality.report.claims import evaluate_claims
+
+    layers = pd.DataFrame({"model": "m", "layer": range(4), "self_similarity": [0.9, 0.6, 0.5, 0.4],
+                           "intra_sentence": 0.5, "mev": 0.3, "baseline_cosine": 0.2, "baseline_mev": 0.1,
+                           "adjusted_self_similarity": 0.3, "adjusted_intra_sentence": 0.3, "adjusted_mev": 0.2})  # fmt: skip
+    record = {"source": "text", "path": "mine.txt", "sha256": "0" * 64, "n_sentences": 10}
+    sts = evaluate_claims({"m": layers}, None, {"m": "M"}, {"m": "bert"}).set_index("claim")
+    other = evaluate_claims({"m": layers}, None, {"m": "M"}, {"m": "bert"}, corpus=record).set_index("claim")
+    for claim in ("A9d", "A10"):
+        assert other.loc[claim, "status"] == "N/A" and "not the paper's" in other.loc[claim, "evidence"]
+    assert (sts.drop(index=["A9d", "A10"])["status"] == other.drop(index=["A9d", "A10"])["status"]).all()

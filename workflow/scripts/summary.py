@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 
 from contextuality.core.atomic import atomic_path
-from contextuality.report.claims import claims_report, corpus_section
+from contextuality.report.claims import claims_report
 from contextuality.report.losses import losses_frame
 from contextuality.report.summary import summary_table
 from contextuality.core.runtime import setup_job_logging
@@ -32,7 +32,7 @@ senses = sense_claims(sense_tables, anisotropy, labels)
 corpus_path = snakemake.input.corpus if isinstance(snakemake.input.corpus, str) else next(iter(snakemake.input.corpus), None)
 corpus = json.loads(Path(corpus_path).read_text()) if corpus_path else None
 claims = claims_report(layer_tables, word_tables, labels, paper_models, snakemake.output.claims_md, sources=sources,
-                       losses=losses, table1=table1, extra_sections=corpus_section(corpus) + sense_claims_section(senses))
+                       losses=losses, table1=table1, extra_sections=sense_claims_section(senses), corpus=corpus)
 claims = pd.concat([claims, senses], ignore_index=True) if len(senses) else claims
 with atomic_path(snakemake.output.claims_csv) as tmp:
     claims.to_csv(tmp, index=False)

@@ -32,11 +32,16 @@ EXACT_COLUMNS = {
 }  # fmt: skip
 # The check of each claim of contextuality.paper.CLAIMS, by id.
 CHECKS: dict[str, Callable[[ModelView], Result]] = LAYER_CHECKS | TABLE1_CHECKS
+# Claims comparing the run's numbers with those the paper measured on its own corpus (STS 2012-2016: its released
+# per-layer statistics and Table 1's scores): N/A on another corpus, where a difference says as much about the
+# sentences as about the model.
+OWN_CORPUS_CLAIMS = ("A9d", "A10")
 
 
 def evaluate_claims(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, pd.DataFrame] | None,
                     labels: dict[str, str], paper_models: dict[str, str | None], *,
-                    sources: dict[str, dict] | None = None, table1: pd.DataFrame | None = None) -> pd.DataFrame:
+                    sources: dict[str, dict] | None = None, table1: pd.DataFrame | None = None,
+                    corpus: dict | None = None) -> pd.DataFrame:
     """Evaluate every applicable claim on every model; one row per (model, claim).
 
     Columns: model, label, paper_model, stand_in, role (one sentence: paper checkpoint or stand-in),
@@ -54,12 +59,20 @@ def evaluate_claims(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str
     rows = []
     for key, table in layer_tables.items():
         rows += _model_claims(key, table, labels.get(key, key), paper_models.get(key), sources.get(key),
-                              word_tables.get(key), run_table1)
+                              word_tables.get(key), run_table1, _other_corpus(corpus))
     return pd.DataFrame(rows)
 
 
+def _other_corpus(corpus: dict | None) -> str:
+    """Why the own-corpus claims are N/A on a corpus that is not STS (its ``corpus.json`` record); '' for STS."""
+    if corpus is None:
+        return ""
+    return (f"this run's corpus is not the paper's: {corpus['n_sentences']:,} sentences from corpus.source "
+            f"'{corpus['source']}', while the paper's numbers were measured on STS 2012-2016")
+
+
 def _model_claims(key: str, table: pd.DataFrame, label: str, pm: str | None, source: dict | None,
-                  words: pd.DataFrame | None, table1: pd.DataFrame | None) -> list[dict]:
+                  words: pd.DataFrame | None, table1: pd.DataFrame | None, other_corpus: str = "") -> list[dict]:
     """The rows of ``evaluate_claims`` for one model."""
     depth = model_depth(table)
     stand_in, role = model_role(key, label, depth, pm, source)
@@ -74,6 +87,9 @@ def _model_claims(key: str, table: pd.DataFrame, label: str, pm: str | None, sou
         status_exact, evidence_exact = (NA, "no exact baselines in the layers table")
         if m_exact is not None:
             status_exact, evidence_exact, _ = _evaluate(c.id, m_exact)
+        if other_corpus and c.id in OWN_CORPUS_CLAIMS:
+            status, evidence, note = NA, other_corpus, ""
+            status_exact, evidence_exact = NA, other_corpus
         if c.about and stand_in:
             note = "; ".join(filter(None, [f"stand-in for {PAPER_LABELS[pm]}", note]))
         if final_norm and c.id in LAST_LAYER_CLAIMS:
@@ -123,17 +139,21 @@ _INTRO = ("Ethayarajh (EMNLP 2019), *How Contextual are Contextualized Word Repr
 def claims_report(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, pd.DataFrame] | None,
                   labels: dict[str, str], paper_models: dict[str, str | None], out_md, *,
                   sources: dict[str, dict] | None = None, losses: dict[str, dict] | None = None,
-                  table1: pd.DataFrame | None = None, extra_sections: list[str] | None = None) -> pd.DataFrame:
+                  table1: pd.DataFrame | None = None, extra_sections: list[str] | None = None,
+                  corpus: dict | None = None) -> pd.DataFrame:
     """Check the paper's claims on this run and write them as Markdown; returns the results table.
 
-    ``extra_sections``: Markdown lines appended before the losses (the word-senses claims).
+    ``extra_sections``: Markdown lines appended before the losses (the word-senses claims). ``corpus``: the
+    ``corpus.json`` record of a corpus that is not STS (None for STS): a section says what is absent and why,
+    and the claims of ``OWN_CORPUS_CLAIMS`` are N/A.
 
     ``word_tables`` maps model keys to their words.parquet (needed for A6 and S5; missing
     ones give N/A). ``paper_models`` and ``sources`` are as in ``report.summary.summary_table``;
     ``table1`` is the run's table1.csv (claims A9a-d).
     """
-    results = evaluate_claims(layer_tables, word_tables, labels, paper_models, sources=sources, table1=table1)
-    md = ["# The paper's claims, checked on this run", "", _INTRO, "", "## Overview", ""]
+    results = evaluate_claims(layer_tables, word_tables, labels, paper_models, sources=sources, table1=table1,
+                              corpus=corpus)
+    md = ["# The paper's claims, checked on this run", "", _INTRO, "", *corpus_section(corpus), "## Overview", ""]
     md += _overview(results, list(layer_tables), labels)
     for model, table in layer_tables.items():
         md += _model_section(results[results["model"] == model], model, labels.get(model, model), table)
@@ -156,7 +176,9 @@ def corpus_section(record: dict | None) -> list[str]:
         f"'{record['source']}', sha256 `{record['sha256'][:16]}…`), not the paper's STS 2012-2016 sentences. "
         "There are no STS pairs or gold similarity scores (the STS-only steps did not run), and every number "
         "the claims quote from the paper was measured on STS: a verdict here says whether the paper's pattern "
-        "holds on this corpus, not whether its numbers are reproduced.", "",
+        f"holds on this corpus, not whether its numbers are reproduced; the claims comparing this run's numbers with "
+        f"the paper's own ({' and '.join(OWN_CORPUS_CLAIMS)}: its released per-layer statistics and Table 1's "
+        "scores) are N/A.", "",
     ]  # fmt: skip
 
 
