@@ -84,3 +84,15 @@ def test_measurement_memory_is_the_budget_whatever_the_layer(tmp_path):
     assert estimates.measure_mem_mb(measure, small) == estimates.measure_mem_mb(measure, huge) == 3000
     assert estimates.measure_mem_mb(measure, huge, attempt=2) == 6000
     assert _settings(tmp_path).metrics.measure.memory_mb == 2048  # the schema's default
+
+
+def test_extraction_runtime_counts_the_plans_sentences(tmp_path):
+    """Any corpus: once the plan exists its sentence count (tokens.parquet's rows) sizes the shards, not STS's."""
+    import pandas as pd
+
+    settings = _settings(tmp_path, n_shards=2)
+    tokens = tmp_path / "tokens.parquet"
+    pd.DataFrame({"sentence_id": range(165_998)}).to_parquet(tokens)
+    assert estimates.shard_sentences(settings.models["m"], settings.corpus) == 12_544  # STS's 25,088 / 2
+    assert estimates.shard_sentences(settings.models["m"], settings.corpus, tokens) == 82_999
+    assert estimates.shard_sentences(settings.models["m"], settings.corpus, tmp_path / "missing.parquet") == 12_544

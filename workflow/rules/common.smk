@@ -192,7 +192,8 @@ def extraction_mem_mb(wildcards, input, attempt):
 
 
 def extraction_runtime_min(wildcards, input, attempt):
-    return estimates.extraction_runtime_min(SETTINGS.models[wildcards.model], SETTINGS.corpus, input.record, attempt)
+    return estimates.extraction_runtime_min(SETTINGS.models[wildcards.model], SETTINGS.corpus, input.record, attempt,
+                                            input.tokens)  # any corpus: the plan's sentence count
 
 
 def measure_mem_mb(wildcards, input, attempt):

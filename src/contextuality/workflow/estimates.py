@@ -42,9 +42,15 @@ MEASURE_BASE_MB = 1024
 MEASURE_WORD_BATCHES_MB = 6 * 64  # batches of words (about 64 MB each, a few at once, the variants' copies included)
 
 
-def shard_sentences(model: ModelSettings, corpus: CorpusSettings) -> int:
-    """Sentences in the largest shard of a model."""
-    n_sentences = corpus.max_sentences or STS_SENTENCES
+def shard_sentences(model: ModelSettings, corpus: CorpusSettings, tokens_path: str | Path | None = None) -> int:
+    """Sentences in the largest shard of a model: the plan's (``tokens.parquet``, one row per sentence) once it
+    exists, as any corpus may be read; before it, the STS corpus's (or ``corpus.max_sentences``)."""
+    if tokens_path is not None and Path(tokens_path).is_file():
+        import pyarrow.parquet as pq  # the footer only: no pandas in the Snakefile's process
+
+        n_sentences = pq.read_metadata(tokens_path).num_rows
+    else:
+        n_sentences = corpus.max_sentences or STS_SENTENCES
     return -(-n_sentences // model.n_shards)
 
 
@@ -65,14 +71,14 @@ def extraction_mem_mb(model: ModelSettings, record_path: str | Path, attempt: in
 
 
 def extraction_runtime_min(model: ModelSettings, corpus: CorpusSettings, record_path: str | Path,
-                           attempt: int = 1) -> int:
-    """Minutes for one shard from the model size and the shard's share of sentences.
+                           attempt: int = 1, tokens_path: str | Path | None = None) -> int:
+    """Minutes for one shard from the model size and the shard's share of sentences (``shard_sentences``).
 
     CPU-calibrated, so an upper bound on a GPU; 10 minutes are added for start-up and model loading,
     and the whole doubles per retry.
     """
     params_m = max(record_weights_bytes(record_path) / 4e6, 1.0)  # fp32 bytes -> millions of parameters
-    seconds = shard_sentences(model, corpus) * TOKENS_PER_SENTENCE * params_m / (CPU_TOKENS_PER_S_23M * 23)
+    seconds = shard_sentences(model, corpus, tokens_path) * TOKENS_PER_SENTENCE * params_m / (CPU_TOKENS_PER_S_23M * 23)
     return int((10 + 2 * seconds / 60) * attempt)
 
 
