@@ -11,8 +11,8 @@ O indexed occurrences in words of n_w occurrences each, P parameters, T tokens.
 * Store: N L d s bytes (+0.1-0.2% for the chunks' checksums).
 * Measurement (one job per layer, ``measure_layer``), the paper's measures (geometry off, post-processing
   ``none``, exact self-similarity):
-    FLOPs = 2 N d^2                      the moments (X^T X per block: exact MEV baseline)
-          + sum_w 2 n_w m_w d            each word's Gram (m_w = n_w, padded to 32 above 48) or scatter matrix
+    FLOPs = N d^2                        the moments (X^T X per block: exact MEV baseline)
+          + sum_w n_w m_w d              each word's Gram (m_w = n_w, padded to 32 above 48) or scatter matrix
                                          (n_w > d: m_w = d)
           + sum_{n_w > 24} 48 m_w^2      one round of 12 Lanczos steps on the word's two matrices
           + 10 N d + 6 O d               norms, unit-row sums, centring; the words' gather and centring
@@ -24,9 +24,12 @@ O indexed occurrences in words of n_w occurrences each, P parameters, T tokens.
 * Measurement with the default settings (post-processing none, standardize, abtt: V = 3 variants, k = d/100
   abtt axes; the geometry panel), roughly: the word terms V times, (V - 1) (10 N d) + 4 N d k for the
   variants' unit-row sums, 8 d^2 k + d^2 per large word and variant for its sandwiched scatter matrix,
-  9 d^3 for abtt's eigen-solve, 3 x (2 G d^2 + 8 d^3 + 2 T^2 d) for the panel's three isotropy blocks
+  9 d^3 for abtt's eigen-solve, 3 x (G d^2 + 8 d^3 + 2 T^2 d) for the panel's three isotropy blocks
   (G = 5,000 rows, T = 1,000 TwoNN rows); in chunks a second pass over the layer, and two more where
   the layer has massive activations.
+FLOPs are those executed: a matrix times its own transpose (the moments, the Gram and scatter matrices) is
+BLAS's syrk in numpy, N d^2 rather than a general product's 2 N d^2; time follows at one thread's syrk rate
+(``bench_scaling.py`` measures it).
 """
 
 from __future__ import annotations
@@ -105,16 +108,16 @@ def measure_cost(n_rows: int, d: int, sizes, budget_mb: int, *, work_bytes: int 
     m = gram_rows(sizes, d).astype(np.float64)
     occurrences = float(sizes.sum())
     large = sizes > d
-    word_products = float(np.sum(2.0 * sizes * m * d))
+    word_products = float(np.sum(sizes * m * d))  # syrk: n (or d) products for each of m (m + 1) / 2 entries
     eigen = float(np.sum(np.where(sizes > LAPACK_MAX, 2 * 2 * LANCZOS_STEPS * m * m, 0.0)))
-    flops = 2.0 * n_rows * d * d + word_products + eigen + 10.0 * n_rows * d + 6.0 * occurrences * d
+    flops = float(n_rows) * d * d + word_products + eigen + 10.0 * n_rows * d + 6.0 * occurrences * d
     if full:
         variants, k = 3, abtt_components(d)
-        gram_only = float(np.sum(np.where(large, 0.0, 2.0 * sizes * m * d)))
+        gram_only = float(np.sum(np.where(large, 0.0, sizes * m * d)))
         flops += (variants - 1) * (gram_only + eigen + 10.0 * n_rows * d) + 4.0 * n_rows * d * k
         flops += (variants - 1) * np.count_nonzero(large) * (8.0 * d * d * k + d * d) + 9.0 * d**3
         rows = min(GEOMETRY_ROWS, n_rows)
-        flops += ISOTROPY_BLOCKS * (2.0 * rows * d * d + 8.0 * d**3 + 2.0 * min(TWONN_ROWS, rows) ** 2 * d)
+        flops += ISOTROPY_BLOCKS * (float(rows) * d * d + 8.0 * d**3 + 2.0 * min(TWONN_ROWS, rows) ** 2 * d)
     layer = float(n_rows) * d * stored_bytes
     plan = plan_memory(n_rows, d, work_bytes, budget_mb)
     fixed_mb = BASE_MB + SQUARE_MATRICES * d * d * 8 / MB

@@ -34,7 +34,9 @@ def products(X: np.ndarray, rows: np.ndarray, group_starts: np.ndarray) -> None:
 
 
 def products_flops(n_rows: int, d: int, sizes) -> float:
-    """Floating-point operations of ``products``: 2 N d^2 for X^T X, and per word of n occurrences
-    2 n min(n, d) d (its Gram matrix, 2 n^2 d, or its scatter matrix, 2 n d^2)."""
+    """Floating-point operations ``products`` executes: N d^2 for X^T X, and per word of n occurrences
+    n min(n, d) d (its Gram matrix, n^2 d, or its scatter matrix, n d^2). Each is a matrix times its own
+    transpose, which numpy hands to BLAS's syrk (also slice by slice in a stack): one multiply and one add
+    per entry of the upper triangle, half of a general product's 2 m n k."""
     sizes = np.asarray(sizes, dtype=np.float64)
-    return 2.0 * n_rows * d * d + float(np.sum(2.0 * sizes * np.minimum(sizes, d) * d))
+    return float(n_rows) * d * d + float(np.sum(sizes * np.minimum(sizes, d) * d))

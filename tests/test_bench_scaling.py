@@ -49,11 +49,11 @@ def test_the_cases_are_every_d_at_the_base_n_and_every_n_at_the_base_d():
 
 
 def test_the_cost_model_arithmetic():
-    # the floor: 2 N d^2 + per word 2 n min(n, d) d
-    assert products_flops(1000, 10, [5, 20]) == 2 * 1000 * 100 + 2 * 5 * 5 * 10 + 2 * 20 * 10 * 10  # 204,500
-    # a layer that fits: 2 N d^2 + 2 n m d (m = 5; m = d for n = 20 > d) + no Lanczos (n <= 24) + 10 N d + 6 O d
+    # the floor (syrk: each symmetric product's upper triangle): N d^2 + per word n min(n, d) d
+    assert products_flops(1000, 10, [5, 20]) == 1000 * 100 + 5 * 5 * 10 + 20 * 10 * 10  # 102,250
+    # a layer that fits: N d^2 + n m d (m = 5; m = d for n = 20 > d) + no Lanczos (n <= 24) + 10 N d + 6 O d
     whole = cost_model.measure_cost(1000, 10, [5, 20], 600)
-    assert whole["flops"] == 200_000 + (500 + 4_000) + 0 + 100_000 + 6 * 25 * 10
+    assert whole["flops"] == 100_000 + (250 + 2_000) + 0 + 100_000 + 6 * 25 * 10
     assert whole["whole"] and whole["bytes_read"] == 1000 * 10 * 2 and whole["bytes_written"] == 0
     assert whole["peak_mb"] == pytest.approx(512 + 8 * 100 * 8 / 2**20 + 1000 * 10 * 4 / 2**20)
     # a word's rows: n up to 48, then padded to a multiple of 32, capped at d (here 100)
@@ -66,7 +66,7 @@ def test_the_cost_model_arithmetic():
     assert chunks["bytes_read"] == 65_536 * 64 * 2 + 1_000_000 * 64 * 2 + spill and chunks["bytes_written"] == spill
     fixed = 512 + 8 * 64 * 64 * 8 / 2**20
     assert chunks["peak_mb"] == pytest.approx(fixed + (520 - fixed) / 2)
-    assert chunks["flops"] == 2e6 * 64**2 + 10 * 2 * 100 * 64 * 64 + 10 * 48 * 64**2 + 10 * 1e6 * 64 + 6 * 1000 * 64
+    assert chunks["flops"] == 1e6 * 64**2 + 10 * 100 * 64 * 64 + 10 * 48 * 64**2 + 10 * 1e6 * 64 + 6 * 1000 * 64
     # the default settings read the layer twice in chunks (four times with massive activations)
     full = cost_model.measure_cost(1_000_000, 64, [100] * 10, 520, full=True, massive=True)
     assert full["passes"] == 4 and full["flops"] > chunks["flops"]
