@@ -46,11 +46,11 @@ from scipy.spatial.distance import cosine
 from sklearn.decomposition import TruncatedSVD
 from threadpoolctl import threadpool_limits
 
+from floor import products  # the products floor (f), shared with bench_scaling.py
+
 from contextuality.workflow.schema import load_settings
 from contextuality.measure.combine import combine_layers
 from contextuality.measure.layer_job import OccurrenceIndex, measure_layer
-from contextuality.measure.layer_pass import BLOCK_ROWS
-from contextuality.measure.word_stats import BATCH_ELEMENTS, STACK_MAX
 from contextuality.store.reader import read_layer
 
 
@@ -130,21 +130,7 @@ def _products_one(args):
 def _products(path, rows, group_starts, dtype) -> float:
     started = time.process_time()
     X, _ = read_layer(path, dtype)
-    n_rows, d = X.shape
-    second = np.zeros((d, d), dtype=X.dtype)
-    for start in range(0, n_rows, BLOCK_ROWS):  # the layer's second moment: the exact MEV baseline
-        block = X[start : start + BLOCK_ROWS]
-        second += block.T @ block
-    sizes = np.diff(np.append(group_starts, len(rows)))
-    for size in np.unique(sizes[sizes <= STACK_MAX]):  # small words stacked by size, as word_stats does
-        chosen = np.flatnonzero(sizes == size)
-        per_batch = max(1, BATCH_ELEMENTS // (int(size) * d))
-        for batch in np.array_split(chosen, -(-len(chosen) // per_batch)):
-            block = X[rows[group_starts[batch, None] + np.arange(size)]]
-            np.matmul(block, np.swapaxes(block, 1, 2))
-    for word in np.flatnonzero(sizes > STACK_MAX):  # each larger word's Gram (n <= d) or scatter (n > d) matrix
-        block = X[rows[group_starts[word] : group_starts[word] + sizes[word]]]
-        _ = block @ block.T if len(block) <= d else block.T @ block
+    products(X, rows, group_starts)
     return time.process_time() - started
 
 
