@@ -157,3 +157,16 @@ def test_own_corpus_claims_are_na_on_another_corpus():
     for claim in ("A9d", "A10"):
         assert other.loc[claim, "status"] == "N/A" and "not the paper's" in other.loc[claim, "evidence"]
     assert (sts.drop(index=["A9d", "A10"])["status"] == other.drop(index=["A9d", "A10"])["status"]).all()
+
+
+def test_sts_record_digests_each_release_file_and_the_sentences(tmp_path):
+    from contextuality.corpus.sources import file_sha256, sts_record
+
+    release = tmp_path / "STS.input.x.txt"
+    release.write_text("a\tb\n")
+    sentences = pd.DataFrame({"text": ["a", "b"]})
+    record = sts_record("bundled", sentences, release_files=[str(release)])
+    assert record["files"] == {str(release): file_sha256(release)} and record["n_sentences"] == 2
+    import hashlib
+
+    assert record["sentences_sha256"] == hashlib.sha256(b"a\nb").hexdigest()

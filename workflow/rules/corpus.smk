@@ -31,8 +31,13 @@ if is_sts(SETTINGS.corpus.source):
     rule corpus:
         input:
             pairs=branch(SETTINGS.corpus.source == "bundled", then=rules.sts_pairs.output.pairs, otherwise=[]),
+            # the release files again, for the record's digests (sts_pairs parsed them)
+            release_files=branch(
+                SETTINGS.corpus.source == "bundled", then=rules.sts_pairs.input.release_files, otherwise=[]
+            ),
         output:
             sentences=layout.SENTENCES,
+            record=layout.CORPUS_RECORD,
         params:
             source=SETTINGS.corpus.source,
             years=list(SETTINGS.corpus.years),

@@ -17,7 +17,7 @@ RESULTS = "results"
 # The corpus
 STS_PAIRS = f"{RESULTS}/corpus/sts_pairs.jsonl"
 SENTENCES = f"{RESULTS}/corpus/sentences.parquet"
-CORPUS_RECORD = f"{RESULTS}/corpus/corpus.json"  # a corpus other than STS: its source, input digest and counts
+CORPUS_RECORD = f"{RESULTS}/corpus/corpus.json"  # the corpus's source, its inputs' sha256 and counts
 WORDNET_GLOSSES = f"{RESULTS}/corpus/wordnet_glosses.parquet"  # WordNet's definitions and examples, as a table
 SPACY_WORDS = f"{RESULTS}/corpus/spacy_words.parquet"
 WORD_INDEX = f"{RESULTS}/corpus/word_index.parquet"

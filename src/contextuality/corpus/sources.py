@@ -229,3 +229,21 @@ def load_source(corpus) -> tuple[pd.DataFrame, dict]:
     }  # fmt: skip
     log.info("corpus.source %s: %d sentences from %s (sha256 %s)", source, len(sentences), where_prefix, digest[:12])
     return sentences, record
+
+
+def sts_record(source: str, sentences: pd.DataFrame, *, release_files: list[str] = (), years=(),
+               include_2012_train: bool = False, hub_revisions: dict | None = None) -> dict:
+    """``corpus.json`` of an STS corpus: the sha256 of every release file read (bundled) or of every file of
+    each pinned hub snapshot, and of the sentence texts in corpus order."""
+    from contextuality.corpus.sts import HUB_DATASETS, selected_releases
+
+    if source == "bundled":
+        files = {str(path): file_sha256(Path(path)) for path in release_files}
+    else:
+        files = {}
+        for year in sorted({year for year, _ in selected_releases(list(years), include_2012_train)}):
+            name, revision = HUB_DATASETS[year]
+            revision = (hub_revisions or {}).get(year, revision)
+            files[f"{name}@{revision}"] = folder_sha256(hub_snapshot(name, revision))
+    texts = hashlib.sha256("\n".join(sentences["text"]).encode("utf-8")).hexdigest()
+    return {"source": source, "files": files, "sentences_sha256": texts, "n_sentences": len(sentences)}

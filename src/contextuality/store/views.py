@@ -139,6 +139,9 @@ def write_layer_file(shard_paths: list[Path], layer: int, out_path: Path, manife
             skipped += int(shard.attrs.get("n_skipped_sentences", 0))
     with atomic_path(out_path) as tmp, h5py.File(tmp, "w") as out:
         # NaN where a source is missing (HDF5 fills silently): a reader bypassing read_layer sees NaN, not zeros
+        # no creation time in the object header (HDF5's default for a virtual dataset, which h5py does not
+        # turn off as it does for others): the same shards give the same bytes
+        layout.dcpl.set_obj_track_times(False)
         out.create_virtual_dataset("vectors", layout, fillvalue=np.nan)
         create_checked(out, "sentence_offsets", offsets.shape, np.int64, data=offsets)
         create_checked(out, "sentence_ids", sentence_ids.shape, np.int64, data=sentence_ids)
