@@ -137,6 +137,7 @@ def test_wordnet_glosses_are_the_second_corpus(wordnet_root, tmp_path):
     from contextuality.senses.glosses import write_glosses
 
     table = write_glosses(wordnet_root, tmp_path / "glosses.parquet")
+    assert list(pd.read_parquet(tmp_path / "glosses.parquet").columns) == ["id", "kind", "text"]  # the data contract's
     assert table["kind"].value_counts().to_dict() == {"definition": 117_659, "example": 48_339}
     sentences, record = load_source(corpus(source="table", path=str(tmp_path / "glosses.parquet"), id_column="id",
                                            group_column="kind"))  # fmt: skip
