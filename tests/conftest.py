@@ -122,7 +122,7 @@ def gather_layers(shard_paths: list[Path], units_path: Path, out_dir: Path) -> d
 
 def extract_planned(loaded, sentences, words, out_dir: Path, *, indexing: str = "subword", pooling: str = "first",
                     batch_size: int = 3, policy: str = "truncate", storage_dtype: str = "float32",
-                    tokenization: str = "natural", plan=None):
+                    tokenization: str = "natural", plan=None, max_batch_tokens: int | None = None, forward=None):
     """What the workflow's plan and extract rules do for one shard holding every sentence:
     ``out_dir/shard.h5`` and ``out_dir/units.parquet``; returns (plan, extraction stats)."""
     from contextuality.extraction import extract
@@ -133,7 +133,8 @@ def extract_planned(loaded, sentences, words, out_dir: Path, *, indexing: str = 
         plan = plan_model(loaded, sentences, words, indexing=indexing, tokenization=tokenization, policy=policy)
     stats = extract.extract_shard(
         loaded, plan, out_dir / "shard.h5", pooling=pooling, batch_size=batch_size, storage_dtype=storage_dtype,
-        device="cpu", disk_factor=1.0, attrs={"model": getattr(loaded, "key", "m")},
+        device="cpu", disk_factor=1.0, attrs={"model": getattr(loaded, "key", "m")}, max_batch_tokens=max_batch_tokens,
+        forward=forward,
     )
     plan.units.to_parquet(out_dir / "units.parquet", index=False)
     return plan, stats

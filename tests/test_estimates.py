@@ -45,6 +45,21 @@ def test_extraction_memory_follows_the_models_own_batch_size_and_an_unbuilt_mode
     assert estimates.extraction_mem_mb(settings.models["m"], missing) == int(expected)
 
 
+def test_extraction_memory_under_a_token_cap_holds_one_pass_of_that_many_tokens(tmp_path):
+    """BERT-base, batch 64, max_batch_tokens 2048: 2048 x 13 x 768 x 8 / 1e6 = 164 MB of hidden states, not 654; a
+    model's own cap wins; a cap under one sentence's 128 tokens still leaves room for a sentence running alone."""
+    record = _record(tmp_path, 440_000_000, 13, 768)
+    window = 4 * 64 * 64 * 13 * 768 * 8 / 1e6
+    capped = load_settings({"models": {"m": {"source": "hub", "id": "org/m", "revision": "0" * 40}},
+                            "extraction": {"max_batch_tokens": 2048}}).models["m"]
+    assert estimates.batch_tokens(capped) == 2048
+    assert estimates.extraction_mem_mb(capped, record) == int(1000 + 880 + 2048 * 13 * 768 * 8 / 1e6 + window) == 3352
+    own = load_settings({"models": {"m": {"source": "hub", "id": "org/m", "revision": "0" * 40, "max_batch_tokens": 16}},
+                         "extraction": {"max_batch_tokens": 2048}}).models["m"]
+    assert own.max_batch_tokens == 16 and estimates.batch_tokens(own) == 128
+    assert estimates.batch_tokens(_settings(tmp_path).models["m"]) == 64 * 128  # no cap: batch_size sentences
+
+
 def test_extraction_runtime_of_smollm2_per_half_corpus_shard(tmp_path):
     """SmolLM2-135M: 12,544 x 15 x 135 / 34,500 = 736 s per shard of the full corpus; 10 + 2 x 12.3 min."""
     settings = _settings(tmp_path)

@@ -95,11 +95,12 @@ def test_a_lagging_writer_never_sees_a_reused_window_buffer_overwritten(tiny_mod
             np.testing.assert_array_equal(fast[f"layer_{layer:02d}"][:], slow[f"layer_{layer:02d}"][:])
 
 
-@pytest.mark.parametrize("batch_size", [1, 3, 8])
-def test_stored_vectors_equal_a_direct_call_on_the_sentence_alone(tiny_model, corpus, tmp_path, batch_size):
+@pytest.mark.parametrize("batch_size, max_batch_tokens", [(1, None), (3, None), (8, None), (8, 24)])
+def test_stored_vectors_equal_a_direct_call_on_the_sentence_alone(tiny_model, corpus, tmp_path, batch_size,
+                                                                 max_batch_tokens):
     loaded, _ = tiny_model
     sentences, words, _ = corpus
-    _extract(loaded, sentences, words, tmp_path, batch_size=batch_size)
+    _extract(loaded, sentences, words, tmp_path, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
     units = pd.read_parquet(tmp_path / "units.parquet")
     with h5py.File(tmp_path / "shard.h5") as shard:
         offsets = shard["sentence_offsets"][:]
@@ -114,6 +115,78 @@ def test_stored_vectors_equal_a_direct_call_on_the_sentence_alone(tiny_model, co
         np.testing.assert_allclose(stored[:, rows], hidden[:, kept], atol=1e-4)
     tokens = loaded.tokenizer.convert_ids_to_tokens(loaded.tokenizer(SENTENCES[0])["input_ids"])
     assert units[units["sentence_id"] == 0]["unit"].tolist() == [t for t in tokens if t not in ("[CLS]", "[SEP]", "Ġ")]
+
+
+def test_batches_close_at_the_sentence_or_token_cap_and_a_longer_sentence_runs_alone(caplog):
+    """Lengths 3 3 4 5 9 20 in run order, 3 sentences and 12 padded tokens at most: 3 x 4 = 12 fits, then the
+    sentence cap closes; 5 and 9 would pad to 18; 20 is over the cap on its own and runs alone, named."""
+    lengths = np.array([3, 3, 4, 5, 9, 20])
+    names = np.array([10, 11, 12, 13, 14, 15])
+    with caplog.at_level("WARNING", logger="contextuality.extraction.extract"):
+        batches = list(extract.length_batches(np.arange(6), lengths, 3, 12, names))
+    assert [b.tolist() for b in batches] == [[0, 1, 2], [3], [4], [5]]
+    assert [r.getMessage() for r in caplog.records] == [
+        "sentence 15 has 20 tokens, more than extraction.max_batch_tokens (12): it runs alone, and its forward pass "
+        "holds 20 tokens"]
+    # without a cap only the sentence count closes a batch; unsorted (stateful ELMo) the widest so far pads
+    assert [b.tolist() for b in extract.length_batches(np.arange(6), lengths, 3, None, names)] == [[0, 1, 2], [3, 4, 5]]
+    assert [b.tolist() for b in extract.length_batches(np.arange(4), np.array([6, 1, 1, 2]), 4, 12, names)] == [[0, 1], [2, 3]]
+
+
+def test_a_token_cap_bounds_every_forward_pass_and_a_long_sentence_runs_alone(tiny_model, corpus, tmp_path, caplog):
+    """With batch_size 16 the corpus is one pass, every sentence padded to the long one's length; under a cap of
+    32 tokens no pass's hidden states hold more than 32 tokens x layers x dim, except the long sentence's, alone
+    and named in a warning; the stored vectors equal the uncapped run's within the batch-size tolerance (1e-4)."""
+    loaded, _ = tiny_model
+    long_text = " ".join(["the dog sleeps on the mat near the cat"] * 6)
+    texts = SENTENCES + [long_text]
+    sentences = pd.DataFrame({"sentence_id": range(len(texts)), "text": texts})
+    words = word_table(sentences)
+    dim, forward = loaded.model.config.hidden_size, extract.model_forward(loaded)
+    runs = {}
+    for cap in (None, 32):
+        passes = []
+
+        def recording(ids, mask):
+            hidden = forward(ids, mask)
+            passes.append((ids.shape, sum(h.numel() for h in hidden)))
+            return hidden
+
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="contextuality.extraction.extract"):
+            plan, _ = extract_planned(loaded, sentences, words, tmp_path / str(cap), batch_size=16, max_batch_tokens=cap,
+                                      forward=recording)
+        runs[cap] = passes, [r.getMessage() for r in caplog.records]
+    n_long = int(np.diff(plan.token_offsets)[-1])
+    assert n_long > 50
+    uncapped, _ = runs[None]
+    running = int((np.diff(plan.token_offsets) > 0).sum())  # an empty sentence runs only with [CLS]/[SEP]
+    assert [tuple(shape) for shape, _ in uncapped] == [(running, n_long)]
+    capped, warnings = runs[32]
+    alone = [(tuple(shape), elements) for shape, elements in capped if shape[1] > 32]
+    assert alone == [((1, n_long), n_long * loaded.n_layers * dim)]
+    assert all(elements <= 32 * loaded.n_layers * dim for shape, elements in capped if shape[1] <= 32)
+    assert warnings == [f"sentence {len(texts) - 1} has {n_long} tokens, more than extraction.max_batch_tokens (32): "
+                        f"it runs alone, and its forward pass holds {n_long} tokens"]
+    with h5py.File(tmp_path / "None" / "shard.h5") as a, h5py.File(tmp_path / "32" / "shard.h5") as b:
+        for layer in range(loaded.n_layers):
+            np.testing.assert_allclose(b[f"layer_{layer:02d}"][:], a[f"layer_{layer:02d}"][:], rtol=0, atol=1e-4)
+
+
+def test_elmo_batches_follow_the_token_cap():
+    """ELMo's words go through the same batching: sorted by length, at most 6 padded words a batch."""
+    calls = []
+
+    class Embedder:
+        def embed_batch(self, batch):
+            calls.append([len(words) for words in batch])
+            return [np.full((3, len(words), 2), len(words), dtype=np.float32) for words in batch]
+
+    model = extract.ElmoModel("elmo", Embedder(), n_layers=3, dim=2)
+    sentences = [["w"] * n for n in (2, 1, 7, 3, 2)]
+    arrays = model.forward_block(sentences, batch_size=4, max_tokens=6)
+    assert calls == [[1, 2, 2], [3], [7]]
+    assert [a.shape[1] for a in arrays] == [2, 1, 7, 3, 2]
 
 
 def test_word_mode_pools_the_pieces_of_each_word(tiny_model, corpus, tmp_path):

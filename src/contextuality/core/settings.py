@@ -3,7 +3,7 @@
 The schema (``workflow/schemas/config.schema.yaml``) is the only home of every default: Snakemake's
 ``validate`` fills them in, and ``Settings.from_config`` reads every key with ``[]``, so a default
 restated here (or anywhere else) would be dead code. The per-model overrides are resolved here too
-(``batch_size``, ``n_shards``: the model's own, else the extraction section's), once.
+(``batch_size``, ``max_batch_tokens``, ``n_shards``: the model's own, else the extraction section's), once.
 
 A job's settings are what its rule passes as ``params``: exactly the values that change the job's
 output, in a fixed field order, so that writing the same keys in another order, or changing a value
@@ -80,6 +80,7 @@ class ModelSettings:
     pooling: str
     max_length: int | None
     batch_size: int  # resolved: the model's own, else extraction.batch_size
+    max_batch_tokens: int | None  # resolved: the model's own, else extraction.max_batch_tokens (None: no cap)
     n_shards: int  # resolved: the model's own (stateful ELMo needs 1), else extraction.n_shards
     stateful: bool
     label: str  # resolved: the model key when no label is set
@@ -116,6 +117,7 @@ class ShardSettings:
     max_length: int | None
     pooling: str
     batch_size: int
+    max_batch_tokens: int | None
     n_shards: int
     stateful: bool
     allow_pickle: bool
@@ -156,6 +158,7 @@ class WordSettings:
 class ExtractionSettings:
     n_shards: int
     batch_size: int
+    max_batch_tokens: int | None
     threads: int
     device: str
     compute_dtype: str
@@ -265,9 +268,9 @@ class Settings:
         """The extraction jobs' settings for model ``key``."""
         model, extraction = self.models[key], self.extraction
         return ShardSettings(
-            model.indexing, model.tokenization, model.max_length, model.pooling, model.batch_size, model.n_shards,
-            model.stateful, model.build.download.allow_pickle, extraction.device, extraction.compute_dtype,
-            extraction.storage_dtype,
+            model.indexing, model.tokenization, model.max_length, model.pooling, model.batch_size,
+            model.max_batch_tokens, model.n_shards, model.stateful, model.build.download.allow_pickle, extraction.device,
+            extraction.compute_dtype, extraction.storage_dtype,
         )  # fmt: skip
 
 
@@ -277,6 +280,7 @@ def _model(key: str, entry: dict, extraction: ExtractionSettings, seed: int) -> 
     return _take(
         ModelSettings, entry, key=key, build=build, label=entry["label"] or key,
         batch_size=entry["batch_size"] or extraction.batch_size, n_shards=entry["n_shards"] or extraction.n_shards,
+        max_batch_tokens=entry["max_batch_tokens"] or extraction.max_batch_tokens,
     )  # fmt: skip
 
 

@@ -4,7 +4,9 @@ The plan (``contextuality.extraction.plan``, rule ``plan``) says what each sente
 which token range each stored unit pools. Extraction only runs the model and keeps those rows:
 
 * Sentences are processed in corpus order in windows of a few batches; inside a window they are
-  sorted by length and right-padded per batch (with attention masks), so padding costs little.
+  sorted by length and right-padded per batch (with attention masks), so padding costs little. A batch
+  holds at most ``batch_size`` sentences and, with ``max_batch_tokens``, at most that many padded tokens
+  (a sentence longer than that runs alone), so one pass's hidden states have a bound whatever the lengths.
   Windows sit at fixed corpus positions and shards are cut between windows, so a sentence meets the
   same batch neighbours however many shards there are: gathered shards equal a one-shard run.
 * The rows to store are gathered **on the device** with batched index operations (first or last
@@ -75,12 +77,15 @@ class ElmoModel:
     stateful: bool = False
     max_length: int = 10_000  # a character-CNN + LSTM has no position limit
 
-    def forward_block(self, sentences: list[list[str]], batch_size: int) -> list[np.ndarray]:
-        """Per sentence (layers, words, dim) float32; stateful ELMo keeps corpus order (its state flows on)."""
-        order = list(range(len(sentences))) if self.stateful else sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+    def forward_block(self, sentences: list[list[str]], batch_size: int, max_tokens: int | None = None,
+                      names=None) -> list[np.ndarray]:
+        """Per sentence (layers, words, dim) float32; stateful ELMo keeps corpus order (its state flows on).
+        ``max_tokens`` caps the padded words per batch (``length_batches``); ``names``: the sentences' ids."""
+        lengths = np.array([len(sentence) for sentence in sentences], dtype=np.int64)
+        order = np.arange(len(sentences)) if self.stateful else np.argsort(lengths, kind="stable")
+        names = np.arange(len(sentences)) if names is None else np.asarray(names)
         results: list[np.ndarray | None] = [None] * len(sentences)
-        for start in range(0, len(order), batch_size):
-            indices = order[start:start + batch_size]
+        for indices in length_batches(order, lengths[order], batch_size, max_tokens, names[order]):
             for index, array in zip(indices, self.embedder.embed_batch([sentences[i] for i in indices])):
                 results[index] = np.asarray(array, dtype=np.float32)
         return results
@@ -133,8 +138,31 @@ def _selection(plan: Plan, batch: np.ndarray, width: int, pooling: str) -> tuple
     return rows, np.where(span[None, :] < n_pieces[:, None], index, pad), n_pieces
 
 
-def padded_batches(plan: Plan, first: int, last: int, batch_size: int, tokenizer):
-    """The batches of plan sentences ``[first, last)`` (one window): sorted by length, right-padded.
+def length_batches(order: np.ndarray, lengths: np.ndarray, batch_size: int, max_tokens: int | None, names: np.ndarray):
+    """``order`` (sentences in the order they run; ``lengths`` theirs) cut into consecutive batches of at most
+    ``batch_size`` sentences and, with ``max_tokens``, at most ``max_tokens`` padded tokens (sentences x the
+    batch's longest): a batch closes before the sentence that would take it past either bound. A sentence
+    longer than ``max_tokens`` runs alone, with a warning naming it (``names``: the sentences' ids).
+
+    Greedy in run order, so the batches depend only on the window's sentences (never on the shard count).
+    """
+    start, width = 0, 0
+    for i, n in enumerate(lengths.tolist()):
+        wider = max(width, n)
+        if i > start and (i - start == batch_size or (max_tokens is not None and (i - start + 1) * wider > max_tokens)):
+            yield order[start:i]
+            start, wider = i, n
+        width = wider
+        if max_tokens is not None and n > max_tokens:
+            log.warning("sentence %s has %d tokens, more than extraction.max_batch_tokens (%d): it runs alone, and "
+                        "its forward pass holds %d tokens", names[i], n, max_tokens, n)
+    if start < len(order):
+        yield order[start:]
+
+
+def padded_batches(plan: Plan, first: int, last: int, batch_size: int, tokenizer, max_tokens: int | None = None):
+    """The batches of plan sentences ``[first, last)`` (one window): sorted by length, right-padded, each of
+    at most ``batch_size`` sentences and ``max_tokens`` padded tokens (``length_batches``).
 
     Yields (sentence positions, input ids, attention mask) as numpy arrays, padded on the right with
     the tokenizer's pad token (as ``tokenizer.pad`` does, but by array indexing), so real tokens keep
@@ -147,8 +175,7 @@ def padded_batches(plan: Plan, first: int, last: int, batch_size: int, tokenizer
     pad = tokenizer.pad_token_id
     if pad is None:
         raise ExtractionError(f"tokenizer {type(tokenizer).__name__} has no pad token to pad batches with")
-    for b0 in range(0, len(order), batch_size):
-        batch = order[b0:b0 + batch_size]
+    for batch in length_batches(order, lengths[order], batch_size, max_tokens, plan.sentence_ids[order]):
         n = lengths[batch]
         real = np.arange(int(n.max()))[None, :] < n[:, None]
         ids = np.full(real.shape, pad, dtype=np.int64)
@@ -165,7 +192,8 @@ def model_forward(loaded):
     return forward
 
 
-def _hf_windows(loaded, plan: Plan, *, batch_size: int, pooling: str, device: str, storage_dtype: str, forward=None):
+def _hf_windows(loaded, plan: Plan, *, batch_size: int, max_batch_tokens: int | None, pooling: str, device: str,
+                storage_dtype: str, forward=None):
     """Yield (first unit row of the window, (layers, units, dim) block in the storage dtype, window end).
 
     ``forward(input_ids, attention_mask) -> hidden states`` defaults to the model's forward pass
@@ -200,7 +228,7 @@ def _hf_windows(loaded, plan: Plan, *, batch_size: int, pooling: str, device: st
             buffer = torch.empty(loaded.n_layers * widest * dim, dtype=storage, device=device)
         rows_of_window = front_view(buffer, (loaded.n_layers, n_rows, dim))  # in corpus order
         filled = 0
-        for batch, ids, mask in padded_batches(plan, w0, w1, batch_size, loaded.tokenizer):
+        for batch, ids, mask in padded_batches(plan, w0, w1, batch_size, loaded.tokenizer, max_batch_tokens):
             rows, index, n_pieces = _selection(plan, batch, ids.shape[1], pooling)
             if not len(rows):
                 continue
@@ -271,23 +299,25 @@ def _holding(buffer, shape: tuple[int, ...], dtype, device):
     return torch.empty(max(needed, 1 << 20), dtype=dtype, device=device)
 
 
-def _elmo_windows(loaded: ElmoModel, plan: Plan, *, batch_size: int, storage_dtype: str):
+def _elmo_windows(loaded: ElmoModel, plan: Plan, *, batch_size: int, max_batch_tokens: int | None, storage_dtype: str):
     words = plan.units["unit"].tolist()
     window = WINDOW_BATCHES * batch_size
     n_sentences = len(plan.sentence_ids)
     for w0 in range(0, n_sentences, window):
         w1 = min(w0 + window, n_sentences)
         sentences = [words[plan.unit_offsets[i]:plan.unit_offsets[i + 1]] for i in range(w0, w1)]
-        arrays = [a for a in loaded.forward_block(sentences, batch_size) if a is not None and a.shape[1]]
+        arrays = loaded.forward_block(sentences, batch_size, max_batch_tokens, plan.sentence_ids[w0:w1])
+        arrays = [a for a in arrays if a is not None and a.shape[1]]
         block = np.concatenate(arrays, axis=1).astype(storage_dtype) if arrays else np.zeros((loaded.n_layers, 0, loaded.dim), storage_dtype)
         yield int(plan.unit_offsets[w0]), block, w1
 
 
 def extract_shard(
     loaded, plan: Plan, out_h5: Path, *, pooling: str, batch_size: int, storage_dtype: str, device: str,
-    disk_factor: float, attrs: dict, forward=None,
+    disk_factor: float, attrs: dict, forward=None, max_batch_tokens: int | None = None,
 ) -> dict:
-    """Extract the plan's sentences into ``out_h5`` (one dataset per layer, rows in plan order)."""
+    """Extract the plan's sentences into ``out_h5`` (one dataset per layer, rows in plan order); a forward pass
+    takes at most ``batch_size`` sentences and ``max_batch_tokens`` padded tokens (None: no cap)."""
     n_units = len(plan.units)
     dim = loaded.dim if isinstance(loaded, ElmoModel) else loaded.model.config.hidden_size
     needed = estimate_bytes(n_units, loaded.n_layers, dim, storage_dtype)
@@ -298,10 +328,11 @@ def extract_shard(
     log.info("over-long sentences (max %d tokens): %d truncated, %d skipped", loaded.max_length,
              int(plan.truncated.sum()), int(plan.skipped.sum()))
     if isinstance(loaded, ElmoModel):
-        windows = _elmo_windows(loaded, plan, batch_size=batch_size, storage_dtype=storage_dtype)
+        windows = _elmo_windows(loaded, plan, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+                                storage_dtype=storage_dtype)
     else:
-        windows = _hf_windows(loaded, plan, batch_size=batch_size, pooling=pooling, device=device,
-                              storage_dtype=storage_dtype, forward=forward)
+        windows = _hf_windows(loaded, plan, batch_size=batch_size, max_batch_tokens=max_batch_tokens, pooling=pooling,
+                              device=device, storage_dtype=storage_dtype, forward=forward)
     started, done = time.perf_counter(), 0
     bar = tqdm(total=len(plan.sentence_ids), unit="sent", mininterval=5, desc=f"extract {loaded.key}")
     cache = chunk_cache_bytes(n_units, dim, storage_dtype)
@@ -400,7 +431,7 @@ def run_extraction_job(
     try:
         return extract_shard(
             loaded, plan, out_h5, pooling=settings.pooling, batch_size=settings.batch_size,
-            storage_dtype=settings.storage_dtype, device=device, disk_factor=disk_factor, attrs=attrs,
+            max_batch_tokens=settings.max_batch_tokens, storage_dtype=settings.storage_dtype, device=device, disk_factor=disk_factor, attrs=attrs,
         )
     finally:
         if lease is not None:

@@ -23,10 +23,11 @@ ATTRIBUTE = "provenance"
 ORIGINS = {"model": "the model key", "weights_sha256": "source.json", "source_sha256": "source.json's digest",
            "plan_sha256": "the plan (tokens.parquet, units.parquet)"}  # fmt: skip
 _MISSING = "(not recorded)"
-# Shard settings that say how a job ran, not what it stored: the device it computed on and the batch size
-# move a vector within the tested tolerance (1e-4, test_determinism), and allow_pickle only lets a format
-# load. Shards that differ in these alone hold the same vectors (a local and a SLURM run compare equal).
-HOW_IT_RAN = ("allow_pickle", "batch_size", "device")
+# Shard settings that say how a job ran, not what it stored: the device it computed on and the batches (their
+# size, their token cap) move a vector within the tested tolerance (1e-4, test_determinism), and allow_pickle
+# only lets a format load. Shards that differ in these alone hold the same vectors (a local and a SLURM run
+# compare equal).
+HOW_IT_RAN = ("allow_pickle", "batch_size", "device", "max_batch_tokens")
 
 
 def plan_sha256(tokens_path: str | Path, units_path: str | Path) -> str:

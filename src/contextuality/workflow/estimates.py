@@ -12,8 +12,9 @@ Calibration of the extraction estimates:
   CUDA context's host memory.
 * STS sentences: ~330k WordPieces over 25,088 sentences = 13.2 per sentence, plus 2 special tokens
   (the default run's MiniLM tokenizer measured 359k tokens with [CLS]/[SEP] = 14.3 per sentence). A
-  padded batch is bounded by 128 tokens and a window's mean by 64 units per sentence (the longest STS
-  sentences sort together into one batch; no window averages more than that).
+  padded batch is bounded by 128 tokens per sentence and a window's mean by 64 units per sentence (the
+  longest STS sentences sort together into one batch; no window averages more than that). With
+  ``max_batch_tokens`` a pass holds at most that many tokens, or one sentence alone when it is longer.
 * CPU throughput: all-MiniLM-L6-v2 (23M parameters) ran ~1,500 tokens/s on 2 cores (2,000-3,300 in
   later runs); time per token scales with the parameter count (2 FLOPs per parameter and token).
   Check: SmolLM2-135M predicted 256 tokens/s, measured 185 on a loaded machine, well inside the
@@ -30,7 +31,7 @@ from contextuality.models.loading import record_shape, record_weights_bytes
 
 EXTRACT_BASE_MB = 1000
 TOKENS_PER_SENTENCE = 15
-MAX_BATCH_TOKENS = 128
+MAX_SENTENCE_TOKENS = 128
 MAX_WINDOW_UNITS = 64
 CPU_TOKENS_PER_S_23M = 1500
 STS_SENTENCES = 25088
@@ -54,18 +55,27 @@ def shard_sentences(model: ModelSettings, corpus: CorpusSettings, tokens_path: s
     return -(-n_sentences // model.n_shards)
 
 
-def extraction_mem_mb(model: ModelSettings, record_path: str | Path, attempt: int = 1) -> int:
-    """Host memory (MB) of one shard job, from the model's size and shape and the batch size.
+def batch_tokens(model: ModelSettings) -> int:
+    """Most padded tokens in one forward pass: batch_size sentences of at most 128 tokens, or fewer under the
+    model's ``max_batch_tokens`` (a longer sentence runs alone, so never fewer than one sentence's 128)."""
+    tokens = model.batch_size * MAX_SENTENCE_TOKENS
+    if model.max_batch_tokens is not None:
+        tokens = min(tokens, max(model.max_batch_tokens, MAX_SENTENCE_TOKENS))
+    return tokens
 
-    weights twice (the checkpoint and the built model while loading) + one batch's hidden states of
-    every layer (float32, the torch tensor and its numpy copy) + one window of pooled unit vectors
-    (the per-sentence arrays and their concatenation) + the interpreter; x attempt on retries.
+
+def extraction_mem_mb(model: ModelSettings, record_path: str | Path, attempt: int = 1) -> int:
+    """Host memory (MB) of one shard job, from the model's size and shape and its batches.
+
+    weights twice (the checkpoint and the built model while loading) + one pass's hidden states of
+    every layer (``batch_tokens``; float32, the torch tensor and its numpy copy) + one window of pooled
+    unit vectors (the per-sentence arrays and their concatenation) + the interpreter; x attempt on retries.
     Vectors go to HDF5 window by window, so the shard's size does not add to the peak.
     """
     weights_mb = record_weights_bytes(record_path) / 1e6
     layers, dim = record_shape(record_path) or UNBUILT_SHAPE
     vector_bytes = layers * dim * 4 * 2
-    batch_mb = model.batch_size * MAX_BATCH_TOKENS * vector_bytes / 1e6
+    batch_mb = batch_tokens(model) * vector_bytes / 1e6
     window_mb = WINDOW_BATCHES * model.batch_size * MAX_WINDOW_UNITS * vector_bytes / 1e6
     return int((EXTRACT_BASE_MB + 2 * weights_mb + batch_mb + window_mb) * attempt)
 
