@@ -236,7 +236,7 @@ KILLED=0
 while kill -0 "$K8S_PID" 2>/dev/null; do
   container=$(docker ps -q --filter label=io.kubernetes.container.name=snakemake | while read -r id; do
     pod=$(docker inspect -f '{{index .Config.Labels "io.kubernetes.pod.name"}}' "$id")
-    kubectl get pod "$pod" -o jsonpath='{.spec.containers[0].args}' 2>/dev/null | grep -q -- "--allowed-rules 'extract'" && echo "$id"
+    kubectl get pod "$pod" -o jsonpath='{.spec.containers[0]}' 2>/dev/null | grep -qE -- "--allowed-rules '?extract'?[ \"]" && echo "$id"
   done | head -1)
   if [ -n "$container" ] && [ "$KILLED" = 0 ]; then
     sleep 5   # let it start computing

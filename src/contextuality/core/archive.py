@@ -63,7 +63,8 @@ def unpacked(archive: str | os.PathLike) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
     try:
         with tarfile.open(archive) as tar:
-            tar.extractall(tmp, filter="data")
+            # PEP 706's filter, where this Python has it (3.11.4+; Debian backports it)
+            tar.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
         shutil.rmtree(folder, ignore_errors=True)  # a folder from an older archive
         try:
             os.replace(tmp, folder)
