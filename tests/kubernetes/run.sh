@@ -64,7 +64,7 @@ stop_all() {
 
 cleanup_host() {
   # the kubelet bind-mounts its root dir and pods' volumes; dockerd mounts network namespaces
-  grep -E " ($C|$ROOT/docker-exec|$ROOT/docker-root/containers)[/ ]" /proc/self/mounts | awk '{print $2}' | sort -r |
+  grep -E " ($C|$ROOT/docker-exec|$ROOT/docker-root)[/ ]" /proc/self/mounts | awk '{print $2}' | sort -r |
     while read -r mount; do umount -l "$mount" 2>/dev/null || true; done
   local path
   for path in "${CREATED[@]}"; do rm -rf "$path"; done
@@ -97,7 +97,7 @@ for port in 2379 2380 2381 6443 8443 10248 10250 10257 10259; do
     echo "port $port is taken: another cluster running? stop it (or its KEEP=1 test run) first"; exit 2
   fi
 done
-for path in /var/run/docker.sock /var/run/dockershim.sock /var/lib/kubelet /var/log/pods /var/log/containers /run/containerd; do
+for path in /var/run/docker.sock /var/run/dockershim.sock /var/lib/kubelet /var/log/pods /var/log/containers /run/containerd /run/docker; do
   [ -e "$path" ] || [ -L "$path" ] || CREATED+=("$path")   # the kubelet and dockerd make these whatever their flags say
 done
 rm -rf "$C" && mkdir -p "$C"
@@ -205,6 +205,7 @@ for _ in $(seq 120); do
   sleep 1
 done
 kubectl get node localhost | grep -q " Ready " || { tail -20 "$C/kubelet.log"; echo "node not Ready in 120 s: see $C/kubelet.log"; exit 1; }
+for _ in $(seq 60); do kubectl get serviceaccount default > /dev/null 2>&1 && break; sleep 1; done   # pods need it
 # 2 fake GPUs: enough to schedule the extraction pods' nvidia.com/gpu: 1 (they compute on the CPU: device cpu)
 kubectl patch node localhost --subresource=status --type=json \
   -p '[{"op":"add","path":"/status/capacity/nvidia.com~1gpu","value":"2"}]' > /dev/null

@@ -1,0 +1,1 @@
+"""What every stage shares: job logging and expected errors, atomic writes, disk reservations."""

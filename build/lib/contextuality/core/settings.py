@@ -1,0 +1,299 @@
+"""The run's settings, resolved once from the validated config: one frozen object per concern.
+
+The schema (``workflow/schemas/config.schema.yaml``) is the only home of every default: Snakemake's
+``validate`` fills them in, and ``Settings.from_config`` reads every key with ``[]``, so a default
+restated here (or anywhere else) would be dead code. The per-model overrides are resolved here too
+(``batch_size``, ``max_batch_tokens``, ``n_shards``: the model's own, else the extraction section's), once.
+
+A job's settings are what its rule passes as ``params``: exactly the values that change the job's
+output, in a fixed field order, so that writing the same keys in another order, or changing a value
+that only another rule reads (``metrics.top_k_words``, a model's ``label``), reruns nothing. They go
+into ``params`` as plain dicts (``as_params``) and come back with ``from_params``: Snakemake records a
+param for its rerun check only when it is a builtin value, and silently ignores any other object.
+``contextuality.workflow.schema.load_settings`` validates a (partial) config against the schema first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+
+def _take(cls, section: dict, **resolved):
+    """``cls`` from a validated config section: every field read with ``[]``, ``resolved`` ones given."""
+    values = {field.name: resolved[field.name] if field.name in resolved else section[field.name]
+              for field in dataclasses.fields(cls)}  # fmt: skip
+    return cls(**values)
+
+
+# --------------------------------------------------------------------------------------------------
+# Models
+
+
+@dataclass(frozen=True)
+class DownloadSettings:
+    """What a model's download depends on: its source and where its files are."""
+
+    source: str
+    id: str | None
+    revision: str | None
+    package: str | None
+    version: str | None
+    extra_packages: tuple[str, ...]
+    gguf_file: str | None
+    path: str | None
+    options: str | None
+    weights: str | None
+    allow_pickle: bool  # pickle weights (.bin), which can run code, are downloaded (hub) and loaded
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """What a model's folder depends on: its download, the weights' checks, a random model's shape and seed."""
+
+    download: DownloadSettings
+    sha256: str | None
+    architecture: str | None
+    n_hidden_layers: int
+    hidden_size: int
+    vocab_size: int
+    head: str | None  # a random BERT's masked-LM head, or None
+    seed: int | None  # a random model's initialisation; None for downloaded weights
+
+    @property
+    def source(self) -> str:
+        return self.download.source
+
+    @property
+    def allow_pickle(self) -> bool:
+        return self.download.allow_pickle
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """One configured model: its build, how the corpus is fed to it and read from it, how it is shown."""
+
+    key: str
+    build: BuildSettings
+    indexing: str
+    tokenization: str
+    pooling: str
+    max_length: int | None
+    batch_size: int  # resolved: the model's own, else extraction.batch_size
+    max_batch_tokens: int | None  # resolved: the model's own, else extraction.max_batch_tokens (None: no cap)
+    n_shards: int  # resolved: the model's own (stateful ELMo needs 1), else extraction.n_shards
+    stateful: bool
+    label: str  # resolved: the model key when no label is set
+    stands_for: str | None
+
+    @property
+    def source(self) -> str:
+        return self.build.download.source
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """What a model's plan depends on: how its sentences are tokenized and which occurrences are indexed."""
+
+    indexing: str
+    tokenization: str
+    max_length: int | None
+    max_length_policy: str
+    min_occurrences: int
+    count: str
+
+
+# Sentences are sorted by length within windows of this many batches, and shards are cut between windows,
+# so a sentence meets the same batch neighbours however many shards there are (a fixed part of extraction).
+WINDOW_BATCHES = 4
+
+
+@dataclass(frozen=True)
+class ShardSettings:
+    """What a model's stored vectors depend on (every shard job of the model)."""
+
+    indexing: str
+    tokenization: str
+    max_length: int | None
+    pooling: str
+    batch_size: int
+    max_batch_tokens: int | None
+    n_shards: int
+    stateful: bool
+    allow_pickle: bool
+    device: str
+    compute_dtype: str
+    storage_dtype: str
+
+
+# --------------------------------------------------------------------------------------------------
+# The config's sections
+
+
+@dataclass(frozen=True)
+class CorpusSettings:
+    source: str
+    bundled_dir: str
+    years: tuple[int, ...]
+    include_2012_train: bool
+    max_sentences: int | None
+    hub_revisions: dict[int, str]  # by year, in year order
+    # sources other than STS (corpus.sources): a file or folder, a hub dataset at a revision, and the columns read
+    path: str | None
+    dataset: str | None
+    revision: str | None
+    split: str
+    text_column: str
+    id_column: str | None
+    group_column: str | None
+
+
+@dataclass(frozen=True)
+class WordSettings:
+    min_occurrences: int
+    count: str
+
+
+@dataclass(frozen=True)
+class ExtractionSettings:
+    n_shards: int
+    batch_size: int
+    max_batch_tokens: int | None
+    threads: int
+    device: str
+    compute_dtype: str
+    storage_dtype: str
+    max_length_policy: str
+    min_free_disk_factor: float
+    export_classic: bool
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """What one layer's measurement depends on: every metrics key but ``top_k_words``, and the seed."""
+
+    seed: int
+    intra_sentences: int | str
+    baseline_samples: int
+    self_similarity: str
+    sampled_pairs: int
+    mev_layer0: bool
+    bootstrap_resamples: int
+    geometry: bool
+    geometry_sample: int
+    twonn_sample: int | None
+    postprocess: tuple[str, ...]
+    compute_dtype: str
+    memory_mb: int  # the job's memory budget: a larger layer is measured in chunks (measure.streaming)
+
+
+@dataclass(frozen=True)
+class MetricsSettings:
+    measure: MeasureSettings
+    top_k_words: int  # only the combining step reads it: it lists the most and least context-specific words
+
+
+@dataclass(frozen=True)
+class FigureSettings:
+    x_axis: str
+
+
+@dataclass(frozen=True)
+class StaticSettings:
+    enabled: bool
+    benchmark_dir: str
+    baselines: dict[str, str]  # label -> embedding file, in label order
+
+
+@dataclass(frozen=True)
+class SenseSettings:
+    enabled: bool
+    max_lemmas: int | None
+    permutations: int
+    cluster_words: int
+    cluster_subsample: int
+    cluster_subsamples: int
+    cluster_components: int
+    cluster_null_draws: int
+    lens_rows: int
+    alignment_words: int
+    regression_min_occurrences: int
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting of a run."""
+
+    seed: int
+    corpus: CorpusSettings
+    words: WordSettings
+    models: dict[str, ModelSettings]  # in key order
+    extraction: ExtractionSettings
+    metrics: MetricsSettings
+    figures: FigureSettings
+    static: StaticSettings
+    senses: SenseSettings
+
+    @classmethod
+    def from_config(cls, config: dict) -> Settings:
+        """The settings of a config validated against the schema (so every key is present)."""
+        extraction = _take(ExtractionSettings, config["extraction"])
+        corpus = config["corpus"]
+        metrics = config["metrics"]
+        static = config["static"]
+        return cls(
+            seed=config["seed"],
+            corpus=_take(CorpusSettings, corpus, years=tuple(corpus["years"]),
+                         hub_revisions={int(year): corpus["hub_revisions"][year]
+                                        for year in sorted(corpus["hub_revisions"], key=int)}),
+            words=_take(WordSettings, config["words"]),
+            models={key: _model(key, config["models"][key], extraction, config["seed"]) for key in sorted(config["models"])},
+            extraction=extraction,
+            metrics=MetricsSettings(
+                _take(MeasureSettings, metrics, seed=config["seed"], postprocess=tuple(sorted(metrics["postprocess"]))),
+                metrics["top_k_words"],
+            ),
+            figures=_take(FigureSettings, config["figures"]),
+            static=_take(StaticSettings, static, baselines=dict(sorted(static["baselines"].items()))),
+            senses=_take(SenseSettings, config["senses"]),
+        )  # fmt: skip
+
+    def plan(self, key: str) -> PlanSettings:
+        """The plan job's settings for model ``key``."""
+        model = self.models[key]
+        return PlanSettings(model.indexing, model.tokenization, model.max_length, self.extraction.max_length_policy,
+                            self.words.min_occurrences, self.words.count)  # fmt: skip
+
+    def shard(self, key: str) -> ShardSettings:
+        """The extraction jobs' settings for model ``key``."""
+        model, extraction = self.models[key], self.extraction
+        return ShardSettings(
+            model.indexing, model.tokenization, model.max_length, model.pooling, model.batch_size,
+            model.max_batch_tokens, model.n_shards, model.stateful, model.build.download.allow_pickle, extraction.device,
+            extraction.compute_dtype, extraction.storage_dtype,
+        )  # fmt: skip
+
+
+def _model(key: str, entry: dict, extraction: ExtractionSettings, seed: int) -> ModelSettings:
+    download = _take(DownloadSettings, entry, extra_packages=tuple(entry["extra_packages"]))
+    build = _take(BuildSettings, entry, download=download, seed=seed if entry["source"] == "random" else None)
+    return _take(
+        ModelSettings, entry, key=key, build=build, label=entry["label"] or key,
+        batch_size=entry["batch_size"] or extraction.batch_size, n_shards=entry["n_shards"] or extraction.n_shards,
+        max_batch_tokens=entry["max_batch_tokens"] or extraction.max_batch_tokens,
+    )  # fmt: skip
+
+
+def as_params(settings) -> dict:
+    """A job's settings as a rule's params: a plain dict in field order (nested settings as dicts)."""
+    return dataclasses.asdict(settings)
+
+
+def from_params(cls, values: dict):
+    """The settings ``cls`` back from ``as_params``'s dict (in a job's script)."""
+    hints = typing.get_type_hints(cls)
+    return cls(**{
+        field.name: from_params(hints[field.name], values[field.name]) if dataclasses.is_dataclass(hints[field.name])
+        else values[field.name]
+        for field in dataclasses.fields(cls)
+    })  # fmt: skip

@@ -1,0 +1,110 @@
+"""Which device an extraction job computes on, and the lease that keeps a GPU its own for the job's life.
+
+One policy, Snakemake's resources: an extraction job computes on a GPU when its rule gave it one
+(``resources: gpu=1``, see ``workflow/rules/common.smk: gpus_per_shard``), and on a machine that runs
+several shards at once it leases one of the run's GPUs (``--resources gpu=N``, the environment variable
+``CONTEXTUALITY_LOCAL_GPUS`` the workflow sets from it).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+LOCAL_GPUS_ENV = "CONTEXTUALITY_LOCAL_GPUS"  # the run's `gpu` resource (--resources gpu=N), set by common.smk
+
+
+class DeviceError(RuntimeError):
+    """No device matches the configuration; the message says what was asked and what is visible."""
+
+
+def _visible() -> list[str]:
+    return [item.strip() for item in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if item.strip()]
+
+
+def choose_device(requested: str, gpus: int, shard: int, lease_dir: Path, local_gpus: int | None = None, *,
+                  compute_dtype: str = "float32") -> tuple[str, object]:
+    """The torch device for a shard, and the lease that keeps it ours (or None).
+
+    ``requested`` is ``extraction.device``; ``gpus`` the GPUs the job's rule was given (its ``gpu``
+    resource); ``local_gpus`` the run's ``gpu`` resource, the GPUs of this machine the shards share
+    (default: the environment variable the workflow sets); ``compute_dtype`` is
+    ``extraction.compute_dtype``: float16 and bfloat16 are refused on the CPU (half precision there
+    is slow and not what the configuration promised).
+
+    * ``cpu``: the CPU. ``cuda:N``: exactly that device, no lease.
+    * ``auto``: a GPU when the job was given one, else the CPU. ``cuda``: a GPU (the job must have one).
+    * ``CUDA_VISIBLE_DEVICES`` lists exactly one device: a scheduler (SLURM ``--gpus=1``, Kubernetes)
+      gave this job its GPU, which the process sees as ``cuda:0`` whatever its physical id: use
+      ``cuda:0`` without a lease (jobs on other nodes share the lease folder on a cluster).
+    * Otherwise (one machine, several shards at once): the job takes a non-blocking ``flock`` on the
+      first free lease of the run's GPUs, starting at ``shard mod count`` (count = ``local_gpus``,
+      capped at the devices CUDA reports; the indices of ``CUDA_VISIBLE_DEVICES`` if it lists several).
+      The lease is held for the life of the process, so the kernel frees it even on SIGKILL; its file
+      is named by host and physical id, so two jobs never share a device even when their
+      ``CUDA_VISIBLE_DEVICES`` differ. Snakemake's ``gpu`` resource caps how many shards run at once,
+      so a lease is free at once; if not, the job waits for one and never shares.
+    """
+    import torch
+
+    if requested == "cpu" or (requested == "auto" and gpus < 1):
+        if compute_dtype != "float32":
+            raise DeviceError(
+                f"extraction.compute_dtype: {compute_dtype} computes only on CUDA, but this extraction job computes on "
+                f"the CPU (extraction.device '{requested}', and the job was given no GPU); run with --resources gpu=N "
+                "(or a cluster profile that gives extract jobs gpu: 1), or set extraction.compute_dtype: float32"
+            )
+        return "cpu", None
+    if requested.startswith("cuda:"):
+        return requested, None
+    if gpus < 1:
+        raise DeviceError(
+            "extraction.device is 'cuda' but this extraction job was given no GPU: run with --resources gpu=N "
+            "(the GPUs of this machine), or a cluster profile that gives extract jobs gpu: 1"
+        )
+    if not torch.cuda.is_available():
+        raise DeviceError(
+            f"this extraction job was given a GPU (extraction.device '{requested}'), but torch sees no CUDA device "
+            f"(torch {torch.__version__}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); install a "
+            "CUDA build of torch, or use extraction.device: cpu"
+        )
+    visible = _visible()
+    if len(visible) == 1:
+        return "cuda:0", None
+    count = len(visible) or torch.cuda.device_count()
+    local = int(os.environ.get(LOCAL_GPUS_ENV) or 0) if local_gpus is None else local_gpus
+    if local:
+        count = min(count, local)
+    if count < 1:
+        raise DeviceError(f"extraction.device is '{requested}' but no CUDA device is visible")
+    return _lease(count, visible, shard, lease_dir)
+
+
+def _lease(count: int, visible: list[str], shard: int, lease_dir: Path) -> tuple[str, object]:
+    lease_dir.mkdir(parents=True, exist_ok=True)
+    host = socket.gethostname()
+    waited = 0
+    while True:
+        for offset in range(count):
+            index = (shard + offset) % count
+            physical = visible[index] if visible else str(index)
+            candidate = open(lease_dir / f"{host}-gpu{physical}.lock", "w")
+            try:
+                fcntl.flock(candidate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                candidate.close()
+                continue
+            candidate.write(f"{os.getpid()} shard {shard}\n")
+            candidate.flush()
+            return f"cuda:{index}", candidate
+        # every lease is held by a live process (the kernel drops a dead one's): wait, never share
+        if waited % 60 == 0:
+            log.warning("shard %d: all %d GPU leases in %s are held; waiting", shard, count, lease_dir)
+        time.sleep(1)
+        waited += 1

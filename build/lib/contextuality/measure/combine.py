@@ -1,0 +1,101 @@
+"""A model's tables from its layers' results (``combine_layers``).
+
+``combine_layers`` checks that the per-layer results (``LayerResult``) cover exactly the manifest's
+layers and writes the model's words, layers, post-processing and rogue-dimension tables and its most and
+least context-specific words (docs/data-contract.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from contextuality.core.atomic import atomic_path
+from contextuality.measure.layer_result import LAYER_COLUMNS, POSTPROCESS_COLUMNS, WORD_COLUMNS, LayerResult
+from contextuality.measure.panel import GEOMETRY_TEXT_COLUMNS
+from contextuality.store.reader import check_layer_set
+
+
+ROGUE_COLUMNS = ["model", "layer", "dimension", "rank", "contribution", "share"]
+CONTEXT_WORD_COLUMNS = ["rank", "kind", "word", "mean_self_similarity", "n"]
+
+
+def combine_layers(
+    results: list[LayerResult],
+    out_words: Path,
+    out_layers: Path,
+    out_context_words: Path,
+    *,
+    top_k: int,
+    manifest: dict | None = None,
+    manifest_path: Path | str = "manifest.json",
+    out_postprocess: Path | None = None,
+    out_rogue: Path | None = None,
+) -> None:
+    """A model's tables from its per-layer results, after checking they cover exactly the manifest's layers.
+
+    ``top_k``: how many most and least context-specific words to list. Also, when asked:
+    ``out_postprocess`` (CSV, one row per layer and post-processing variant) and ``out_rogue`` (CSV,
+    ``rogue_table``).
+    """
+    if manifest is not None:
+        check_layer_set(manifest, {result.layer: result.shape._asdict() for result in results}, manifest_path)
+    order = np.argsort([result.layer for result in results], kind="stable")
+    ordered = [results[i] for i in order]
+    word_table = pd.concat([result.words for result in ordered], ignore_index=True).astype({"layer": "int64", "n": "int64"})
+    layer_table = pd.DataFrame([result.row for result in ordered], columns=LAYER_COLUMNS).astype(
+        {"layer": "int64", "n_words": "int64", "n_degenerate_words": "int64", "n_zero_vectors": "int64",
+         "after_final_norm": "int64",
+         "massive_occurrences": "int64", "geometry_sample": "int64", **{c: "str" for c in GEOMETRY_TEXT_COLUMNS}}
+    )  # fmt: skip
+    with atomic_path(out_words) as tmp:
+        word_table[WORD_COLUMNS].to_parquet(tmp, index=False)
+    with atomic_path(out_layers) as tmp:
+        layer_table.to_parquet(tmp, index=False)
+    with atomic_path(out_context_words) as tmp:
+        _context_specific_words(word_table, top_k).to_csv(tmp, index=False)
+    if out_postprocess is not None:
+        rows = [row for result in ordered for row in result.postprocess]
+        table = pd.DataFrame(rows, columns=POSTPROCESS_COLUMNS).astype({"layer": "int64", "n_degenerate_words": "int64"})
+        with atomic_path(out_postprocess) as tmp:
+            table.to_csv(tmp, index=False, float_format="%.6g")
+    if out_rogue is not None:
+        with atomic_path(out_rogue) as tmp:
+            rogue_table(ordered).to_csv(tmp, index=False, float_format="%.6g")
+
+
+def rogue_table(results: list[LayerResult]) -> pd.DataFrame:
+    """Each layer's per-dimension contributions to its exact anisotropy A_p, largest first (rank 1).
+
+    ``share`` is the contribution over the layer's A_p (NaN when A_p is not above its isotropic noise,
+    as the rogue shares are). Layers measured without the geometry panel have no rows.
+    """
+    frames = []
+    for result in results:
+        contributions = np.asarray(result.rogue, dtype=np.float64)
+        if not len(contributions) or not np.isfinite(contributions).any():
+            continue
+        order = np.argsort(-contributions, kind="stable")
+        total = float(np.sum(contributions))
+        usable = np.isfinite(result.row.get("rogue_top1_share", np.nan))
+        frames.append(pd.DataFrame({
+            "model": result.row["model"], "layer": result.layer, "dimension": order,
+            "rank": np.arange(1, len(order) + 1), "contribution": contributions[order],
+            "share": contributions[order] / total if usable else np.nan,
+        }))  # fmt: skip
+    if not frames:
+        return pd.DataFrame(columns=ROGUE_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[ROGUE_COLUMNS]
+
+
+def _context_specific_words(words: pd.DataFrame, top_k: int) -> pd.DataFrame:
+    """The ``top_k`` words with the lowest and highest mean self-similarity over layers >= 1."""
+    upper = words[words["layer"] >= 1].dropna(subset=["primary"])
+    means = upper.groupby("word", sort=True).agg(mean_self_similarity=("primary", "mean"), n=("n", "first")).reset_index()
+    ordered = means.sort_values(["mean_self_similarity", "word"], kind="stable")
+    most = ordered.head(top_k).assign(kind="most_context_specific")
+    least = ordered.iloc[::-1].head(top_k).assign(kind="least_context_specific")
+    table = pd.concat([most.assign(rank=np.arange(1, len(most) + 1)), least.assign(rank=np.arange(1, len(least) + 1))])
+    return table[CONTEXT_WORD_COLUMNS].reset_index(drop=True)

@@ -1,0 +1,287 @@
+"""One check per claim on a model's per-layer and per-word numbers, and what every claim check shares.
+
+A check takes a ``ModelView`` (what a claim needs to know about one model of the run) and returns a
+``Result``: HOLDS, FAILS or N/A, the numbers behind the verdict, and a note on any adaptation (layer
+ranges mapped by relative depth for a model of another depth). The statements are in
+contextuality.paper.CLAIMS; the checks of Table 1's claims (A9a-d) are in ``report.table1_checks``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+from scipy.stats import spearmanr
+
+from contextuality.paper import PAPER_DEPTH, QUANTITIES, reference_value
+from contextuality.report.paper_models import mapped_span
+
+HOLDS, FAILS, NA = "HOLDS", "FAILS", "N/A"
+Result = tuple[str, str, str]  # status, evidence, adaptation note
+
+A10_TOLERANCE = 0.05  # A10: per-layer values within this of the released statistics
+ISOTROPY_THRESHOLD = 0.05  # S1: a mean random cosine above this is clearly not isotropic
+S3_MAX_RHO = -0.5  # S3: "almost monotonic" decrease = Spearman rho(layer, adjusted self-sim) at most this
+A6_WORDS = ("and", "of", "'s", "the", "to")
+S5_STOPWORDS = ("the", "of", "to", "and")
+
+
+@dataclass(frozen=True)
+class ModelView:
+    """What a claim needs to know about one model of the run."""
+
+    table: pd.DataFrame  # indexed by layer
+    depth: int
+    paper_model: str | None
+    words: pd.DataFrame | None
+    label: str = ""
+    table1: pd.DataFrame | None = None  # this run's Table 1 rows (table1.csv, source "this run"), or None
+
+    def col(self, name: str) -> pd.Series:
+        """A layers.parquet column indexed by layer (all NaN when absent)."""
+        if name not in self.table.columns:
+            return pd.Series(np.nan, index=self.table.index)
+        return self.table[name].astype(float)
+
+    def span(self, first: int, last: int) -> tuple[int, int, str]:
+        """The run's layers covering paper layers first..last of the paper model, and a note if mapped."""
+        return mapped_span(first, last, self.depth, PAPER_DEPTH[self.paper_model])
+
+
+class NotApplicable(Exception):
+    """A claim that cannot be checked with this run's outputs; the message is the evidence."""
+
+
+def _missing(values: pd.Series) -> bool:
+    """True when any value needed by a claim is missing."""
+    return values.empty or not np.isfinite(values.to_numpy(float)).all()
+
+
+def _values(values: pd.Series) -> str:
+    """'layer: value' pairs for evidence strings."""
+    return ", ".join(f"{int(k)}: {v:.3f}" for k, v in values.items())
+
+
+def _extreme(values: pd.Series, which: str) -> str:
+    """'max 0.123 (layer 4)' for evidence strings; just the value when there is one."""
+    if len(values) == 1:
+        return f"{values.iloc[0]:.3f}"
+    layer = values.idxmax() if which == "max" else values.idxmin()
+    return f"{which} {values[layer]:.3f} (layer {int(layer)})"
+
+
+def _bounded(values: pd.Series, limit: float, what: str, *, above: bool) -> Result:
+    """HOLDS when every value is strictly above (or below) ``limit``; evidence names the extreme."""
+    if _missing(values):
+        return NA, f"{what} missing", ""
+    bad = values[values <= limit] if above else values[values >= limit]
+    evidence = f"{what}: {_extreme(values, 'min' if above else 'max')}"
+    if bad.empty:
+        return HOLDS, evidence, ""
+    return FAILS, f"{evidence}; {'≤' if above else '≥'} {limit} at layers {list(map(int, bad.index))}", ""
+
+
+def _all_below(values: pd.Series, limit: float, what: str) -> Result:
+    """HOLDS when every value is below ``limit``."""
+    return _bounded(values, limit, what, above=False)
+
+
+def _all_above(values: pd.Series, limit: float, what: str) -> Result:
+    """HOLDS when every value is above ``limit``."""
+    return _bounded(values, limit, what, above=True)
+
+
+def gap_verdict(gaps: list[tuple[float, str, int]], tolerance: float, noun: str, none_text: str) -> Result:
+    """HOLDS when every (gap, what, layer) is within ``tolerance`` of the paper; the evidence names the largest."""
+    if not gaps:
+        return NA, none_text, ""
+    worst = max(gaps)
+    within = sum(g <= tolerance for g, _, _ in gaps)
+    evidence = (f"{within} of {len(gaps)} {noun} within ±{tolerance}; "
+                f"largest gap {worst[0]:.3f} ({worst[1]}, layer {worst[2]})")
+    return (HOLDS if within == len(gaps) else FAILS), evidence, ""
+
+
+def _word_means(m: ModelView) -> pd.Series | None:
+    """Each word's self-similarity averaged over all layers (as the author's visualize.py), ascending.
+
+    Uses the exact mean where words.parquet has it, else the sampled estimate.
+    """
+    if m.words is None or m.words.empty:
+        return None
+    values = m.words["self_similarity"]
+    if "self_similarity_sampled" in m.words.columns:
+        values = values.fillna(m.words["self_similarity_sampled"])
+    return values.groupby(m.words["word"]).mean().dropna().sort_values(kind="stable")
+
+
+# One check per claim id, in the order of contextuality.paper.CLAIMS.
+
+
+def _a1a(m: ModelView) -> Result:
+    return _all_below(m.col("baseline_cosine").reindex([0]), 0.05, "baseline cosine at layer 0")
+
+
+def _a1b(m: ModelView) -> Result:
+    base = m.col("baseline_cosine")
+    if m.paper_model == "elmo":
+        status, evidence, _ = _all_above(base.loc[1:], 0.1, "baseline cosine, layers ≥ 1")
+        return status, evidence, "layer 0 excluded: the model stands for ELMo, whose input layer is the exception"
+    return _all_above(base, 0.1, "baseline cosine, all layers")
+
+
+def _a2(m: ModelView) -> Result:
+    base = m.col("baseline_cosine")
+    lo, hi, note = m.span(2, 8)
+    mid, _, _ = m.span(8, 12)
+    if lo > hi or mid >= m.depth or _missing(base.loc[lo:]):
+        return NA, f"needs finite baselines and at least 3 layers (depth {m.depth})", note
+    band, rise, top = base.loc[lo:hi], base.loc[mid:], base.loc[m.depth]
+    in_band = bool(band.between(0.5, 0.7).all())
+    monotone = bool((np.diff(rise.to_numpy()) > 0).all())
+    evidence = (f"layers {lo}-{hi}: {band.min():.3f}-{band.max():.3f} ({'inside' if in_band else 'outside'} 0.5-0.7); "
+                f"layers {mid}-{m.depth}: {_values(rise)} ({'rising' if monotone else 'not monotone'}); "
+                f"top layer {top:.3f}")
+    return (HOLDS if in_band and monotone and top > 0.95 else FAILS), evidence, note
+
+
+def _a3(m: ModelView) -> Result:
+    base = m.col("baseline_cosine")
+    if m.depth < 2 or _missing(base.loc[m.depth - 1:]):
+        return NA, "needs finite baselines in the last two layers", ""
+    gap = base[m.depth - 1] - base[m.depth]
+    note = "" if m.depth == PAPER_DEPTH["bert"] else f"penultimate layer {m.depth - 1} vs last layer {m.depth}"
+    evidence = (f"baseline layer {m.depth - 1}: {base[m.depth - 1]:.3f}, layer {m.depth}: {base[m.depth]:.3f} "
+                f"(gap {gap:+.3f})")
+    return (HOLDS if gap > 0.1 else FAILS), evidence, note
+
+
+def _a4(m: ModelView) -> Result:
+    value = m.col("self_similarity").get(0, np.nan)
+    if not np.isfinite(value):
+        return NA, "raw self-similarity at layer 0 missing", ""
+    return (HOLDS if abs(value - 1.0) <= 0.001 else FAILS), f"raw self-similarity at layer 0: {value:.4f}", ""
+
+
+def _a5a(m: ModelView) -> Result:
+    adj = m.col("adjusted_self_similarity")
+    if m.depth < 2 or _missing(adj.reindex([1, m.depth])):
+        return NA, "needs adjusted self-similarity at layer 1 and a distinct top layer", ""
+    evidence = f"adjusted self-similarity layer 1: {adj[1]:.3f}, top layer {m.depth}: {adj[m.depth]:.3f}"
+    return (HOLDS if adj[m.depth] < adj[1] else FAILS), evidence, ""
+
+
+def _a5b(m: ModelView) -> Result:
+    status, evidence, _ = _all_below(m.col("adjusted_self_similarity").reindex([m.depth]), 0.05,
+                                     f"adjusted self-similarity at the top layer {m.depth}")
+    return status, evidence, "" if m.depth == PAPER_DEPTH["gpt2"] else "top layer stands for GPT-2's layer 12"
+
+
+def _a6(m: ModelView) -> Result:
+    means = _word_means(m)
+    if means is None or len(means) < 5:
+        return NA, "needs the per-word table (words.parquet) with at least 5 words", ""
+    lowest = list(means.index[:5])
+    hits = [w for w in lowest if w in A6_WORDS]
+    evidence = (f"five lowest (mean over all layers, 0 included, as the author's code): {', '.join(lowest)}; "
+                f"{len(hits)} of them in {{{', '.join(A6_WORDS)}}}")
+    return (HOLDS if len(hits) >= 3 else FAILS), evidence, ""
+
+
+def _a7a(m: ModelView) -> Result:
+    adj = m.col("adjusted_intra_sentence")
+    if m.depth < 2 or _missing(adj.reindex([0, 1, m.depth])):
+        return NA, "needs adjusted intra-sentence similarity at layers 0, 1 and a distinct top layer", ""
+    note = "" if m.depth == PAPER_DEPTH["elmo"] else f"checked as layer 0 < layer 1 < top layer {m.depth}"
+    evidence = (f"adjusted intra-sentence similarity layer 0: {adj[0]:.3f}, 1: {adj[1]:.3f}, "
+                f"{m.depth}: {adj[m.depth]:.3f}")
+    return (HOLDS if adj[0] < adj[1] < adj[m.depth] else FAILS), evidence, note
+
+
+def _a7b(m: ModelView) -> Result:
+    return _all_above(m.col("adjusted_intra_sentence"), 0.0, "adjusted intra-sentence similarity")
+
+
+def _a7c(m: ModelView) -> Result:
+    adj = m.col("adjusted_intra_sentence")
+    lo, hi, note = m.span(2, 12)
+    if lo > hi or _missing(adj):
+        return NA, "needs adjusted intra-sentence similarity in every layer and at least 2 layers", note
+    band = adj.loc[lo:hi]
+    near_zero = bool((band.abs() <= 0.07).all())
+    layer0_largest = adj.idxmax() == 0
+    evidence = (f"layers {lo}-{hi}: {band.min():+.3f} to {band.max():+.3f} "
+                f"({'within' if near_zero else 'outside'} ±0.07); largest value {_extreme(adj, 'max')}")
+    return (HOLDS if near_zero and layer0_largest else FAILS), evidence, note
+
+
+def _a8a(m: ModelView) -> Result:
+    return _all_below(m.col("mev").loc[1:], 0.05, "raw MEV, layers ≥ 1")
+
+
+def _a8b(m: ModelView) -> Result:
+    mev = m.col("mev")
+    lo, hi, note = m.span(2, 11)
+    if lo > hi or _missing(mev.loc[lo:hi]):
+        return NA, f"needs raw MEV in layers {lo}-{hi}", note
+    mean = float(mev.loc[lo:hi].mean())
+    return (HOLDS if 0.2 <= mean <= 0.4 else FAILS), f"mean raw MEV over layers {lo}-{hi}: {mean:.3f}", note
+
+
+def _a10(m: ModelView) -> Result:
+    pdepth = PAPER_DEPTH[m.paper_model]
+    if m.depth != pdepth:
+        return NA, (f"depth {m.depth} differs from the paper's {pdepth}: no layer-by-layer comparison "
+                    "(see the summary table for relative-depth values)"), ""
+    gaps = []
+    for quantity in QUANTITIES:
+        run = m.col(quantity)
+        for layer in range(pdepth + 1):
+            ref = reference_value(m.paper_model, quantity, layer)
+            if ref is not None and np.isfinite(run.get(layer, np.nan)):
+                gaps.append((abs(run[layer] - ref[0]), quantity, layer))
+    return gap_verdict(gaps, A10_TOLERANCE, "values", "no comparable values")
+
+
+def _s1(m: ModelView) -> Result:
+    return _all_above(m.col("baseline_cosine").loc[1:], ISOTROPY_THRESHOLD, "baseline cosine, layers ≥ 1")
+
+
+def _s2(m: ModelView) -> Result:
+    return _all_above(m.col("self_similarity") - m.col("baseline_cosine"), 0.0,
+                      "self-similarity − baseline, all layers")
+
+
+def _s3(m: ModelView) -> Result:
+    adj = m.col("adjusted_self_similarity")
+    if m.depth < 2 or _missing(adj):
+        return NA, "needs adjusted self-similarity in at least 3 layers", ""
+    rho = float(spearmanr(adj.index.to_numpy(), adj.to_numpy()).statistic)
+    evidence = (f"Spearman ρ(layer, adjusted self-similarity) = {rho:+.2f} over layers 0-{m.depth} "
+                f"(threshold {S3_MAX_RHO}); layer 0: {adj[0]:.3f} → layer {m.depth}: {adj[m.depth]:.3f}")
+    return (HOLDS if rho <= S3_MAX_RHO else FAILS), evidence, ""
+
+
+def _s4(m: ModelView) -> Result:
+    return _all_below(m.col("adjusted_mev").loc[1:], 0.05, "adjusted MEV, layers ≥ 1")
+
+
+def _s5(m: ModelView) -> Result:
+    means = _word_means(m)
+    present = [w for w in S5_STOPWORDS if means is not None and w in means.index]
+    if not present:
+        return NA, f"none of {', '.join(S5_STOPWORDS)} is indexed (or no per-word table)", ""
+    median = float(means.median())
+    ranks = means.rank(pct=True)
+    parts = [f"'{w}' {means[w]:.3f} (lowest {100 * ranks[w]:.0f}%)" for w in present]
+    evidence = f"mean self-similarity over all layers: {'; '.join(parts)}; median word {median:.3f}"
+    return (HOLDS if all(means[w] < median for w in present) else FAILS), evidence, ""
+
+
+LAYER_CHECKS: dict[str, Callable[[ModelView], Result]] = {
+    "A1a": _a1a, "A1b": _a1b, "A2": _a2, "A3": _a3, "A4": _a4, "A5a": _a5a, "A5b": _a5b, "A6": _a6,
+    "A7a": _a7a, "A7b": _a7b, "A7c": _a7c, "A8a": _a8a, "A8b": _a8b, "A10": _a10,
+    "S1": _s1, "S2": _s2, "S3": _s3, "S4": _s4, "S5": _s5,
+}

@@ -1,0 +1,1 @@
+"""Word senses: WordNet data, sense separation, clusterability, the output layer (issue 25)."""

@@ -1,0 +1,1 @@
+"""What the Snakefile imports: config checks, settings, the results layout, job estimates (no pandas)."""

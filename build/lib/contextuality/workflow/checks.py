@@ -1,0 +1,172 @@
+"""What the schema cannot say: settings that are valid one by one but cannot run together.
+
+Every check takes the resolved ``Settings`` and raises ``ConfigError`` with every problem found, one
+line each, naming the key and what is allowed. The Snakefile runs them before any job.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from contextuality.core import layout
+from contextuality.core.settings import CorpusSettings, Settings
+from contextuality.extraction.faithful import encoder_problem
+from contextuality.models.sources import SOURCES
+from contextuality.workflow.schema import SCHEMA, ConfigError, check_duplicate_keys, fill_defaults, validate_against_schema
+from contextuality.workflow.targets import check_targets
+
+# What huggingface_hub treats as a commit (REGEX_COMMIT_HASH); anything else is looked up as a branch or tag.
+_COMMIT_HASH = re.compile(r"[0-9a-f]{40}")
+
+
+def checked_settings(config: dict, *, configfiles=(), targets=()) -> Settings:
+    """The run's settings, after every check the Snakefile runs before any job, in its order.
+
+    ``config`` is validated and its defaults filled in place (as Snakemake's ``validate`` does);
+    ``configfiles`` are the files it was read from (duplicate keys), ``targets`` the requested ones.
+    """
+    check_duplicate_keys(configfiles)  # a key given twice: YAML would keep the last silently
+    # One clear line per problem first; Snakemake's validate then fills in the schema's defaults.
+    validate_against_schema(config, SCHEMA)
+    settings = Settings.from_config(fill_defaults(config))
+    check_settings(settings)
+    # Targets naming an unconfigured model or a layer out of range stop the run here too, before any
+    # job, in one line (the DAG would say "No rule to produce ..." or raise inside an input function).
+    check_targets(list(targets), settings)
+    check_bundled_corpus(settings.corpus)  # a malformed release file: its FILE:LINE message, before any job
+    return settings
+
+
+def check_settings(settings: Settings) -> None:
+    """Raise ConfigError naming every model and extraction setting that cannot run."""
+    problems = [] if settings.models else ["models: no model configured; add at least one entry (see config/README.md)"]
+    for key, model in settings.models.items():
+        source = SOURCES[model.source]
+        for field in source.required:
+            if not _entry(model.build, field):
+                problems.append(f"models.{key}.{field}: missing; a '{source.name}' model needs {', '.join(source.required)}")
+        if model.tokenization == "faithful" and (source.reads_words or model.indexing == "subword"):
+            problems.append(
+                f"models.{key}.tokenization: 'faithful' rebuilds the paper's GPT-2 input from spaCy words; it needs a "
+                "Hugging Face decoder with indexing 'word'"
+            )
+        elif model.tokenization == "faithful" and source.layers_in_config:  # built from the config: its architecture is known
+            problems += filter(None, [encoder_problem(key, model.build.architecture)])
+        if model.build.head and (model.source != "random" or model.build.architecture != "bert"):
+            problems.append(f"models.{key}.head: '{model.build.head}' is built only on a random 'bert'; remove it "
+                            "(a downloaded model's head is read from its own weights)")
+        if source.reads_words and model.indexing == "subword":
+            problems.append(f"models.{key}.indexing: ELMo reads whole spaCy words; allowed: 'word'")
+        if model.build.download.gguf_file and not source.takes_gguf:
+            takes = " or ".join(f"'{name}'" for name, other in SOURCES.items() if other.takes_gguf)
+            problems.append(f"models.{key}.gguf_file: only used with source {takes}, not '{source.name}'")
+    extraction = settings.extraction
+    if extraction.device == "cpu" and extraction.compute_dtype != "float32":
+        problems.append(
+            f"extraction.compute_dtype: {extraction.compute_dtype} needs a CUDA device; on device 'cpu' use float32"
+        )
+    problems += hub_revision_problems(settings) + name_problems(settings) + corpus_problems(settings.corpus)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+def name_problems(settings: Settings) -> list[str]:
+    """One line per model key the layout reserves, and per static baseline labelled as a model is keyed.
+
+    Both name folders and files (the schema keeps them to letters, digits, '_' and '-'); a model keyed
+    like a fixed folder beside the model folders would share it, and a baseline labelled like a model
+    would give Table 1 two rows of one name.
+    """
+    reserved = layout.reserved_model_keys()
+    problems = [
+        f"models.{key}: '{key}' is a reserved name ({reserved[key]} holds other files beside the model folders); "
+        f"rename the model; reserved: {', '.join(reserved)}"
+        for key in settings.models if key in reserved
+    ]
+    problems += [
+        f"static.baselines.{label}: '{label}' is also a model key; Table 1 would show two rows of that name, so "
+        "give the baseline another label"
+        for label in settings.static.baselines if label in settings.models
+    ]
+    return problems
+
+
+def check_half_precision_has_a_gpu(settings: Settings, extract_gpus) -> None:
+    """Raise ConfigError when half precision is asked of extraction jobs that no GPU is given to.
+
+    ``extract_gpus`` is the ``gpu`` resource an extraction job gets: the rule's own (one when
+    ``extraction.device`` is 'cuda', or 'auto' with ``--resources gpu=N``), or what ``--set-resources`` or
+    a profile sets for ``extract``; not an integer (a function of the job): not known here, and the job
+    checks its device itself (``contextuality.extraction.devices.choose_device``).
+    """
+    extraction = settings.extraction
+    if extraction.compute_dtype == "float32" or not isinstance(extract_gpus, int) or extract_gpus > 0:
+        return
+    raise ConfigError(
+        f"extraction.compute_dtype: {extraction.compute_dtype} computes only on CUDA, but no extraction job of this "
+        f"run is given a GPU (extraction.device '{extraction.device}', no --resources gpu=N, no gpu for extract in "
+        "--set-resources or the profile); run with --resources gpu=N (or a cluster profile that gives extract jobs "
+        "gpu: 1), or set extraction.compute_dtype: float32"
+    )
+
+
+def _entry(build, field: str):
+    """A model entry's value of ``field`` (``models.{key}.{field}``) from its build settings."""
+    return getattr(build.download, field) if hasattr(build.download, field) else getattr(build, field)
+
+
+def hub_revision_problems(settings: Settings) -> list[str]:
+    """One line per hub revision that is not a full commit hash: hub models and corpus.hub_revisions.
+
+    A branch or tag (``main``, ``v1.0``) or a shortened hash names different files as the repository
+    changes, so the run would not be reproducible; offline, huggingface_hub resolves it through the
+    cache's ``refs/``, which says what was downloaded last, not what was configured.
+    """
+    needed = "a commit hash is required: the full 40-character lower-case hash (a branch or tag such as 'main' can move)"
+    problems = []
+    for key, model in settings.models.items():
+        revision = model.build.download.revision
+        if model.source == "hub" and revision and not _COMMIT_HASH.fullmatch(str(revision)):
+            problems.append(f"models.{key}.revision: {revision!r} is not a commit hash; {needed}")
+    for year, revision in settings.corpus.hub_revisions.items():
+        if not _COMMIT_HASH.fullmatch(str(revision)):
+            problems.append(f"corpus.hub_revisions.{year}: {revision!r} is not a commit hash; {needed}")
+    return problems
+
+
+def corpus_problems(corpus: CorpusSettings) -> list[str]:
+    """What a corpus source other than STS needs: a path, or for 'datasets' a hub id at a commit."""
+    source = corpus.source
+    if source in ("text", "table") and not corpus.path:
+        return [f"corpus.path: missing; corpus.source '{source}' reads the corpus file it names"]
+    if source == "datasets":
+        if bool(corpus.path) == bool(corpus.dataset):
+            return ["corpus.path / corpus.dataset: corpus.source 'datasets' reads exactly one of a local dataset folder "
+                    "(corpus.path) or a hub dataset (corpus.dataset, with corpus.revision)"]
+        if corpus.dataset and not (corpus.revision and _COMMIT_HASH.fullmatch(corpus.revision)):
+            return [f"corpus.revision: {corpus.revision!r} is not a commit hash; a hub dataset is read only at a pinned "
+                    "commit (40 hex digits), so that a rerun reads the same sentences"]
+    if source in ("bundled", "hub") and (corpus.path or corpus.dataset):
+        return [f"corpus.path / corpus.dataset: unused with corpus.source '{source}' (the STS sentences); set "
+                "corpus.source to text, table or datasets to read them"]
+    return []
+
+
+def check_bundled_corpus(corpus: CorpusSettings) -> None:
+    """Raise ConfigError with the one line naming the first malformed bundled release file and line.
+
+    Run when the workflow is parsed (the selected files parse in about 0.1 s), so that a malformed file
+    stops the run before any job with ``FILE:LINE: what is wrong; what is expected`` as its message,
+    not as the last line of a job's traceback. The hub source has no files to check, and a missing
+    ``corpus.bundled_dir`` is left to Snakemake's missing-input error.
+    """
+    root = Path(corpus.bundled_dir)
+    if corpus.source != "bundled" or not root.is_dir():
+        return
+    from contextuality.corpus.sts import CorpusError, check_bundled_release_files
+
+    try:
+        check_bundled_release_files(root, list(corpus.years), corpus.include_2012_train)
+    except CorpusError as err:
+        raise ConfigError(str(err)) from None

@@ -1,0 +1,114 @@
+"""What each heavy job declares to the scheduler: memory (MB) and runtime (minutes), before it runs.
+
+Cluster schedulers kill a job at its limits, so these are upper bounds, calibrated on the project's
+2-core machine (docs/scaling.md shows the arithmetic); each doubles on a retry (``attempt``). Before
+a model is built (a dry run, the DAG's planning) its shape is not known and the paper's largest is
+assumed.
+
+Calibration of the extraction estimates:
+
+* ``EXTRACT_BASE_MB``: Python + torch + transformers + pandas + h5py imported and a model built
+  measured 464 MB peak RSS (``/usr/bin/time -v``); doubled for the tokenised shard, DataFrames and a
+  CUDA context's host memory.
+* STS sentences: ~330k WordPieces over 25,088 sentences = 13.2 per sentence, plus 2 special tokens
+  (the default run's MiniLM tokenizer measured 359k tokens with [CLS]/[SEP] = 14.3 per sentence). A
+  padded batch is bounded by 128 tokens per sentence and a window's mean by 64 units per sentence (the
+  longest STS sentences sort together into one batch; no window averages more than that). With
+  ``max_batch_tokens`` a pass holds at most that many tokens, or one sentence alone when it is longer.
+* CPU throughput: all-MiniLM-L6-v2 (23M parameters) ran ~1,500 tokens/s on 2 cores (2,000-3,300 in
+  later runs); time per token scales with the parameter count (2 FLOPs per parameter and token).
+  Check: SmolLM2-135M predicted 256 tokens/s, measured 185 on a loaded machine, well inside the
+  runtime bound (x2 + 10 min).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from contextuality.core.settings import WINDOW_BATCHES, CorpusSettings, MeasureSettings, ModelSettings
+from contextuality.models.loading import record_shape, record_weights_bytes
+
+EXTRACT_BASE_MB = 1000
+TOKENS_PER_SENTENCE = 15
+MAX_SENTENCE_TOKENS = 128
+MAX_WINDOW_UNITS = 64
+CPU_TOKENS_PER_S_23M = 1500
+STS_SENTENCES = 25088
+# Before a model is built: the largest shape of the paper's models (BERT-base/GPT-2 13 x 768, ELMo 3 x 1024)
+UNBUILT_SHAPE = (13, 1024)
+# Before a manifest exists: the paper's largest layer, 330k WordPieces x 1024 dims
+UNBUILT_LAYER_ELEMENTS = 330_000 * 1024
+MEASURE_BASE_MB = 1024
+MEASURE_WORD_BATCHES_MB = 6 * 64  # batches of words (about 64 MB each, a few at once, the variants' copies included)
+
+
+def shard_sentences(model: ModelSettings, corpus: CorpusSettings, tokens_path: str | Path | None = None) -> int:
+    """Sentences in the largest shard of a model: the plan's (``tokens.parquet``, one row per sentence) once it
+    exists, as any corpus may be read; before it, the STS corpus's (or ``corpus.max_sentences``)."""
+    if tokens_path is not None and Path(tokens_path).is_file():
+        import pyarrow.parquet as pq  # the footer only: no pandas in the Snakefile's process
+
+        n_sentences = pq.read_metadata(tokens_path).num_rows
+    else:
+        n_sentences = corpus.max_sentences or STS_SENTENCES
+    return -(-n_sentences // model.n_shards)
+
+
+def batch_tokens(model: ModelSettings) -> int:
+    """Most padded tokens in one forward pass: batch_size sentences of at most 128 tokens, or fewer under the
+    model's ``max_batch_tokens`` (a longer sentence runs alone, so never fewer than one sentence's 128)."""
+    tokens = model.batch_size * MAX_SENTENCE_TOKENS
+    if model.max_batch_tokens is not None:
+        tokens = min(tokens, max(model.max_batch_tokens, MAX_SENTENCE_TOKENS))
+    return tokens
+
+
+def extraction_mem_mb(model: ModelSettings, record_path: str | Path, attempt: int = 1) -> int:
+    """Host memory (MB) of one shard job, from the model's size and shape and its batches.
+
+    weights twice (the checkpoint and the built model while loading) + one pass's hidden states of
+    every layer (``batch_tokens``; float32, the torch tensor and its numpy copy) + one window of pooled
+    unit vectors (the per-sentence arrays and their concatenation) + the interpreter; x attempt on retries.
+    Vectors go to HDF5 window by window, so the shard's size does not add to the peak.
+    """
+    weights_mb = record_weights_bytes(record_path) / 1e6
+    layers, dim = record_shape(record_path) or UNBUILT_SHAPE
+    vector_bytes = layers * dim * 4 * 2
+    batch_mb = batch_tokens(model) * vector_bytes / 1e6
+    window_mb = WINDOW_BATCHES * model.batch_size * MAX_WINDOW_UNITS * vector_bytes / 1e6
+    return int((EXTRACT_BASE_MB + 2 * weights_mb + batch_mb + window_mb) * attempt)
+
+
+def extraction_runtime_min(model: ModelSettings, corpus: CorpusSettings, record_path: str | Path,
+                           attempt: int = 1, tokens_path: str | Path | None = None) -> int:
+    """Minutes for one shard from the model size and the shard's share of sentences (``shard_sentences``).
+
+    CPU-calibrated, so an upper bound on a GPU; 10 minutes are added for start-up and model loading,
+    and the whole doubles per retry.
+    """
+    params_m = max(record_weights_bytes(record_path) / 4e6, 1.0)  # fp32 bytes -> millions of parameters
+    seconds = shard_sentences(model, corpus, tokens_path) * TOKENS_PER_SENTENCE * params_m / (CPU_TOKENS_PER_S_23M * 23)
+    return int((10 + 2 * seconds / 60) * attempt)
+
+
+def measure_mem_mb(measure: MeasureSettings, manifest_path: str | Path, attempt: int = 1) -> int:
+    """MB of one measurement job: its budget, ``metrics.memory_mb`` (``measure.streaming`` keeps the job
+    within it whatever the layer's size: a larger layer is read in chunks); x attempt. The manifest is
+    not needed: the budget, not the corpus, sets the job's memory."""
+    return int(measure.memory_mb * attempt)
+
+
+def whole_layer_mem_mb(measure: MeasureSettings, manifest_path: str | Path, attempt: int = 1) -> int:
+    """MB of a job holding one whole layer in ``metrics.compute_dtype`` (the sense job: its layers are read
+    one at a time, whole): the layer, batches of words, 1 GiB for the interpreter and the rest; x attempt.
+
+    rows x dim come from the model's manifest; before it exists, the paper's largest layer is assumed.
+    """
+    work_bytes = 8 if measure.compute_dtype == "float64" else 4
+    try:
+        shape = json.loads(Path(manifest_path).read_text())
+        elements = shape["rows"] * shape["dim"]
+    except (OSError, ValueError, KeyError):
+        elements = UNBUILT_LAYER_ELEMENTS
+    return int((elements * work_bytes / 1e6 + MEASURE_WORD_BATCHES_MB + MEASURE_BASE_MB) * attempt)
