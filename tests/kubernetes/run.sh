@@ -87,6 +87,7 @@ cleanup() {
   say "finished with status $rc"
 }
 trap cleanup EXIT
+trap "exit 143" TERM INT   # so that a stopped test still cleans up
 
 # --- 1. binaries and rootfs ---------------------------------------------------------------------
 say "building what is missing under $ROOT (tests/kubernetes/build.sh)"
