@@ -47,17 +47,25 @@ start() {  # start NAME CMD...: in the background, log in $C/NAME.log, PID kept
   PIDS+=("$!:$name")
 }
 
+stop_pid() {  # stop_pid PID NAME: SIGTERM, then SIGKILL after 10 s
+  kill "$1" 2>/dev/null || return 0
+  for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.2; done
+  kill -9 "$1" 2>/dev/null && echo "  $2 ($1) needed SIGKILL" || true
+}
+
 stop_all() {
-  local entry pid name i
+  local entry pid name i containerd
   for (( i=${#PIDS[@]}-1; i>=0; i-- )); do
     entry=${PIDS[$i]}; pid=${entry%%:*}; name=${entry#*:}
     if [ "$name" = dockerd ] && kill -0 "$pid" 2>/dev/null; then
       # the pods' containers belong to this dockerd alone (its own socket and data root)
       docker ps -aq | xargs -r docker rm -f > /dev/null 2>&1 || true
     fi
-    kill "$pid" 2>/dev/null || continue
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    kill -9 "$pid" 2>/dev/null && echo "  $name ($pid) needed SIGKILL" || true
+    # dockerd's own containerd can outlive it (seen): stop it too, by the PID dockerd recorded
+    containerd=""
+    [ "$name" = dockerd ] && containerd=$(cat "$ROOT/docker-exec/containerd/containerd.pid" 2>/dev/null || true)
+    stop_pid "$pid" "$name"
+    [ -n "$containerd" ] && stop_pid "$containerd" containerd
   done
   PIDS=()
 }
