@@ -1,1 +1,0 @@
-"""Word senses: WordNet data, sense separation, clusterability, the output layer (issue 25)."""
