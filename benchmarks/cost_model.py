@@ -43,7 +43,7 @@ from contextuality.measure.layer_pass import SHIFT_ROWS
 from contextuality.measure.postprocess import abtt_components
 from contextuality.measure.streaming import BASE_MB, SQUARE_MATRICES, plan_memory
 from contextuality.measure.word_stats import LAPACK_MAX, PAD_STEP, STACK_MAX
-from contextuality.workflow.estimates import EXTRACT_BASE_MB, MAX_BATCH_TOKENS, MAX_WINDOW_UNITS
+from contextuality.workflow.estimates import EXTRACT_BASE_MB, MAX_SENTENCE_TOKENS, MAX_WINDOW_UNITS
 
 MB = 2**20
 
@@ -89,7 +89,7 @@ def gram_rows(sizes: np.ndarray, d: int) -> np.ndarray:
 def extraction_cost(params: float, tokens: int, layers: int, d: int, *, checkpoint_bytes: int = 4, batch: int = 64) -> dict:
     """FLOPs of the forward passes and the peak host memory (MB, 1e6 bytes) of one shard job."""
     vector_bytes = layers * d * 4 * 2
-    peak = (EXTRACT_BASE_MB + 2 * params * checkpoint_bytes / 1e6 + batch * MAX_BATCH_TOKENS * vector_bytes / 1e6
+    peak = (EXTRACT_BASE_MB + 2 * params * checkpoint_bytes / 1e6 + batch * MAX_SENTENCE_TOKENS * vector_bytes / 1e6
             + WINDOW_BATCHES * batch * MAX_WINDOW_UNITS * vector_bytes / 1e6)  # fmt: skip
     return {"flops": 2.0 * params * tokens, "peak_mb": peak}
 

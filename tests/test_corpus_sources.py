@@ -163,11 +163,12 @@ def test_own_corpus_claims_are_na_on_another_corpus():
 def test_sts_record_digests_each_release_file_and_the_sentences(tmp_path):
     from contextuality.corpus.sources import file_sha256, sts_record
 
-    release = tmp_path / "STS.input.x.txt"
+    release = tmp_path / "sts" / "2012" / "test" / "STS.input.x.txt"
+    release.parent.mkdir(parents=True)
     release.write_text("a\tb\n")
     sentences = pd.DataFrame({"text": ["a", "b"]})
     record = sts_record("bundled", sentences, release_files=[str(release)])
-    assert record["files"] == {str(release): file_sha256(release)} and record["n_sentences"] == 2
+    assert record["files"] == {"2012/test/STS.input.x.txt": file_sha256(release)} and record["n_sentences"] == 2
     import hashlib
 
     assert record["sentences_sha256"] == hashlib.sha256(b"a\nb").hexdigest()

@@ -237,8 +237,8 @@ def sts_record(source: str, sentences: pd.DataFrame, *, release_files: list[str]
     each pinned hub snapshot, and of the sentence texts in corpus order."""
     from contextuality.corpus.sts import HUB_DATASETS, selected_releases
 
-    if source == "bundled":
-        files = {str(path): file_sha256(Path(path)) for path in release_files}
+    if source == "bundled":  # keyed {year}/{split}/{file}: the same record wherever corpus.bundled_dir lies
+        files = {"/".join(Path(path).parts[-3:]): file_sha256(Path(path)) for path in release_files}
     else:
         files = {}
         for year in sorted({year for year, _ in selected_releases(list(years), include_2012_train)}):
