@@ -39,6 +39,7 @@ from contextuality.core.settings import WINDOW_BATCHES, ShardSettings
 from contextuality.extraction.devices import choose_device
 from contextuality.store.files import create_checked
 from contextuality.extraction.finite import finite_check
+from contextuality.extraction.heap import keep_freed_memory
 from contextuality.extraction.writer import DeviceBlock, HostBlock, ShardWriter, block_extent, chunk_cache_bytes
 
 log = logging.getLogger(__name__)
@@ -409,6 +410,7 @@ def run_extraction_job(
     from contextuality.models import loading
     from contextuality.store import provenance
 
+    keep_freed_memory()  # no page faults anew in every forward pass (extraction.heap)
     torch.set_num_threads(max(1, threads))
     record = json.loads(record_path.read_text())
     n_sentences = pq.ParquetFile(tokens_path).metadata.num_rows
