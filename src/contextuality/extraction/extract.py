@@ -39,7 +39,8 @@ from contextuality.core.settings import WINDOW_BATCHES, ShardSettings
 from contextuality.extraction.devices import choose_device
 from contextuality.store.files import create_checked
 from contextuality.extraction.finite import finite_check
-from contextuality.extraction.writer import DeviceBlock, HostBlock, ShardWriter, chunk_cache_bytes
+from contextuality.extraction.heap import keep_freed_memory
+from contextuality.extraction.writer import DeviceBlock, HostBlock, ShardWriter, block_extent, chunk_cache_bytes
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +256,9 @@ def _hf_windows(loaded, plan: Plan, *, batch_size: int, max_batch_tokens: int | 
             done.record()
             yield base, DeviceBlock(host, done, bounds), w1
         else:
-            yield base, HostBlock(rows_of_window, release=lambda b=buffer: free.put(b)), w1
+            # the writer's finiteness check, reduced here with the forward passes' threads (see HostBlock)
+            yield base, HostBlock(rows_of_window, release=lambda b=buffer: free.put(b),
+                                  bounds=block_extent(rows_of_window)), w1
 
 
 def _select_into(hidden, rows_of_window, positions, index, counts, storage, cast, gathered):
@@ -300,6 +303,8 @@ def _holding(buffer, shape: tuple[int, ...], dtype, device):
 
 
 def _elmo_windows(loaded: ElmoModel, plan: Plan, *, batch_size: int, max_batch_tokens: int | None, storage_dtype: str):
+    import torch
+
     words = plan.units["unit"].tolist()
     window = WINDOW_BATCHES * batch_size
     n_sentences = len(plan.sentence_ids)
@@ -309,7 +314,7 @@ def _elmo_windows(loaded: ElmoModel, plan: Plan, *, batch_size: int, max_batch_t
         arrays = loaded.forward_block(sentences, batch_size, max_batch_tokens, plan.sentence_ids[w0:w1])
         arrays = [a for a in arrays if a is not None and a.shape[1]]
         block = np.concatenate(arrays, axis=1).astype(storage_dtype) if arrays else np.zeros((loaded.n_layers, 0, loaded.dim), storage_dtype)
-        yield int(plan.unit_offsets[w0]), block, w1
+        yield int(plan.unit_offsets[w0]), HostBlock(torch.from_numpy(block), bounds=block_extent(block)), w1
 
 
 def extract_shard(
@@ -405,6 +410,7 @@ def run_extraction_job(
     from contextuality.models import loading
     from contextuality.store import provenance
 
+    keep_freed_memory()  # no page faults anew in every forward pass (extraction.heap)
     torch.set_num_threads(max(1, threads))
     record = json.loads(record_path.read_text())
     n_sentences = pq.ParquetFile(tokens_path).metadata.num_rows

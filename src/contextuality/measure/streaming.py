@@ -65,16 +65,22 @@ def plan_memory(n_rows: int, d: int, work_itemsize: int, budget_mb: int) -> Memo
     return MemoryPlan(False, max(1, free // 2 // (row_bytes * CHUNK_COPIES)), max(1, free // 2 // (row_bytes * GROUP_COPIES)))
 
 
+def bounded_ranges(bounds: np.ndarray, limit: int) -> list[tuple[int, int]]:
+    """Consecutive item ranges [i0, i1) whose rows (item i spans ``bounds[i]:bounds[i + 1]``) add up to at most
+    ``limit`` (a larger item alone): sentences into chunks, words into groups."""
+    bounds = np.asarray(bounds, dtype=np.int64)
+    n_items, ranges, i0 = len(bounds) - 1, [], 0
+    while i0 < n_items:
+        i1 = int(np.searchsorted(bounds, bounds[i0] + limit, side="right")) - 1
+        i1 = min(max(i1, i0 + 1), n_items)
+        ranges.append((i0, i1))
+        i0 = i1
+    return ranges
+
+
 def sentence_chunks(offsets: np.ndarray, chunk_rows: int) -> list[tuple[int, int]]:
     """Consecutive sentence ranges [s0, s1) of at most ``chunk_rows`` rows each (a longer sentence alone)."""
-    offsets = np.asarray(offsets, dtype=np.int64)
-    n_sentences, chunks, s0 = len(offsets) - 1, [], 0
-    while s0 < n_sentences:
-        s1 = int(np.searchsorted(offsets, offsets[s0] + chunk_rows, side="right")) - 1
-        s1 = min(max(s1, s0 + 1), n_sentences)
-        chunks.append((s0, s1))
-        s0 = s1
-    return chunks
+    return bounded_ranges(offsets, chunk_rows)
 
 
 class Chunk(NamedTuple):
@@ -162,11 +168,4 @@ class OccurrenceSpill:
 
 def word_groups(group_starts: np.ndarray, n_occurrences: int, group_rows: int) -> list[tuple[int, int]]:
     """Consecutive word ranges [w0, w1) whose occurrences add up to at most ``group_rows`` (a larger word alone)."""
-    starts = np.append(np.asarray(group_starts, dtype=np.int64), n_occurrences)
-    groups, w0, n_words = [], 0, len(group_starts)
-    while w0 < n_words:
-        w1 = int(np.searchsorted(starts, starts[w0] + group_rows, side="right")) - 1
-        w1 = min(max(w1, w0 + 1), n_words)
-        groups.append((w0, w1))
-        w0 = w1
-    return groups
+    return bounded_ranges(np.append(np.asarray(group_starts, dtype=np.int64), n_occurrences), group_rows)
