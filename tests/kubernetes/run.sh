@@ -84,6 +84,9 @@ cleanup() {
   [ -n "$K8S_PID" ] && kill "$K8S_PID" 2>/dev/null || true
   [ -n "$LOCAL_PID" ] && kill "$LOCAL_PID" 2>/dev/null || true
   [ -n "$NETWATCH_PID" ] && kill "$NETWATCH_PID" 2>/dev/null || true
+  if [ "$rc" != 0 ]; then   # what the runs said, before their folder goes
+    for log in "$WORK"/k8s-*.log; do [ -f "$log" ] && { echo "--- last lines of $log"; tail -25 "$log"; }; done
+  fi
   if [ "${KEEP:-0}" != 1 ]; then
     stop_all
     stop_moto
@@ -246,8 +249,10 @@ KILLED=0
 while kill -0 "$K8S_PID" 2>/dev/null; do
   container=$(docker ps -q --filter label=io.kubernetes.container.name=snakemake | while read -r id; do
     pod=$(docker inspect -f '{{index .Config.Labels "io.kubernetes.pod.name"}}' "$id")
-    kubectl get pod "$pod" -o jsonpath='{.spec.containers[0]}' 2>/dev/null | grep -qE -- "--allowed-rules '?extract'?[ \"]" && echo "$id"
-  done | head -1)
+    # an if, not `&&`: a non-extraction pod last in the list must not fail the pipeline (set -e, pipefail)
+    if kubectl get pod "$pod" -o jsonpath='{.spec.containers[0]}' 2>/dev/null |
+        grep -qE -- "--allowed-rules '?extract'?[ \"]"; then echo "$id"; fi
+  done | head -1 || true)
   if [ -n "$container" ] && [ "$KILLED" = 0 ]; then
     sleep 5   # let it start computing
     docker kill "$container" > /dev/null && KILLED=1 && say "killed extraction pod's container $container (as an OOM kill or preemption would)"
