@@ -9,7 +9,8 @@
 #     CONTEXT  the build folder (default .image-context in the project, git-ignored)
 #   TORCH: torch==2.13.0 by default, the CPU build. On a GPU cluster give a CUDA build and its index,
 #   e.g. TORCH=torch==2.13.0 PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cu128.
-#   PYTHON: the python (3.11, with pip) that fetches the wheels; default python3.
+#   PYTHON: the python (3.11, with pip) that fetches the wheels; default python3. Give the one you launch
+#   snakemake with: every storage plugin installed beside it is installed by each pod, so the image holds them.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 PROJECT="$(cd "$HERE/../../.." && pwd)"
@@ -21,11 +22,20 @@ mkdir -p "$CONTEXT/wheelhouse"
 rm -rf "$CONTEXT/project" && mkdir "$CONTEXT/project"
 cp "$HERE/Dockerfile" "$CONTEXT/Dockerfile"
 cp "$PROJECT/envs/constraints.txt" "$CONTEXT/wheelhouse/constraints.txt"
-# the project's dependencies (pyproject.toml), torch, and the storage plugin each pod installs
-"$PY" - "$PROJECT/pyproject.toml" "${TORCH:-torch==2.13.0}" > "$CONTEXT/wheelhouse/requirements.txt" <<'PYEOF'
+# Every pod pip-installs every storage plugin installed where snakemake is launched, not only the one it
+# uses (Snakemake's auto_deploy_default_storage_provider): the image carries them all, the S3 one always.
+"$PY" - > "$CONTEXT/wheelhouse/storage-plugins.txt" <<'PYEOF'
+from importlib import metadata
+names = {(dist.metadata["Name"] or "").lower().replace("_", "-") for dist in metadata.distributions()}
+print("\n".join(sorted({name for name in names if name.startswith("snakemake-storage-plugin-")}
+                       | {"snakemake-storage-plugin-s3"})))
+PYEOF
+# the project's dependencies (pyproject.toml), torch, and those storage plugins
+"$PY" - "$PROJECT/pyproject.toml" "${TORCH:-torch==2.13.0}" "$CONTEXT/wheelhouse/storage-plugins.txt" \
+  > "$CONTEXT/wheelhouse/requirements.txt" <<'PYEOF'
 import sys, tomllib
 project = tomllib.load(open(sys.argv[1], "rb"))["project"]
-print("\n".join([sys.argv[2], *project["dependencies"], "snakemake-storage-plugin-s3"]))
+print("\n".join([sys.argv[2], *project["dependencies"], *open(sys.argv[3]).read().split()]))
 PYEOF
 "$PY" -m pip wheel --quiet --find-links "$CONTEXT/wheelhouse" -w "$CONTEXT/wheelhouse" \
   -r "$CONTEXT/wheelhouse/requirements.txt" -c "$PROJECT/envs/constraints.txt"
@@ -33,4 +43,4 @@ PYEOF
 SOURCE_DATE_EPOCH=315532800 "$PY" -m pip wheel --quiet --no-deps -w "$CONTEXT/project" "$PROJECT"
 # --network none: the Dockerfile installs from the context only
 docker build --network none --build-arg BASE="$BASE" -t "$TAG" "$CONTEXT"
-echo "built $TAG from $BASE: $(docker image inspect -f '{{.Size}}' "$TAG" | awk '{printf "%.0f MB", $1/1e6}')"
+echo "built $TAG from $BASE, storage plugins $(paste -sd, "$CONTEXT/wheelhouse/storage-plugins.txt"): $(docker image inspect -f '{{.Size}}' "$TAG" | awk '{printf "%.0f MB", $1/1e6}')"
