@@ -86,6 +86,9 @@ cleanup() {
   [ -n "$NETWATCH_PID" ] && kill "$NETWATCH_PID" 2>/dev/null || true
   if [ "$rc" != 0 ]; then   # what the runs said, before their folder goes
     for log in "$WORK"/k8s-*.log; do [ -f "$log" ] && { echo "--- last lines of $log"; tail -25 "$log"; }; done
+    # and the failed pods' own logs (plugin 0.5.1 asks for a previous container's and loses them)
+    kubectl get pods --no-headers --field-selector=status.phase=Failed -o custom-columns=NAME:.metadata.name 2>/dev/null |
+      while read -r pod; do echo "--- pod $pod (Failed)"; kubectl logs --tail 40 "$pod" 2>&1 || true; done
   fi
   if [ "${KEEP:-0}" != 1 ]; then
     stop_all
