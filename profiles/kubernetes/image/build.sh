@@ -39,8 +39,18 @@ print("\n".join([sys.argv[2], *project["dependencies"], *open(sys.argv[3]).read(
 PYEOF
 "$PY" -m pip wheel --quiet --find-links "$CONTEXT/wheelhouse" -w "$CONTEXT/wheelhouse" \
   -r "$CONTEXT/wheelhouse/requirements.txt" -c "$PROJECT/envs/constraints.txt"
-# the same sources give the same wheel (no file times), so docker's cache sees an unchanged project
-SOURCE_DATE_EPOCH=315532800 "$PY" -m pip wheel --quiet --no-deps -w "$CONTEXT/project" "$PROJECT"
+# The project's wheel, built from a clean copy of its files (tracked, and untracked not ignored) when it is
+# a git checkout: an in-place build reuses setuptools' build/ folder, which keeps modules deleted since.
+# The same sources give the same wheel (no file times), so docker's cache sees an unchanged project.
+SOURCE="$PROJECT"
+if git -C "$PROJECT" rev-parse --is-inside-work-tree > /dev/null 2>&1; then
+  SOURCE="$(mktemp -d)"
+  trap 'rm -rf "$SOURCE"' EXIT
+  (cd "$PROJECT" && git ls-files -z --cached --others --exclude-standard |
+    while IFS= read -r -d '' path; do [ -e "$path" ] || [ -L "$path" ] && printf '%s\0' "$path"; done |
+    tar --null -T - -c) | tar -C "$SOURCE" -x
+fi
+SOURCE_DATE_EPOCH=315532800 "$PY" -m pip wheel --quiet --no-deps -w "$CONTEXT/project" "$SOURCE"
 # --network none: the Dockerfile installs from the context only
 docker build --network none --build-arg BASE="$BASE" -t "$TAG" "$CONTEXT"
 echo "built $TAG from $BASE, storage plugins $(paste -sd, "$CONTEXT/wheelhouse/storage-plugins.txt"): $(docker image inspect -f '{{.Size}}' "$TAG" | awk '{printf "%.0f MB", $1/1e6}')"
