@@ -1,8 +1,13 @@
 """Assertions of tests/kubernetes/run.sh on the cluster's own records: one Kubernetes Job (and pod) per rule job.
 
-  check.py JOBS_JSON PODS_JSON LOCAL_LOG KILLED
+  check.py JOBS_JSON PODS_JSON LOCAL_LOG KILLED RUN2_START
 JOBS_JSON and PODS_JSON are `kubectl get jobs|pods -o json`; LOCAL_LOG the local reference run's log (its
-job counts); KILLED how many pods the test killed on purpose (each a failed Job, its rule job run again).
+job counts); KILLED how many pods the test killed on purpose (each a failed Job, its rule job run again);
+RUN2_START when the second run (the rerun after the abort) started, as UTC `%Y-%m-%dT%H:%M:%SZ`.
+
+A rule job has two Jobs only where the first run's abort cut it off: the killed one, or one that was
+running beside it (the aborted run leaves it running; the rerun finds its output incomplete and runs it
+again). Then its first Job was made before RUN2_START and its second after.
 """
 
 from __future__ import annotations
@@ -10,19 +15,23 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "slurm"))
 from compare import LOCAL_RULES, fail, job_stats  # noqa: E402  (the SLURM proof's definitions)
 
 
-def rule_of(job: dict) -> str:
-    command = " ".join(job["spec"]["template"]["spec"]["containers"][0].get("args", []) +
-                       job["spec"]["template"]["spec"]["containers"][0].get("command", []))
-    match = re.search(r"--allowed-rules '?(\w+)'?", command)
+def _command(job: dict) -> str:
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    return " ".join(container.get("args", []) + container.get("command", []))
+
+
+def rule_job_of(job: dict) -> str:
+    """The rule job a Kubernetes Job ran: `rule:wildcards`, from the plugin's --target-jobs argument."""
+    match = re.search(r"--target-jobs '?([^' \"]+)'?", _command(job))
     if not match:
-        fail(f"Job {job['metadata']['name']} runs no rule job: {command[:200]}")
+        fail(f"Job {job['metadata']['name']} runs no rule job: {_command(job)[:200]}")
     return match.group(1)
 
 
@@ -30,13 +39,28 @@ def main() -> None:
     jobs = json.loads(Path(sys.argv[1]).read_text())["items"]
     pods = json.loads(Path(sys.argv[2]).read_text())["items"]
     expected = Counter({rule: n for rule, n in job_stats(Path(sys.argv[3]).read_text()).items() if rule not in LOCAL_RULES})
-    killed = int(sys.argv[4])
-    succeeded = Counter(rule_of(job) for job in jobs if job["status"].get("succeeded"))
-    failed = Counter(rule_of(job) for job in jobs if job["status"].get("failed"))
-    if succeeded != expected:
-        fail(f"succeeded Jobs per rule {dict(succeeded)}, the local run's rule jobs {dict(expected)}")
-    if sum(failed.values()) != killed or len(jobs) != sum(expected.values()) + killed:
-        fail(f"{len(jobs)} Jobs, {dict(failed)} failed; expected {sum(expected.values())} + {killed} killed")
+    killed, run2_start = int(sys.argv[4]), sys.argv[5]
+    by_rule_job: dict[str, list[dict]] = defaultdict(list)
+    for job in sorted(jobs, key=lambda job: job["metadata"]["creationTimestamp"]):
+        by_rule_job[rule_job_of(job)].append(job)
+    # every rule job of the local run ran on the cluster, and nothing else did
+    per_rule = Counter(rule_job.split(":")[0] for rule_job in by_rule_job)
+    if per_rule != expected:
+        fail(f"rule jobs run as Kubernetes Jobs {dict(per_rule)}, the local run's {dict(expected)}")
+    failed = [job for job in jobs if job["status"].get("failed")]
+    if len(failed) != killed:
+        fail(f"{len(failed)} failed Jobs, {killed} killed on purpose")
+    redone = []
+    for rule_job, its_jobs in by_rule_job.items():
+        if not its_jobs[-1]["status"].get("succeeded"):
+            fail(f"{rule_job}: its last Job did not succeed")
+        if len(its_jobs) == 1:
+            continue
+        created = [job["metadata"]["creationTimestamp"] for job in its_jobs]
+        if len(its_jobs) != 2 or not created[0] < run2_start <= created[1]:
+            fail(f"{rule_job}: {len(its_jobs)} Jobs, made at {created}; a rerun redoes only what the abort at "
+                 f"{run2_start} cut off")
+        redone.append(rule_job)
     by_job = Counter(pod["metadata"]["labels"].get("job-name") for pod in pods)
     if sorted(by_job) != sorted(job["metadata"]["name"] for job in jobs) or set(by_job.values()) != {1}:
         fail(f"not one pod per Job: {dict(by_job)}")
@@ -45,18 +69,22 @@ def main() -> None:
         fail(f"pod phases {dict(phases)}")
     # every pod ran on the cluster's node, with hostNetwork from the test's webhook; extraction pods with a GPU limit
     gpu_pods = 0
-    for pod, job in ((pod, pod["metadata"]["labels"]["job-name"]) for pod in pods):
+    for pod in pods:
         spec = pod["spec"]
         if not spec.get("hostNetwork") or spec.get("nodeName") != "localhost":
             fail(f"pod {pod['metadata']['name']}: hostNetwork {spec.get('hostNetwork')}, node {spec.get('nodeName')}")
         limits = spec["containers"][0].get("resources", {}).get("limits", {})
         if limits.get("nvidia.com/gpu") == "1":
             gpu_pods += 1
-    n_extract = expected["extract"] + expected.get("senses_extract", 0) + killed
-    if gpu_pods != n_extract:
-        fail(f"{gpu_pods} pods with limits nvidia.com/gpu: 1, {n_extract} extraction pods")
-    print(f"ok: {len(jobs)} Kubernetes Jobs, one pod each ({dict(phases)}): one per rule job of the local run "
-          f"({sum(expected.values())}: {dict(sorted(expected.items()))}) plus {killed} killed on purpose; "
+    extraction_jobs = sum(len(its_jobs) for rule_job, its_jobs in by_rule_job.items()
+                          if rule_job.split(":")[0] in ("extract", "senses_extract"))
+    if gpu_pods != extraction_jobs:
+        fail(f"{gpu_pods} pods with limits nvidia.com/gpu: 1, {extraction_jobs} extraction pods")
+    before = sum(job["metadata"]["creationTimestamp"] < run2_start for job in jobs)
+    print(f"ok: {len(jobs)} Kubernetes Jobs ({before} in run 1, {len(jobs) - before} in run 2), one pod each "
+          f"({dict(phases)}), for the local run's {sum(expected.values())} rule jobs "
+          f"({dict(sorted(expected.items()))}): each ran once, except {killed} killed on purpose and "
+          f"{len(redone) - killed} cut off by run 1's abort, run again by run 2 ({', '.join(sorted(redone))}); "
           f"{gpu_pods} extraction pods with requests = limits nvidia.com/gpu: 1")
 
 

@@ -270,6 +270,8 @@ say "Kubernetes run 1 exit $RC1: $(grep -m1 -o 'Kubernetes request failed[^)]*' 
 [ "$RC1" != 0 ] || echo "note: run 1 survived the killed pod (the plugin's failure bug fixed?)"
 
 say "Kubernetes run 2: the same command again (the workaround)"
+RUN2_START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+sleep 1   # Job creation times have whole seconds: every Job of run 2 is made after RUN2_START
 set +e
 ( cd "$REMOTE" && exec timeout -k 15 "$TIMEOUT" "$PY" -m snakemake "${K8S_ARGS[@]}" > "$WORK/k8s-2.log" 2>&1 )
 RC2=$?
@@ -283,7 +285,7 @@ if [ "$LOCAL_RC" != 0 ]; then tail -60 "$WORK/local.log"; exit 1; fi
 # --- 5. assertions --------------------------------------------------------------------------------
 kubectl get jobs -o json > "$WORK/jobs.json"
 kubectl get pods -o json > "$WORK/pods.json"
-"$PY" "$HERE/check.py" "$WORK/jobs.json" "$WORK/pods.json" "$WORK/local.log" "$KILLED"
+"$PY" "$HERE/check.py" "$WORK/jobs.json" "$WORK/pods.json" "$WORK/local.log" "$KILLED" "$RUN2_START"
 (cd "$REMOTE" && find . -type f ! -path './.snakemake/*' | sort) > "$WORK/files-after.txt"
 diff "$WORK/files-before.txt" "$WORK/files-after.txt" > /dev/null ||
   { diff "$WORK/files-before.txt" "$WORK/files-after.txt" | head; echo "FAIL: the runs wrote to the work folder"; exit 1; }
