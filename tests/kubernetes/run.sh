@@ -211,7 +211,9 @@ kubectl apply -f "$C/webhook.yaml" > /dev/null
 
 say "starting the kubelet"
 # image GC off: local images cannot be pulled again; Hostname=localhost makes apiserver->kubelet calls loopback
-start kubelet "$BIN/kubelet" --kubeconfig="$C/node.kubeconfig" --container-runtime=docker --docker-endpoint="$DOCKER_HOST" \
+# AWS_EC2_METADATA_DISABLED: the kubelet's in-tree ECR credential provider otherwise asks the EC2 metadata
+# service (169.254.169.254) for credentials each time it builds its keyring (netwatch.py caught it)
+start kubelet env AWS_EC2_METADATA_DISABLED=true "$BIN/kubelet" --kubeconfig="$C/node.kubeconfig" --container-runtime=docker --docker-endpoint="$DOCKER_HOST" \
   --pod-infra-container-image=local/pause:3.4.1 --root-dir="$C/kubelet" --cert-dir="$C/kubelet/pki" \
   --hostname-override=localhost --address=127.0.0.1 --port=10250 --read-only-port=0 --healthz-bind-address=127.0.0.1 \
   --fail-swap-on=false --cgroup-driver=cgroupfs --cgroups-per-qos=false --enforce-node-allocatable= \
