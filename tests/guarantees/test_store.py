@@ -14,6 +14,7 @@ import copy
 import hashlib
 import re
 import shutil
+import tarfile
 from pathlib import Path
 
 import h5py
@@ -251,4 +252,6 @@ def test_a_run_without_a_shared_filesystem_equals_a_local_run(smoke, tmp_path):
     assert len(list((storage / "results" / "benchmarks" / MODEL).glob("*.tsv"))) == 4 + 4 + 4 + 1 + 5
     for name in ("summary.md", "claims.md", "table1.md", "losses.csv"):
         assert (storage / "results" / "tables" / name).stat().st_size > 0
-    assert (storage / "resources" / "models" / MODEL / "model" / "model.safetensors").exists()
+    # the model folder went to the storage as one file (no directory() output: docs/scaling.md, "Upstream")
+    with tarfile.open(storage / "resources" / "models" / MODEL / "model.tar") as archive:
+        assert "model.safetensors" in archive.getnames()

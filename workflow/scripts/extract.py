@@ -2,6 +2,7 @@
 from pathlib import Path
 
 from contextuality.core.diskspace import DiskSpaceError
+from contextuality.core.archive import unpacked
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.core.settings import Settings, ShardSettings, from_params
 from contextuality.extraction.devices import DeviceError
@@ -17,7 +18,7 @@ with expected_errors(DiskSpaceError, DiskFullError, ModelError, DeviceError, Ext
         model_key=snakemake.wildcards.model,
         settings=from_params(ShardSettings, snakemake.params.shard),
         record_path=Path(snakemake.input.record),
-        model_dir=Path(snakemake.input.model),
+        model_dir=unpacked(snakemake.input.model),
         tokens_path=Path(snakemake.input.tokens),
         units_path=Path(snakemake.input.units),
         shard=int(snakemake.wildcards.shard),

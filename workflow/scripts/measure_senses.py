@@ -5,6 +5,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from contextuality.core.archive import unpacked
 from contextuality.core.atomic import atomic_path
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.core.settings import SenseSettings, from_params
@@ -16,6 +17,7 @@ from contextuality.store.files import StoreError
 setup_job_logging(snakemake.log[0])
 inputs = snakemake.input
 paths = SensePaths(**{name: [Path(path) for path in getattr(inputs, name)] if name in ("layers", "senses_layers")
+                      else unpacked(inputs.model) if name == "model"
                       else Path(getattr(inputs, name)) for name in SensePaths.__dataclass_fields__})  # fmt: skip
 with expected_errors(StoreError, ModelError):
     rows, words = measure_senses(

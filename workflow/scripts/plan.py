@@ -1,6 +1,7 @@
 """Snakemake entry point: a model's tokenizer + the corpus -> its plan (tokens, units), occurrences and losses."""
 from pathlib import Path
 
+from contextuality.core.archive import unpacked
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.core.settings import PlanSettings, from_params
 from contextuality.extraction.alignment import AlignmentError
@@ -14,7 +15,7 @@ with expected_errors(NothingToMeasureError, AlignmentError, ModelError, NotADeco
         model_key=snakemake.wildcards.model,
         settings=from_params(PlanSettings, snakemake.params.plan),
         record_path=Path(snakemake.input.record),
-        model_dir=Path(snakemake.input.model),
+        model_dir=unpacked(snakemake.input.model),
         sentences_path=Path(snakemake.input.sentences),
         words_path=Path(snakemake.input.words),
         word_index_path=Path(snakemake.input.word_index),

@@ -24,8 +24,10 @@ WORD_INDEX = f"{RESULTS}/corpus/word_index.parquet"
 
 # The models (outside results/: built once, reused by every run)
 MODEL_ROOT = "resources/models/{model}"
-MODEL_DOWNLOAD = f"{MODEL_ROOT}/download"
-MODEL_FOLDER = f"{MODEL_ROOT}/model"
+# The download and the model folder are declared as one file each, a tar (contextuality.core.archive: a
+# pod's directory() output is lost by the S3 storage plugin); jobs unpack them beside it (download/, model/).
+MODEL_DOWNLOAD = f"{MODEL_ROOT}/download.tar"
+MODEL_FOLDER = f"{MODEL_ROOT}/model.tar"
 MODEL_RECORD = f"{MODEL_ROOT}/source.json"
 
 # A model's plan and stored vectors

@@ -13,7 +13,10 @@ import yaml
 
 from contextuality.core.settings import Settings
 
-SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
+# workflow/schemas/config.schema.yaml (its home, by Snakemake convention), through the package's link to
+# it: a wheel carries the file itself (package data), so a job whose package is installed rather than
+# in src/ (a Kubernetes pod's image) finds it too.
+SCHEMA = Path(__file__).with_name("config.schema.yaml")
 
 
 class ConfigError(ValueError):

@@ -1,0 +1,83 @@
+"""A folder as one file: the form in which a model's download and build are workflow outputs.
+
+A ``directory()`` output made by a job without a shared file system (Kubernetes) is reported
+missing by snakemake-storage-plugin-s3 0.3.6 (docs/scaling.md, "Upstream"), so the workflow declares
+``model.tar`` instead of ``model/``. The job that makes the folder packs it (``pack``); every job that
+reads it calls ``unpacked``, which unpacks the archive once beside itself (``model.tar`` -> ``model/``)
+and reuses that folder while it carries the archive's modification time (set when packed or unpacked). The tar holds no time, owner or order of its
+own, so the same folder gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+
+from contextuality.core.atomic import atomic_path
+
+
+def folder_of(archive: str | os.PathLike) -> Path:
+    """The folder an archive unpacks to: its path without ``.tar``."""
+    archive = Path(archive)
+    if archive.suffix != ".tar":
+        raise ValueError(f"{archive}: not a .tar archive")
+    return archive.with_suffix("")
+
+
+def _mark(folder: Path, archive: Path) -> None:
+    """Give ``folder`` the archive's modification time: the sign that it is this archive's unpacked form."""
+    os.utime(folder, ns=(folder.stat().st_atime_ns, archive.stat().st_mtime_ns))
+
+
+def _is_unpacked_form(folder: Path, archive: Path) -> bool:
+    return folder.is_dir() and folder.stat().st_mtime_ns == archive.stat().st_mtime_ns
+
+
+def _normalised(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+    return info
+
+
+def pack(folder: str | os.PathLike, archive: str | os.PathLike) -> Path:
+    """Write ``folder``'s files into ``archive`` (sorted, no times or owners), and mark ``folder`` as its unpacked form."""
+    folder, archive = Path(folder), Path(archive)
+    if folder_of(archive) != folder:
+        raise ValueError(f"{archive} must sit beside {folder} and share its name")
+    with atomic_path(archive) as tmp, tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(folder.rglob("*")):
+            tar.add(path, arcname=path.relative_to(folder).as_posix(), recursive=False, filter=_normalised)
+    _mark(folder, archive)
+    return archive
+
+
+def unpacked(archive: str | os.PathLike) -> Path:
+    """The folder ``archive`` holds: the one beside it when it was unpacked from (or packed into) this archive, else unpacked now."""
+    archive = Path(archive)
+    folder = folder_of(archive)
+    if _is_unpacked_form(folder, archive):
+        return folder
+    # Not atomic_path: that clears other writers' temporaries, and several jobs may unpack at once.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    try:
+        with tarfile.open(archive) as tar:
+            # PEP 706's filter, where this Python has it (3.11.4+; Debian backports it)
+            tar.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        shutil.rmtree(folder, ignore_errors=True)  # a folder from an older archive
+        try:
+            os.replace(tmp, folder)
+        except OSError:
+            if not folder.is_dir():  # else another job unpacked the same archive first
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _mark(folder, archive)
+    return folder
+
+
+def discard_unpacked(archive: str | os.PathLike) -> None:
+    """Remove the folder ``unpacked`` made beside ``archive`` (a temporary archive's folder outlives it otherwise)."""
+    archive = Path(archive)
+    shutil.rmtree(folder_of(archive), ignore_errors=True)
