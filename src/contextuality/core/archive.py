@@ -4,8 +4,8 @@ A ``directory()`` output made by a job without a shared file system (Kubernetes)
 missing by snakemake-storage-plugin-s3 0.3.6 (docs/scaling.md, "Upstream"), so the workflow declares
 ``model.tar`` instead of ``model/``. The job that makes the folder packs it (``pack``); every job that
 reads it calls ``unpacked``, which unpacks the archive once beside itself (``model.tar`` -> ``model/``)
-and reuses that folder while it carries the archive's modification time (set when packed or unpacked). The tar holds no time, owner or order of its
-own, so the same folder gives the same bytes.
+and reuses that folder while it carries the archive's modification time (set when packed or unpacked).
+The tar holds no time, owner or order of its own, so the same folder gives the same bytes.
 """
 
 from __future__ import annotations

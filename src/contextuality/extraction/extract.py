@@ -437,7 +437,8 @@ def run_extraction_job(
     try:
         return extract_shard(
             loaded, plan, out_h5, pooling=settings.pooling, batch_size=settings.batch_size,
-            max_batch_tokens=settings.max_batch_tokens, storage_dtype=settings.storage_dtype, device=device, disk_factor=disk_factor, attrs=attrs,
+            max_batch_tokens=settings.max_batch_tokens, storage_dtype=settings.storage_dtype, device=device,
+            disk_factor=disk_factor, attrs=attrs,
         )
     finally:
         if lease is not None:
