@@ -1,5 +1,6 @@
 # Every layer's vectors of every sentence: the model's plan, one extraction job per shard (the
-# only copy of the vectors), the manifest, and one small virtual file per layer over the shards.
+# only copy of the vectors), the manifest, and one small virtual file per layer over the shards. The store is
+# built when the run reads it or keeps it (extraction.store), or on demand: `snakemake store`.
 
 
 rule plan:
@@ -40,6 +41,8 @@ rule extract:
     params:
         # only what changes the stored vectors, so toggling e.g. export_classic re-extracts nothing
         shard=lambda wildcards: as_params(SETTINGS.shard(wildcards.model)),
+    message:
+        "{wildcards.model}: shard {wildcards.shard} extracted on " + EXTRACT_DEVICE
     threads: SETTINGS.extraction.threads
     resources:
         gpu=gpus_per_shard,
@@ -110,3 +113,9 @@ rule export_classic:
         "../../envs/analysis.yaml"
     script:
         "../scripts/export_classic.py"
+
+
+rule store:
+    # Target: every model's store (its shards, manifest and layer files), whether or not the run's measures read it.
+    input:
+        store_files,

@@ -152,6 +152,7 @@ class LayerRows:
     after_final_norm: int
     block_rows: int = BLOCK_ROWS  # rows per block of the full-layer passes
     sentence_ids: np.ndarray | None = None  # corpus ids of the sentences (messages), when not in ``path``
+    remedy: str | None = None  # the way out of a non-finite row (``finite.non_finite_error``'s when None)
 
     def passes(self, desc: str | None = None):
         raise NotImplementedError
@@ -173,11 +174,11 @@ class RowsInMemory(LayerRows):
     """A layer held whole (numpy on the host, or a tensor on a device): one chunk, gathers by index."""
 
     def __init__(self, X, offsets: np.ndarray, *, path, stored_dtype, after_final_norm: int = 0,
-                 block_rows: int = BLOCK_ROWS, sentence_ids: np.ndarray | None = None):  # fmt: skip
+                 block_rows: int = BLOCK_ROWS, sentence_ids: np.ndarray | None = None, remedy: str | None = None):  # fmt: skip
         self.X, self.path, self.offsets = X, Path(path), np.asarray(offsets, dtype=np.int64)
         self.n_rows, self.d = int(X.shape[0]), int(X.shape[1])
         self.stored_dtype, self.after_final_norm = backend.dtype_name(stored_dtype), after_final_norm
-        self.block_rows, self.sentence_ids = block_rows, sentence_ids
+        self.block_rows, self.sentence_ids, self.remedy = block_rows, sentence_ids, remedy
 
     def passes(self, desc: str | None = None):
         yield Chunk(0, self.X, self.offsets, 0, len(self.offsets) - 1)
@@ -206,7 +207,7 @@ class RowsInChunks(LayerRows):
         yield from tqdm(chunks, total=len(self.chunks), desc=desc, disable=None if desc else True, leave=False)
 
     def first_rows(self, count: int):
-        """The first rows, read in slices (``_streamed_shift`` before: the same sum)."""
+        """The layer's first rows (the point its moments are taken around)."""
         return self.reader.rows(0, min(count, self.n_rows))
 
     def keep(self, chunk: Chunk) -> None:
@@ -397,7 +398,7 @@ def _checked(step, rows: LayerRows, data: _Layer, index: OccurrenceIndex, layer:
         return step()
     except NonFiniteRows as err:  # before any eigen-solve, which would fail naming nothing
         raise non_finite_error(rows.path, layer, backend.to_host(X), data.offsets, index, err.row, first_row=first_row,
-                               sentence_ids=rows.sentence_ids) from None  # fmt: skip
+                               sentence_ids=rows.sentence_ids, remedy=rows.remedy) from None  # fmt: skip
 
 
 def _words(rows: LayerRows, index: OccurrenceIndex, transforms, tol: float, settings: MeasureSettings, work):
