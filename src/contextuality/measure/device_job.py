@@ -46,8 +46,8 @@ MB = 1 << 20
 GPU_BLOCK_ROWS = 1 << 16
 # What the device keeps beside the resident layers: CUDA's context and the allocator's fragmentation.
 CUDA_CONTEXT_MB = 1536
-# A test's stand-in for the device's free memory in bytes (forces a schedule of several groups).
-FREE_BYTES_ENV = "CONTEXTUALITY_DEVICE_FREE_BYTES"
+# A test's stand-in for the room the resident layers may take, in bytes (forces a schedule of several groups).
+ROOM_BYTES_ENV = "CONTEXTUALITY_DEVICE_ROOM_BYTES"
 # How the device job's errors end: the rows came from this job's own forward passes.
 NON_FINITE_REMEDY = (
     "the model produced them in this job's forward passes: check its weights, or compute in float32 "
@@ -89,8 +89,8 @@ def reserve_bytes(*, d: int, n_layers: int, batch_tokens: int, widest_window: in
 
 def plan_groups(layers: list[int], layer_bytes: int, free_bytes: int, fraction: float, reserve: int) -> GroupPlan:
     """Consecutive groups of ``layers``, as few as fit: each group's rows within ``fraction`` of ``free_bytes``
-    less ``reserve``; sizes balanced (a 13-layer model in 2 groups: 7 + 6)."""
-    room = int(free_bytes * fraction) - reserve
+    less ``reserve`` (or the room ``ROOM_BYTES_ENV`` gives); sizes balanced (13 layers in 2 groups: 7 + 6)."""
+    room = int(os.environ[ROOM_BYTES_ENV]) if os.environ.get(ROOM_BYTES_ENV) else int(free_bytes * fraction) - reserve
     if room < layer_bytes:
         raise DeviceMemoryError(
             f"one layer's rows take {layer_bytes / MB:.0f} MB, but the device has {free_bytes / MB:.0f} MB free and "
@@ -105,10 +105,7 @@ def plan_groups(layers: list[int], layer_bytes: int, free_bytes: int, fraction: 
 
 
 def free_device_bytes(device: str, memory_mb: int) -> int:
-    """The device's free memory (CUDA), or on torch's CPU backend the job's budget ``metrics.memory_mb``; a test
-    may set it (``FREE_BYTES_ENV``)."""
-    if os.environ.get(FREE_BYTES_ENV):
-        return int(os.environ[FREE_BYTES_ENV])
+    """The device's free memory (CUDA), or on torch's CPU backend the job's budget ``metrics.memory_mb``."""
     if str(device).startswith("cuda"):
         import torch
 
