@@ -22,10 +22,12 @@ import logging
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
 from contextuality.core import layout
@@ -33,7 +35,7 @@ from contextuality.core.archive import pack
 from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import WINDOW_BATCHES, MeasureSettings, ShardSettings
 from contextuality.measure import backend
-from contextuality.measure.layer_job import OccurrenceIndex, RowsInMemory, measure_rows, read_units
+from contextuality.measure.layer_job import OccurrenceIndex, RowsInMemory, measure_rows_then, read_units
 from contextuality.measure.layer_pass import BLOCK_ROWS
 from contextuality.measure.layer_result import write_layer_results
 from contextuality.measure.streaming import BASE_MB, SQUARE_MATRICES
@@ -222,12 +224,12 @@ def batch_tokens(plan, shard: ShardSettings) -> int:
 def measure_model(
     *, model_key: str, shard: ShardSettings, measure: MeasureSettings, device: str, memory_fraction: float,
     parts: int, part: int, record_path: Path, model_dir: Path, tokens_path: Path, units_path: Path,
-    occurrences_path: Path, out_folder: Path, provenance: dict, log: logging.Logger = LOG,
+    occurrences_path: Path, out_folder: Path, provenance: dict, host_threads: int = 1, log: logging.Logger = LOG,
 ) -> dict:
     """Measure part ``part`` of ``parts`` of the layers of ``model_key`` on ``device``, writing each layer's
     record, words table and PC vectors into ``out_folder`` (the layout's per-layer names, relative to the
-    model's metrics folder) with ``provenance``'s digest. Returns the job's figures (its layers, groups,
-    seconds, peak device memory) and the model's shape."""
+    model's metrics folder) with ``provenance``'s digest; ``host_threads`` finish layers on the host at once.
+    Returns the job's figures (its layers, groups, seconds, peak device memory) and the model's shape."""
     import torch
 
     from contextuality.extraction.extract import ElmoModel, load_for_extraction
@@ -265,8 +267,23 @@ def measure_model(
     block_rows = GPU_BLOCK_ROWS if on_cuda else BLOCK_ROWS
     if on_cuda:
         torch.cuda.reset_peak_memory_stats(torch.device(device))
-    seconds = {"forward": 0.0, "measure": 0.0}
-    with torch.inference_mode():
+    seconds, host_seconds = {"forward": 0.0, "measure": 0.0}, []
+
+    def finish_and_write(layer: int, finish) -> None:  # in a host thread: no row is read
+        tick = time.perf_counter()
+        write_layer_results(
+            finish(), out_folder / layout.path(layout.in_metrics(layout.LAYER_RECORD), layer=layer),
+            out_folder / layout.path(layout.in_metrics(layout.LAYER_WORDS), layer=layer),
+            out_folder / layout.path(layout.in_metrics(layout.PCS), layer=layer), provenance_sha256=digest,
+        )  # fmt: skip
+        host_seconds.append(time.perf_counter() - tick)  # list.append: one step, safe across threads
+
+    # The measures on the host's copies of drawn rows (the panel's isotropy measures, the bootstrap) run in
+    # threads beside the device's next layer, so the device does not wait for them; numpy's BLAS one thread
+    # each (the threads are the parallelism, and a threaded OpenBLAS beside OpenMP threads may hang).
+    with torch.inference_mode(), ThreadPoolExecutor(max_workers=max(1, host_threads)) as host, \
+            threadpool_limits(limits=1, user_api="blas"):
+        pending = []
         for number, group in enumerate(groups.groups, 1):
             tick = time.perf_counter()
             resident = torch.empty((len(group), n_rows, d), dtype=storage, device=device)
@@ -282,22 +299,25 @@ def measure_model(
                     stored_dtype=shard.storage_dtype, after_final_norm=_after_final_norm(loaded, layer),
                     block_rows=block_rows, sentence_ids=plan.sentence_ids, remedy=NON_FINITE_REMEDY,
                 )  # fmt: skip
-                result = measure_rows(rows, layer, index, measure, model=model_key, units=units, log=log)
-                write_layer_results(
-                    result, out_folder / layout.path(layout.in_metrics(layout.LAYER_RECORD), layer=layer),
-                    out_folder / layout.path(layout.in_metrics(layout.LAYER_WORDS), layer=layer),
-                    out_folder / layout.path(layout.in_metrics(layout.PCS), layer=layer), provenance_sha256=digest,
-                )  # fmt: skip
+                finish = measure_rows_then(rows, layer, index, measure, model=model_key, units=units, log=log)
+                pending.append(host.submit(finish_and_write, layer, finish))
+            if on_cuda:
+                torch.cuda.synchronize(torch.device(device))
             seconds["measure"] += time.perf_counter() - tick
             del resident
             if on_cuda:
                 torch.cuda.empty_cache()
+        tick = time.perf_counter()
+        for done in pending:
+            done.result()  # a host step's error, raised here
+        seconds["host_wait"] = time.perf_counter() - tick
     planned_peak = groups.reserve_bytes + max(map(len, groups.groups), default=0) * groups.layer_bytes
     figures = {
         "device": str(device), "layers": layers, "groups": groups.groups, "n_layers": loaded.n_layers, "rows": n_rows,
         "dim": d, "n_sentences": len(plan.sentence_ids), "tokens": int(plan.n_tokens),
         "final_norm": "" if elmo else final_norm(loaded.model), "forward_seconds": seconds["forward"],
-        "measure_seconds": seconds["measure"], "seconds": time.perf_counter() - started, "planned_peak_bytes": planned_peak,
+        "measure_seconds": seconds["measure"], "host_seconds": sum(host_seconds), "host_wait_seconds": seconds["host_wait"],
+        "seconds": time.perf_counter() - started, "planned_peak_bytes": planned_peak,
         "peak_bytes": int(torch.cuda.max_memory_allocated(torch.device(device))) if on_cuda else None,
     }  # fmt: skip
     log.info("done: %s", json.dumps(figures))
@@ -351,7 +371,8 @@ def run_measure_model_job(
         figures = measure_model(
             model_key=model_key, shard=shard, measure=measure, device=device, memory_fraction=memory_fraction,
             parts=parts, part=part, record_path=record_path, model_dir=model_dir, tokens_path=tokens_path,
-            units_path=units_path, occurrences_path=occurrences_path, out_folder=staging, provenance=made_from, log=log,
+            units_path=units_path, occurrences_path=occurrences_path, out_folder=staging, provenance=made_from,
+            host_threads=threads, log=log,
         )  # fmt: skip
         pack(staging, out_tar)
         shutil.rmtree(staging, ignore_errors=True)

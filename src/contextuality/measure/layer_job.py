@@ -289,26 +289,58 @@ def measure_rows(rows: LayerRows, layer: int, index: OccurrenceIndex, settings: 
     layer resident on a device), on the rows' own backend; see ``measure_layer``. The seeded draws are made
     on the host from the plan alone and the drawn rows copied there, so they and every measure taken on
     them are the same bytes whatever holds the rows."""
+    return measure_rows_then(rows, layer, index, settings, model=model, units=units, log=log)()
+
+
+def measure_rows_then(rows: LayerRows, layer: int, index: OccurrenceIndex, settings: MeasureSettings, *, model: str,
+                      units: pd.DataFrame | None = None, log: logging.Logger = LOG):  # fmt: skip
+    """``measure_rows`` in two steps: everything that reads the rows, now (the passes, the words, the massive
+    activations, the drawn rows copied to the host), and a function giving the ``LayerResult`` from host
+    arrays alone (the sampled baselines, the geometry panel's isotropy measures, the bootstrap intervals, the
+    tables), which a device job runs in a thread beside its next layer's work."""
     _check_settings(settings)
     started = time.perf_counter()
     data = _sampled(rows, settings)
-    measured = _measure(rows, data, index, units, settings, layer, COMPUTE_DTYPES[settings.compute_dtype])
-    variants, exact_self, sampled, primary, panel, rogue, baseline_norms = measured
-    none = variants[0]
-    layer_cis, variant_cis = _bootstrap_intervals(primary, variants, settings, layer)
-    # the result: the layer's row, its words, the post-processing rows
-    masked = _mev_masked(settings, layer)
-    row = _layer_row(data, baseline_norms, none, primary, sampled, layer_cis, panel, masked, model=model, layer=layer)
-    words = _words_table(index, none, exact_self, sampled, primary, masked, model=model, layer=layer)
-    postprocess = _postprocess_rows(variants, variant_cis, settings, model, layer)
-    log.info(
-        "%s layer %d: self-sim %.3f, intra %.3f, MEV %.3f, baseline cos %.3f (exact %.3f) MEV %.3f (exact %.3f), "
-        "%d degenerate words, variants %s (%.1f s)",
-        model, layer, row["self_similarity"], row["intra_sentence"], row["mev"], row["baseline_cosine"],
-        row["baseline_cosine_exact"], row["baseline_mev"], row["baseline_mev_exact"],
-        row["n_degenerate_words"], ",".join(v.transform.name for v in variants), time.perf_counter() - started,
-    )  # fmt: skip
-    return LayerResult(row, words, none.words.first_vector, postprocess, rogue, LayerShape(data.n_rows, data.d))
+    on_rows = _measure(rows, data, index, settings, layer, COMPUTE_DTYPES[settings.compute_dtype])
+
+    def result() -> LayerResult:
+        measured = _finish(on_rows, data, units, settings, layer)
+        variants, exact_self, sampled, primary, panel, rogue, baseline_norms = measured
+        none = variants[0]
+        layer_cis, variant_cis = _bootstrap_intervals(primary, variants, settings, layer)
+        # the result: the layer's row, its words, the post-processing rows
+        masked = _mev_masked(settings, layer)
+        row = _layer_row(data, baseline_norms, none, primary, sampled, layer_cis, panel, masked, model=model, layer=layer)
+        words = _words_table(index, none, exact_self, sampled, primary, masked, model=model, layer=layer)
+        postprocess = _postprocess_rows(variants, variant_cis, settings, model, layer)
+        log.info(
+            "%s layer %d: self-sim %.3f, intra %.3f, MEV %.3f, baseline cos %.3f (exact %.3f) MEV %.3f (exact %.3f), "
+            "%d degenerate words, variants %s (%.1f s)",
+            model, layer, row["self_similarity"], row["intra_sentence"], row["mev"], row["baseline_cosine"],
+            row["baseline_cosine_exact"], row["baseline_mev"], row["baseline_mev_exact"],
+            row["n_degenerate_words"], ",".join(v.transform.name for v in variants), time.perf_counter() - started,
+        )  # fmt: skip
+        return LayerResult(row, words, none.words.first_vector, postprocess, rogue, LayerShape(data.n_rows, data.d))
+
+    return result
+
+
+class _OnRows(NamedTuple):
+    """What the passes over a layer's rows give, all of it on the host: the rest needs no row."""
+
+    passed: LayerPass
+    transforms: list
+    sums: dict  # every variant's unit-row sums
+    words: dict  # every variant's WordStats
+    sampled: np.ndarray  # sampled self-similarities (NaN unless asked for)
+    intra_all: dict  # every sentence's intra-sentence similarity per variant (intra_sentences: all)
+    Z: np.ndarray  # the sampled sentences' rows
+    z_offsets: np.ndarray
+    sampled_ids: np.ndarray
+    G: np.ndarray  # the geometry sample's rows
+    geometry_rng: np.random.Generator  # the stream the geometry sample was drawn from, to go on drawing
+    massive: object  # the massive activations, or None without geometry
+    tol: float
 
 
 class _Measured(NamedTuple):
@@ -323,9 +355,9 @@ class _Measured(NamedTuple):
     baseline_norms: np.ndarray  # the norms of the baseline sentences' rows
 
 
-def _measure(rows: LayerRows, data: _Layer, index: OccurrenceIndex, units, settings: MeasureSettings, layer: int,
-             work) -> _Measured:  # fmt: skip
-    """The one measurement path, over ``rows.passes()`` (one chunk for a layer in memory).
+def _measure(rows: LayerRows, data: _Layer, index: OccurrenceIndex, settings: MeasureSettings, layer: int,
+             work) -> _OnRows:  # fmt: skip
+    """The one measurement path's work on the rows, over ``rows.passes()`` (one chunk for a layer in memory).
 
     Pass 1: the moments and unit-row sums (``LayerPassSums``), the occurrences kept (``rows.keep``), the
     sampled sentences' and geometry rows gathered to the host, whether any entry is above the massive
@@ -373,21 +405,31 @@ def _measure(rows: LayerRows, data: _Layer, index: OccurrenceIndex, units, setti
                 intra_all[t.name][chunk.s0 : chunk.s1] = intra_sentence_by_length(chunk.rows, chunk.offsets, t)
     sums_by_name = {"none": passed.cosines, **cosine_sums.result()}
     words, sampled = _words(rows, index, transforms, tol, settings, work)
+    massive = None
+    if settings.geometry:
+        # in the dtype the rows are held in (a threshold rounded up to it compares exactly as in any wider one)
+        massive = massive_activations_blocks(lambda: ((c.first_row, c.rows) for c in rows.passes()), n, d,
+                                             read_dtype or data.stored_dtype, any_above=any_above)  # fmt: skip
+    return _OnRows(passed, transforms, sums_by_name, words, sampled, intra_all, Z, z_offsets, sampled_ids, G,
+                   geometry_rng, massive, tol)  # fmt: skip
+
+
+def _finish(on: _OnRows, data: _Layer, units, settings: MeasureSettings, layer: int) -> _Measured:
+    """The measures taken on the host from what the passes gave: the sampled sentences' measures, every
+    variant's exact baselines, the geometry panel."""
+    transforms, Z, z_offsets, sampled_ids = on.transforms, on.Z, on.z_offsets, on.sampled_ids
+    every_intra = settings.intra_sentences == "all"
     position = {"baseline": np.searchsorted(sampled_ids, data.baseline_ids),
                 "intra": None if every_intra else np.searchsorted(sampled_ids, data.intra_ids)}  # fmt: skip
     sentences = {}
     for t in transforms:
         intra_ids = position["baseline"] if every_intra else position["intra"]  # ``all``: replaced below
         intra, baseline = _sentence_measures(Z, z_offsets, intra_ids, position["baseline"], t, settings, layer)
-        sentences[t.name] = (intra_all[t.name][data.intra_ids] if every_intra else intra, baseline)
-    variants = _paper_measures(transforms, passed, sums_by_name, words, sentences, tol, settings, layer)
-    exact_self, sampled, primary = _self_similarities(variants[0].words.self_similarity, sampled, settings)
-    massive = None
-    if settings.geometry:
-        # in the dtype the rows are held in (a threshold rounded up to it compares exactly as in any wider one)
-        massive = massive_activations_blocks(lambda: ((c.first_row, c.rows) for c in rows.passes()), n, d,
-                                             read_dtype or data.stored_dtype, any_above=any_above)  # fmt: skip
-    panel, rogue = _geometry(data, passed, units, settings, layer, rng=geometry_rng, massive=massive, sample=G)
+        sentences[t.name] = (on.intra_all[t.name][data.intra_ids] if every_intra else intra, baseline)
+    variants = _paper_measures(transforms, on.passed, on.sums, on.words, sentences, on.tol, settings, layer)
+    exact_self, sampled, primary = _self_similarities(variants[0].words.self_similarity, on.sampled, settings)
+    panel, rogue = _geometry(data, on.passed, units, settings, layer, rng=on.geometry_rng, massive=on.massive,
+                             sample=on.G)  # fmt: skip
     norms = row_norms(Z[sentence_rows(z_offsets, position["baseline"])[0]])
     return _Measured(variants, exact_self, sampled, primary, panel, rogue, norms)
 
