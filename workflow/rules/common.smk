@@ -181,6 +181,7 @@ def given_gpus(rule, own):
 
 # Where each heavy job computes, as the terminal says it (the rules' messages).
 EXTRACT_DEVICE = "a GPU" if extract_job_gpus() else "the CPU"
+DEVICE_MEASURE_WHERE = "a GPU" if given_gpus("measure_model", gpus_for_device_measure(None)) else "torch's CPU backend"
 
 
 # Half precision where no extraction job can be given a GPU stops here, not in the first shard job.
