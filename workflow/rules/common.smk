@@ -93,7 +93,7 @@ def model_outputs(model):
 
 
 def per_layer_rule():
-    """The rule that writes each layer's record, words and PC vectors: measure_layer, or device_layer."""
+    """Which of measure_layer and device_layer writes each layer's record, words and PC vectors."""
     return rules.device_layer if SETTINGS.metrics.device.on_device else rules.measure_layer
 
 

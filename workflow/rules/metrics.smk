@@ -26,8 +26,8 @@ if SETTINGS.metrics.device.on_device:
             shard=lambda wildcards: as_params(SETTINGS.shard(wildcards.model)),
             measure=as_params(SETTINGS.metrics.measure),
         message:
-            "{wildcards.model}: every layer of part {wildcards.part} measured beside its forward passes, on "
-            + DEVICE_MEASURE_WHERE
+            f"{{wildcards.model}}: every layer of part {{wildcards.part}} measured beside its forward passes, on "
+            f"{DEVICE_MEASURE_WHERE}"
         threads: SETTINGS.extraction.threads
         resources:
             gpu=gpus_for_device_measure,
