@@ -182,7 +182,7 @@ def tolerance(name, shard, measure, device, paths, folder, layers: list[int], ou
     d = loaded.model.config.hidden_size
     resident = torch.empty((len(layers), len(plan.units), d), dtype=getattr(torch, shard.storage_dtype), device=device)
     with torch.inference_mode():
-        device_job._fill_group(loaded, plan, layers, resident, shard, device, desc=f"{name} layers {layers}")
+        device_job.fill_group(loaded, plan, layers, resident, shard, device, desc=f"{name} layers {layers}")
     checks = []
     for slot, layer in enumerate(layers):
         host = resident[slot].cpu().numpy()
@@ -264,7 +264,7 @@ def check_model(name, folder, spec, sentences, words, index, args, tmp: Path) ->
     floor_s = 0.0
     with torch.inference_mode():
         for layer in (layers[len(layers) // 2], layers[-1]):
-            device_job._fill_group(loaded, plan, [layer], resident, shard, args.device, desc=f"{name} floor {layer}")
+            device_job.fill_group(loaded, plan, [layer], resident, shard, args.device, desc=f"{name} floor {layer}")
             synchronize(args.device)
             tick = time.perf_counter()
             device_products(resident[0], occurrence_index.rows, occurrence_index.group_starts, torch.float32)

@@ -193,7 +193,7 @@ def model_forward(loaded):
     return forward
 
 
-def _hf_windows(loaded, plan: Plan, *, batch_size: int, max_batch_tokens: int | None, pooling: str, device: str,
+def hf_windows(loaded, plan: Plan, *, batch_size: int, max_batch_tokens: int | None, pooling: str, device: str,
                 storage_dtype: str, forward=None, layers=None, to_host: bool = True):
     """Yield (first unit row of the window, (layers, units, dim) block in the storage dtype, window end).
 
@@ -312,7 +312,7 @@ def _holding(buffer, shape: tuple[int, ...], dtype, device):
     return torch.empty(max(needed, 1 << 20), dtype=dtype, device=device)
 
 
-def _elmo_windows(loaded: ElmoModel, plan: Plan, *, batch_size: int, max_batch_tokens: int | None, storage_dtype: str):
+def elmo_windows(loaded: ElmoModel, plan: Plan, *, batch_size: int, max_batch_tokens: int | None, storage_dtype: str):
     import torch
 
     words = plan.units["unit"].tolist()
@@ -343,10 +343,10 @@ def extract_shard(
     log.info("over-long sentences (max %d tokens): %d truncated, %d skipped", loaded.max_length,
              int(plan.truncated.sum()), int(plan.skipped.sum()))
     if isinstance(loaded, ElmoModel):
-        windows = _elmo_windows(loaded, plan, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+        windows = elmo_windows(loaded, plan, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
                                 storage_dtype=storage_dtype)
     else:
-        windows = _hf_windows(loaded, plan, batch_size=batch_size, max_batch_tokens=max_batch_tokens, pooling=pooling,
+        windows = hf_windows(loaded, plan, batch_size=batch_size, max_batch_tokens=max_batch_tokens, pooling=pooling,
                               device=device, storage_dtype=storage_dtype, forward=forward)
     started, done = time.perf_counter(), 0
     bar = tqdm(total=len(plan.sentence_ids), unit="sent", mininterval=5, desc=f"extract {loaded.key}")
