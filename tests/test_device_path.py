@@ -201,3 +201,20 @@ def test_the_device_check_runs_on_the_cpu(tmp_path):
     assert len(report["tolerance"]) == 8 and all(check["ok"] for check in report["tolerance"])
     assert {plan["gpu"] for plan in report["eight_b"]} == {"80 GB", "141 GB"}
     assert "8B-class on STS" in result.stdout and "a_over_b" in result.stdout
+
+
+@pytest.mark.slow
+def test_the_self_similarity_check_runs_on_a_stored_run(runs):
+    """benchmarks/self_similarity_check.py on the smoke run's store: every word of every layer within 1e-5 of
+    its float64 brute force, the engine's and the run's own tables."""
+    import subprocess
+    import sys
+
+    store = runs[0]
+    result = subprocess.run(
+        [sys.executable, str(PROJECT / "benchmarks" / "self_similarity_check.py"), "--embeddings",
+         str(store / "results/embeddings/tiny-gpt2"), "--metrics", str(store / "results/metrics/tiny-gpt2")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "0 word-layers above 1e-05" in result.stdout and "the run's tables: largest difference" in result.stdout
