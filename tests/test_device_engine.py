@@ -146,3 +146,23 @@ def test_chunks_and_one_chunk_give_the_same_sums():
     np.testing.assert_allclose(intra_sentence_by_length(X, offsets),
                                reference.intra_sentence_similarity(X, offsets, np.arange(len(offsets) - 1)),
                                rtol=0, atol=1e-14)  # fmt: skip
+
+
+def test_a_one_sentence_layer_gives_the_same_tables_on_both_backends():
+    """A layer of one sentence (every pair inside it): the exact baselines are those of its rows, and torch
+    and numpy agree."""
+    rng = np.random.default_rng(4)
+    X = (rng.normal(size=(40, 64)) * 3 + 1).astype(np.float32)
+    offsets = np.array([0, 40])
+    occurrences = pd.DataFrame({"word": ["a"] * 6 + ["b"] * 30, "row": np.r_[0:6, 10:40]})
+    a = _measure(X, offsets, occurrences, backend="numpy", compute_dtype="float64")
+    b = _measure(X, offsets, occurrences, backend="torch", compute_dtype="float64")
+    for column, value in a.row.items():
+        if isinstance(value, str):
+            assert b.row[column] == value
+        else:
+            np.testing.assert_allclose(b.row[column], value, atol=1e-10, rtol=0, err_msg=column)
+    U = reference.unit_rows(X.astype(np.float64))
+    cosines = U @ U.T
+    assert a.row["baseline_cosine_uniform"] == pytest.approx((cosines.sum() - 40) / (40 * 39), abs=1e-12)
+    np.testing.assert_allclose(b.words["self_similarity"], a.words["self_similarity"], atol=1e-12, rtol=0)
