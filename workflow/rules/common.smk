@@ -139,14 +139,16 @@ def expand_shards(pattern):
 # where there is one; --resources gpu=0 keeps every job on the CPU. Extraction and device measurement jobs lease
 # one of them each (contextuality.extraction.devices); they read the count from the environment, as they read
 # HDF5's locking setting.
+# On a cluster (an executor with nodes) the scheduler gives each job its GPU and the count is not this machine's.
+ON_A_CLUSTER = workflow.global_resources["_nodes"].value is not None
 GIVEN_GPUS = workflow.global_resources.get("gpu")
-if GIVEN_GPUS is None or GIVEN_GPUS.value is None:
+if (GIVEN_GPUS is None or GIVEN_GPUS.value is None) and not ON_A_CLUSTER:
     LOCAL_GPUS = visible_gpus()
     workflow.register_resource("gpu", LOCAL_GPUS)
     if workflow.is_main_process and LOCAL_GPUS:
         print(gpu_line(LOCAL_GPUS), file=sys.stderr)
 else:
-    LOCAL_GPUS = GIVEN_GPUS.value or 0
+    LOCAL_GPUS = (GIVEN_GPUS.value if GIVEN_GPUS is not None else 0) or 0
 os.environ[LOCAL_GPUS_ENV] = str(LOCAL_GPUS)
 
 
@@ -180,8 +182,15 @@ def given_gpus(rule, own):
 
 
 # Where each heavy job computes, as the terminal says it (the rules' messages).
-EXTRACT_DEVICE = "a GPU" if extract_job_gpus() else "the CPU"
-DEVICE_MEASURE_WHERE = "a GPU" if given_gpus("measure_model", gpus_for_device_measure(None)) else "torch's CPU backend"
+def runs_on_a_gpu(declared):
+    """Whether a job declaring ``declared`` GPUs gets one: on one machine, not more than the run has."""
+    return bool(declared if ON_A_CLUSTER or not isinstance(declared, int) else min(declared, LOCAL_GPUS))
+
+
+EXTRACT_DEVICE = "a GPU" if runs_on_a_gpu(extract_job_gpus()) else "the CPU"
+DEVICE_MEASURE_WHERE = (
+    "a GPU" if runs_on_a_gpu(given_gpus("measure_model", gpus_for_device_measure(None))) else "torch's CPU backend"
+)
 
 
 # Half precision where no extraction job can be given a GPU stops here, not in the first shard job.

@@ -27,7 +27,7 @@ if SETTINGS.metrics.device.on_device:
             measure=as_params(SETTINGS.metrics.measure),
         message:
             f"{{wildcards.model}}: every layer of part {{wildcards.part}} measured beside its forward passes, on "
-            f"{DEVICE_MEASURE_WHERE}"
+            f"{DEVICE_MEASURE_WHERE} (gpu={{resources.gpu}})"
         threads: SETTINGS.extraction.threads
         resources:
             gpu=gpus_for_device_measure,
