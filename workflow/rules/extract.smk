@@ -41,8 +41,6 @@ rule extract:
     params:
         # only what changes the stored vectors, so toggling e.g. export_classic re-extracts nothing
         shard=lambda wildcards: as_params(SETTINGS.shard(wildcards.model)),
-    message:
-        f"{{wildcards.model}}: shard {{wildcards.shard}} extracted on {EXTRACT_DEVICE} (gpu={{resources.gpu}})"
     threads: SETTINGS.extraction.threads
     resources:
         gpu=gpus_per_shard,
