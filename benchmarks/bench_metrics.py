@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import json
 import os
 import random
 import re
@@ -51,7 +50,7 @@ from floor import products  # the products floor (f), shared with bench_scaling.
 from contextuality.workflow.schema import load_settings
 from contextuality.measure.combine import combine_layers
 from contextuality.measure.layer_job import OccurrenceIndex, measure_layer
-from contextuality.store.reader import read_layer
+from contextuality.store.reader import mapped_sources, read_layer
 
 
 def make_synthetic_model(folder: Path, *, n_layers=7, n_sentences=25_000, mean_length=12, dim=384, n_words=5_000, seed=0):
@@ -99,8 +98,8 @@ def stored_files(paths: dict[int, Path]) -> list[Path]:
     files = set(paths.values())
     for path in paths.values():
         with h5py.File(path, "r") as f:
-            if f["vectors"].is_virtual:
-                files |= {Path(os.path.normpath(path.parent / s["file"])) for s in json.loads(f.attrs["sources"])}
+            if f["vectors"].is_virtual:  # the shards, from the virtual dataset's own mapping (as the reader reads it)
+                files |= {source["file"] for source in mapped_sources(path, f["vectors"])}
     return sorted(files)
 
 
