@@ -198,13 +198,14 @@ def time_pipeline(paths: dict[int, Path], occurrences: pd.DataFrame, units: pd.D
 
 
 def largest_difference(results: list, others: list) -> tuple[float, str]:
-    """The largest absolute difference between two runs' numeric layer columns (NaN in both: equal), and
-    where: how far the backends' tables are apart."""
+    """The largest absolute difference between two runs' numeric layer columns (NaN in both: equal; in one:
+    infinite), and where: how far the backends' tables are apart."""
     worst, where = 0.0, "-"
     for a, b in zip(results, others):
         for column, value in a.row.items():
             if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
-                gap = abs(float(b.row[column]) - float(value))
+                x, y = float(value), float(b.row[column])
+                gap = 0.0 if np.isnan(x) and np.isnan(y) else np.inf if np.isnan(x) or np.isnan(y) else abs(x - y)
                 if gap > worst:
                     worst, where = gap, f"layer {a.row['layer']} {column}"
     return worst, where
