@@ -6,7 +6,8 @@
 Measures, in one run:
   (a) the measurement step as the workflow runs it: ``contextuality.measure.layer_job.measure_layer`` on every layer
       (``--jobs`` layers at once, one process and one BLAS thread each, as ``snakemake --cores N`` runs the
-      per-layer jobs; default: one per CPU), then ``combine_layers``. With the default config's settings:
+      per-layer jobs; default: one per CPU; ``--jobs 1``: in this process, after one untimed layer on each
+      backend), then ``combine_layers``. With the default config's settings:
       the geometry panel on (``--no-geometry`` to leave it out) and the post-processed variants
       ``--postprocess none,standardize,abtt``;
   (b) one sequential read of every layer file (``store.read_layer``: the shards read directly, every
@@ -22,7 +23,15 @@ Measures, in one run:
       Gram (n <= d occurrences) or scatter matrix (n > d: its MEV), small words stacked by size as
       ``word_stats.word_stats`` stacks them. No eigen-solve, cosine sum, variant or panel: (f)/(b) is
       what those products alone cost in reads of the layer files.
-Targets: (a) <= 3 x (b), and (a) at least 50 x faster than (c). ``--cold`` evicts the layer files and
+(a) runs on each of ``--backends`` (default ``numpy,torch``), ``--repeats`` times each in alternating order
+(means compared): numpy is the workflow's job; torch is the same code (``measure_rows``) on torch's CPU
+backend, each layer read into memory as ``measure_layer`` reads it and passed as ``torch.from_numpy`` of
+it, one torch and one BLAS thread (a device's path, run on the CPU). Printed: each layer's CPU seconds on
+both, torch/numpy, and how far apart the two backends' tables are; the ratios below use the first backend's (a).
+  (n) and (o), with ``--against-commit C``: this checkout's numpy ``measure_layer`` against commit C's (its
+      ``src/`` from ``git archive``), each run on every layer, one layer after the other, in a fresh child
+      process (``measure_layers.py``) with one thread, at least twice each in the order n o, o n.
+Targets: (a) <= 3 x (b), and (a) at least 50 x faster than (c); (n)/(o) <= 1 (the host path no slower). ``--cold`` evicts the layer files and
 their shards from the page cache before (a) and (b), so both include the disk reads. ``--original-words 0``
 skips (c).
 """
@@ -361,8 +370,13 @@ def main(argv=None) -> None:
                 evict_from_page_cache(paths)
             reads_converted.append(time_sequential_read(paths, args.compute_dtype))
         read, read_converted = float(np.median(reads)), float(np.median(reads_converted))
-        # (a) on each backend, --repeats times, in the order n t, t n, n t, ...
+        # (a) on each backend, --repeats times, in the order n t, t n, n t, ...; in this process (--jobs 1), after
+        # one untimed layer on each backend, so that neither pays alone for the process's first calls
         walls, cpus, results = {b: [] for b in backends}, {b: [] for b in backends}, {}
+        if args.jobs == 1:
+            index = OccurrenceIndex(occurrences)
+            for backend in backends:
+                _measure_one((paths[min(paths)], min(paths), index, units, settings, backend))
         for repeat in range(args.repeats):
             for backend in (backends if repeat % 2 == 0 else backends[::-1]):
                 if args.cold:
