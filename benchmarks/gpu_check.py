@@ -75,14 +75,16 @@ def corpus(n_sentences: int) -> tuple[pd.DataFrame, pd.DataFrame]:
         return sentences, words.astype({"sentence_id": "int64", "position": "int32", "char_start": "int32"})
 
 
-def bert_base_folder(texts: list[str], folder: Path) -> Path:
-    """A BERT-base-sized model (12 x 768, 12 heads) with random weights and a corpus-trained WordPiece."""
+def bert_base_folder(texts: list[str], folder: Path, layers: int = 12, hidden: int = 768) -> Path:
+    """A BERT-base-sized model (12 x 768, 12 heads; else ``layers`` x ``hidden``, a head per 64 dims) with
+    random weights and a corpus-trained WordPiece."""
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
     tokenizer = randommodels.train_corpus_tokenizer(texts, "bert", 8000)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                        intermediate_size=3072, max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
+                        num_attention_heads=max(1, hidden // 64), intermediate_size=4 * hidden,
+                        max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id)  # fmt: skip
     BertModel(config).save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     return folder
@@ -186,7 +188,7 @@ def check_model(name: str, folder: Path, spec: dict, sentences, words, args, tmp
     return results
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=25088)
     parser.add_argument("--check-sentences", type=int, default=300)
@@ -194,7 +196,10 @@ def main() -> None:
     parser.add_argument("--smollm2-dir", type=Path, default=ROOT / "resources" / "models" / "smollm2" / "model")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")) / "gpu_check.json")
     parser.add_argument("--device", default="cuda:0", help="cpu runs the same code on the CPU (to test this script)")
-    args = parser.parse_args()
+    parser.add_argument("--bert-size", default="12x768", help="the random BERT's layers x hidden size (a small one, "
+                        "e.g. 2x64, runs the script on a CPU in seconds)")  # fmt: skip
+    args = parser.parse_args(argv)
+    bert_layers, bert_hidden = (int(v) for v in args.bert_size.split("x"))
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit("gpu_check: torch sees no CUDA device")
     torch.set_num_threads(min(8, os.cpu_count() or 1))
@@ -204,7 +209,7 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        bert = bert_base_folder(sentences["text"].tolist(), tmp / "bert-base-random")
+        bert = bert_base_folder(sentences["text"].tolist(), tmp / "bert-base-random", bert_layers, bert_hidden)
         results += check_model("bert-base-random", bert, {"indexing": "subword", "pooling": "first"}, sentences, words, args, tmp)
         if (args.smollm2_dir / "config.json").exists():
             smol, kind = smollm2_folder(args.smollm2_dir, tmp / "smollm2-random")

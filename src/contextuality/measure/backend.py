@@ -97,6 +97,27 @@ def einsum(subscripts: str, *operands):
     return _torch().einsum(subscripts, *operands)
 
 
+def clip(x, min: float | None = None, max: float | None = None):
+    """``x`` clipped to [min, max] (NaN stays NaN), by each backend's own operation: numpy's maximum and
+    minimum, torch's clamp. array_api_compat's ``clip`` is a generic Python wrapper (13 µs a call on numpy,
+    against 1.7 µs for ``np.maximum``) and torch's ``maximum`` of a Python number wraps it in a tensor first
+    (8 µs, against 2.6 µs for ``clamp``); the Lanczos steps alone clip about 12,000 times a layer."""
+    if not isinstance(x, (np.ndarray, np.generic)):
+        return x.clamp(min=min, max=max)
+    if min is not None:
+        x = np.maximum(x, min)
+    return x if max is None else np.minimum(x, max)
+
+
+def squared_norms(Y):
+    """The squared norm of each row (the last axis) of ``Y``: numpy's ``vecdot`` (no temporary of Y's
+    size: a quarter of ``sum(Y * Y)``'s time), torch's ``sum(Y * Y)`` (its CPU ``vecdot`` is 2.4 times
+    slower)."""
+    if isinstance(Y, np.ndarray):
+        return np.vecdot(Y, Y)
+    return (Y * Y).sum(dim=-1)
+
+
 def magnitude_keys(x):
     """|x| of a float16 array as order-preserving integers (its bit pattern, sign cleared), without
     converting it: numpy's float16 arithmetic is slow, and the keys compare exactly as |x| does (inf is

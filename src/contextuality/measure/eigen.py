@@ -51,7 +51,7 @@ def _lanczos(A, start, steps: int):
         b = xp.linalg.vector_norm(xp.astype(w, f64), axis=1)
         beta[:, j] = b
         scale = xp.max(xp.abs(alpha[:, : j + 1]), axis=1) + b
-        live = b > 64 * tiny * xp.clip(scale, min=float(np.finfo(np.float64).tiny))
+        live = b > 64 * tiny * backend.clip(scale, min=float(np.finfo(np.float64).tiny))
         q = xp.where(live[:, None], w / xp.astype(xp.where(live, b, 1.0), dtype)[:, None], xp.zeros_like(w))
     T = xp.zeros((k, s, s), dtype=f64, device=where)
     idx = xp.arange(s, device=where)
@@ -84,7 +84,7 @@ def top_eigenpairs(A, start=None, mask=None, *, tol: float | None = None):
     tol = RESIDUAL_TOL.get(backend.dtype_name(A.dtype), RESIDUAL_TOL["float64"]) if tol is None else tol
     mask = xp.ones((k, m), dtype=xp.bool, device=where) if mask is None else mask
     generic = xp.where(mask, backend.like(lanczos_start(m), A, f64), 0.0)
-    generic = generic / xp.clip(xp.linalg.vector_norm(generic, axis=1, keepdims=True), min=float(np.finfo(np.float64).tiny))
+    generic = generic / backend.clip(xp.linalg.vector_norm(generic, axis=1, keepdims=True), min=float(np.finfo(np.float64).tiny))
     start = generic if start is None else xp.where(mask, xp.astype(start, f64), 0.0)
     norms = xp.linalg.vector_norm(start, axis=1, keepdims=True)
     start = xp.where(norms > 0, start / xp.where(norms > 0, norms, 1.0), generic) + 1e-3 * generic
@@ -95,7 +95,7 @@ def top_eigenpairs(A, start=None, mask=None, *, tol: float | None = None):
         rows = None if len(todo) == k else backend.index(todo, A)
         batch = A if rows is None else xp.take(A, rows, axis=0)
         theta, x = _lanczos(batch, start if rows is None else xp.take(start, rows, axis=0), LANCZOS_STEPS)
-        x = x / xp.clip(xp.linalg.vector_norm(x, axis=1, keepdims=True), min=float(np.finfo(np.float64).tiny))
+        x = x / backend.clip(xp.linalg.vector_norm(x, axis=1, keepdims=True), min=float(np.finfo(np.float64).tiny))
         xw = xp.astype(x, A.dtype)
         product = (batch @ xw[:, :, None])[:, :, 0]
         residual = xp.linalg.vector_norm(xp.astype(product - xp.astype(theta, A.dtype)[:, None] * xw, f64), axis=1)

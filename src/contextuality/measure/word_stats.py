@@ -57,7 +57,7 @@ def unit_row_sums(Y):
     no direction, and padding rows left out) and how many rows it holds: (..., d), (...)."""
     xp = backend.namespace(Y)
     Y = xp.astype(Y, xp.float64, copy=False)
-    squared = xp.sum(Y * Y, axis=-1)
+    squared = backend.squared_norms(Y)
     nonzero = squared > 0
     inverse = xp.where(nonzero, 1.0 / xp.sqrt(xp.where(nonzero, squared, 1.0)), 0.0)
     return (inverse[..., None, :] @ Y)[..., 0, :], xp.sum(xp.astype(nonzero, xp.float64), axis=-1)
@@ -69,7 +69,7 @@ def self_similarity_from_sums(total, count):
     xp = backend.namespace(total)
     pairs = count * count - count
     value = (xp.sum(total * total, axis=-1) - count) / xp.where(pairs > 0, pairs, 1.0)
-    return xp.where(pairs > 0, xp.clip(value, min=-1.0, max=1.0), float("nan"))
+    return xp.where(pairs > 0, backend.clip(value, min=-1.0, max=1.0), float("nan"))
 
 
 def _self_similarity_rows(Y, transform: Transform | None = None):
@@ -94,13 +94,13 @@ def _finish_words(out: dict, at, total_var, mean_sq, n, theta, centred_top, proj
     the words' places ``at`` (an index array on the rows' device)."""
     xp = backend.namespace(total_var)
     with backend.quiet():
-        out["mev"][at] = xp.minimum(projected_var / total_var, 1.0)
-        out["mev_centered"][at] = xp.minimum(centred_top / (total_var * n), 1.0)
-        out["mev_literal"][at] = xp.minimum(xp.clip(theta, min=0.0) / (mean_sq * n), 1.0)
+        out["mev"][at] = backend.clip(projected_var / total_var, max=1.0)
+        out["mev_centered"][at] = backend.clip(centred_top / (total_var * n), max=1.0)
+        out["mev_literal"][at] = backend.clip(backend.clip(theta, min=0.0) / (mean_sq * n), max=1.0)
     out["total_var"][at], out["mean_sq"][at] = total_var, mean_sq
     if with_vectors:
         tiny = float(np.finfo(np.float64).tiny)
-        v1 = v1 / xp.clip(xp.linalg.vector_norm(v1, axis=1, keepdims=True), min=tiny)
+        v1 = v1 / backend.clip(xp.linalg.vector_norm(v1, axis=1, keepdims=True), min=tiny)
         v1 = v1 * xp.where(xp.sum(v1 * mean, axis=1) < 0, -1.0, 1.0)[:, None]
         out["first_vector"][at] = v1
 
@@ -146,7 +146,7 @@ def _gram_batch(out: dict, at, C, valid, n, mean, work_dtype, skip_tol, with_vec
     weight = xp.sum(u1 * xp.astype(valid, f64), axis=1)
     projected = xp.astype((gram_c @ u1w[:, :, None])[:, :, 0], f64) + xp.astype(a, f64) * weight[:, None]
     with backend.quiet():
-        projected_var = xp.sum(projected * projected, axis=1) / (xp.clip(theta, min=0.0) * n)
+        projected_var = xp.sum(projected * projected, axis=1) / (backend.clip(theta, min=0.0) * n)
     v1 = None
     if with_vectors:
         v1 = xp.astype((u1w[:, None, :] @ C)[:, 0, :], f64) + mean * weight[:, None]
@@ -216,7 +216,7 @@ class _WordPass:
 
     def _gather(self, positions):
         """The rows of occurrence positions (any shape) in the work dtype, as a new array."""
-        return self.xp.astype(backend.take_rows(self.X, self.rows[positions]), self.work_dtype)
+        return self.xp.astype(backend.take_rows(self.X, self.rows[positions]), self.work_dtype, copy=False)
 
     def gram(self, words: np.ndarray, block, valid, n: np.ndarray) -> None:
         """Words stacked (k, m, d), zero-padded. Self-similarity from the float64 unit rows of each variant's
@@ -227,15 +227,18 @@ class _WordPass:
         f64 = xp.float64
         at = backend.index(words, block)
         n64 = backend.like(n.astype(np.float64), block)
+        padded = not bool(xp.all(valid))
         stored = xp.astype(block, f64)  # exact: the work dtype holds the stored values
         for t in self.transforms:
-            Y = stored if t.identity else t.rows(stored, f64) * xp.astype(valid, f64)[:, :, None]
+            Y = stored if t.identity else t.rows(stored, f64)  # a variant's rows: a new array
+            if padded and not t.identity:  # a padding row (0) is not 0 once shifted
+                Y *= xp.astype(valid, f64)[:, :, None]
             self.outs[t.name]["self_similarity"][at] = self_similarity_from_sums(*unit_row_sums(Y))
         del stored
         # the mean of the rows themselves (float64), so that centring leaves no offset
         m = xp.sum(block, axis=1, dtype=f64) / n64[:, None]
         subtract_in_two_parts(block, m)
-        if not bool(xp.all(valid)):
+        if padded:
             block *= xp.astype(valid, block.dtype)[:, :, None]
         for i, t in enumerate(self.transforms):
             if t.identity:
