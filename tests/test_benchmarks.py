@@ -2,7 +2,7 @@
 shipped benchmark that no test runs rots. Each runs on the shared smoke run's outputs (its layer files,
 corpus and models) or a tiny synthetic model, must exit 0 and print the rows and ratios it promises. The
 numbers themselves mean nothing at these sizes. ``bench_scaling.py`` is run by tests/test_bench_scaling.py
-(``--quick``); ``device_check`` is the device machine's.
+(``--quick``); ``device_check`` runs here on torch's CPU backend with tiny models.
 """
 
 from __future__ import annotations
@@ -152,3 +152,25 @@ def test_gpu_check_on_the_cpu(smoke, tmp_path):
     for r in results:
         assert r["rows_below_floor"] == 0 and r["min_cosine"] >= 0.999 and r["a_tokens_per_s"] > 0, r
         assert r["rows_checked"] > 0
+
+
+def test_device_check_on_the_cpu(tmp_path):
+    """benchmarks/device_check.py, the GPU's prepared check, on torch's CPU backend with tiny models: every check
+    it makes passes (tolerance against the numpy engine, reruns and group schedules byte for byte)."""
+    out = tmp_path / "device_check.json"
+    printed = python("device_check.py", "--device", "cpu", "--sentences", "80", "--shapes", "tiny", "--batch-size", "16",
+                     "--max-batch-tokens", "2048", "--host-threads", "2", "--out", out, timeout=900)  # fmt: skip
+    report = json.loads(out.read_text())
+    assert {row["model"] for row in report["models"]} == {"bert-base", "smollm2"}
+    assert all(row["rerun_identical"] and row["split_identical"] and row["split_groups"] == 2 for row in report["models"])
+    assert len(report["tolerance"]) == 8 and all(check["ok"] for check in report["tolerance"])
+    assert {plan["gpu"] for plan in report["eight_b"]} == {"80 GB", "141 GB"}
+    assert "8B-class on STS" in printed and "a_over_b" in printed
+
+
+def test_self_similarity_check_on_the_smoke_store(smoke):
+    """benchmarks/self_similarity_check.py on the smoke run's store: every word of every layer within 1e-5 of its
+    float64 brute force, the engine's and the run's own tables."""
+    printed = python("self_similarity_check.py", "--embeddings", smoke / "results/embeddings/tiny-gpt2", "--metrics",
+                     smoke / "results/metrics/tiny-gpt2")  # fmt: skip
+    assert "0 word-layers above 1e-05" in printed and "the run's tables: largest difference" in printed

@@ -181,45 +181,6 @@ def test_store_auto_writes_the_store_only_when_a_rule_reads_it():
     assert (PROJECT / "workflow" / "rules" / "metrics.smk").read_text().count("rule measure_model:") == 1
 
 
-@pytest.mark.slow
-def test_the_device_check_runs_on_the_cpu(tmp_path):
-    """benchmarks/device_check.py, the GPU's prepared check, on torch's CPU backend with tiny models: every check
-    it makes passes (tolerance against the numpy engine, reruns and group schedules byte for byte)."""
-    import subprocess
-    import sys
-
-    out = tmp_path / "device_check.json"
-    result = subprocess.run(
-        [sys.executable, str(PROJECT / "benchmarks" / "device_check.py"), "--device", "cpu", "--sentences", "80",
-         "--shapes", "tiny", "--batch-size", "16", "--max-batch-tokens", "2048", "--host-threads", "2", "--out", str(out)],
-        capture_output=True, text=True, timeout=900, cwd=PROJECT, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report = json.loads(out.read_text())
-    assert {row["model"] for row in report["models"]} == {"bert-base", "smollm2"}
-    assert all(row["rerun_identical"] and row["split_identical"] and row["split_groups"] == 2 for row in report["models"])
-    assert len(report["tolerance"]) == 8 and all(check["ok"] for check in report["tolerance"])
-    assert {plan["gpu"] for plan in report["eight_b"]} == {"80 GB", "141 GB"}
-    assert "8B-class on STS" in result.stdout and "a_over_b" in result.stdout
-
-
-@pytest.mark.slow
-def test_the_self_similarity_check_runs_on_a_stored_run(runs):
-    """benchmarks/self_similarity_check.py on the smoke run's store: every word of every layer within 1e-5 of
-    its float64 brute force, the engine's and the run's own tables."""
-    import subprocess
-    import sys
-
-    store = runs[0]
-    result = subprocess.run(
-        [sys.executable, str(PROJECT / "benchmarks" / "self_similarity_check.py"), "--embeddings",
-         str(store / "results/embeddings/tiny-gpt2"), "--metrics", str(store / "results/metrics/tiny-gpt2")],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "0 word-layers above 1e-05" in result.stdout and "the run's tables: largest difference" in result.stdout
-
-
 def test_measure_model_declares_a_gpu_exactly_when_the_run_has_gpus(tmp_path):
     """metrics.device auto: one GPU per device measurement job when the run has GPUs (--resources gpu=N, or the
     machine's when no count is given: none here), none without; cuda always asks for one."""
