@@ -12,7 +12,9 @@
     with the stand-in, torch's only work is the selection and cast of rows that a GPU job does on
     the device; a second thread gains that memory-bound copying nothing on 2 cores and takes the core
     the writer thread checksums and writes on;
-(e) the write floor: a raw h5py write of the same bytes (contiguous datasets, no checksums).
+(e) the write floor: a raw h5py write of the same bytes (contiguous datasets, no checksums);
+(f) the disk's pace: the same bytes by plain sequential writes of 4 MiB (what ``dd`` measures), against which
+    (d)'s store writes are put as bytes per second.
 
 (a) and (b) run on a warm process, ``--repeats`` times each in the order a b, b a, ..., and their means are
 compared: (w), the forward passes of (b), runs once before either, untimed in the ratios. A process's first
@@ -178,6 +180,14 @@ def main() -> None:
             for layer in range(loaded.n_layers):
                 out.create_dataset(f"layer_{layer:02d}", data=block)
         write_s = time.perf_counter() - started
+        # (f) the same bytes by plain writes, as dd writes them (no page-cache bypass, as the store's writes)
+        started = time.perf_counter()
+        with open(Path(tmp) / "plain.bin", "wb", buffering=0) as out:
+            view = memoryview(block).cast("B")
+            for _ in range(loaded.n_layers):
+                for at in range(0, len(view), 1 << 22):
+                    out.write(view[at : at + (1 << 22)])
+        plain_s = time.perf_counter() - started
 
     # (c) naive, as the original code did: one sentence per forward pass, and its (layers, tokens, dim)
     # float32 array written as its own HDF5 dataset
@@ -195,7 +205,7 @@ def main() -> None:
             naive_s = time.perf_counter() - started
 
     rate = {"a": n_tokens / pipeline_s, "b": n_tokens / ceiling_s, "c": naive_tokens / naive_s if naive_tokens else float("nan"),
-            "d": n_tokens / host_s, "e": n_tokens / write_s, "p": n_tokens / plan_job_s,
+            "d": n_tokens / host_s, "e": n_tokens / write_s, "f": n_tokens / plain_s, "p": n_tokens / plan_job_s,
             "p+d": n_tokens / (plan_job_s + host_s)}
     print(f"model {args.model}, {len(sentences)} sentences, {n_tokens} tokens, {n_units} stored units, "
           f"{loaded.n_layers} layers x {loaded.model.config.hidden_size}, batch size {batch_size}, "
@@ -211,11 +221,15 @@ def main() -> None:
           f"pass, {args.host_threads} torch thread(s))")
     print(f"    the plan job          {rate['p']:10.0f} tokens/s  ({plan_job_s:.2f} s: once per model, before the shards)")
     print(f"    plan job + shard job  {rate['p+d']:10.0f} tokens/s  (one shard, one after the other)")
-    print(f"(e) raw h5py write      {rate['e']:10.0f} tokens/s  ({write_s:.2f} s, {block.nbytes * loaded.n_layers / 1e6:.0f} MB)")
+    stored_mb = block.nbytes * loaded.n_layers / 1e6
+    print(f"(e) raw h5py write      {rate['e']:10.0f} tokens/s  ({write_s:.2f} s, {stored_mb:.0f} MB)")
+    print(f"(f) plain writes (dd)   {rate['f']:10.0f} tokens/s  ({plain_s:.2f} s: {stored_mb / plain_s:.0f} MB/s; the store "
+          f"in (d): {stored_mb / host_s:.0f} MB/s)")
     print(f"(a)/(b) = {rate['a'] / rate['b']:.2f}  (target >= 0.9)")
     print(f"(a)/(c) = {rate['a'] / rate['c']:.2f}")
     print(f"(d)     = {rate['d']:.0f} tokens/s  (target >= 100,000)")
     print(f"(d)/(e) = {rate['d'] / rate['e']:.2f}")
+    print(f"(d)/(f) = {rate['d'] / rate['f']:.2f}  (the store's write rate against the disk's)")
 
 
 if __name__ == "__main__":

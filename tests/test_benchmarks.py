@@ -105,7 +105,7 @@ def test_bench_extract_on_the_smoke_models(smoke, model, flags):
                  smoke / "resources/models" / model, "--sentences", "24", "--threads", "1", *flags, cwd=smoke)  # fmt: skip
     has_lines(out, f"model {model}, 24 sentences", "(a) pipeline", "(b) forward only", "(c) naive, batch 1",
               "(d) all but the model", "    the plan job", "    plan job + shard job", "(e) raw h5py write",
-              "(a)/(b) = ", "(a)/(c) = ", "(d)     = ", "(d)/(e) = ")  # fmt: skip
+              "(f) plain writes (dd)", "(a)/(b) = ", "(a)/(c) = ", "(d)     = ", "(d)/(e) = ", "(d)/(f) = ")  # fmt: skip
     assert value(out, r"\(a\)/\(b\) = ([\d.]+)") > 0 and value(out, r"\(d\)     = ([\d.]+)") > 0
     naive = value(out, r"\(c\) naive, batch 1 +([\d.]+|nan) tokens/s")
     assert np.isnan(naive) if "--skip-naive" in flags else naive > 0
