@@ -142,7 +142,7 @@ class CorpusSettings:
     path: str | None
     dataset: str | None
     revision: str | None
-    split: str
+    split: str | None  # source 'datasets': None reads 'train', or a single saved Dataset whole
     text_column: str
     id_column: str | None
     group_column: str | None
