@@ -8,7 +8,7 @@ from snakemake.exceptions import IncompleteCheckpointException
 from contextuality.core import layout
 from contextuality.core.runtime import prepend_python_path
 from contextuality.core.settings import as_params
-from contextuality.corpus.sources import is_sts
+from contextuality.corpus.sources import folder_files, is_sts
 from contextuality.corpus.sts import bundled_release_paths
 from contextuality.extraction.devices import LOCAL_GPUS_ENV
 from contextuality.models.sources import SOURCES
@@ -187,6 +187,13 @@ def every_layer(pattern):
 
 
 # What each heavy job declares to the scheduler (contextuality.workflow.estimates; docs/scaling.md).
+def dataset_folder_files(corpus):
+    """Every file of a local `datasets` corpus folder as it is now ([] for other sources, or a folder a rule makes)."""
+    if corpus.source != "datasets" or corpus.path is None or not Path(corpus.path).is_dir():
+        return []
+    return [str(path) for path in folder_files(corpus.path)]
+
+
 def extraction_mem_mb(wildcards, input, attempt):
     return estimates.extraction_mem_mb(SETTINGS.models[wildcards.model], input.record, attempt)
 
