@@ -195,7 +195,8 @@ def dataset_folder_files(corpus):
 
 
 def extraction_mem_mb(wildcards, input, attempt):
-    return estimates.extraction_mem_mb(SETTINGS.models[wildcards.model], input.record, attempt)
+    return estimates.extraction_mem_mb(SETTINGS.models[wildcards.model], input.record, attempt, input.tokens,
+                                       int(wildcards.shard))  # any corpus: the plan's lengths in this shard
 
 
 def extraction_runtime_min(wildcards, input, attempt):
