@@ -49,6 +49,14 @@ def is_sts(source: str) -> bool:
     return source in STS_SOURCES
 
 
+def settings_for_more_sentences(corpus) -> dict:
+    """The corpus settings a message names as the way to more sentences: STS's years, or the file or dataset read."""
+    if is_sts(corpus.source):
+        return {"corpus.max_sentences": corpus.max_sentences, "corpus.years": list(corpus.years)}
+    return {"corpus.path" if corpus.path else "corpus.dataset": corpus.path or corpus.dataset,
+            "corpus.max_sentences": corpus.max_sentences}
+
+
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
