@@ -112,7 +112,8 @@ def build_usages(wordnet, forms: set[str], *, max_lemmas: int | None, seed: int
 
 def check_enough_usages(usages: pd.DataFrame, n_forms: int) -> None:
     """Refuse usages the sense measures cannot use, before any model reads them: their plan needs at least
-    ``MIN_INDEXED_WORDS`` word forms with 2 usages or more (a pair), as the corpus's own plan does."""
+    ``MIN_INDEXED_WORDS`` word forms with 2 usages or more (a pair), as the corpus's own plan does. ``n_forms``:
+    the corpus's indexed word forms WordNet knows (the inventory's)."""
     targets = usages.drop_duplicates(["form", "sentence_id", "position"])
     sizes = targets.groupby("form").size()
     usable = int((sizes >= 2).sum())
@@ -120,8 +121,9 @@ def check_enough_usages(usages: pd.DataFrame, n_forms: int) -> None:
         return
     lemmas = usages["lemma"].nunique()
     raise UsageError(
-        f"sense usages: WordNet 3.0 has example sentences in two or more senses for {lemmas} lemma(s) of the corpus's "
-        f"{n_forms:,} indexed word forms, giving {usable} word form(s) with 2 usages or more, but the sense measures need "
+        f"sense usages: WordNet 3.0 knows {n_forms:,} of the corpus's indexed word forms and has example sentences in "
+        f"two or more senses for {lemmas} lemma(s) of them, giving {usable} word form(s) with 2 usages or more, but the "
+        "sense measures need "
         f"at least {MIN_INDEXED_WORDS} (WordNet is English: a corpus in another language, or of jargon, has few or "
         "none); set senses.enabled: false to run everything else without the word senses"
     )
