@@ -163,14 +163,14 @@ def check_corpus_keys_read(corpus: dict) -> None:
     """Raise ConfigError naming each corpus key given (before the schema's defaults fill it in) that the source
     ignores: ``text_column`` with a text file was accepted and read nothing."""
     source = corpus.get("source") or "bundled"
+    what = {"text": " (one sentence per line, no columns)", "bundled": " (the STS sentences)", "hub": " (the STS sentences)"}
     problems = []
     for key, sources in _READ_BY.items():
         if corpus.get(key) is None or source in sources:
             continue
-        what = {"text": " (one sentence per line, no columns)", "bundled": " (the STS sentences)", "hub": " (the STS sentences)"}
+        readers = " and ".join(repr(s) for s in sources) + (" with corpus.dataset" if key == "revision" else "")
         problems.append(f"corpus.{key}: unused with corpus.source '{source}'{what.get(source, '')}; it is read only by "
-                        f"source {' and '.join(repr(s) for s in sources)}"
-                        f"{' with corpus.dataset' if key == 'revision' else ''}: remove it")  # fmt: skip
+                        f"source {readers}: remove it")  # fmt: skip
     if corpus.get("revision") is not None and source == "datasets" and corpus.get("dataset") is None:
         problems.append("corpus.revision: unused without corpus.dataset (a local folder has no revision); remove it")
     if problems:
