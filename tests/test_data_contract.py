@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from conftest import PROJECT
-from workflow_runs import audited_smoke_run
+from workflow_runs import audited_smoke_run, device_smoke_run
 
 pytestmark = pytest.mark.slow
 
@@ -75,6 +75,12 @@ def smoke(tmp_path_factory) -> Path:
     return audited_smoke_run(tmp_path_factory)
 
 
+@pytest.fixture(scope="module")
+def runs(smoke, tmp_path_factory) -> list[Path]:
+    """The smoke run from the store, and the smoke config measured on the device (its files: device/)."""
+    return [smoke, device_smoke_run(tmp_path_factory)]
+
+
 def test_the_contract_lists_fields_for_every_output_format():
     entries = contract()
     assert len(entries) >= 15, sorted(entries)
@@ -82,17 +88,18 @@ def test_the_contract_lists_fields_for_every_output_format():
         assert all(fields.values()), pattern
 
 
-def test_every_table_and_store_file_of_the_smoke_run_is_in_the_contract(smoke):
+def test_every_table_and_store_file_of_the_smoke_run_is_in_the_contract(runs):
     patterns = [re.sub(r"\{[^}]+\}", "*", pattern) for pattern in named_paths()]
-    written = [path.relative_to(smoke) for path in (smoke / "results").rglob("*")
-               if path.suffix in {".h5", ".parquet", ".csv", ".json", ".tsv"}]
+    written = [path.relative_to(run) for run in runs for path in (run / "results").rglob("*")
+               if path.suffix in {".h5", ".parquet", ".csv", ".json", ".tsv", ".tar"}]
     assert written
     unnamed = [str(path) for path in written if not any(path.match(pattern) for pattern in patterns)]
     assert unnamed == [], f"files the run writes but docs/data-contract.md does not describe: {unnamed}"
 
 
 @pytest.mark.parametrize("pattern", sorted(contract()))
-def test_every_file_of_the_contract_has_exactly_its_fields(smoke, pattern):
+def test_every_file_of_the_contract_has_exactly_its_fields(runs, pattern):
+    smoke = next((run for run in runs if _files(run, pattern)), runs[0])  # device/ files: the device run's
     files = _files(smoke, pattern)
     assert files, f"the smoke run wrote no {pattern}"
     for kind, listed in contract()[pattern].items():

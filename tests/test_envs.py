@@ -31,7 +31,9 @@ RUNTIME_ONLY = {
     "tabulate": "pandas renders Markdown tables through it",
     "jinja2": "pandas renders LaTeX tables through it",
 }
-RULE = re.compile(r"^(?:rule|checkpoint) (\w+):\n((?:[ \t]+.*\n|\n)*)", re.M)
+# A rule's name and body (a rule inside an ``if`` block is indented: its body runs on to the block's end, and
+# its own directives come first)
+RULE = re.compile(r"^[ \t]*(?:rule|checkpoint) (\w+):\n((?:[ \t]+.*\n|\n)*)", re.M)
 
 
 def rules() -> dict[str, tuple[Path, Path]]:

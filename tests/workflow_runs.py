@@ -60,6 +60,24 @@ def audited_smoke_run(tmp_path_factory) -> Path:
     return _RUNS["smoke"]
 
 
+# The smoke config measured on the device (torch's CPU backend here), with no store and no senses (which read it)
+DEVICE_SMOKE = {"metrics": {"on_device": True, "device": "cpu"}, "extraction": {"store": False},
+                "senses": {"enabled": False}}  # fmt: skip
+
+
+def device_smoke_run(tmp_path_factory) -> Path:
+    """The whole smoke pipeline with every layer measured where the forward passes leave it (``DEVICE_SMOKE``)."""
+    if "device" not in _RUNS:
+        workdir = tmp_path_factory.mktemp("guarantees-device")
+        config = write_config(tmp_path_factory.mktemp("guarantees-device-config") / "smoke.yaml",
+                              smoke_config(**DEVICE_SMOKE))  # fmt: skip
+        result = run_snakemake(workdir, "--cores", "2", configfile=config)
+        assert result.returncode == 0, failure(result)
+        _RUNS["device"] = workdir
+        _RUNS["device-output"] = result.stdout + result.stderr
+    return _RUNS["device"]
+
+
 def smoke_audit() -> list[dict]:
     records = []
     for path in sorted(_RUNS["smoke-audit"].glob("*.jsonl")):

@@ -1,6 +1,8 @@
 # Configuration checks, the run's settings and the helpers every rule file uses.
 import itertools
 import os
+import sys
+from types import SimpleNamespace
 from pathlib import Path
 
 from snakemake.exceptions import IncompleteCheckpointException
@@ -10,7 +12,7 @@ from contextuality.core.runtime import prepend_python_path
 from contextuality.core.settings import as_params, batch_params, stored_params
 from contextuality.corpus.sources import folder_files, is_sts
 from contextuality.corpus.sts import bundled_release_paths
-from contextuality.extraction.devices import LOCAL_GPUS_ENV
+from contextuality.extraction.devices import LOCAL_GPUS_ENV, gpu_line, visible_gpus
 from contextuality.models.sources import SOURCES
 from contextuality.paper import FIGURES
 from contextuality.static.benchmark_files import benchmark_files
@@ -66,22 +68,33 @@ def final_outputs(wildcards):
 
 
 def model_outputs(model):
-    """Every file under results/ of one model: its plan, vectors, measurements, figures, scores and export."""
-    per_model = [rules.plan, rules.manifest, rules.combine_layers, rules.model_figures]
+    """Every file under results/ of one model: its plan, vectors (when the run stores them), measurements,
+    figures, scores and export."""
+    per_model = [rules.plan, rules.combine_layers, rules.model_figures]
+    per_model += [rules.manifest] if SETTINGS.stores else []
     per_model += [rules.static_scores] if SETTINGS.static.enabled else []
     per_model += [rules.export_classic] if SETTINGS.extraction.export_classic else []
     per_model += [rules.senses_plan, rules.senses_manifest, rules.measure_senses] if SETTINGS.senses.enabled else []
     targets = [path for rule in per_model for path in filled(rule.output, model=[model])]
+    if SETTINGS.metrics.device.on_device:
+        targets += filled(rules.measure_model.output, model=[model], part=range(SETTINGS.metrics.device.device_parts))
     layers = stored_layers(model)
     if layers is None:
         return targets
     shards, labels = range(SETTINGS.models[model].n_shards), [layout.layer_label(layer) for layer in layers]
-    targets += filled(rules.extract.output, model=[model], shard=shards)
-    targets += filled([*rules.layer_file.output, *rules.measure_layer.output], model=[model], layer=labels)
+    targets += filled(per_layer_rule().output, model=[model], layer=labels)
+    if SETTINGS.stores:
+        targets += filled(rules.extract.output, model=[model], shard=shards)
+        targets += filled(rules.layer_file.output, model=[model], layer=labels)
     if SETTINGS.senses.enabled:
         targets += filled(rules.senses_extract.output, model=[model], shard=shards)
         targets += filled(rules.senses_layer_file.output, model=[model], layer=labels)
     return targets
+
+
+def per_layer_rule():
+    """Which of measure_layer and device_layer writes each layer's record, words and PC vectors."""
+    return rules.device_layer if SETTINGS.metrics.device.on_device else rules.measure_layer
 
 
 def filled(files, **values):
@@ -121,10 +134,21 @@ def expand_shards(pattern):
     return shard_files
 
 
-# The GPUs of this machine the run may use: Snakemake's own `gpu` resource (--resources gpu=N, or
-# profiles/default). Extraction jobs lease one of them each (contextuality.extraction.devices); they read
-# the count from the environment, as they read HDF5's locking setting.
-LOCAL_GPUS = workflow.global_resources.get("gpu").value or 0
+# The GPUs of this machine the run may use: Snakemake's own `gpu` resource (--resources gpu=N, or a profile).
+# Not given, it is the GPUs this machine shows (``visible_gpus``), so the two commands of the README use a GPU
+# where there is one; --resources gpu=0 keeps every job on the CPU. Extraction and device measurement jobs lease
+# one of them each (contextuality.extraction.devices); they read the count from the environment, as they read
+# HDF5's locking setting.
+# On a cluster (an executor with nodes) the scheduler gives each job its GPU and the count is not this machine's.
+ON_A_CLUSTER = workflow.global_resources["_nodes"].value is not None
+GIVEN_GPUS = workflow.global_resources.get("gpu")
+if (GIVEN_GPUS is None or GIVEN_GPUS.value is None) and not ON_A_CLUSTER:
+    LOCAL_GPUS = visible_gpus()
+    workflow.register_resource("gpu", LOCAL_GPUS)
+    if workflow.is_main_process and LOCAL_GPUS:
+        print(gpu_line(LOCAL_GPUS), file=sys.stderr)
+else:
+    LOCAL_GPUS = (GIVEN_GPUS.value if GIVEN_GPUS is not None else 0) or 0
 os.environ[LOCAL_GPUS_ENV] = str(LOCAL_GPUS)
 
 
@@ -142,14 +166,37 @@ def gpus_per_shard(wildcards):
 
 def extract_job_gpus():
     """The `gpu` resource of an extraction job: what --set-resources or a profile sets for extract, else the rule's."""
-    given = workflow.resource_settings.overwrite_resources.get("extract", {}).get("gpu")
-    return gpus_per_shard(None) if given is None else getattr(given, "value", given)
+    return given_gpus("extract", gpus_per_shard(None))
+
+
+def gpus_for_device_measure(wildcards):
+    """One GPU per device measurement job when `metrics.device` is cuda, or auto with GPUs in the run."""
+    device = SETTINGS.metrics.device.device
+    return 1 if device == "cuda" or (device == "auto" and LOCAL_GPUS > 0) else 0
+
+
+def given_gpus(rule, own):
+    """The `gpu` resource of ``rule``'s jobs: what --set-resources or a profile sets for it, else ``own``."""
+    given = workflow.resource_settings.overwrite_resources.get(rule, {}).get("gpu")
+    return own if given is None else getattr(given, "value", given)
+
+
+# Where each heavy job computes, as the terminal says it (the rules' messages).
+def runs_on_a_gpu(declared):
+    """Whether a job declaring ``declared`` GPUs gets one: on one machine, not more than the run has."""
+    return bool(declared if ON_A_CLUSTER or not isinstance(declared, int) else min(declared, LOCAL_GPUS))
+
+
+EXTRACT_DEVICE = "a GPU" if runs_on_a_gpu(extract_job_gpus()) else "the CPU"
+DEVICE_MEASURE_WHERE = (
+    "a GPU" if runs_on_a_gpu(given_gpus("measure_model", gpus_for_device_measure(None))) else "torch's CPU backend"
+)
 
 
 # Half precision where no extraction job can be given a GPU stops here, not in the first shard job.
 if workflow.is_main_process:
     try:
-        check_half_precision_has_a_gpu(SETTINGS, extract_job_gpus())
+        check_half_precision_has_a_gpu(SETTINGS, extract_job_gpus(), given_gpus("measure_model", gpus_for_device_measure(None)))
     except ConfigError as err:
         raise WorkflowError(str(err)) from None
 
@@ -175,6 +222,16 @@ def stored_layers(model):
         return range(n_layers_of(model))
     except IncompleteCheckpointException:
         return None
+
+
+def store_files(wildcards):
+    """Input function: every model's store (`snakemake store`): shards, manifest and layer files."""
+    files = []
+    for model in MODELS:
+        files += expand_shards(layout.SHARD)(SimpleNamespace(model=model))
+        files += [layout.path(layout.MANIFEST, model=model)]
+        files += every_layer(layout.LAYER_FILE)(SimpleNamespace(model=model))
+    return files
 
 
 def every_layer(pattern):
@@ -210,6 +267,40 @@ def measure_mem_mb(wildcards, input, attempt):
 
 def whole_layer_mem_mb(wildcards, input, attempt):
     return estimates.whole_layer_mem_mb(SETTINGS.metrics.measure, input.manifest, attempt)
+
+
+def device_measure_mem_mb(wildcards, input, attempt):
+    return estimates.device_measure_mem_mb(SETTINGS.models[wildcards.model], SETTINGS.metrics, input.record, attempt,
+                                           input.tokens)  # the plan's lengths, as a shard job's
+
+
+def device_measure_runtime_min(wildcards, input, attempt):
+    return estimates.device_measure_runtime_min(SETTINGS.models[wildcards.model], SETTINGS.corpus, SETTINGS.metrics,
+                                                input.record, attempt, input.tokens)
+
+
+def device_part_of_layer(wildcards):
+    """Input function: the device part's tar that holds the wildcards' layer (parts are consecutive layers)."""
+    layers, parts = n_layers_of(wildcards.model), SETTINGS.metrics.device.device_parts
+    layer = int(wildcards.layer)
+    part = next(p for p in range(parts) if p * layers // parts <= layer < (p + 1) * layers // parts)
+    return layout.path(layout.DEVICE_PART, model=wildcards.model, part=part)
+
+
+def measured_on(wildcards):
+    """Input function: what a model's layers were measured on: its manifest, or every device part's record."""
+    if SETTINGS.metrics.device.on_device:
+        parts = range(SETTINGS.metrics.device.device_parts)
+        return [layout.path(layout.DEVICE_RECORD, model=wildcards.model, part=part) for part in parts]
+    return [layout.path(layout.MANIFEST, model=wildcards.model)]
+
+
+def store_manifest_beside_device(wildcards):
+    """Input function: the manifest, when the layers were measured on the device and the run stores them too
+    (the combining step checks that the two were made from the same)."""
+    if SETTINGS.metrics.device.on_device and SETTINGS.stores:
+        return layout.path(layout.MANIFEST, model=wildcards.model)
+    return []
 
 
 # Reporting: display names and what each model stands for and is, in no job's params but the reporting

@@ -1,5 +1,6 @@
 # Every layer's vectors of every sentence: the model's plan, one extraction job per shard (the
-# only copy of the vectors), the manifest, and one small virtual file per layer over the shards.
+# only copy of the vectors), the manifest, and one small virtual file per layer over the shards. The store is
+# built when the run reads it or keeps it (extraction.store), or on demand: `snakemake store`.
 
 
 rule plan:
@@ -39,9 +40,11 @@ rule extract:
         shard=layout.SHARD,
     params:
         # only what changes the stored vectors, so toggling e.g. export_classic, or lowering max_batch_tokens after
-        # one shard ran out of memory, re-extracts nothing; and what of the batches changes a shard (shard_batches)
+        # one shard ran out of memory, re-extracts nothing; and what of the batches changes a shard (batch_params)
         shard=lambda wildcards: stored_params(SETTINGS.shard(wildcards.model)),
         batches=lambda wildcards: batch_params(SETTINGS.models[wildcards.model]),
+    message:
+        f"{{wildcards.model}}: shard {{wildcards.shard}} extracted on {EXTRACT_DEVICE} (gpu={{resources.gpu}})"
     threads: SETTINGS.extraction.threads
     resources:
         gpu=gpus_per_shard,
@@ -112,3 +115,9 @@ rule export_classic:
         "../../envs/analysis.yaml"
     script:
         "../scripts/export_classic.py"
+
+
+rule store:
+    # Target: every model's store (its shards, manifest and layer files), whether or not the run's measures read it.
+    input:
+        store_files,

@@ -1,41 +1,101 @@
-# The measurements: one job per layer of each model, then the model's tables.
+# The measurements: every layer of each model, then the model's tables. Either each layer is read from the
+# HDF5 store by its own job (measure_layer), or every layer is measured where the model's forward passes leave
+# it, on the device (metrics.on_device: measure_model, then device_layer takes each layer's files out of its
+# part's tar). Each per-layer file has one producer, so combine_layers and everything after it are the same.
 
+if SETTINGS.metrics.device.on_device:
 
-rule measure_layer:
-    # One job per (model, layer): reads the layer once (its shards, checksums verified) after checking it
-    # against the model's manifest; every measure (the paper's, exact baselines, geometry, post-processed
-    # variants) comes from that one read. The units name the tokens carrying massive activations.
-    input:
-        layer=layout.LAYER_FILE,
-        shards=expand_shards(layout.SHARD),
-        manifest=rules.manifest.output.manifest,
-        occurrences=rules.plan.output.occurrences,
-        units=rules.plan.output.units,
-    output:
-        record=layout.LAYER_RECORD,
-        words=layout.LAYER_WORDS,
-        pcs=layout.PCS,
-    params:
-        # every metrics key but top_k_words, and the seed: what changes a layer's measures, in a fixed order
-        measure=as_params(SETTINGS.metrics.measure),
-    resources:
-        mem_mb=measure_mem_mb,
-    log:
-        "logs/metrics/{model}/layer_{layer}.log",
-    benchmark:
-        layout.MEASURE_BENCHMARK
-    conda:
-        "../../envs/analysis.yaml"
-    script:
-        "../scripts/measure_layer.py"
+    localrules:
+        device_layer,
+
+    rule measure_model:
+        # One job per model (or per part, metrics.device_parts): the plan's forward passes, every layer of the
+        # part measured on the job's device, in groups of layers sized from its free memory; no store read.
+        input:
+            model=rules.materialise_model.output.model,
+            record=rules.materialise_model.output.record,
+            tokens=rules.plan.output.tokens,
+            units=rules.plan.output.units,
+            occurrences=rules.plan.output.occurrences,
+        output:
+            layers=layout.DEVICE_PART,
+            record=layout.DEVICE_RECORD,
+        params:
+            # what changes the measured rows (the shard settings) and the measures; the device and its memory
+            # share change no number beyond the tested tolerance, and are read from the config by the job
+            shard=lambda wildcards: as_params(SETTINGS.shard(wildcards.model)),
+            measure=as_params(SETTINGS.metrics.measure),
+        message:
+            f"{{wildcards.model}}: every layer of part {{wildcards.part}} measured beside its forward passes, on "
+            f"{DEVICE_MEASURE_WHERE} (gpu={{resources.gpu}})"
+        threads: SETTINGS.extraction.threads
+        resources:
+            gpu=gpus_for_device_measure,
+            mem_mb=device_measure_mem_mb,
+            runtime=device_measure_runtime_min,
+        log:
+            "logs/metrics/{model}/measure_model_{part}.log",
+        benchmark:
+            layout.MEASURE_MODEL_BENCHMARK
+        conda:
+            "../../envs/device.yaml"
+        script:
+            "../scripts/measure_model.py"
+
+    rule device_layer:
+        # Seconds: one layer's record, words table and PC vectors taken out of its part's tar.
+        input:
+            part=device_part_of_layer,
+        output:
+            record=layout.LAYER_RECORD,
+            words=layout.LAYER_WORDS,
+            pcs=layout.PCS,
+        log:
+            "logs/metrics/{model}/layer_{layer}.log",
+        conda:
+            "../../envs/analysis.yaml"
+        script:
+            "../scripts/device_layer.py"
+
+else:
+
+    rule measure_layer:
+        # One job per (model, layer): reads the layer once (its shards, checksums verified) after checking it
+        # against the model's manifest; every measure (the paper's, exact baselines, geometry, post-processed
+        # variants) comes from that one read. The units name the tokens carrying massive activations.
+        input:
+            layer=layout.LAYER_FILE,
+            shards=expand_shards(layout.SHARD),
+            manifest=rules.manifest.output.manifest,
+            occurrences=rules.plan.output.occurrences,
+            units=rules.plan.output.units,
+        output:
+            record=layout.LAYER_RECORD,
+            words=layout.LAYER_WORDS,
+            pcs=layout.PCS,
+        params:
+            # every metrics key but top_k_words, and the seed: what changes a layer's measures, in a fixed order
+            measure=as_params(SETTINGS.metrics.measure),
+        resources:
+            mem_mb=measure_mem_mb,
+        log:
+            "logs/metrics/{model}/layer_{layer}.log",
+        benchmark:
+            layout.MEASURE_BENCHMARK
+        conda:
+            "../../envs/analysis.yaml"
+        script:
+            "../scripts/measure_layer.py"
 
 
 rule combine_layers:
-    # Joins the per-layer results into the model's tables, after checking they cover exactly the manifest's layers.
+    # Joins the per-layer results into the model's tables, after checking they cover exactly the layers of what
+    # they were measured on (the manifest, or the device's record), and, with both, that the two agree.
     input:
         records=every_layer(layout.LAYER_RECORD),
         words=every_layer(layout.LAYER_WORDS),
-        manifest=rules.manifest.output.manifest,
+        measured_on=measured_on,
+        store_manifest=store_manifest_beside_device,
     output:
         words=layout.WORDS,
         layers=report(

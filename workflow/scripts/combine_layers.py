@@ -4,16 +4,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from contextuality.measure.combine import combine_layers
+from contextuality.measure.combine import combine_layers, measured_on
 from contextuality.measure.layer_result import read_layer_results
 from contextuality.core.atomic import atomic_path
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.store.files import StoreError
-from contextuality.store.reader import read_manifest
 
 setup_job_logging(snakemake.log[0])
 with expected_errors(StoreError):
-    manifest = read_manifest(snakemake.input.manifest)
+    # the store's manifest, or the device parts' records (and the manifest, when the run stores too)
+    manifest = measured_on(list(snakemake.input.measured_on), snakemake.input.store_manifest or None)
     combine_layers(
         [read_layer_results(record, words, manifest) for record, words in zip(snakemake.input.records, snakemake.input.words)],
         Path(snakemake.output.words),
@@ -21,7 +21,7 @@ with expected_errors(StoreError):
         Path(snakemake.output.context_words),
         top_k=snakemake.params.top_k,
         manifest=manifest,
-        manifest_path=snakemake.input.manifest,
+        manifest_path=manifest.path,
         out_postprocess=Path(snakemake.output.postprocess),
         out_rogue=Path(snakemake.output.rogue),
     )

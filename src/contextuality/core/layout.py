@@ -1,9 +1,9 @@
 """The results layout: every file a rule writes and a later step reads, named once.
 
 Each name is a path pattern with Snakemake's wildcards, relative to the working directory: ``{model}``
-(a model key), ``{shard}``, ``{layer}`` (two digits: ``layer_00``), ``{baseline}``, ``{name}`` and
-``{ext}``. The rules use the patterns as they are; ``path`` fills them in; ``model_of`` and
-``layer_of`` read a requested target back (the target checks), and the manifest names its layer files
+(a model key), ``{shard}``, ``{layer}`` (two digits: ``layer_00``), ``{part}`` (a part of a model's layers
+measured on a device), ``{baseline}``, ``{name}`` and ``{ext}``. The rules use the patterns as they are;
+``path`` fills them in; ``model_of`` and ``layer_of`` read a requested target back (the target checks), and the manifest names its layer files
 relative to the model's embeddings folder (``LAYER_IN_EMBEDDINGS``). docs/data-contract.md describes
 every file (a test checks it against a real run).
 """
@@ -52,6 +52,11 @@ LAYERS_PARQUET = f"{METRICS}/layers.parquet"
 POSTPROCESS = f"{METRICS}/postprocess.csv"
 ROGUE = f"{METRICS}/rogue_dimensions.csv"
 CONTEXT_WORDS = f"{METRICS}/context_specific_words.csv"
+# Measured on the device (metrics.on_device): each part's per-layer files as one tar (the layer count is known
+# only once the model is built, so a rule cannot list them; ``device_layer`` takes each layer's files out), and
+# what its rows were made from (the manifest's provenance, rows, dims and layers, without a store)
+DEVICE_PART = f"{METRICS}/device/part_{{part}}.tar"
+DEVICE_RECORD = f"{METRICS}/device/part_{{part}}.json"
 
 # Table 1's scores
 STATIC_SCORES = f"{RESULTS}/static/{{model}}/scores.csv"
@@ -94,6 +99,7 @@ TABLE = f"{RESULTS}/tables/{{name}}.{{ext}}"
 # Each heavy job's own timings (Snakemake's benchmark files)
 EXTRACT_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/extract_shard_{{shard}}.tsv"
 MEASURE_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/measure_layer_{{layer}}.tsv"
+MEASURE_MODEL_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/measure_model_{{part}}.tsv"
 SENSES_EXTRACT_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/senses_extract_shard_{{shard}}.tsv"
 SENSES_MEASURE_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/measure_senses.tsv"
 CORPUS_BENCHMARK = f"{RESULTS}/benchmarks/corpus.tsv"
@@ -110,6 +116,14 @@ PATTERNS = {name: value for name, value in dict(globals()).items() if name.isupp
             and "/" in value and name != "LAYER_IN_EMBEDDINGS"}  # fmt: skip
 
 
+def in_metrics(pattern: str) -> str:
+    """A pattern of a model's metrics folder relative to it (``per_layer/layer_{layer}.json``): the name of
+    a per-layer file inside a device part's tar."""
+    if not pattern.startswith(METRICS + "/"):
+        raise ValueError(f"{pattern} is not inside {METRICS}")
+    return pattern[len(METRICS) + 1 :]
+
+
 def layer_label(layer: int) -> str:
     """The ``{layer}`` wildcard of a layer: two digits (more from layer 100)."""
     return f"{layer:02d}"
@@ -124,7 +138,7 @@ def path(pattern: str, **wildcards) -> str:
 
 def _regex(pattern: str) -> re.Pattern:
     parts = re.split(r"\{(\w+)\}", pattern)
-    text = "".join(re.escape(part) if i % 2 == 0 else (r"(?P<%s>\d+)" if part in ("layer", "shard") else r"(?P<%s>[^/]+)") % part
+    text = "".join(re.escape(part) if i % 2 == 0 else (r"(?P<%s>\d+)" if part in ("layer", "shard", "part") else r"(?P<%s>[^/]+)") % part
                    for i, part in enumerate(parts))  # fmt: skip
     return re.compile(text + "$")
 

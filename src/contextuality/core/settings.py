@@ -197,6 +197,7 @@ class ExtractionSettings:
     max_length_policy: str
     min_free_disk_factor: float
     export_classic: bool
+    store: bool | str  # the HDF5 store: True (always), "auto" (when a rule reads it), False (never)
 
 
 @dataclass(frozen=True)
@@ -219,9 +220,20 @@ class MeasureSettings:
 
 
 @dataclass(frozen=True)
+class DeviceSettings:
+    """Where the measurement runs: on the device beside the forward passes (rule measure_model), or from the store."""
+
+    on_device: bool
+    device: str  # auto (the job's GPU, else torch's CPU backend), cuda, cpu
+    device_memory_fraction: float  # of the device's free memory the resident layers and their work may take
+    device_parts: int  # measure_model jobs per model, each a consecutive part of the layers
+
+
+@dataclass(frozen=True)
 class MetricsSettings:
     measure: MeasureSettings
     top_k_words: int  # only the combining step reads it: it lists the most and least context-specific words
+    device: DeviceSettings
 
 
 @dataclass(frozen=True)
@@ -282,7 +294,7 @@ class Settings:
             extraction=extraction,
             metrics=MetricsSettings(
                 _take(MeasureSettings, metrics, seed=config["seed"], postprocess=tuple(sorted(metrics["postprocess"]))),
-                metrics["top_k_words"],
+                metrics["top_k_words"], _take(DeviceSettings, metrics),
             ),
             figures=_take(FigureSettings, config["figures"]),
             static=_take(StaticSettings, static, baselines=dict(sorted(static["baselines"].items()))),
@@ -294,6 +306,20 @@ class Settings:
         model = self.models[key]
         return PlanSettings(model.indexing, model.tokenization, model.max_length, self.extraction.max_length_policy,
                             self.words.min_occurrences, self.words.count)  # fmt: skip
+
+    @property
+    def store_needed_by(self) -> list[str]:
+        """What reads the HDF5 store in this run (the config keys that ask for it), in a fixed order."""
+        needed = [] if self.metrics.device.on_device else ["metrics.on_device: false (every layer is measured from the store)"]
+        needed += ["senses.enabled: true (the sense measures read the stored layers)"] if self.senses.enabled else []
+        needed += ["extraction.export_classic: true"] if self.extraction.export_classic else []
+        return needed
+
+    @property
+    def stores(self) -> bool:
+        """Whether this run writes the HDF5 store (``extraction.store``; ``auto``: when something reads it)."""
+        store = self.extraction.store
+        return bool(self.store_needed_by) if store == "auto" else bool(store)
 
     def shard(self, key: str) -> ShardSettings:
         """The extraction jobs' settings for model ``key``."""

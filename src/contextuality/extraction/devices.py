@@ -24,19 +24,37 @@ class DeviceError(RuntimeError):
     """No device matches the configuration; the message says what was asked and what is visible."""
 
 
+def visible_gpus() -> int:
+    """The NVIDIA GPUs this process may use: those ``CUDA_VISIBLE_DEVICES`` lists when it is set, else those the
+    driver shows (/proc/driver/nvidia/gpus: no CUDA context, no torch import, none on a machine without one)."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return len([item for item in listed.split(",") if item.strip() and not item.strip().startswith("-")])
+    driver = Path("/proc/driver/nvidia/gpus")
+    return len(list(driver.iterdir())) if driver.is_dir() else 0
+
+
+def gpu_line(count: int) -> str:
+    """What the terminal says at the start of a run that found GPUs (``visible_gpus``) and was given no count."""
+    return (f"contextuality: {count} GPU{'s' if count > 1 else ''} found: extraction and device measurement jobs "
+            "compute on them (--resources gpu=0 keeps every job on the CPU)")  # fmt: skip
+
+
 def _visible() -> list[str]:
     return [item.strip() for item in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if item.strip()]
 
 
 def choose_device(requested: str, gpus: int, shard: int, lease_dir: Path, local_gpus: int | None = None, *,
-                  compute_dtype: str = "float32") -> tuple[str, object]:
+                  compute_dtype: str = "float32", setting: str = "extraction.device", job: str = "extraction job",
+                  rule: str = "extract") -> tuple[str, object]:  # fmt: skip
     """The torch device for a shard, and the lease that keeps it ours (or None).
 
     ``requested`` is ``extraction.device``; ``gpus`` the GPUs the job's rule was given (its ``gpu``
     resource); ``local_gpus`` the run's ``gpu`` resource, the GPUs of this machine the shards share
     (default: the environment variable the workflow sets); ``compute_dtype`` is
     ``extraction.compute_dtype``: float16 and bfloat16 are refused on the CPU (half precision there
-    is slow and not what the configuration promised).
+    is slow and not what the configuration promised). ``setting``, ``job`` and ``rule`` name the config key,
+    the kind of job and its rule in messages (the device measurement's job computes the same way).
 
     * ``cpu``: the CPU. ``cuda:N``: exactly that device, no lease.
     * ``auto``: a GPU when the job was given one, else the CPU. ``cuda``: a GPU (the job must have one).
@@ -56,23 +74,23 @@ def choose_device(requested: str, gpus: int, shard: int, lease_dir: Path, local_
     if requested == "cpu" or (requested == "auto" and gpus < 1):
         if compute_dtype != "float32":
             raise DeviceError(
-                f"extraction.compute_dtype: {compute_dtype} computes only on CUDA, but this extraction job computes on "
-                f"the CPU (extraction.device '{requested}', and the job was given no GPU); run with --resources gpu=N "
-                "(or a cluster profile that gives extract jobs gpu: 1), or set extraction.compute_dtype: float32"
+                f"extraction.compute_dtype: {compute_dtype} computes only on CUDA, but this {job} computes on "
+                f"the CPU ({setting} '{requested}', and the job was given no GPU); run with --resources gpu=N "
+                f"(or a cluster profile that gives {rule} jobs gpu: 1), or set extraction.compute_dtype: float32"
             )
         return "cpu", None
     if requested.startswith("cuda:"):
         return requested, None
     if gpus < 1:
         raise DeviceError(
-            "extraction.device is 'cuda' but this extraction job was given no GPU: run with --resources gpu=N "
-            "(the GPUs of this machine), or a cluster profile that gives extract jobs gpu: 1"
+            f"{setting} is 'cuda' but this {job} was given no GPU: run with --resources gpu=N "
+            f"(the GPUs of this machine), or a cluster profile that gives {rule} jobs gpu: 1"
         )
     if not torch.cuda.is_available():
         raise DeviceError(
-            f"this extraction job was given a GPU (extraction.device '{requested}'), but torch sees no CUDA device "
+            f"this {job} was given a GPU ({setting} '{requested}'), but torch sees no CUDA device "
             f"(torch {torch.__version__}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); install a "
-            "CUDA build of torch, or use extraction.device: cpu"
+            f"CUDA build of torch, or use {setting}: cpu"
         )
     visible = _visible()
     if len(visible) == 1:
@@ -82,7 +100,7 @@ def choose_device(requested: str, gpus: int, shard: int, lease_dir: Path, local_
     if local:
         count = min(count, local)
     if count < 1:
-        raise DeviceError(f"extraction.device is '{requested}' but no CUDA device is visible")
+        raise DeviceError(f"{setting} is '{requested}' but no CUDA device is visible")
     return _lease(count, visible, shard, lease_dir)
 
 

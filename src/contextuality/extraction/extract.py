@@ -185,12 +185,16 @@ def model_forward(loaded):
     return forward
 
 
-def _hf_windows(loaded, plan: Plan, *, batch_size: int, max_batch_tokens: int | None, pooling: str, device: str,
-                storage_dtype: str, forward=None):
+def hf_windows(loaded, plan: Plan, *, batch_size: int, max_batch_tokens: int | None, pooling: str, device: str,
+                storage_dtype: str, forward=None, layers=None, to_host: bool = True):
     """Yield (first unit row of the window, (layers, units, dim) block in the storage dtype, window end).
 
     ``forward(input_ids, attention_mask) -> hidden states`` defaults to the model's forward pass
-    (the benchmark replaces it by a stand-in to measure everything but the model).
+    (the benchmark replaces it by a stand-in to measure everything but the model; the device measurement
+    by one that stops after the deepest layer it keeps). ``layers``: the hidden states kept (default:
+    every layer), in that order. ``to_host=False``: the block stays where the passes left it (a tensor
+    on the device, handed back by calling the fourth value, ``release``, once its rows are taken), for
+    measuring it there (``measure.device_job``); else a ``DeviceBlock`` or ``HostBlock`` for the writer.
     """
     import torch
 
@@ -198,6 +202,7 @@ def _hf_windows(loaded, plan: Plan, *, batch_size: int, max_batch_tokens: int | 
     on_cuda = str(device).startswith("cuda")
     forward = forward or model_forward(loaded)
     dim = loaded.model.config.hidden_size
+    layers = list(range(loaded.n_layers)) if layers is None else list(layers)
     window = WINDOW_BATCHES * batch_size
     n_sentences = len(plan.sentence_ids)
     # reused per batch and layer (fresh tensors cost page faults): the token grid in the storage dtype,
@@ -218,8 +223,8 @@ def _hf_windows(loaded, plan: Plan, *, batch_size: int, max_batch_tokens: int | 
         try:
             buffer = free.get_nowait()
         except queue.Empty:
-            buffer = torch.empty(loaded.n_layers * widest * dim, dtype=storage, device=device)
-        rows_of_window = front_view(buffer, (loaded.n_layers, n_rows, dim))  # in corpus order
+            buffer = torch.empty(len(layers) * widest * dim, dtype=storage, device=device)
+        rows_of_window = front_view(buffer, (len(layers), n_rows, dim))  # in corpus order
         filled = 0
         for batch, ids, mask in padded_batches(plan, w0, w1, batch_size, loaded.tokenizer, max_batch_tokens):
             rows, index, n_pieces = _selection(plan, batch, ids.shape[1], pooling)
@@ -234,11 +239,14 @@ def _hf_windows(loaded, plan: Plan, *, batch_size: int, max_batch_tokens: int | 
                 if on_cuda:
                     positions = torch.from_numpy(positions).to(device, non_blocking=True)
                 counts = None if n_pieces is None else torch.from_numpy(n_pieces).to(device, dtype=torch.float32)
-                cast, gathered = _select_into(hidden, rows_of_window, positions, index_t, counts, storage, cast, gathered)
+                cast, gathered = _select_into(hidden, rows_of_window, positions, index_t, counts, storage, cast, gathered,
+                                              layers)  # fmt: skip
         if filled != n_rows:
             raise ExtractionError(f"window of sentences {w0}-{w1 - 1}: {filled} rows computed, {n_rows} planned")
-        if on_cuda:  # to pinned host memory without blocking
-            host = torch.empty((loaded.n_layers, n_rows, dim), dtype=storage, pin_memory=True)
+        if not to_host:
+            yield base, rows_of_window, w1, lambda b=buffer: free.put(b)
+        elif on_cuda:  # to pinned host memory without blocking
+            host = torch.empty((len(layers), n_rows, dim), dtype=storage, pin_memory=True)
             host.copy_(rows_of_window, non_blocking=True)
             bounds = torch.zeros(2, dtype=storage, pin_memory=True)  # the writer's finiteness check, reduced here
             if n_rows:
@@ -253,16 +261,18 @@ def _hf_windows(loaded, plan: Plan, *, batch_size: int, max_batch_tokens: int | 
                                   bounds=block_extent(rows_of_window)), w1
 
 
-def _select_into(hidden, rows_of_window, positions, index, counts, storage, cast, gathered):
-    """Each layer's rows of the batch's units (pooled as planned), in the storage dtype, into the window's
+def _select_into(hidden, rows_of_window, positions, index, counts, storage, cast, gathered, layers):
+    """Each kept layer's rows of the batch's units (pooled as planned), in the storage dtype, into the window's
     buffer at their corpus-order ``positions`` (a tensor on the device, or a numpy array when the device
-    is the CPU). ``cast`` and ``gathered``: reusable buffers in the storage dtype (returned, maybe grown)."""
+    is the CPU). ``cast`` and ``gathered``: reusable buffers in the storage dtype (returned, maybe grown).
+    ``layers``: the hidden states kept, slot by slot of the buffer."""
     import torch
 
     shape = (len(positions), rows_of_window.shape[-1])
     gathered = _holding(gathered, shape, storage, rows_of_window.device)
     rows = front_view(gathered, shape)
-    for layer, states in enumerate(hidden):
+    for slot, layer in enumerate(layers):
+        states = hidden[layer]
         flat = states.reshape(-1, states.shape[-1])
         if counts is not None:  # mean of a word's pieces: padded gather (a zero row after the grid)
             padded = torch.cat([flat.float(), flat.new_zeros((1, flat.shape[1]), dtype=torch.float32)])
@@ -273,9 +283,9 @@ def _select_into(hidden, rows_of_window, positions, index, counts, storage, cast
                 flat = front_view(cast, flat.shape).copy_(flat)
             torch.index_select(flat, 0, index, out=rows)
         if isinstance(positions, np.ndarray):  # numpy puts whole rows in place, torch's CPU scatter is 6x slower
-            rows_of_window[layer].numpy()[positions] = rows.numpy()
+            rows_of_window[slot].numpy()[positions] = rows.numpy()
         else:
-            rows_of_window[layer].index_copy_(0, positions, rows)
+            rows_of_window[slot].index_copy_(0, positions, rows)
     return cast, gathered
 
 
@@ -294,7 +304,7 @@ def _holding(buffer, shape: tuple[int, ...], dtype, device):
     return torch.empty(max(needed, 1 << 20), dtype=dtype, device=device)
 
 
-def _elmo_windows(loaded: ElmoModel, plan: Plan, *, batch_size: int, max_batch_tokens: int | None, storage_dtype: str):
+def elmo_windows(loaded: ElmoModel, plan: Plan, *, batch_size: int, max_batch_tokens: int | None, storage_dtype: str):
     import torch
 
     words = plan.units["unit"].tolist()
@@ -325,10 +335,10 @@ def extract_shard(
     log.info("over-long sentences (max %d tokens): %d truncated, %d skipped", loaded.max_length,
              int(plan.truncated.sum()), int(plan.skipped.sum()))
     if isinstance(loaded, ElmoModel):
-        windows = _elmo_windows(loaded, plan, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+        windows = elmo_windows(loaded, plan, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
                                 storage_dtype=storage_dtype)
     else:
-        windows = _hf_windows(loaded, plan, batch_size=batch_size, max_batch_tokens=max_batch_tokens, pooling=pooling,
+        windows = hf_windows(loaded, plan, batch_size=batch_size, max_batch_tokens=max_batch_tokens, pooling=pooling,
                               device=device, storage_dtype=storage_dtype, forward=forward)
     started, done = time.perf_counter(), 0
     bar = tqdm(total=len(plan.sentence_ids), unit="sent", mininterval=5, desc=f"extract {loaded.key}")

@@ -15,10 +15,31 @@ import pandas as pd
 from contextuality.core.atomic import atomic_path
 from contextuality.measure.layer_result import LAYER_COLUMNS, POSTPROCESS_COLUMNS, WORD_COLUMNS, LayerResult
 from contextuality.measure.panel import GEOMETRY_TEXT_COLUMNS
-from contextuality.store.reader import check_layer_set
+from contextuality.store.files import StoreError
+from contextuality.store.reader import Manifest, check_layer_set, read_manifest
 
 
 ROGUE_COLUMNS = ["model", "layer", "dimension", "rank", "contribution", "share"]
+# What a store's manifest and a device measurement's records must share to describe the same rows.
+MEASURED_ON_KEYS = ("n_layers", "rows", "dim", "n_sentences", "provenance_sha256")
+
+
+def measured_on(paths: list[Path | str], store_manifest: Path | str | None = None) -> Manifest:
+    """What a model's layers were measured on: its manifest, or its device parts' records (which must agree),
+    checked against the store's manifest when the run keeps one beside the device measurement."""
+    records = [read_manifest(path) for path in paths]
+    if store_manifest:
+        records.append(read_manifest(store_manifest))
+    first = records[0]
+    for other in records[1:]:
+        differs = [key for key in MEASURED_ON_KEYS if other.get(key) != first.get(key)]
+        if differs:
+            key = differs[0]
+            raise StoreError(
+                f"{other.path}: {key} is {other.get(key)!r}, but {first.path} has {first.get(key)!r}: the two were made "
+                "from other plans, weights or settings; rerun snakemake to rebuild them"
+            )
+    return first
 CONTEXT_WORD_COLUMNS = ["rank", "kind", "word", "mean_self_similarity", "n"]
 
 

@@ -1,16 +1,19 @@
-"""The measurement job: one layer file in, every measure of that layer out (a ``LayerResult``).
+"""The measurement job: one layer's rows in, every measure of that layer out (a ``LayerResult``).
 
-``measure_layer`` reads one layer file once, whole, into memory (in the compute dtype) when it fits
-``metrics.memory_mb`` (else in chunks, once per pass: ``streaming``), and takes every measure of that layer: the paper's measures, the exact baselines, the degenerate
-words, the paper's measures of post-processed variants of the vectors, the geometry beyond the paper
-(``panel``) and the bootstrap intervals. The work is done by the engine (``layer_pass``, ``word_stats``)
-on one copy of the layer in the compute dtype (float32 by default; sums over rows in float64): one pass
-over all rows, one over the indexed occurrences. Peak memory is about that copy plus a few batches, or
-the budget's chunks. It is one workflow job per (model, layer), so layers are measured in
-parallel; ``combine.combine_layers`` then joins the per-layer results into the model's tables. Random
-draws come from streams derived from one seed, one per purpose (and per layer where the paper redraws),
-never from the order the layers are measured in, so a rerun with the same seed writes byte-identical
-files. Outputs follow docs/data-contract.md.
+``measure_rows`` is the one measurement path. It takes a layer's rows (``LayerRows``) as chunks of whole
+sentences, once per pass: a layer file read whole into memory is one chunk, a larger one is read in
+chunks within ``metrics.memory_mb`` (its occurrences spilled to a scratch file, ``streaming``), and a layer
+resident on a GPU (``device_job``) is one chunk there. The engine (``layer_pass``, ``word_stats``,
+``sentences``, the massive activations of ``rogue``) runs on the rows' own backend (``backend``: numpy or
+torch), in the compute dtype (float32 by default; sums over rows and every self-similarity in float64):
+the paper's measures, the exact baselines, the degenerate words, the paper's measures of post-processed
+variants, the geometry beyond the paper (``panel``) and the bootstrap intervals. Random draws come from
+streams derived from one seed, one per purpose (and per layer where the paper redraws), made on the host
+from the plan alone, never from the order the layers are measured in or where their rows are; the drawn
+rows are copied to the host and measured by the numpy reference code, so a rerun with the same seed
+writes byte-identical files. ``measure_layer`` (the workflow's job per (model, layer)) reads a layer file
+into ``LayerRows``; ``combine.combine_layers`` then joins the per-layer results into the model's tables.
+Outputs follow docs/data-contract.md.
 """
 
 from __future__ import annotations
@@ -28,12 +31,13 @@ from tqdm import tqdm
 
 from contextuality.core.runtime import collection_paused
 from contextuality.core.settings import MeasureSettings
+from contextuality.measure import backend
 from contextuality.measure.exact_baseline import ExactBaseline
 from contextuality.measure.finite import non_finite_error
 from contextuality.measure.isotropy import sample_indices
 from contextuality.measure.layer_pass import (
-    BLOCK_ROWS, SHIFT_ROWS, CosinePassSums, LayerPass, LayerPassSums, NonFiniteRows, cosine_pass,
-    exact_baseline_from_pass, layer_pass, make_transform, rogue_summary,
+    BLOCK_ROWS, SHIFT_ROWS, CosinePassSums, LayerPass, LayerPassSums, NonFiniteRows, exact_baseline_from_pass,
+    layer_shift, make_transform, rogue_summary,
 )  # fmt: skip
 from contextuality.measure.layer_result import LAYER_COLUMNS, POSTPROCESS_COLUMNS, LayerResult, LayerShape
 from contextuality.measure.panel import empty_panel, panel_row
@@ -42,8 +46,9 @@ from contextuality.measure.reference import (
     self_similarity_sampled, sentence_rows,
 )  # fmt: skip
 from contextuality.measure.rogue import largest_magnitude, massive_activations_blocks
+from contextuality.measure.sentences import intra_sentence_by_length
 from contextuality.measure.streaming import (
-    MemoryPlan, OccurrenceSpill, gather, plan_memory, read_chunks, sentence_chunks, word_groups,
+    Chunk, MemoryPlan, OccurrenceSpill, gather, plan_memory, read_chunks, sentence_chunks, word_groups,
 )  # fmt: skip
 from contextuality.measure.transforms import VARIANTS, Transform
 from contextuality.measure.word_pcs import DEGENERATE_FLOOR, STORAGE_EPSILON, degenerate_tolerance, group_sizes
@@ -57,6 +62,8 @@ SELF_SIMILARITY_MODES = ("exact", "sampled", "both")
 COMPUTE_DTYPES = {"float32": np.float32, "float64": np.float64}
 # Sub-seeds of the random streams; each purpose draws from its own stream.
 _SENTENCE_SAMPLE, _BASELINE, _SAMPLED_PAIRS, _BOOTSTRAP, _GEOMETRY, _BOOTSTRAP_VARIANT = range(6)
+# The layer's first rows that tell its storage format's rounding (``_tolerance``).
+TOLERANCE_ROWS = 1024
 
 
 def _rng(seed: int, purpose: int, layer: int = 0, *more: int) -> np.random.Generator:
@@ -105,15 +112,14 @@ def read_units(path: str | Path) -> pd.DataFrame:
 
 
 class _Layer(NamedTuple):
-    """A layer file as checked (``_checked_layer``), before its rows are read, and its sampled sentences."""
+    """A layer's shape and offsets, as its rows say (``LayerRows``), and its sampled sentences."""
 
     path: Path
     n_rows: int
     d: int
-    stored_dtype: np.dtype
-    read_dtype: np.dtype  # the compute dtype, or the stored dtype when that is wider
+    stored_dtype: str
     offsets: np.ndarray  # sentence offsets
-    after_final_norm: int  # the file's attribute
+    after_final_norm: int  # the file's attribute (the model's, on a device)
     intra_ids: np.ndarray  # the sentences of the intra-sentence similarity
     baseline_ids: np.ndarray  # the sentences of the sampled baselines (a prefix of the same permutation)
 
@@ -127,6 +133,91 @@ class _Variant(NamedTuple):
     mev: np.ndarray  # the paper's MEV per word; NaN at layer 0 unless ``mev_layer0``
     baseline: Baseline  # the sampled anisotropy baselines
     exact: ExactBaseline  # the exact ones
+
+
+class LayerRows:
+    """Where one layer's rows come from, for the one measurement path (``measure_rows``).
+
+    ``passes()`` gives every row once per call, in chunks of whole sentences (``streaming.Chunk``), as
+    arrays of one backend (``backend``: numpy on the host, torch on a device). ``keep`` sees each chunk
+    of the first pass (a layer read in chunks spills its occurrences); ``word_rows`` then gives a range
+    of the word-grouped occurrences: an array and the positions of the range's rows in it.
+    """
+
+    path: Path  # the layer file, or what the rows are (messages)
+    n_rows: int
+    d: int
+    stored_dtype: str  # the format the vectors are stored in (its rounding: the degenerate tolerance)
+    offsets: np.ndarray
+    after_final_norm: int
+    block_rows: int = BLOCK_ROWS  # rows per block of the full-layer passes
+    sentence_ids: np.ndarray | None = None  # corpus ids of the sentences (messages), when not in ``path``
+    remedy: str | None = None  # the way out of a non-finite row (``finite.non_finite_error``'s when None)
+
+    def passes(self, desc: str | None = None):
+        raise NotImplementedError
+
+    def first_rows(self, count: int):
+        raise NotImplementedError
+
+    def keep(self, chunk: Chunk) -> None:
+        """See a chunk of the first pass (nothing to do unless the rows are read again from a spill)."""
+
+    def word_rows(self, first: int, last: int, index: OccurrenceIndex):
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Let go of what the rows hold (a spill file)."""
+
+
+class RowsInMemory(LayerRows):
+    """A layer held whole (numpy on the host, or a tensor on a device): one chunk, gathers by index."""
+
+    def __init__(self, X, offsets: np.ndarray, *, path, stored_dtype, after_final_norm: int = 0,
+                 block_rows: int = BLOCK_ROWS, sentence_ids: np.ndarray | None = None, remedy: str | None = None):  # fmt: skip
+        self.X, self.path, self.offsets = X, Path(path), np.asarray(offsets, dtype=np.int64)
+        self.n_rows, self.d = int(X.shape[0]), int(X.shape[1])
+        self.stored_dtype, self.after_final_norm = backend.dtype_name(stored_dtype), after_final_norm
+        self.block_rows, self.sentence_ids, self.remedy = block_rows, sentence_ids, remedy
+
+    def passes(self, desc: str | None = None):
+        yield Chunk(0, self.X, self.offsets, 0, len(self.offsets) - 1)
+
+    def first_rows(self, count: int):
+        return self.X[:count, :]
+
+    def word_rows(self, first: int, last: int, index: OccurrenceIndex):
+        return self.X, index.rows[first:last]
+
+
+class RowsInChunks(LayerRows):
+    """A layer file read in chunks of whole sentences, once per pass, its occurrences spilled word by word to
+    a scratch file in the first pass (``streaming``): memory within the budget whatever the layer's size."""
+
+    def __init__(self, reader, plan: MemoryPlan, index: OccurrenceIndex, *, path, after_final_norm: int, scratch):
+        self.reader, self.path, self.offsets = reader, Path(path), reader.offsets
+        self.n_rows, self.d = (int(v) for v in reader.shape)
+        self.stored_dtype, self.after_final_norm = backend.dtype_name(reader.dtype), after_final_norm
+        self.chunks = sentence_chunks(self.offsets, plan.chunk_rows)
+        self.spill = OccurrenceSpill(index.rows, self.n_rows, self.d, reader.dtype, scratch)
+        self.spill_group_rows = plan.group_rows
+
+    def passes(self, desc: str | None = None):  # in the stored dtype: every block a pass takes is converted as taken
+        chunks = read_chunks(self.reader, self.offsets, self.chunks)
+        yield from tqdm(chunks, total=len(self.chunks), desc=desc, disable=None if desc else True, leave=False)
+
+    def first_rows(self, count: int):
+        """The layer's first rows (the point its moments are taken around)."""
+        return self.reader.rows(0, min(count, self.n_rows))
+
+    def keep(self, chunk: Chunk) -> None:
+        self.spill.add(chunk)
+
+    def word_rows(self, first: int, last: int, index: OccurrenceIndex):
+        return self.spill.read(first, last, self.spill.dtype), np.arange(last - first)
+
+    def close(self) -> None:
+        self.spill.close()
 
 
 @collection_paused()  # the layer's work allocates no cycles; a full collection would walk the units table
@@ -162,46 +253,98 @@ def measure_layer(
     ``manifest`` (the model's ``manifest.json``, ``read_manifest``), the layer file is first checked against
     it (index, rows, dims, provenance; it may map only the manifest's shards); ``units`` (the model's units.parquet) names the units carrying massive activations.
     ``threads``: BLAS and OpenMP threads (the workflow measures one layer per core, one thread each).
-    Memory: a layer whose rows fit ``settings.memory_mb`` is read once, whole; a larger one is read in
-    chunks, once per pass, its occurrences spilled to a scratch file in ``scratch`` (default: the system's
-    temporary folder), with the same results up to float64 rounding (``streaming``).
+    Memory: a layer whose rows fit ``settings.memory_mb`` is read once, whole (one chunk); a larger one is
+    read in chunks, once per pass, its occurrences spilled to a scratch file in ``scratch`` (default: the
+    system's temporary folder). Both are ``measure_rows``, the one path a device's resident layer takes too.
     """
     _check_settings(settings)
     work = COMPUTE_DTYPES[settings.compute_dtype]
     index = occurrences if isinstance(occurrences, OccurrenceIndex) else OccurrenceIndex(occurrences)
     if manifest is not None:
         check_layer(layer_path, manifest, layer)
-    started = time.perf_counter()
     with LayerReader(Path(layer_path), manifest) as reader, threadpool_limits(limits=threads):
         # with a manifest, its provenance and shards are checked too
-        data = _checked_layer(Path(layer_path), reader, index, settings, manifest, units, work)
-        plan = plan_memory(data.n_rows, data.d, data.read_dtype.itemsize, settings.memory_mb)
-        log.info("%s layer %d: %d x %d, %s (metrics.memory_mb %d)", model, layer, data.n_rows, data.d, plan.describe(),
+        n_rows, d = (int(v) for v in reader.shape)
+        _check_against(Path(layer_path), reader.offsets, n_rows, index, manifest, units)
+        read_dtype = reader.dtype if np.dtype(work).itemsize < reader.dtype.itemsize else np.dtype(work)
+        plan = plan_memory(n_rows, d, read_dtype.itemsize, settings.memory_mb)
+        log.info("%s layer %d: %d x %d, %s (metrics.memory_mb %d)", model, layer, n_rows, d, plan.describe(),
                  settings.memory_mb)  # fmt: skip
-        if plan.whole:
-            measured = _measure_whole(reader, data, index, units, settings, layer, work)
+        after_final_norm = int(reader.handle.attrs.get("after_final_norm", 0))
+        if plan.whole:  # the rows in the compute dtype (every stored value is exact in it), read once
+            rows = RowsInMemory(reader.rows(dtype=read_dtype), reader.offsets, path=layer_path,
+                                stored_dtype=reader.dtype, after_final_norm=after_final_norm)  # fmt: skip
         else:
-            measured = _measure_streamed(reader, data, plan, index, units, settings, layer, work, scratch)
-    variants, exact_self, sampled, primary, panel, rogue, baseline_norms = measured
-    none = variants[0]
-    layer_cis, variant_cis = _bootstrap_intervals(primary, variants, settings, layer)
-    # the result: the layer's row, its words, the post-processing rows
-    masked = _mev_masked(settings, layer)
-    row = _layer_row(data, baseline_norms, none, primary, sampled, layer_cis, panel, masked, model=model, layer=layer)
-    words = _words_table(index, none, exact_self, sampled, primary, masked, model=model, layer=layer)
-    postprocess = _postprocess_rows(variants, variant_cis, settings, model, layer)
-    log.info(
-        "%s layer %d: self-sim %.3f, intra %.3f, MEV %.3f, baseline cos %.3f (exact %.3f) MEV %.3f (exact %.3f), "
-        "%d degenerate words, variants %s (%.1f s)",
-        model, layer, row["self_similarity"], row["intra_sentence"], row["mev"], row["baseline_cosine"],
-        row["baseline_cosine_exact"], row["baseline_mev"], row["baseline_mev_exact"],
-        row["n_degenerate_words"], ",".join(v.transform.name for v in variants), time.perf_counter() - started,
-    )  # fmt: skip
-    return LayerResult(row, words, none.words.first_vector, postprocess, rogue, LayerShape(data.n_rows, data.d))
+            rows = RowsInChunks(reader, plan, index, path=layer_path, after_final_norm=after_final_norm,
+                                scratch=scratch)  # fmt: skip
+        try:
+            return measure_rows(rows, layer, index, settings, model=model, units=units, log=log)
+        finally:
+            rows.close()
+
+
+def measure_rows(rows: LayerRows, layer: int, index: OccurrenceIndex, settings: MeasureSettings, *, model: str,
+                 units: pd.DataFrame | None = None, log: logging.Logger = LOG) -> LayerResult:  # fmt: skip
+    """Every measure of one layer from its rows (``LayerRows``: a layer file in memory or in chunks, or a
+    layer resident on a device), on the rows' own backend; see ``measure_layer``. The seeded draws are made
+    on the host from the plan alone and the drawn rows copied there, so they and every measure taken on
+    them are the same bytes whatever holds the rows."""
+    return measure_rows_then(rows, layer, index, settings, model=model, units=units, log=log)()
+
+
+def measure_rows_then(rows: LayerRows, layer: int, index: OccurrenceIndex, settings: MeasureSettings, *, model: str,
+                      units: pd.DataFrame | None = None, log: logging.Logger = LOG):  # fmt: skip
+    """``measure_rows`` in two steps: everything that reads the rows, now (the passes, the words, the massive
+    activations, the drawn rows copied to the host), and a function giving the ``LayerResult`` from host
+    arrays alone (the sampled baselines, the geometry panel's isotropy measures, the bootstrap intervals, the
+    tables), which a device job runs in a thread beside its next layer's work."""
+    _check_settings(settings)
+    started = time.perf_counter()
+    data = _sampled(rows, settings)
+    on_rows = _measure(rows, data, index, settings, layer, COMPUTE_DTYPES[settings.compute_dtype])
+
+    def result() -> LayerResult:
+        measured = _finish(on_rows, data, units, settings, layer)
+        variants, exact_self, sampled, primary, panel, rogue, baseline_norms = measured
+        none = variants[0]
+        layer_cis, variant_cis = _bootstrap_intervals(primary, variants, settings, layer)
+        # the result: the layer's row, its words, the post-processing rows
+        masked = _mev_masked(settings, layer)
+        row = _layer_row(data, baseline_norms, none, primary, sampled, layer_cis, panel, masked, model=model, layer=layer)
+        words = _words_table(index, none, exact_self, sampled, primary, masked, model=model, layer=layer)
+        postprocess = _postprocess_rows(variants, variant_cis, settings, model, layer)
+        log.info(
+            "%s layer %d: self-sim %.3f, intra %.3f, MEV %.3f, baseline cos %.3f (exact %.3f) MEV %.3f (exact %.3f), "
+            "%d degenerate words, variants %s (%.1f s)",
+            model, layer, row["self_similarity"], row["intra_sentence"], row["mev"], row["baseline_cosine"],
+            row["baseline_cosine_exact"], row["baseline_mev"], row["baseline_mev_exact"],
+            row["n_degenerate_words"], ",".join(v.transform.name for v in variants), time.perf_counter() - started,
+        )  # fmt: skip
+        return LayerResult(row, words, none.words.first_vector, postprocess, rogue, LayerShape(data.n_rows, data.d))
+
+    return result
+
+
+class _OnRows(NamedTuple):
+    """What the passes over a layer's rows give, all of it on the host: the rest needs no row."""
+
+    passed: LayerPass
+    transforms: list
+    sums: dict  # every variant's unit-row sums
+    words: dict  # every variant's WordStats
+    sampled: np.ndarray  # sampled self-similarities (NaN unless asked for)
+    intra_all: dict  # every sentence's intra-sentence similarity per variant (intra_sentences: all)
+    Z: np.ndarray  # the sampled sentences' rows
+    z_offsets: np.ndarray
+    sampled_ids: np.ndarray
+    G: np.ndarray  # the geometry sample's rows
+    geometry_rng: np.random.Generator  # the stream the geometry sample was drawn from, to go on drawing
+    massive: object  # the massive activations, or None without geometry
+    tol: float
 
 
 class _Measured(NamedTuple):
-    """What both paths (whole, streamed) give the layer's result."""
+    """What the measurement gives the layer's result."""
 
     variants: list
     exact_self: np.ndarray
@@ -212,134 +355,112 @@ class _Measured(NamedTuple):
     baseline_norms: np.ndarray  # the norms of the baseline sentences' rows
 
 
-def _measure_whole(reader, data: _Layer, index: OccurrenceIndex, units, settings: MeasureSettings, layer: int,
-                   work) -> _Measured:  # fmt: skip
-    """The layer read once, whole, and measured in memory."""
-    stored = reader.rows(dtype=data.read_dtype)
-    X = stored if stored.dtype == work else stored.astype(work)  # a float32 layer in float64 work
-    try:
-        passed = layer_pass(X, data.offsets, work, rogue=settings.geometry)
-    except NonFiniteRows as err:  # before any eigen-solve, which would fail naming nothing
-        raise non_finite_error(data.path, layer, X, data.offsets, index, err.row) from None
-    tol = _tolerance(data, stored)
-    transforms = _transforms(passed, settings)
-    sums = {"none": passed.cosines, **cosine_pass(X, data.offsets, transforms[1:], work)}
-    words = word_stats(X, index.rows, index.group_starts, transforms, degenerate_tol=tol, work_dtype=work)
-    sentences = {t.name: _sentence_measures(X, data.offsets, data.intra_ids, data.baseline_ids, t, settings, layer)
-                 for t in transforms}  # fmt: skip
-    variants = _paper_measures(transforms, passed, sums, words, sentences, tol, settings, layer)
-    exact_self, sampled, primary = _self_similarities(
-        variants[0].words.self_similarity, _sampled_self_similarities(stored, index, settings), settings)
-    panel, rogue = _geometry(stored, data, passed, units, settings, layer)
-    norms = row_norms(stored[sentence_rows(data.offsets, data.baseline_ids)[0]])
-    return _Measured(variants, exact_self, sampled, primary, panel, rogue, norms)
+def _measure(rows: LayerRows, data: _Layer, index: OccurrenceIndex, settings: MeasureSettings, layer: int,
+             work) -> _OnRows:  # fmt: skip
+    """The one measurement path's work on the rows, over ``rows.passes()`` (one chunk for a layer in memory).
 
-
-def _measure_streamed(reader, data: _Layer, plan: MemoryPlan, index: OccurrenceIndex, units, settings: MeasureSettings,
-                      layer: int, work, scratch) -> _Measured:  # fmt: skip
-    """The layer read in chunks of whole sentences, one read per pass, within ``plan``'s memory.
-
-    Pass 1: the moments and unit-row sums (``LayerPassSums``), the occurrences spilled word by word, the
-    sampled sentences' and geometry rows gathered, whether any entry is above the massive threshold.
-    Pass 2 (with post-processing variants, or intra-sentence similarity over ``all`` sentences): the
-    variants' unit-row sums and the intra-sentence similarities. Then the words, a group at a time from
-    the spill; the massive activations take two more passes only where some entry is above 100.
+    Pass 1: the moments and unit-row sums (``LayerPassSums``), the occurrences kept (``rows.keep``), the
+    sampled sentences' and geometry rows gathered to the host, whether any entry is above the massive
+    threshold. Pass 2 (with post-processing variants, or intra-sentence similarity over ``all``
+    sentences): the variants' unit-row sums and the intra-sentence similarities. Then the words, a group
+    at a time (one group when the rows are in memory); the massive activations take two more passes only
+    where some entry is above 100.
     """
     n, d, offsets = data.n_rows, data.d, data.offsets
-    chunks = sentence_chunks(offsets, plan.chunk_rows)
-
-    def read():  # in the stored dtype: every block a pass takes is converted as it is taken
-        return read_chunks(reader, offsets, chunks)
-
     every_intra = settings.intra_sentences == "all"
-    # the sampled sentences in one compact block: ids are positions in ``sampled``
+    # the sampled sentences in one compact host block: ids are positions in ``sampled``
     sampled_ids = np.union1d(data.baseline_ids, [] if every_intra else data.intra_ids).astype(np.int64)
     z_rows, z_counts = sentence_rows(offsets, sampled_ids)
-    Z = np.empty((len(z_rows), d), dtype=data.read_dtype)
+    Z = np.empty((len(z_rows), d), dtype=data.stored_dtype)
     z_offsets = np.concatenate([[0], np.cumsum(z_counts)]).astype(np.int64)
     geometry_rng = _rng(settings.seed, _GEOMETRY, layer)
     geometry_rows = np.empty(0, dtype=np.int64)
     if settings.geometry:
         drawn = sample_indices(n, geometry_rng, settings.geometry_sample)
         geometry_rows = np.arange(n) if drawn is None else drawn
-    G = np.empty((len(geometry_rows), d), dtype=data.read_dtype)
-    shift = _streamed_shift(reader, data, index, layer, work)
-    sums = LayerPassSums(int(np.count_nonzero(np.diff(offsets))), shift, work, rogue=settings.geometry)
-    tol, any_above = np.inf, False
-    with OccurrenceSpill(index.rows, n, d, reader.dtype, scratch) as spill:
-        for chunk in tqdm(read(), total=len(chunks), desc=f"layer {layer}: moments", disable=None, leave=False):
-            try:
-                sums.add(chunk.rows, chunk.offsets, chunk.first_row)
-            except NonFiniteRows as err:
-                raise non_finite_error(data.path, layer, chunk.rows, offsets, index, err.row,
-                                       first_row=chunk.first_row) from None  # fmt: skip
-            spill.add(chunk)
-            gather(z_rows, chunk, Z)
-            gather(geometry_rows, chunk, G)
-            tol = min(tol, _tolerance(data, chunk.rows))
-            if settings.geometry and not any_above:  # the same test in any dtype that holds the values
-                any_above = largest_magnitude(lambda: [(chunk.first_row, chunk.rows)], chunk.rows.dtype)
-        passed = sums.result()
-        transforms = _transforms(passed, settings)
-        cosine_sums = CosinePassSums(passed.n_sentences, d, transforms[1:], work)
-        intra_all = {t.name: np.full(len(offsets) - 1, np.nan) for t in transforms} if every_intra else {}
-        if len(transforms) > 1 or every_intra:
-            for chunk in tqdm(read(), total=len(chunks), desc=f"layer {layer}: variants", disable=None, leave=False):
-                cosine_sums.add(chunk.rows, chunk.offsets)
-                ids = np.arange(chunk.s1 - chunk.s0)
-                for t in transforms if every_intra else []:
-                    rows = chunk.rows if t.identity else t.rows(chunk.rows, np.float64)
-                    intra_all[t.name][chunk.s0 : chunk.s1] = intra_sentence_similarity(rows, chunk.offsets, ids)
-        sums_by_name = {"none": passed.cosines, **cosine_sums.result()}
-        words, sampled = _streamed_words(spill, index, transforms, tol, plan, settings, work)
+    G = np.empty((len(geometry_rows), d), dtype=data.stored_dtype)
+    first = rows.first_rows(SHIFT_ROWS)
+    shift = _checked(lambda: layer_shift(first), rows, data, index, layer, first, 0)
+    tol = _tolerance(data, backend.to_host(first[:TOLERANCE_ROWS, :]))
+    del first
+    sums = LayerPassSums(int(np.count_nonzero(np.diff(offsets))), shift, work, rows.block_rows, rogue=settings.geometry)
+    any_above, read_dtype = False, None
+    for chunk in rows.passes(desc=f"layer {layer}: moments"):
+        _checked(lambda: sums.add(chunk.rows, chunk.offsets, chunk.first_row), rows, data, index, layer, chunk.rows,
+                 chunk.first_row)  # fmt: skip
+        rows.keep(chunk)
+        gather(z_rows, chunk, Z)
+        gather(geometry_rows, chunk, G)
+        read_dtype = chunk.rows.dtype
+        if settings.geometry and not any_above:  # the same test in any dtype that holds the values
+            any_above = largest_magnitude(lambda: [(chunk.first_row, chunk.rows)], chunk.rows.dtype)
+    passed = sums.result()
+    transforms = _transforms(passed, settings)
+    cosine_sums = CosinePassSums(passed.n_sentences, d, transforms[1:], work, rows.block_rows)
+    intra_all = {t.name: np.full(len(offsets) - 1, np.nan) for t in transforms} if every_intra else {}
+    if len(transforms) > 1 or every_intra:
+        for chunk in rows.passes(desc=f"layer {layer}: variants"):
+            cosine_sums.add(chunk.rows, chunk.offsets)
+            for t in transforms if every_intra else []:
+                intra_all[t.name][chunk.s0 : chunk.s1] = intra_sentence_by_length(chunk.rows, chunk.offsets, t)
+    sums_by_name = {"none": passed.cosines, **cosine_sums.result()}
+    words, sampled = _words(rows, index, transforms, tol, settings, work)
+    massive = None
+    if settings.geometry:
+        # in the dtype the rows are held in (a threshold rounded up to it compares exactly as in any wider one)
+        massive = massive_activations_blocks(lambda: ((c.first_row, c.rows) for c in rows.passes()), n, d,
+                                             read_dtype or data.stored_dtype, any_above=any_above)  # fmt: skip
+    return _OnRows(passed, transforms, sums_by_name, words, sampled, intra_all, Z, z_offsets, sampled_ids, G,
+                   geometry_rng, massive, tol)  # fmt: skip
+
+
+def _finish(on: _OnRows, data: _Layer, units, settings: MeasureSettings, layer: int) -> _Measured:
+    """The measures taken on the host from what the passes gave: the sampled sentences' measures, every
+    variant's exact baselines, the geometry panel."""
+    transforms, Z, z_offsets, sampled_ids = on.transforms, on.Z, on.z_offsets, on.sampled_ids
+    every_intra = settings.intra_sentences == "all"
     position = {"baseline": np.searchsorted(sampled_ids, data.baseline_ids),
                 "intra": None if every_intra else np.searchsorted(sampled_ids, data.intra_ids)}  # fmt: skip
     sentences = {}
     for t in transforms:
         intra_ids = position["baseline"] if every_intra else position["intra"]  # ``all``: replaced below
         intra, baseline = _sentence_measures(Z, z_offsets, intra_ids, position["baseline"], t, settings, layer)
-        sentences[t.name] = (intra_all[t.name][data.intra_ids] if every_intra else intra, baseline)
-    variants = _paper_measures(transforms, passed, sums_by_name, words, sentences, tol, settings, layer)
-    exact_self, sampled, primary = _self_similarities(variants[0].words.self_similarity, sampled, settings)
-    massive = None
-    if settings.geometry:
-        # in the dtype the whole layer is read in, so that the threshold is rounded as in memory
-        massive = massive_activations_blocks(lambda: ((c.first_row, c.rows.astype(data.read_dtype, copy=False))
-                                                      for c in read()), n, d, data.read_dtype, any_above=any_above)  # fmt: skip
-    panel, rogue = _geometry(None, data, passed, units, settings, layer, rng=geometry_rng, massive=massive, sample=G)
+        sentences[t.name] = (on.intra_all[t.name][data.intra_ids] if every_intra else intra, baseline)
+    variants = _paper_measures(transforms, on.passed, on.sums, on.words, sentences, on.tol, settings, layer)
+    exact_self, sampled, primary = _self_similarities(variants[0].words.self_similarity, on.sampled, settings)
+    panel, rogue = _geometry(data, on.passed, units, settings, layer, rng=on.geometry_rng, massive=on.massive,
+                             sample=on.G)  # fmt: skip
     norms = row_norms(Z[sentence_rows(z_offsets, position["baseline"])[0]])
     return _Measured(variants, exact_self, sampled, primary, panel, rogue, norms)
 
 
-def _streamed_shift(reader, data: _Layer, index: OccurrenceIndex, layer: int, work) -> np.ndarray:
-    """``layer_pass.layer_shift`` of a streamed layer, from its first ``SHIFT_ROWS`` rows read in slices."""
-    last, total = min(SHIFT_ROWS, data.n_rows), np.zeros(data.d)
-    step = max(1, BLOCK_ROWS)
-    for a in range(0, last, step):
-        rows = reader.rows(a, min(a + step, last), dtype=data.read_dtype)
-        total += rows.sum(axis=0, dtype=np.float64)
-        if not np.isfinite(total).all():
-            bad = a + int(np.flatnonzero(~np.isfinite(rows).all(axis=1))[0])
-            raise non_finite_error(data.path, layer, rows, data.offsets, index, bad, first_row=a) from None
-    return total / last if last else total
+def _checked(step, rows: LayerRows, data: _Layer, index: OccurrenceIndex, layer: int, X, first_row: int):
+    """``step()``, a ``NonFiniteRows`` it raises turned into the one line naming the row (``finite``)."""
+    try:
+        return step()
+    except NonFiniteRows as err:  # before any eigen-solve, which would fail naming nothing
+        raise non_finite_error(rows.path, layer, backend.to_host(X), data.offsets, index, err.row, first_row=first_row,
+                               sentence_ids=rows.sentence_ids, remedy=rows.remedy) from None  # fmt: skip
 
 
-def _streamed_words(spill: OccurrenceSpill, index: OccurrenceIndex, transforms, tol: float, plan: MemoryPlan,
-                    settings: MeasureSettings, work):  # fmt: skip
-    """``word_stats`` of every variant and the sampled self-similarities, a group of words at a time from the spill."""
-    groups = word_groups(index.group_starts, len(index.rows), plan.group_rows)
+def _words(rows: LayerRows, index: OccurrenceIndex, transforms, tol: float, settings: MeasureSettings, work):
+    """``word_stats`` of every variant and the sampled self-similarities, a group of words at a time
+    (``rows.word_rows``; one group for rows in memory)."""
+    limit = len(index.rows) if isinstance(rows, RowsInMemory) else rows.spill_group_rows
+    groups = word_groups(index.group_starts, len(index.rows), limit)
     parts, sampled_parts = [], []
-    pair_rng = _rng(settings.seed, _SAMPLED_PAIRS)  # one stream over the words in order, as in memory
+    pair_rng = _rng(settings.seed, _SAMPLED_PAIRS)  # one stream over the words in order
     ends = np.append(index.group_starts[1:], len(index.rows))
-    for w0, w1 in tqdm(groups, desc="words", disable=None, leave=False):
+    for w0, w1 in tqdm(groups, desc="words", disable=None if len(groups) > 1 else True, leave=False):
         first, last = int(index.group_starts[w0]), int(ends[w1 - 1])
-        rows = spill.read(first, last, spill.dtype)
+        X, positions = rows.word_rows(first, last, index)
         starts = index.group_starts[w0:w1] - first
-        parts.append(word_stats(rows, np.arange(last - first), starts, transforms, degenerate_tol=tol, work_dtype=work))
-        if settings.self_similarity in ("sampled", "both"):
+        parts.append(word_stats(X, positions, starts, transforms, degenerate_tol=tol, work_dtype=work))
+        if settings.self_similarity in ("sampled", "both"):  # on a host copy of each word's rows, as drawn
             local_ends = np.append(starts[1:], last - first)
             sampled_parts.append([
-                self_similarity_sampled(np.asarray(rows[a:b], dtype=np.float64), pair_rng, settings.sampled_pairs)
+                self_similarity_sampled(backend.to_host(backend.take_rows(X, positions[a:b])).astype(np.float64),
+                                        pair_rng, settings.sampled_pairs)
                 for a, b in zip(starts, local_ends)
             ])  # fmt: skip
     words = {t.name: _concatenate_word_stats([part[t.name] for part in parts]) for t in transforms}
@@ -377,14 +498,8 @@ def _mev_masked(settings: MeasureSettings, layer: int) -> bool:
 # Read and check
 
 
-def _checked_layer(path: Path, reader, index: OccurrenceIndex, settings: MeasureSettings, manifest, units, work) -> _Layer:
-    """The layer's shape and offsets checked against the occurrences, the manifest and the units; the dtype
-    its rows are read in (the compute dtype: every stored value is exact in it; the stored dtype when
-    that is wider); the sampled sentences."""
-    stored_dtype = reader.dtype
-    read_dtype = stored_dtype if np.dtype(work).itemsize < stored_dtype.itemsize else np.dtype(work)
-    n_rows, d = (int(v) for v in reader.shape)
-    offsets, attrs = reader.offsets, dict(reader.handle.attrs)
+def _check_against(path: Path, offsets: np.ndarray, n_rows: int, index: OccurrenceIndex, manifest, units) -> None:
+    """The layer's rows and offsets checked against the occurrences, the manifest and the units."""
     if len(index.rows) and index.rows.max() >= n_rows:
         raise StoreError(f"{path}: occurrences refer to row {index.rows.max()} but the file has {n_rows} rows")
     n_sentences = len(offsets) - 1
@@ -392,19 +507,25 @@ def _checked_layer(path: Path, reader, index: OccurrenceIndex, settings: Measure
         raise StoreError(f"{path}: {n_sentences} sentences, but the manifest lists {manifest['n_sentences']}")
     if units is not None and len(units) != n_rows:
         raise StoreError(f"{path}: {n_rows} rows, but units.parquet lists {len(units)}")
+
+
+def _sampled(rows: LayerRows, settings: MeasureSettings) -> _Layer:
+    """The layer's shape and the sampled sentences: prefixes of one seeded permutation, from the plan alone."""
+    n_sentences = len(rows.offsets) - 1
     sentence_sample = _rng(settings.seed, _SENTENCE_SAMPLE).permutation(n_sentences)
     intra_ids = sentence_sample if settings.intra_sentences == "all" else sentence_sample[: settings.intra_sentences]
     baseline_ids = sentence_sample[: settings.baseline_samples]
-    return _Layer(path, n_rows, d, stored_dtype, read_dtype, offsets, int(attrs.get("after_final_norm", 0)), intra_ids,
+    return _Layer(rows.path, rows.n_rows, rows.d, rows.stored_dtype, rows.offsets, rows.after_final_norm, intra_ids,
                   baseline_ids)  # fmt: skip
 
 
-def _tolerance(data: _Layer, rows: np.ndarray) -> float:
-    """The storage format's rounding (``word_pcs.degenerate_tolerance``): stored values carry its eps
-    whatever they were read as; rows read in their stored dtype tell it from their values."""
-    if rows.dtype == data.stored_dtype or data.stored_dtype.name not in STORAGE_EPSILON:
-        return degenerate_tolerance(rows)
-    return max(STORAGE_EPSILON[data.stored_dtype.name] ** 2, DEGENERATE_FLOOR)
+def _tolerance(data: _Layer, first_rows: np.ndarray) -> float:
+    """The storage format's rounding (``word_pcs.degenerate_tolerance``): the coarsest format that holds the
+    layer's first rows exactly (a bfloat16 model's float16 store carries bfloat16's rounding), never finer
+    than the format the rows are stored in."""
+    stored = STORAGE_EPSILON.get(data.stored_dtype)
+    found = degenerate_tolerance(first_rows)
+    return found if stored is None else max(found, stored**2, DEGENERATE_FLOOR)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -450,19 +571,6 @@ def _sentence_block(X, transform: Transform, offsets, sentence_ids):
     """The rows of the given sentences, transformed (float64), with offsets of their own (sentence k = k)."""
     rows, counts = sentence_rows(offsets, sentence_ids)
     return transform.rows(X[rows], np.float64), np.concatenate([[0], np.cumsum(counts)]), np.arange(len(counts))
-
-
-def _sampled_self_similarities(stored, index: OccurrenceIndex, settings: MeasureSettings) -> np.ndarray:
-    """Each word's sampled self-similarity (NaN unless asked for) from a layer in memory."""
-    if settings.self_similarity not in ("sampled", "both"):
-        return np.full(len(index.words), np.nan)
-    # the same stream at every layer: a word gets the same sampled pairs in each layer, as in the paper's code
-    pair_rng = _rng(settings.seed, _SAMPLED_PAIRS)
-    ends = np.append(index.group_starts[1:], len(index.rows))
-    return np.array([
-        self_similarity_sampled(np.asarray(stored[index.rows[a:b]], dtype=np.float64), pair_rng, settings.sampled_pairs)
-        for a, b in zip(index.group_starts, ends)
-    ])  # fmt: skip
 
 
 def _self_similarities(exact_values: np.ndarray, sampled: np.ndarray, settings: MeasureSettings):
@@ -544,12 +652,12 @@ def _with_cis(row: dict, cis) -> dict:
 # The geometry panel
 
 
-def _geometry(stored, data: _Layer, passed: LayerPass, units, settings: MeasureSettings, layer: int, *, rng=None,
-              massive=None, sample=None) -> tuple[dict, np.ndarray]:  # fmt: skip
+def _geometry(data: _Layer, passed: LayerPass, units, settings: MeasureSettings, layer: int, *, rng, massive,
+              sample) -> tuple[dict, np.ndarray]:  # fmt: skip
     """``panel.geometry_panel``'s row of the layer, its rogue dimensions from the layer pass (weighted by
     the paper's sampling, so that their contributions add up to the exact baseline A_p), and the rogue
-    contributions; NaN, "" and 0 without ``settings.geometry``. A streamed layer (``stored`` None) gives
-    its ``massive`` activations, its ``sample`` rows and the ``rng`` they were drawn from."""
+    contributions; NaN, "" and 0 without ``settings.geometry``. ``massive``: the layer's massive activations,
+    ``sample``: its geometry rows (on the host), drawn from ``rng`` before it is passed here."""
     if not settings.geometry:
         return empty_panel(), np.full(data.d, np.nan)
     labels = positions = None
@@ -557,8 +665,7 @@ def _geometry(stored, data: _Layer, passed: LayerPass, units, settings: MeasureS
         ordered = units if units["row"].is_monotonic_increasing else units.sort_values("row", kind="stable")
         labels, positions = ordered["unit"].to_numpy(dtype=object), ordered["position"].to_numpy()
     rogue = rogue_summary(passed, data.d)
-    row = panel_row(stored, rogue, _rng(settings.seed, _GEOMETRY, layer) if rng is None else rng,
-                    settings.geometry_sample, labels, positions, twonn_sample_size=settings.twonn_sample,
+    row = panel_row(None, rogue, rng, settings.geometry_sample, labels, positions, twonn_sample_size=settings.twonn_sample,
                     massive=massive, sample=sample)  # fmt: skip
     return row, rogue.contributions
 

@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from contextuality.measure import backend
 from contextuality.measure.exact_baseline import ExactBaseline
 from contextuality.measure.postprocess import abtt_components
 from contextuality.measure.rogue import RogueSummary, rogue_shares
@@ -104,53 +105,68 @@ def _class_blocks(offsets: np.ndarray, block_rows: int):
             yield length, (offsets[chunk][:, None] + np.arange(length)).reshape(-1)
 
 
-def _cosine_block(Y: np.ndarray, length: int, p: float, acc: dict, squares: bool = True, rows=None) -> None:
+def _cosine_block(Y, length: int, p: float, acc: dict, squares: bool = True, rows=None) -> None:
     """Add one block of transformed rows (whole sentences of ``length`` rows, weight p each) to ``acc``.
 
     Sums of unit rows are products with the inverse norms (BLAS), not sums of a unit-row copy.
     ``squares``: also the per-dimension sums of p_i^2 u_i^2 (the rogue dimensions; stored vectors only).
-    ``rows``: the block's row numbers, to refuse (``NonFiniteRows``) a row whose squared norm is not finite.
+    ``rows``: the block's row numbers (numpy), to refuse (``NonFiniteRows``) a row whose squared norm is not
+    finite. Y and ``acc`` are arrays of one backend (``backend``); the sums stay float64 arrays there.
     """
-    squared = np.einsum("ij,ij->i", Y, Y)
-    if rows is not None and not np.isfinite(squared).all():  # a NaN or an infinity reaches its row's square
-        raise NonFiniteRows(int(rows[np.flatnonzero(~np.isfinite(squared))[0]]))
+    xp = backend.namespace(Y)
+    f64 = xp.float64
+    squared = backend.einsum("ij,ij->i", Y, Y)
+    if rows is not None and not bool(xp.all(xp.isfinite(squared))):  # a NaN or an infinity reaches its square
+        raise NonFiniteRows(int(rows[np.flatnonzero(~np.isfinite(backend.to_host(squared)))[0]]))
     nonzero = squared > 0
-    inverse = np.zeros(len(Y), dtype=Y.dtype)
-    inverse[nonzero] = 1.0 / np.sqrt(squared[nonzero])
-    column = (inverse @ Y).astype(np.float64)
+    inverse = xp.where(nonzero, 1.0 / xp.sqrt(xp.where(nonzero, squared, 1.0)), 0.0)
+    column = xp.astype(inverse @ Y, f64)
     acc["sum_unit"] += column
     acc["sum_weighted"] += p * column
     if squares:
-        acc["sum_weighted_sq"] += p * p * (np.square(inverse) @ np.square(Y)).astype(np.float64)
-    count = int(nonzero.sum())
+        acc["sum_weighted_sq"] += p * p * xp.astype((inverse * inverse) @ (Y * Y), f64)
+    count = xp.sum(xp.astype(nonzero, f64))
     acc["n_nonzero"] += count
     acc["p_nonzero"] += p * count
     acc["p2_nonzero"] += p * p * count
     acc["p4_nonzero"] += p**4 * count
     d = Y.shape[1]
-    sentence = np.matmul(inverse.reshape(-1, 1, length), Y.reshape(-1, length, d))[:, 0, :].astype(np.float64) / length
-    acc["sentence_sq"] += float(np.einsum("sd,sd->", sentence, sentence))
-    w = nonzero.reshape(-1, length).sum(axis=1) / length
-    acc["w_sum"] += float(w.sum())
-    acc["w2_sum"] += float(w @ w)
+    sentence = xp.astype((xp.reshape(inverse, (-1, 1, length)) @ xp.reshape(Y, (-1, length, d)))[:, 0, :], f64) / length
+    acc["sentence_sq"] += xp.sum(sentence * sentence)
+    w = xp.sum(xp.astype(xp.reshape(nonzero, (-1, length)), f64), axis=1) / length
+    acc["w_sum"] += xp.sum(w)
+    acc["w2_sum"] += xp.sum(w * w)
 
 
-def _new_cosine_acc(d: int) -> dict:
-    return {"sum_unit": np.zeros(d), "sum_weighted": np.zeros(d), "sum_weighted_sq": np.zeros(d), "n_nonzero": 0,
-            "p_nonzero": 0.0, "p2_nonzero": 0.0, "p4_nonzero": 0.0, "sentence_sq": 0.0, "w_sum": 0.0, "w2_sum": 0.0}  # fmt: skip
+def _new_cosine_acc(like, d: int) -> dict:
+    """Zero sums of ``_cosine_block`` in ``like``'s backend (float64; counts as float64, exact to 2^53)."""
+    xp, where = backend.namespace(like), backend.device(like)
+    acc = {name: xp.zeros(d, dtype=xp.float64, device=where) for name in ("sum_unit", "sum_weighted", "sum_weighted_sq")}
+    scalars = ("n_nonzero", "p_nonzero", "p2_nonzero", "p4_nonzero", "sentence_sq", "w_sum", "w2_sum")
+    return acc | {name: xp.zeros((), dtype=xp.float64, device=where) for name in scalars}
+
+
+def _cosine_sums(acc: dict) -> CosineSums:
+    """The sums on the host: vectors as numpy float64, counts as int, the rest as float."""
+    host = {name: backend.to_host(value) for name, value in acc.items()}
+    return CosineSums(**{name: int(value) if name == "n_nonzero" else float(value) if value.ndim == 0 else value
+                         for name, value in host.items()})  # fmt: skip
 
 
 def _sentence_count(offsets: np.ndarray) -> int:
     return int(np.count_nonzero(np.diff(offsets)))
 
 
-def layer_shift(X: np.ndarray) -> np.ndarray:
+def layer_shift(X) -> np.ndarray:
     """The point ``layer_pass`` takes the moments around: the float64 column mean of the first ``SHIFT_ROWS``
-    rows of X (its first rows suffice: a streamed layer passes them alone). Raises ``NonFiniteRows``."""
+    rows of X (numpy, or a tensor on any device; its first rows suffice: a streamed layer passes them
+    alone), as numpy. Raises ``NonFiniteRows``."""
+    xp = backend.namespace(X)
     n, d = X.shape
-    shift = X[:SHIFT_ROWS].mean(axis=0, dtype=np.float64) if n else np.zeros(d)
+    shift = backend.to_host(xp.sum(X[:SHIFT_ROWS, :], axis=0, dtype=xp.float64)) / min(n, SHIFT_ROWS) if n else np.zeros(d)
     if not np.isfinite(shift).all():  # a row it averages is not finite: refused before it spreads to every block
-        raise NonFiniteRows(int(np.flatnonzero(~np.isfinite(X[:SHIFT_ROWS]).all(axis=1))[0]))
+        finite = backend.to_host(xp.all(xp.isfinite(X[:SHIFT_ROWS, :]), axis=1))
+        raise NonFiniteRows(int(np.flatnonzero(~finite)[0]))
     return shift
 
 
@@ -159,61 +175,77 @@ class LayerPassSums:
 
     A block is closed class by class, as one whole-layer block is, so a layer passed as one block gives
     exactly ``layer_pass``'s numbers and a layer passed in several blocks the same up to float64 rounding.
+    The sums live in the backend of the first rows added (numpy, or torch on the rows' device) and come
+    back to the host in ``result``.
     """
 
     def __init__(self, n_sentences: int, shift: np.ndarray, work_dtype=np.float32, block_rows: int = BLOCK_ROWS, *,
                  rogue: bool = True):  # fmt: skip
-        d = len(shift)
         self.n_sentences, self.shift, self.work_dtype, self.block_rows, self.rogue = (
-            n_sentences, shift, work_dtype, block_rows, rogue)
+            n_sentences, np.asarray(shift, dtype=np.float64), work_dtype, block_rows, rogue)
         self.n_rows = 0
-        self.uniform_first, self.uniform_second = np.zeros(d), np.zeros((d, d))
-        self.weighted_first, self.weighted_second = np.zeros(d), np.zeros((d, d))
-        self.weighted_total = 0.0
-        self.acc = _new_cosine_acc(d)
+        self.sums = None  # made on the first block, in its backend
 
-    def add(self, X: np.ndarray, offsets: np.ndarray, first_row: int = 0) -> None:
+    def _start(self, X) -> None:
+        xp, where, d = backend.namespace(X), backend.device(X), X.shape[1]
+        zeros = lambda *shape: xp.zeros(shape, dtype=xp.float64, device=where)  # noqa: E731
+        self.sums = {"uniform_first": zeros(d), "uniform_second": zeros(d, d), "weighted_first": zeros(d),
+                     "weighted_second": zeros(d, d), "weighted_total": zeros(), "acc": _new_cosine_acc(X, d),
+                     "shift": backend.like(self.shift, X, xp.float64)}  # fmt: skip
+
+    def add(self, X, offsets: np.ndarray, first_row: int = 0) -> None:
         """Rows ``X`` (whole sentences, ``offsets`` from 0) that are the layer's rows from ``first_row`` on."""
+        if self.sums is None:
+            self._start(X)
+        xp, sums = backend.namespace(X), self.sums
+        work = backend.xp_dtype(xp, self.work_dtype)
         offsets = np.asarray(offsets, dtype=np.int64)
-        d = X.shape[1]
-        current, class_first, class_second = None, np.zeros(d), np.zeros((d, d))
+        d, where = X.shape[1], backend.device(X)
+        current, class_first, class_second = None, None, None
 
         def close_class():
+            nonlocal class_second
             if current is None:
                 return
             length, rows_in_class = current
             p = 1.0 / (self.n_sentences * length)
-            self.uniform_first += class_first
-            self.uniform_second += class_second
-            self.weighted_first += p * class_first
-            np.multiply(class_second, p, out=class_second)  # in place (the class is done): closed once per chunk
-            self.weighted_second += class_second
-            self.weighted_total += p * rows_in_class
+            sums["uniform_first"] += class_first
+            sums["uniform_second"] += class_second
+            sums["weighted_first"] += p * class_first
+            class_second *= p  # in place (the class is done): closed once per chunk
+            sums["weighted_second"] += class_second
+            sums["weighted_total"] += p * rows_in_class
 
         for length, rows in _class_blocks(offsets, self.block_rows):
             if current is None or current[0] != length:
                 close_class()
-                current, class_first, class_second = [length, 0], np.zeros(d), np.zeros((d, d))
-            Y = np.asarray(X[rows], dtype=self.work_dtype)
+                current = [length, 0]
+                class_first = xp.zeros(d, dtype=xp.float64, device=where)
+                class_second = xp.zeros((d, d), dtype=xp.float64, device=where)
+            Y = xp.astype(backend.take_rows(X, rows), work)
             current[1] += len(rows)
-            _cosine_block(Y, length, 1.0 / (self.n_sentences * length), self.acc, squares=self.rogue,
+            _cosine_block(Y, length, 1.0 / (self.n_sentences * length), sums["acc"], squares=self.rogue,
                           rows=rows + first_row)  # fmt: skip
-            subtract_in_two_parts(Y, self.shift)
-            class_first += (np.ones(len(Y), dtype=Y.dtype) @ Y).astype(np.float64)
-            class_second += Y.T @ Y
+            subtract_in_two_parts(Y, sums["shift"])
+            class_first += xp.sum(Y, axis=0, dtype=xp.float64)
+            class_second += xp.matrix_transpose(Y) @ Y
         close_class()
-        self.n_rows += len(X)
+        self.n_rows += X.shape[0]
 
     def result(self) -> LayerPass:
+        if self.sums is None:  # no rows at all
+            self._start(np.zeros((0, len(self.shift))))
+        host = {name: backend.to_host(value) for name, value in self.sums.items() if name not in ("acc", "shift")}
         # every row of a constant column equals its exact mean, so the shifted column is exactly 0
-        constant = np.diag(self.uniform_second) == 0
+        constant = np.diag(host["uniform_second"]) == 0
         return LayerPass(
-            self.n_rows, self.n_sentences, self.shift, self.uniform_first, self.uniform_second, self.weighted_total,
-            self.weighted_first, self.weighted_second, CosineSums(**self.acc), constant,
+            self.n_rows, self.n_sentences, self.shift, host["uniform_first"], host["uniform_second"],
+            float(host["weighted_total"]), host["weighted_first"], host["weighted_second"], _cosine_sums(self.sums["acc"]),
+            constant,
         )  # fmt: skip
 
 
-def layer_pass(X: np.ndarray, offsets: np.ndarray, work_dtype=np.float32, block_rows: int = BLOCK_ROWS, *,
+def layer_pass(X, offsets: np.ndarray, work_dtype=np.float32, block_rows: int = BLOCK_ROWS, *,
                rogue: bool = True) -> LayerPass:
     """One pass over every row of a layer: moments (uniform and the paper's weights) and unit-row sums.
 
@@ -225,6 +257,7 @@ def layer_pass(X: np.ndarray, offsets: np.ndarray, work_dtype=np.float32, block_
     ``rogue=False`` leaves out the per-dimension squares that only ``rogue_summary`` reads. Raises
     ``NonFiniteRows`` (naming a row) where a row's squared norm or the shift is not finite: a NaN or an
     infinity in the layer. A layer too large for memory is passed block by block (``LayerPassSums``).
+    X: numpy, or a torch tensor on any device (``backend``).
     """
     offsets = np.asarray(offsets, dtype=np.int64)
     n = X.shape[0]
@@ -240,27 +273,34 @@ class CosinePassSums:
 
     def __init__(self, n_sentences: int, d: int, transforms: list[Transform], work_dtype=np.float32,
                  block_rows: int = BLOCK_ROWS):  # fmt: skip
-        self.n_sentences, self.transforms, self.work_dtype, self.block_rows = n_sentences, transforms, work_dtype, block_rows
-        self.accs = {t.name: _new_cosine_acc(d) for t in transforms}
+        self.n_sentences, self.d, self.transforms, self.work_dtype, self.block_rows = (
+            n_sentences, d, transforms, work_dtype, block_rows)
+        self.accs = None  # made on the first block, in its backend
         shifts = [t.shift for t in transforms]
-        self.shared = shifts[0] if transforms and all(v is not None and np.array_equal(v, shifts[0]) for v in shifts) else None
+        self.shared = transforms[0] if transforms and all(v is not None and np.array_equal(v, shifts[0]) for v in shifts) else None
 
-    def add(self, X: np.ndarray, offsets: np.ndarray) -> None:
+    def add(self, X, offsets: np.ndarray) -> None:
         if not self.transforms:
             return
+        xp = backend.namespace(X)
+        work = backend.xp_dtype(xp, self.work_dtype)
+        if self.accs is None:
+            self.accs = {t.name: _new_cosine_acc(X, self.d) for t in self.transforms}
         for length, rows in _class_blocks(np.asarray(offsets, dtype=np.int64), self.block_rows):
-            block = np.asarray(X[rows], dtype=self.work_dtype)  # an index gather: a new array, safe to centre in place
+            block = xp.astype(backend.take_rows(X, rows), work)  # an index gather: a new array, safe to centre in place
             if self.shared is not None:
-                subtract_in_two_parts(block, self.shared)
+                subtract_in_two_parts(block, self.shared._param("shift", block, xp.float64))
             for t in self.transforms:
-                Y = t.linear_rows(block, self.work_dtype) if self.shared is not None else t.rows(block, self.work_dtype)
+                Y = t.linear_rows(block, work) if self.shared is not None else t.rows(block, work)
                 _cosine_block(Y, length, 1.0 / (self.n_sentences * length), self.accs[t.name], squares=False)
 
     def result(self) -> dict[str, CosineSums]:
-        return {name: CosineSums(**acc) for name, acc in self.accs.items()}
+        if self.accs is None:
+            self.accs = {t.name: _new_cosine_acc(np.zeros(0), self.d) for t in self.transforms}
+        return {name: _cosine_sums(acc) for name, acc in self.accs.items()}
 
 
-def cosine_pass(X: np.ndarray, offsets: np.ndarray, transforms: list[Transform], work_dtype=np.float32,
+def cosine_pass(X, offsets: np.ndarray, transforms: list[Transform], work_dtype=np.float32,
                 block_rows: int = BLOCK_ROWS) -> dict[str, CosineSums]:
     """Unit-row sums of each transformed layer (one read of every row for all ``transforms``).
 

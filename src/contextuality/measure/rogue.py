@@ -21,11 +21,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from contextuality.measure import backend
 from contextuality.measure.reference import row_blocks
 
 # Default thresholds of a massive activation (Sun et al., 2024): |x| > 100 and |x| >= 1000 x median |x|.
 MASSIVE_ABSOLUTE = 100.0
 MASSIVE_RELATIVE = 1000.0
+_FLOAT16_INF_KEY = 0x7C00  # the magnitude key of a float16 inf; NaNs lie above it
 # Arrays with at most this many elements get their median |x| from np.median directly; larger ones
 # from a bracket found on a strided subsample of about MEDIAN_SAMPLE elements, then one exact pass.
 MEDIAN_EXACT_ELEMENTS = 1 << 24
@@ -195,12 +197,13 @@ class MassiveActivations(NamedTuple):
 
 
 def _smallest_at_least(value: float, dtype, strict: bool = False):
-    """The smallest number of ``dtype`` that is >= ``value`` (> when ``strict``), as a ``dtype`` scalar.
+    """The smallest number of ``dtype`` (numpy's or torch's) that is >= ``value`` (> when ``strict``), as a
+    numpy scalar of that dtype.
 
     Comparing an array with it in its own dtype is then the exact comparison with ``value``, without
     converting the array (inf when no finite number of the dtype qualifies).
     """
-    dtype = np.dtype(dtype)
+    dtype = np.dtype(backend.dtype_name(dtype))
     with np.errstate(over="ignore"):
         candidate = dtype.type(value)
     if float(candidate) < value or (strict and float(candidate) == value):  # compared in float64
@@ -208,35 +211,24 @@ def _smallest_at_least(value: float, dtype, strict: bool = False):
     return candidate
 
 
-_FLOAT16_INF_KEY = np.uint16(0x7C00)
+def _magnitude_key(value, dtype):
+    """The ``backend.magnitude_keys`` key of a non-negative scalar of ``dtype``."""
+    return backend.float16_key(value) if backend.dtype_name(dtype) == "float16" else float(value)
 
 
-def _magnitudes(block: np.ndarray) -> np.ndarray:
-    """|x| in an order-preserving form, without converting float16 (numpy's float16 arithmetic is slow).
-
-    For float16 these are the bit patterns with the sign cleared (uint16, increasing with |x|; inf is
-    0x7C00 and NaNs lie above it); for other dtypes np.abs.
-    """
-    if block.dtype == np.float16:
-        return np.ascontiguousarray(block).view(np.uint16) & np.uint16(0x7FFF)
-    return np.abs(block)
+def _magnitude_values(keys, dtype) -> np.ndarray:
+    """Back from ``backend.magnitude_keys`` keys (any backend) to |x| in float64, on the host."""
+    keys = backend.to_host(keys)
+    if backend.dtype_name(dtype) == "float16":
+        keys = keys.astype(np.uint16).view(np.float16)
+    return keys.astype(np.float64)
 
 
-def _magnitude_key(value, dtype: np.dtype):
-    """The ``_magnitudes`` key of a non-negative scalar of ``dtype``."""
-    return np.float16(value).view(np.uint16) if dtype == np.float16 else value
+def _is_number(keys, dtype):
+    return keys <= int(_FLOAT16_INF_KEY) if backend.dtype_name(dtype) == "float16" else True
 
 
-def _magnitude_values(keys: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Back from ``_magnitudes`` keys to |x| in float64."""
-    return (keys.view(np.float16) if dtype == np.float16 else keys).astype(np.float64)
-
-
-def _is_number(keys: np.ndarray, dtype: np.dtype) -> np.ndarray | bool:
-    return keys <= _FLOAT16_INF_KEY if dtype == np.float16 else True
-
-
-def _in_blocks(X: np.ndarray):
+def _in_blocks(X):
     """``Blocks`` of an in-memory layer: its rows in blocks of about ``BLOCK_ELEMENTS`` elements."""
     n, d = X.shape
     return lambda: ((a, X[a:b]) for a, b in row_blocks(n, d))
@@ -249,56 +241,69 @@ def _sub_blocks(blocks):
             yield first + a, rows[a:b]
 
 
-def median_abs(X: np.ndarray, exact_limit: int = MEDIAN_EXACT_ELEMENTS) -> float:
+def _median_of_sorted(values: np.ndarray, ranks: list[int]) -> float:
+    """np.median's value from the sorted entries at the middle rank(s): the mean of the two middle values."""
+    return float(np.mean(values[ranks]))
+
+
+def median_abs(X, exact_limit: int = MEDIAN_EXACT_ELEMENTS) -> float:
     """Exact median of |x| over all entries (np.median's convention: mean of the two middle values).
 
     Up to ``exact_limit`` entries this is np.median. Above it, a full partition of the layer (1.5 s for
     300k x 384) is avoided: the quantiles 0.5 -/+ 6 standard errors of a strided subsample bracket the
     median, one pass counts the entries below the bracket and keeps those inside it (a few percent), and
-    the median is selected among them. Should the bracket miss (it never should), np.median decides.
+    the median is selected among them. Should the bracket miss (it never should), all entries decide.
     Entries are expected to be finite (a NaN makes the result NaN, as in np.median).
     """
-    X = np.asarray(X)
-    X = X.reshape(len(X), -1) if X.ndim else X.reshape(1, 1)
+    X = X if not isinstance(X, (list, tuple, float, int)) else np.asarray(X)
+    if isinstance(X, np.ndarray):
+        X = X.reshape(len(X), -1) if X.ndim else X.reshape(1, 1)
     return median_abs_blocks(_in_blocks(X), *X.shape, X.dtype, exact_limit)
+
+
+def _every_magnitude(blocks) -> np.ndarray:
+    """Every |x| of the layer in float64 on the host (small layers, or a missed bracket)."""
+    xp_parts = [backend.to_host(rows).astype(np.float64).reshape(-1) for _, rows in blocks()]
+    return np.abs(np.concatenate(xp_parts)) if xp_parts else np.empty(0)
 
 
 def median_abs_blocks(blocks, n_rows: int, d: int, dtype, exact_limit: int = MEDIAN_EXACT_ELEMENTS) -> float:
     """``median_abs`` of a layer given as blocks: ``blocks()`` yields (first row, rows) in row order, every
-    row once (each call a new pass: a layer larger than memory is read again). The same number whatever
-    the blocks: the subsample is the same strided entries, and the rest is counting and exact selection."""
-    dtype = np.dtype(dtype)
+    row once (each call a new pass: a layer larger than memory is read again), as numpy arrays or tensors on
+    any device. The same number whatever the blocks and the backend: the subsample is the same strided
+    entries, and the rest is counting and exact selection."""
     size = n_rows * d
     if size == 0:
         return float("nan")
     if size <= exact_limit:
-        return float(np.median(np.concatenate([np.abs(np.asarray(r, dtype=np.float64)).reshape(-1) for _, r in blocks()])))
+        return float(np.median(_every_magnitude(blocks)))
     step = max(1, size // MEDIAN_SAMPLE)
     pieces = []
     for first, rows in blocks():  # the entries flat[::step], block by block
         start = first * d
-        local = np.arange(-(-start // step) * step, start + rows.size, step) - start
-        pieces.append(_magnitudes(rows.reshape(-1)[local]) if len(local) else np.empty(0, _magnitudes(rows[:0]).dtype))
+        local = np.arange(-(-start // step) * step, start + rows.shape[0] * d, step) - start
+        if len(local):
+            flat = backend.namespace(rows).reshape(rows, (-1,))
+            pieces.append(backend.to_host(backend.magnitude_keys(backend.take_rows(flat, local))))
     sample = np.sort(np.concatenate(pieces))
     margin = 6.0 * np.sqrt(0.25 / len(sample))
-    low = sample[max(0, int(np.floor((0.5 - margin) * len(sample))) - 1)]
-    high = sample[min(len(sample) - 1, int(np.ceil((0.5 + margin) * len(sample))))]
+    low = sample[max(0, int(np.floor((0.5 - margin) * len(sample))) - 1)].item()
+    high = sample[min(len(sample) - 1, int(np.ceil((0.5 + margin) * len(sample))))].item()
     below, inside = 0, []
     for _, rows in _sub_blocks(blocks):
-        keys = _magnitudes(rows)
-        below += int(np.count_nonzero(keys < low))
-        inside.append(keys[(keys >= low) & (keys <= high)])
-    inside = _magnitude_values(np.concatenate(inside), dtype)
+        xp = backend.namespace(rows)
+        keys = backend.magnitude_keys(rows)
+        below += int(xp.sum(xp.astype(keys < low, xp.int64)))
+        inside.append(_magnitude_values(keys[(keys >= low) & (keys <= high)], dtype))
+    inside = np.concatenate(inside)
     ranks = [size // 2] if size % 2 else [size // 2 - 1, size // 2]
     local = [r - below for r in ranks]
     if min(local) < 0 or max(local) >= len(inside):
-        return float(np.median(np.concatenate([np.abs(np.asarray(r, dtype=np.float64)).reshape(-1) for _, r in blocks()])))
+        return float(np.median(_every_magnitude(blocks)))
     return float(np.mean(np.partition(inside, local)[local]))
 
 
-def massive_activations(
-    X: np.ndarray, absolute: float = MASSIVE_ABSOLUTE, relative: float = MASSIVE_RELATIVE
-) -> MassiveActivations:
+def massive_activations(X, absolute: float = MASSIVE_ABSOLUTE, relative: float = MASSIVE_RELATIVE) -> MassiveActivations:
     """The layer's massive activations: entries with |x| > ``absolute`` and |x| >= ``relative`` x median |x|.
 
     Sun et al. (2024) call an activation massive when it exceeds 100 in magnitude and is about 1,000
@@ -307,24 +312,26 @@ def massive_activations(
     up to that dtype, so it is exact and converts nothing. When no entry exceeds ``absolute``, the
     median is not needed and ``median_abs`` is NaN. NaN entries are never massive.
     """
-    X = np.asarray(X)
+    X = X if not isinstance(X, (list, tuple)) else np.asarray(X)
     return massive_activations_blocks(_in_blocks(X), *X.shape, X.dtype, absolute, relative)
 
 
 def largest_magnitude(blocks, dtype, absolute: float = MASSIVE_ABSOLUTE) -> bool:
     """Whether any entry exceeds ``absolute`` (``massive_activations``' first test), over ``blocks()``."""
-    key = _magnitude_key(_smallest_at_least(absolute, dtype, strict=True), np.dtype(dtype))
-    return any(_magnitudes(rows).max() >= key for _, rows in _sub_blocks(blocks) if rows.size)
+    key = _magnitude_key(_smallest_at_least(absolute, dtype, strict=True), dtype)
+    for _, rows in _sub_blocks(blocks):
+        if rows.shape[0] and bool(backend.namespace(rows).any(backend.magnitude_keys(rows) >= key)):
+            return True
+    return False
 
 
 def massive_activations_blocks(
     blocks, n_rows: int, d: int, dtype, absolute: float = MASSIVE_ABSOLUTE, relative: float = MASSIVE_RELATIVE,
     *, any_above: bool | None = None,
 ) -> MassiveActivations:
-    """``massive_activations`` of a layer given as blocks (``median_abs_blocks``): the same result, each
-    pass over the layer one call of ``blocks()``. ``any_above``: ``largest_magnitude``'s answer, when a
-    pass already found it."""
-    dtype = np.dtype(dtype)
+    """``massive_activations`` of a layer given as blocks (``median_abs_blocks``: numpy or any device): the
+    same result, each pass over the layer one call of ``blocks()``. ``any_above``: ``largest_magnitude``'s
+    answer, when a pass already found it."""
     above_absolute = _smallest_at_least(absolute, dtype, strict=True)
     if any_above is None:
         any_above = largest_magnitude(blocks, dtype, absolute)
@@ -337,10 +344,11 @@ def massive_activations_blocks(
     rows = np.zeros(n_rows, dtype=bool)
     counts = np.zeros(d, dtype=np.int64)
     for first, block in _sub_blocks(blocks):
-        keys = _magnitudes(block)
+        xp = backend.namespace(block)
+        keys = backend.magnitude_keys(block)
         mask = (keys >= key) & _is_number(keys, dtype)
-        rows[first:first + len(block)] = mask.any(axis=1)
-        counts += np.count_nonzero(mask, axis=0)
+        rows[first:first + block.shape[0]] = backend.to_host(xp.any(mask, axis=1))
+        counts += backend.to_host(xp.sum(xp.astype(mask, xp.int64), axis=0))
     dims = np.flatnonzero(counts)
     return MassiveActivations(dims, counts[dims], rows, float(threshold), median)
 

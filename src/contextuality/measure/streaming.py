@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from contextuality.core.diskspace import DiskSpaceError, free_bytes
+from contextuality.measure import backend
 
 # The job's memory beside its blocks: interpreter, numpy, pandas and h5py, the occurrence index and the
 # units table, the sampled sentences and geometry rows, the word batches (a default-run job measured
@@ -91,7 +92,7 @@ class Chunk(NamedTuple):
     """Rows of whole sentences: the layer's rows [first_row, first_row + len(rows)), sentences [s0, s1)."""
 
     first_row: int
-    rows: np.ndarray  # in the stored dtype (``read_chunks``)
+    rows: np.ndarray  # in the stored dtype (``read_chunks``); a tensor on a device (``device_job``)
     offsets: np.ndarray  # the sentences' offsets, from 0
     s0: int
     s1: int
@@ -108,10 +109,11 @@ def read_chunks(reader, offsets: np.ndarray, chunks: list[tuple[int, int]], dtyp
 
 
 def gather(rows_wanted: np.ndarray, chunk: Chunk, out: np.ndarray) -> None:
-    """Copy the sorted layer rows ``rows_wanted`` that lie in ``chunk`` into their places in ``out``."""
-    lo, hi = np.searchsorted(rows_wanted, [chunk.first_row, chunk.first_row + len(chunk.rows)])
+    """Copy the sorted layer rows ``rows_wanted`` that lie in ``chunk`` into their places in ``out`` (numpy,
+    on the host: the chunk's rows may be on a device)."""
+    lo, hi = np.searchsorted(rows_wanted, [chunk.first_row, chunk.first_row + chunk.rows.shape[0]])
     if hi > lo:
-        out[lo:hi] = chunk.rows[rows_wanted[lo:hi] - chunk.first_row]
+        out[lo:hi] = backend.to_host(backend.take_rows(chunk.rows, rows_wanted[lo:hi] - chunk.first_row))
 
 
 class OccurrenceSpill:

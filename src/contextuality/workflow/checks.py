@@ -67,9 +67,21 @@ def check_settings(settings: Settings) -> None:
         problems.append(
             f"extraction.compute_dtype: {extraction.compute_dtype} needs a CUDA device; on device 'cpu' use float32"
         )
+    problems += store_problems(settings)
     problems += hub_revision_problems(settings) + name_problems(settings) + corpus_problems(settings.corpus)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+def store_problems(settings: Settings) -> list[str]:
+    """One line when the store is off (``extraction.store: false``) but a rule of this run reads it."""
+    if settings.extraction.store is not False or not settings.store_needed_by:
+        return []
+    return [
+        f"extraction.store: false, but this run reads the stored vectors ({'; '.join(settings.store_needed_by)}): "
+        "set extraction.store: auto (or true), or change those keys (metrics.on_device: true measures on the device "
+        "without a store)"
+    ]
 
 
 def name_problems(settings: Settings) -> list[str]:
@@ -93,23 +105,30 @@ def name_problems(settings: Settings) -> list[str]:
     return problems
 
 
-def check_half_precision_has_a_gpu(settings: Settings, extract_gpus) -> None:
-    """Raise ConfigError when half precision is asked of extraction jobs that no GPU is given to.
+def check_half_precision_has_a_gpu(settings: Settings, extract_gpus, measure_gpus=0) -> None:
+    """Raise ConfigError when half precision is asked of model jobs that no GPU is given to.
 
     ``extract_gpus`` is the ``gpu`` resource an extraction job gets: the rule's own (one when
-    ``extraction.device`` is 'cuda', or 'auto' with ``--resources gpu=N``), or what ``--set-resources`` or
-    a profile sets for ``extract``; not an integer (a function of the job): not known here, and the job
+    ``extraction.device`` is 'cuda', or 'auto' with GPUs in the run), or what ``--set-resources`` or a profile
+    sets for ``extract``; ``measure_gpus`` the same of a device measurement job (``measure_model``, which runs
+    the model's forward passes too). Not an integer (a function of the job): not known here, and the job
     checks its device itself (``contextuality.extraction.devices.choose_device``).
     """
     extraction = settings.extraction
-    if extraction.compute_dtype == "float32" or not isinstance(extract_gpus, int) or extract_gpus > 0:
+    jobs = [("extraction", "extract", "extraction.device", extract_gpus)] if settings.stores else []
+    if settings.metrics.device.on_device:
+        jobs.append(("device measurement", "measure_model", "metrics.device", measure_gpus))
+    if extraction.compute_dtype == "float32":
         return
-    raise ConfigError(
-        f"extraction.compute_dtype: {extraction.compute_dtype} computes only on CUDA, but no extraction job of this "
-        f"run is given a GPU (extraction.device '{extraction.device}', no --resources gpu=N, no gpu for extract in "
-        "--set-resources or the profile); run with --resources gpu=N (or a cluster profile that gives extract jobs "
-        "gpu: 1), or set extraction.compute_dtype: float32"
-    )
+    for kind, rule, key, gpus in jobs:
+        if isinstance(gpus, int) and gpus < 1:
+            device = extraction.device if rule == "extract" else settings.metrics.device.device
+            raise ConfigError(
+                f"extraction.compute_dtype: {extraction.compute_dtype} computes only on CUDA, but no {kind} job of this "
+                f"run is given a GPU ({key} '{device}', no --resources gpu=N, no gpu for {rule} in "
+                f"--set-resources or the profile); run with --resources gpu=N (or a cluster profile that gives {rule} "
+                "jobs gpu: 1), or set extraction.compute_dtype: float32"
+            )
 
 
 def _entry(build, field: str):

@@ -26,10 +26,13 @@ Calibration of the extraction estimates:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
-from contextuality.core.settings import WINDOW_BATCHES, CorpusSettings, MeasureSettings, ModelSettings, shard_bounds
+from contextuality.core.settings import (
+    WINDOW_BATCHES, CorpusSettings, MeasureSettings, MetricsSettings, ModelSettings, shard_bounds,
+)
 from contextuality.models.loading import record_shape, record_weights_bytes
 
 EXTRACT_BASE_MB = 1000
@@ -158,3 +161,25 @@ def whole_layer_mem_mb(measure: MeasureSettings, manifest_path: str | Path, atte
     except (OSError, ValueError, KeyError):
         elements = UNBUILT_LAYER_ELEMENTS
     return int((elements * work_bytes / 1e6 + MEASURE_WORD_BATCHES_MB + MEASURE_BASE_MB) * attempt)
+
+
+def device_measure_mem_mb(model: ModelSettings, metrics: MetricsSettings, record_path: str | Path, attempt: int = 1,
+                          tokens_path: str | Path | None = None) -> int:
+    """Host memory (MB) of one ``measure_model`` job: a shard job's (the model and its passes,
+    ``extraction_mem_mb``, over every sentence of the plan) plus ``metrics.memory_mb`` (the occurrence index, the
+    units, the drawn rows and the per-layer tables; on torch's CPU backend also the resident layers, which the
+    job's groups keep within it); x attempt."""
+    whole = dataclasses.replace(model, n_shards=1)
+    return int(extraction_mem_mb(whole, record_path, 1, tokens_path, 0) + metrics.measure.memory_mb) * attempt
+
+
+def device_measure_runtime_min(model: ModelSettings, corpus: CorpusSettings, metrics: MetricsSettings,
+                               record_path: str | Path, attempt: int = 1, tokens_path: str | Path | None = None) -> int:
+    """Minutes for one ``measure_model`` job: its forward passes over the whole corpus (a shard job's time for
+    one shard of all sentences, CPU-calibrated: an upper bound on a GPU), twice over for the groups a small
+    budget needs (groups in depth order cost about (groups + 1) / 2 full passes), and a CPU layer job's ten
+    minutes per layer of its part; x attempt."""
+    whole = dataclasses.replace(model, n_shards=1)
+    layers = (record_shape(record_path) or UNBUILT_SHAPE)[0]
+    part = -(-layers // metrics.device.device_parts)
+    return int((2 * extraction_runtime_min(whole, corpus, record_path, 1, tokens_path) + 10 * part) * attempt)

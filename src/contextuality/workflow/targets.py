@@ -51,6 +51,9 @@ def check_targets(targets: list[str], settings: Settings) -> None:
     layer in the model's range (when the range is known); a static baseline's scores a configured one.
     """
     problems = []
+    if "store" in targets and settings.extraction.store is False:
+        problems.append("target store: extraction.store is false (never write the store); set extraction.store: auto "
+                        "or true to build it")
     for target in targets:
         baseline = layout.baseline_of(target)
         if baseline is not None and baseline not in settings.static.baselines:

@@ -1,0 +1,407 @@
+"""Every layer measured where the forward passes leave it: the device job (rule ``measure_model``).
+
+The job runs the plan's forward passes itself, exactly as extraction runs them (``extract.hf_windows``:
+the same windows, batches, pooling and cast to ``extraction.storage_dtype``, on the device), keeps the rows
+of a **group of layers** resident on the device for one pass over the corpus, and measures each layer of
+the group there with the one measurement path (``layer_job.measure_rows`` on torch's arrays), so no vector
+goes to a disk. A model whose layers do not all fit is measured in groups (``plan_groups``), sized at run
+time from the device's free memory and ``metrics.device_memory_fraction``; a group's pass stops after its
+deepest layer (``stop_after``). The per-layer files are those ``measure_layer`` writes, packed into one tar
+per part (the layer count is known only once the model is built), beside a record of what the rows were
+made from (``DEVICE_RECORD``: the manifest's provenance, rows, dims and layers). docs/scaling.md gives
+the memory and pass arithmetic.
+
+Reproducible: every seeded draw is made on the host from the plan (``measure_rows``), the device's
+reductions are deterministic (``torch.use_deterministic_algorithms``), and the groups change no bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+from tqdm import tqdm
+
+from contextuality.core import layout
+from contextuality.core.archive import pack
+from contextuality.core.atomic import atomic_path
+from contextuality.core.settings import WINDOW_BATCHES, MeasureSettings, ShardSettings, stored_params
+from contextuality.measure import backend
+from contextuality.measure.layer_job import OccurrenceIndex, RowsInMemory, measure_rows_then, read_units
+from contextuality.measure.layer_pass import BLOCK_ROWS
+from contextuality.measure.layer_result import write_layer_results
+from contextuality.measure.streaming import BASE_MB, SQUARE_MATRICES
+from contextuality.measure.word_stats import BATCH_ELEMENTS
+
+LOG = logging.getLogger(__name__)
+
+MB = 1 << 20
+# Rows per block of the full-layer passes on a GPU (a block's work is a few kernels; larger blocks, fewer launches).
+GPU_BLOCK_ROWS = 1 << 16
+# What the device keeps beside the resident layers: CUDA's context and the allocator's fragmentation.
+CUDA_CONTEXT_MB = 1536
+# A test's stand-in for the room the resident layers may take, in bytes (forces a schedule of several groups).
+ROOM_BYTES_ENV = "CONTEXTUALITY_DEVICE_ROOM_BYTES"
+# How the device job's errors end: the rows came from this job's own forward passes.
+NON_FINITE_REMEDY = (
+    "the model produced them in this job's forward passes: check its weights, or compute in float32 "
+    "(extraction.compute_dtype: float32; half precision overflows)"
+)
+
+
+class DeviceMemoryError(RuntimeError):
+    """Not even one layer fits the device's memory: the message says what would."""
+
+
+class GroupPlan(NamedTuple):
+    """The layers measured together, one forward pass per group, and the memory arithmetic behind it."""
+
+    groups: list  # lists of layer indices, ascending, consecutive
+    layer_bytes: int  # one resident layer: rows x dim x the storage dtype's bytes
+    room_bytes: int  # what the resident layers may take
+    free_bytes: int  # the device's free memory (or the CPU backend's budget) when the job planned
+    reserve_bytes: int  # kept for the model's forward pass and the measurement's work
+
+    def describe(self, n_layers: int) -> str:
+        passes = len(self.groups)
+        full = sum((max(group) + 1) / n_layers for group in self.groups)
+        return (f"{passes} group(s) of <= {max(len(g) for g in self.groups)} layers: {passes} forward pass(es), "
+                f"{full:.2f} full-pass equivalents with early stop; a layer holds {self.layer_bytes / MB:.0f} MB, the "
+                f"groups may take {self.room_bytes / MB:.0f} MB of {self.free_bytes / MB:.0f} MB free "
+                f"({self.reserve_bytes / MB:.0f} MB kept for the forward pass and the measurement)")  # fmt: skip
+
+
+def reserve_bytes(*, d: int, n_layers: int, batch_tokens: int, widest_window: int, itemsize: int, on_cuda: bool) -> int:
+    """Device memory kept beside the resident layers: a forward pass's hidden states of every layer (float32
+    at most) and a window of every layer's rows, the measurement's d x d float64 matrices and word batches
+    (float64 copies of a stacked batch, a few at once), and on CUDA the context and fragmentation."""
+    forward = batch_tokens * n_layers * d * 4 * 2
+    window = n_layers * widest_window * d * itemsize
+    measure = SQUARE_MATRICES * d * d * 8 + 8 * BATCH_ELEMENTS * 8 + GPU_BLOCK_ROWS * d * 8 * 3
+    return forward + window + measure + (CUDA_CONTEXT_MB * MB if on_cuda else 0)
+
+
+def plan_groups(layers: list[int], layer_bytes: int, free_bytes: int, fraction: float, reserve: int) -> GroupPlan:
+    """Consecutive groups of ``layers``, as few as fit: each group's rows within ``fraction`` of ``free_bytes``
+    less ``reserve`` (or the room ``ROOM_BYTES_ENV`` gives); sizes balanced (13 layers in 2 groups: 7 + 6)."""
+    room = int(os.environ[ROOM_BYTES_ENV]) if os.environ.get(ROOM_BYTES_ENV) else int(free_bytes * fraction) - reserve
+    if room < layer_bytes:
+        raise DeviceMemoryError(
+            f"one layer's rows take {layer_bytes / MB:.0f} MB, but the device has {free_bytes / MB:.0f} MB free and "
+            f"{max(room, 0) / MB:.0f} MB of it for layers (metrics.device_memory_fraction {fraction}, "
+            f"{reserve / MB:.0f} MB kept for the forward pass and the measurement): raise "
+            "metrics.device_memory_fraction or use a larger device, or measure from the store (metrics.on_device: false)"
+        )
+    per_group = max(1, room // layer_bytes)
+    count = -(-len(layers) // per_group)
+    groups = [list(part) for part in np.array_split(np.asarray(layers), count)]
+    return GroupPlan([[int(layer) for layer in group] for group in groups], layer_bytes, room, free_bytes, reserve)
+
+
+def free_device_bytes(device: str, memory_mb: int) -> int:
+    """The device's free memory (CUDA), or on torch's CPU backend the job's budget ``metrics.memory_mb``."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    return memory_mb * MB
+
+
+# --------------------------------------------------------------------------------------------------
+# Forward passes that stop after the deepest layer a group keeps
+
+
+class _Stop(Exception):
+    """Raised inside the model once the group's deepest hidden state is taken."""
+
+
+def transformer_blocks(model, n_layers: int):
+    """The model's blocks (the module list whose i-th member takes hidden state i as its input), or None.
+
+    Hidden state i (i >= 1) is block i-1's output, block i's input; hidden state 0 is block 0's input (the
+    embeddings). Found as the one ``ModuleList`` of n_layers - 1 members (BERT's ``encoder.layer``, GPT-2's
+    ``h``, Llama's ``layers``).
+    """
+    import torch
+
+    found = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n_layers - 1]
+    return found[0] if len(found) == 1 else None
+
+
+def stop_after(loaded, last: int, forward):
+    """A forward function giving hidden states 0..``last`` (as ``forward`` gives them), stopping the model
+    after them: each taken as the input of its block (a forward pre-hook), the pass raised out of at block
+    ``last``. The full ``forward`` when ``last`` is the final layer (transformers returns it after a pre-norm
+    decoder's final norm, which no block's input holds) or when the blocks cannot be found."""
+    blocks = transformer_blocks(loaded.model, loaded.n_layers)
+    if last >= loaded.n_layers - 1 or blocks is None:
+        return forward
+
+    def early(ids, mask):
+        states = {}
+
+        def take(layer):
+            def hook(module, args, kwargs):
+                states[layer] = args[0] if args else kwargs["hidden_states"]
+                if layer == last:
+                    raise _Stop
+
+            return hook
+
+        handles = [blocks[layer].register_forward_pre_hook(take(layer), with_kwargs=True) for layer in range(last + 1)]
+        try:
+            loaded.model(input_ids=ids, attention_mask=mask)
+        except _Stop:
+            pass
+        finally:
+            for handle in handles:
+                handle.remove()
+        return [states[layer] for layer in range(last + 1)]
+
+    return early
+
+
+# --------------------------------------------------------------------------------------------------
+# The job
+
+
+def part_layers(n_layers: int, parts: int, part: int) -> list[int]:
+    """The consecutive layers of ``part`` (of ``parts``): as even as the layer count allows."""
+    return list(range(part * n_layers // parts, (part + 1) * n_layers // parts))
+
+
+def _deterministic(device: str) -> None:
+    """Deterministic reductions on the device: the same rows give the same bytes, run after run."""
+    import torch
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS's deterministic workspace
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    if str(device).startswith("cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+
+def fill_group(loaded, plan, group: list[int], resident, shard: ShardSettings, device: str, desc: str) -> None:
+    """One pass over the corpus: the group's rows of every sentence into ``resident`` (group, rows, dim)."""
+    from contextuality.extraction import extract
+
+    if isinstance(loaded, extract.ElmoModel):
+        windows = ((base, block.rows[group], end, lambda: None) for base, block, end in extract.elmo_windows(
+            loaded, plan, batch_size=shard.batch_size, max_batch_tokens=shard.max_batch_tokens,
+            storage_dtype=shard.storage_dtype))  # fmt: skip
+    else:
+        forward = stop_after(loaded, max(group), extract.model_forward(loaded))
+        windows = extract.hf_windows(
+            loaded, plan, batch_size=shard.batch_size, max_batch_tokens=shard.max_batch_tokens, pooling=shard.pooling,
+            device=device, storage_dtype=shard.storage_dtype, forward=forward, layers=group, to_host=False,
+        )  # fmt: skip
+    n_sentences = len(plan.sentence_ids)
+    with tqdm(total=n_sentences, unit="sent", mininterval=5, desc=desc) as bar:
+        done = 0
+        for base, block, end, release in windows:
+            resident[:, base : base + block.shape[1]].copy_(block, non_blocking=True)
+            release()
+            bar.update(end - done)
+            done = end
+
+
+def batch_tokens(plan, shard: ShardSettings) -> int:
+    """The most padded tokens of one forward pass over this plan: ``batch_size`` of its longest sentence, or
+    ``max_batch_tokens`` (a longer sentence alone)."""
+    longest = int(np.diff(plan.token_offsets).max(initial=1))
+    tokens = shard.batch_size * longest
+    return tokens if shard.max_batch_tokens is None else min(tokens, max(shard.max_batch_tokens, longest))
+
+
+def measure_model(
+    *, model_key: str, shard: ShardSettings, measure: MeasureSettings, device: str, memory_fraction: float,
+    parts: int, part: int, record_path: Path, model_dir: Path, tokens_path: Path, units_path: Path,
+    occurrences_path: Path, out_folder: Path, provenance: dict, host_threads: int = 1, log: logging.Logger = LOG,
+) -> dict:
+    """Measure part ``part`` of ``parts`` of the layers of ``model_key`` on ``device``, writing each layer's
+    record, words table and PC vectors into ``out_folder`` (the layout's per-layer names, relative to the
+    model's metrics folder) with ``provenance``'s digest; ``host_threads`` finish layers on the host at once.
+    Returns the job's figures (its layers, groups, seconds, peak device memory) and the model's shape."""
+    import torch
+
+    from contextuality.extraction.extract import ElmoModel, load_for_extraction
+    from contextuality.extraction.plan import read_plan
+    from contextuality.models.loading import final_norm
+    from contextuality.store import provenance as provenance_module
+
+    _deterministic(device)
+    started = time.perf_counter()
+    record = json.loads(Path(record_path).read_text())
+    plan = read_plan(tokens_path, units_path)
+    loaded = load_for_extraction(model_key, shard, record, model_dir, device)
+    index = OccurrenceIndex.from_parquet(occurrences_path)
+    units = read_units(units_path) if measure.geometry else None
+    n_rows = len(plan.units)
+    elmo = isinstance(loaded, ElmoModel)
+    d = loaded.dim if elmo else loaded.model.config.hidden_size
+    layers = part_layers(loaded.n_layers, parts, part)
+    storage = getattr(torch, shard.storage_dtype)
+    itemsize = backend.itemsize(shard.storage_dtype)
+    on_cuda = str(device).startswith("cuda")
+    window = WINDOW_BATCHES * shard.batch_size
+    starts = np.arange(0, len(plan.sentence_ids), window)
+    widest = int(np.diff(plan.unit_offsets[np.append(starts, len(plan.sentence_ids))]).max(initial=0))
+    reserve = reserve_bytes(d=d, n_layers=loaded.n_layers, batch_tokens=batch_tokens(plan, shard), widest_window=widest,
+                            itemsize=itemsize, on_cuda=on_cuda)  # fmt: skip
+    if not on_cuda:  # the host job's own part beside the layers (interpreter, index, units, samples)
+        reserve += BASE_MB * MB
+    groups = plan_groups(layers, n_rows * d * itemsize, free_device_bytes(device, measure.memory_mb), memory_fraction,
+                         reserve) if layers else GroupPlan([], n_rows * d * itemsize, 0, 0, reserve)  # fmt: skip
+    log.info("%s on %s: %d rows x %d dims, layers %s of %d; %s", model_key, device, n_rows, d,
+             f"{layers[0]}-{layers[-1]}" if layers else "none", loaded.n_layers,
+             groups.describe(loaded.n_layers) if layers else "nothing to measure")  # fmt: skip
+    digest = provenance_module.digest(provenance)
+    block_rows = GPU_BLOCK_ROWS if on_cuda else BLOCK_ROWS
+    if on_cuda:
+        torch.cuda.reset_peak_memory_stats(torch.device(device))
+    seconds, host_seconds = {"forward": 0.0, "measure": 0.0}, []
+
+    def finish_and_write(layer: int, finish) -> None:  # in a host thread: no row is read
+        tick = time.perf_counter()
+        write_layer_results(
+            finish(), out_folder / layout.path(layout.in_metrics(layout.LAYER_RECORD), layer=layer),
+            out_folder / layout.path(layout.in_metrics(layout.LAYER_WORDS), layer=layer),
+            out_folder / layout.path(layout.in_metrics(layout.PCS), layer=layer), provenance_sha256=digest,
+        )  # fmt: skip
+        host_seconds.append(time.perf_counter() - tick)  # list.append: one step, safe across threads
+
+    # The measures on the host's copies of drawn rows (the panel's isotropy measures, the bootstrap) run in
+    # threads beside the device's next layer, so the device does not wait for them; numpy's BLAS one thread
+    # each (the threads are the parallelism, and a threaded OpenBLAS beside OpenMP threads may hang).
+    with torch.inference_mode(), ThreadPoolExecutor(max_workers=max(1, host_threads)) as host, \
+            threadpool_limits(limits=1, user_api="blas"):
+        pending = []
+        for number, group in enumerate(groups.groups, 1):
+            tick = time.perf_counter()
+            resident = torch.empty((len(group), n_rows, d), dtype=storage, device=device)
+            fill_group(loaded, plan, group, resident, shard, device,
+                        desc=f"{model_key} layers {group[0]}-{group[-1]} ({number}/{len(groups.groups)})")  # fmt: skip
+            if on_cuda:
+                torch.cuda.synchronize(torch.device(device))
+            seconds["forward"] += time.perf_counter() - tick
+            tick = time.perf_counter()
+            for slot, layer in enumerate(group):
+                rows = RowsInMemory(
+                    resident[slot], plan.unit_offsets, path=f"{model_key} layer {layer} ({device})",
+                    stored_dtype=shard.storage_dtype, after_final_norm=_after_final_norm(loaded, layer),
+                    block_rows=block_rows, sentence_ids=plan.sentence_ids, remedy=NON_FINITE_REMEDY,
+                )  # fmt: skip
+                finish = measure_rows_then(rows, layer, index, measure, model=model_key, units=units, log=log)
+                pending.append(host.submit(finish_and_write, layer, finish))
+            if on_cuda:
+                torch.cuda.synchronize(torch.device(device))
+            seconds["measure"] += time.perf_counter() - tick
+            del resident
+            if on_cuda:
+                torch.cuda.empty_cache()
+        tick = time.perf_counter()
+        for done in pending:
+            done.result()  # a host step's error, raised here
+        seconds["host_wait"] = time.perf_counter() - tick
+    planned_peak = groups.reserve_bytes + max(map(len, groups.groups), default=0) * groups.layer_bytes
+    figures = {
+        "device": str(device), "layers": layers, "groups": groups.groups, "n_layers": loaded.n_layers, "rows": n_rows,
+        "dim": d, "n_sentences": len(plan.sentence_ids), "tokens": int(plan.n_tokens),
+        "final_norm": "" if elmo else final_norm(loaded.model), "forward_seconds": seconds["forward"],
+        "measure_seconds": seconds["measure"], "host_seconds": sum(host_seconds), "host_wait_seconds": seconds["host_wait"],
+        "seconds": time.perf_counter() - started, "planned_peak_bytes": planned_peak,
+        "peak_bytes": int(torch.cuda.max_memory_allocated(torch.device(device))) if on_cuda else None,
+    }  # fmt: skip
+    log.info("done: %s", json.dumps(figures))
+    return figures
+
+
+def _after_final_norm(loaded, layer: int) -> int:
+    """1 for a pre-norm decoder's last layer, which transformers returns after the final norm (as the store's
+    layer files record it)."""
+    from contextuality.extraction.extract import ElmoModel
+    from contextuality.models.loading import final_norm
+
+    return int(not isinstance(loaded, ElmoModel) and bool(final_norm(loaded.model)) and layer == loaded.n_layers - 1)
+
+
+def device_record(figures: dict, *, model_key: str, provenance: dict, dtype: str) -> dict:
+    """What the device's rows were made from, in the manifest's keys (``store.views.write_manifest``) that the
+    combining step checks against: layers, rows, dims, and the provenance with its digest."""
+    from contextuality.store import provenance as provenance_module
+
+    return {
+        "model": model_key, "n_layers": figures["n_layers"], "rows": figures["rows"], "dim": figures["dim"],
+        "dtype": dtype, "n_sentences": figures["n_sentences"], "final_norm": figures["final_norm"],
+        "provenance": provenance, "provenance_sha256": provenance_module.digest(provenance),
+    }  # fmt: skip
+
+
+def run_measure_model_job(
+    *, model_key: str, shard: ShardSettings, measure: MeasureSettings, requested_device: str, memory_fraction: float,
+    parts: int, part: int, record_path: Path, model_dir: Path, tokens_path: Path, units_path: Path,
+    occurrences_path: Path, out_tar: Path, out_record: Path, threads: int, gpus: int, log: logging.Logger = LOG,
+) -> dict:
+    """Everything one ``measure_model`` job does: pick its device (``metrics.device``, its ``gpu`` resource),
+    measure its part's layers there, pack their files into ``out_tar``, write ``out_record``."""
+    import torch
+
+    from contextuality.extraction.devices import choose_device
+    from contextuality.extraction.heap import keep_freed_memory
+    from contextuality.store.provenance import shard_provenance
+
+    keep_freed_memory()
+    torch.set_num_threads(max(1, threads))
+    device, lease = choose_device(requested_device, gpus, part, Path("resources") / ".gpu-leases",
+                                  compute_dtype=shard.compute_dtype, setting="metrics.device",
+                                  job="device measurement job", rule="measure_model")  # fmt: skip
+    try:
+        made_from = shard_provenance(model_key, stored_params(shard), record_path, tokens_path, units_path)
+        staging = out_tar.with_suffix("")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        figures = measure_model(
+            model_key=model_key, shard=shard, measure=measure, device=device, memory_fraction=memory_fraction,
+            parts=parts, part=part, record_path=record_path, model_dir=model_dir, tokens_path=tokens_path,
+            units_path=units_path, occurrences_path=occurrences_path, out_folder=staging, provenance=made_from,
+            host_threads=threads, log=log,
+        )  # fmt: skip
+        pack(staging, out_tar)
+        shutil.rmtree(staging, ignore_errors=True)
+        record = device_record(figures, model_key=model_key, provenance=made_from, dtype=shard.storage_dtype)
+        with atomic_path(out_record) as tmp:
+            tmp.write_text(json.dumps(record, indent=1) + "\n")
+        return figures
+    finally:
+        if lease is not None:
+            lease.close()
+
+
+def take_layer_files(part_tar: Path, layer: int, out: dict[str, Path]) -> None:
+    """Layer ``layer``'s record, words table and PC vectors (``out``: by those names) out of a part's tar, each
+    written under a temporary name and renamed; a tar without them is refused naming it."""
+    import tarfile
+
+    from contextuality.store.files import StoreError
+
+    members = {"record": layout.LAYER_RECORD, "words": layout.LAYER_WORDS, "pcs": layout.PCS}
+    with tarfile.open(part_tar) as tar:
+        for name, pattern in members.items():
+            member = layout.path(layout.in_metrics(pattern), layer=layer)
+            try:
+                source = tar.extractfile(member)
+            except KeyError:
+                source = None
+            if source is None:
+                raise StoreError(f"{part_tar}: holds no {member} (measured for other layers, or cut short); delete it "
+                                 "and rerun snakemake to measure the part again")  # fmt: skip
+            with atomic_path(out[name]) as tmp, open(tmp, "wb") as target:
+                shutil.copyfileobj(source, target)

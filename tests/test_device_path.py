@@ -1,0 +1,220 @@
+"""The device path (metrics.on_device: rule measure_model) against the store path, on the smoke run.
+
+Torch's CPU backend runs the code a GPU runs. The smoke config measured on the device with no store writes no
+HDF5 file and gives the store path's tables; a rerun, and a schedule of one layer per forward pass (each pass
+stopping after its layer), give the same bytes; a pass that stops early gives the full pass's hidden states.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tarfile
+import types
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from conftest import PROJECT
+from contextuality.core import layout
+from contextuality.core.archive import unpacked
+from contextuality.measure import device_job
+from contextuality.workflow.checks import check_settings
+from contextuality.workflow.schema import ConfigError, load_settings
+from workflow_runs import DEVICE_SMOKE, audited_smoke_run, device_smoke_run, smoke_config
+
+MODELS = ("tiny-bert", "tiny-gpt2")
+# computed by the same numpy code on rows drawn on the host: the same bytes on either path
+HOST_SAMPLED = ["baseline_cosine", "baseline_mev", "n_baseline_vectors", "norm_mean", "norm_std", "pc1_ratio",
+                "effective_rank", "isoscore", "isoscore_star", "twonn_dimension", "twonn_duplicate_fraction",
+                "geometry_sample", "n_sentences_sampled", "adjusted_self_similarity", "massive_dims",
+                "massive_occurrences"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> tuple[Path, Path]:
+    return audited_smoke_run(tmp_path_factory), device_smoke_run(tmp_path_factory)
+
+
+@pytest.mark.slow
+def test_the_device_path_writes_no_store_and_gives_the_store_paths_tables(runs):
+    store, device = runs
+    assert list((store / "results").rglob("*.h5"))
+    assert not list((device / "results").rglob("*.h5")), "a run with extraction.store: false wrote HDF5 files"
+    assert not (device / "results" / "embeddings" / "tiny-gpt2" / "manifest.json").exists()
+    for model in MODELS:
+        a = pd.read_parquet(store / layout.path(layout.LAYERS_PARQUET, model=model))
+        b = pd.read_parquet(device / layout.path(layout.LAYERS_PARQUET, model=model))
+        assert list(a.columns) == list(b.columns) and len(a) == len(b)
+        for column in a.columns:
+            if column in HOST_SAMPLED or a[column].dtype == object:
+                pd.testing.assert_series_equal(b[column], a[column], check_exact=True, obj=f"{model} {column}")
+            else:
+                np.testing.assert_allclose(b[column], a[column], atol=1e-5, rtol=0, err_msg=f"{model} {column}")
+        words_a = pd.read_parquet(store / layout.path(layout.WORDS, model=model))
+        words_b = pd.read_parquet(device / layout.path(layout.WORDS, model=model))
+        pd.testing.assert_frame_equal(words_b, words_a, check_exact=False, atol=1e-5, rtol=0)
+        for layer in range(len(a)):
+            rows_a = json.loads((store / layout.path(layout.LAYER_RECORD, model=model, layer=layer)).read_text())
+            rows_b = json.loads((device / layout.path(layout.LAYER_RECORD, model=model, layer=layer)).read_text())
+            for row_a, row_b in zip(rows_a["postprocess"], rows_b["postprocess"]):
+                for key, value in row_a.items():
+                    if isinstance(value, float):
+                        assert row_b[key] == pytest.approx(value, abs=1e-5, nan_ok=True), (model, layer, key)
+                    else:
+                        assert row_b[key] == value
+            assert rows_a["provenance_sha256"] == rows_b["provenance_sha256"]  # made from the same plan and weights
+
+
+def _members(tar: Path) -> dict[str, bytes]:
+    with tarfile.open(tar) as handle:
+        return {member.name: handle.extractfile(member).read() for member in handle.getmembers() if member.isfile()}
+
+
+@pytest.mark.slow
+def test_a_rerun_and_one_layer_per_pass_give_the_same_bytes(runs, tmp_path, monkeypatch, caplog):
+    """The job again, in this process: once as the run planned it (one group), once with room for one layer
+    (a forward pass per layer, each stopping after it): byte for byte the run's own tar and record."""
+    device = runs[1]
+    config = json.loads(json.dumps(smoke_config(**DEVICE_SMOKE)))
+    settings = load_settings(config)
+    monkeypatch.chdir(device)
+    for model in MODELS:
+        record = Path(layout.path(layout.MODEL_RECORD, model=model))
+        shape = json.loads(record.read_text())
+        inputs = dict(
+            model_key=model, shard=settings.shard(model), measure=settings.metrics.measure, requested_device="cpu",
+            memory_fraction=0.9, parts=1, part=0, record_path=record,
+            model_dir=unpacked(layout.path(layout.MODEL_FOLDER, model=model)),
+            tokens_path=Path(layout.path(layout.TOKENS, model=model)), units_path=Path(layout.path(layout.UNITS, model=model)),
+            occurrences_path=Path(layout.path(layout.OCCURRENCES, model=model)), threads=1, gpus=0,
+        )  # fmt: skip
+        expected = _members(Path(layout.path(layout.DEVICE_PART, model=model, part=0)))
+        assert len(expected) == 3 * shape["n_layers"]
+        rerun = device_job.run_measure_model_job(**inputs, out_tar=tmp_path / model / "a" / "part_0.tar",
+                                                 out_record=tmp_path / model / "a" / "part_0.json")  # fmt: skip
+        assert len(rerun["groups"]) == 1
+        assert _members(tmp_path / model / "a" / "part_0.tar") == expected
+        layer_bytes = rerun["rows"] * rerun["dim"] * 4  # float32 storage in the smoke config
+        monkeypatch.setenv(device_job.ROOM_BYTES_ENV, str(int(1.5 * layer_bytes)))
+        with caplog.at_level(logging.INFO):
+            split = device_job.run_measure_model_job(**inputs, out_tar=tmp_path / model / "b" / "part_0.tar",
+                                                     out_record=tmp_path / model / "b" / "part_0.json")  # fmt: skip
+        monkeypatch.delenv(device_job.ROOM_BYTES_ENV)
+        assert split["groups"] == [[layer] for layer in range(shape["n_layers"])]
+        assert f"{shape['n_layers']} group(s) of <= 1 layers" in caplog.text
+        assert _members(tmp_path / model / "b" / "part_0.tar") == expected
+        run_record = Path(layout.path(layout.DEVICE_RECORD, model=model, part=0)).read_bytes()
+        assert (tmp_path / model / "a" / "part_0.json").read_bytes() == (tmp_path / model / "b" / "part_0.json").read_bytes() == run_record
+
+
+@pytest.mark.parametrize("architecture", ["bert", "gpt2", "llama"])
+def test_a_pass_stopped_after_a_layer_gives_the_full_passes_hidden_states(architecture):
+    from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, LlamaConfig, LlamaForCausalLM
+
+    from contextuality.extraction.extract import model_forward
+
+    torch.manual_seed(0)
+    model = {
+        "bert": lambda: BertModel(BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
+                                             intermediate_size=64)),
+        "gpt2": lambda: GPT2Model(GPT2Config(vocab_size=50, n_embd=32, n_layer=4, n_head=2)),
+        "llama": lambda: LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=32, num_hidden_layers=4,
+                                                      num_attention_heads=2, num_key_value_heads=1, intermediate_size=64,
+                                                      bos_token_id=1, eos_token_id=2)),
+    }[architecture]().eval()  # fmt: skip
+    loaded = types.SimpleNamespace(model=model, n_layers=5)
+    ids = torch.randint(3, 50, (3, 7))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    assert device_job.transformer_blocks(model, 5) is not None
+    with torch.inference_mode():
+        full = model_forward(loaded)(ids, mask)
+        for last in range(4):
+            early = device_job.stop_after(loaded, last, model_forward(loaded))(ids, mask)
+            assert len(early) == last + 1
+            for layer in range(last + 1):
+                assert torch.equal(early[layer], full[layer]), (last, layer)
+        assert device_job.stop_after(loaded, 4, full) is full  # the last layer: the full pass (after the final norm)
+
+
+def test_groups_are_consecutive_balanced_and_refuse_a_device_without_room_for_one_layer(monkeypatch):
+    monkeypatch.delenv(device_job.ROOM_BYTES_ENV, raising=False)
+    plan = device_job.plan_groups(list(range(13)), 100, 1000, 0.9, 100)  # room 800: 8 layers a group
+    assert plan.groups == [list(range(7)), list(range(7, 13))]
+    assert device_job.plan_groups(list(range(4)), 100, 10_000, 0.9, 100).groups == [[0, 1, 2, 3]]
+    with pytest.raises(device_job.DeviceMemoryError, match="one layer's rows take"):
+        device_job.plan_groups([0, 1], 10 * device_job.MB, 5 * device_job.MB, 0.9, 0)
+    assert device_job.part_layers(13, 2, 0) == list(range(6)) and device_job.part_layers(13, 2, 1) == list(range(6, 13))
+
+
+@pytest.mark.parametrize("keys, reader", [
+    ({"extraction": {"store": False}}, "metrics.on_device: false"),
+    ({"extraction": {"store": False, "export_classic": True}, "metrics": {"on_device": True}}, "extraction.export_classic"),
+    ({"extraction": {"store": False}, "metrics": {"on_device": True}, "senses": {"enabled": True}}, "senses.enabled"),
+])  # fmt: skip
+def test_a_store_switched_off_that_a_rule_reads_is_refused_when_the_config_is_read(keys, reader):
+    config = {"models": {"m": {"source": "random", "architecture": "gpt2"}}, "senses": {"enabled": False}}
+    for section, values in keys.items():
+        config.setdefault(section, {}).update(values)
+    with pytest.raises(ConfigError) as raised:
+        check_settings(load_settings(config))
+    message = str(raised.value)
+    assert "extraction.store: false, but this run reads the stored vectors (" in message and reader in message
+    assert "set extraction.store: auto (or true)" in message
+
+
+def test_store_auto_writes_the_store_only_when_a_rule_reads_it():
+    def stores(**sections):
+        config = {"models": {"m": {"source": "random", "architecture": "gpt2"}}, "senses": {"enabled": False}}
+        for section, values in sections.items():
+            config.setdefault(section, {}).update(values)
+        return load_settings(config).stores
+
+    assert stores(extraction={"store": "auto"}) is True  # measured from the store
+    assert stores(extraction={"store": "auto"}, metrics={"on_device": True}) is False
+    assert stores(extraction={"store": "auto", "export_classic": True}, metrics={"on_device": True}) is True
+    assert stores(metrics={"on_device": True}) is True  # the default keeps the store, the deliverable
+    assert (PROJECT / "workflow" / "rules" / "metrics.smk").read_text().count("rule measure_model:") == 1
+
+
+@pytest.mark.slow
+def test_the_device_check_runs_on_the_cpu(tmp_path):
+    """benchmarks/device_check.py, the GPU's prepared check, on torch's CPU backend with tiny models: every check
+    it makes passes (tolerance against the numpy engine, reruns and group schedules byte for byte)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "device_check.json"
+    result = subprocess.run(
+        [sys.executable, str(PROJECT / "benchmarks" / "device_check.py"), "--device", "cpu", "--sentences", "80",
+         "--shapes", "tiny", "--batch-size", "16", "--max-batch-tokens", "2048", "--host-threads", "2", "--out", str(out)],
+        capture_output=True, text=True, timeout=900, cwd=PROJECT, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert {row["model"] for row in report["models"]} == {"bert-base", "smollm2"}
+    assert all(row["rerun_identical"] and row["split_identical"] and row["split_groups"] == 2 for row in report["models"])
+    assert len(report["tolerance"]) == 8 and all(check["ok"] for check in report["tolerance"])
+    assert {plan["gpu"] for plan in report["eight_b"]} == {"80 GB", "141 GB"}
+    assert "8B-class on STS" in result.stdout and "a_over_b" in result.stdout
+
+
+@pytest.mark.slow
+def test_the_self_similarity_check_runs_on_a_stored_run(runs):
+    """benchmarks/self_similarity_check.py on the smoke run's store: every word of every layer within 1e-5 of
+    its float64 brute force, the engine's and the run's own tables."""
+    import subprocess
+    import sys
+
+    store = runs[0]
+    result = subprocess.run(
+        [sys.executable, str(PROJECT / "benchmarks" / "self_similarity_check.py"), "--embeddings",
+         str(store / "results/embeddings/tiny-gpt2"), "--metrics", str(store / "results/metrics/tiny-gpt2")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "0 word-layers above 1e-05" in result.stdout and "the run's tables: largest difference" in result.stdout

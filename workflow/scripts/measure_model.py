@@ -1,0 +1,35 @@
+"""Snakemake entry point: a model's plan and weights -> every layer of one part measured on the job's device
+(the per-layer files as one tar, and what the rows were made from)."""
+from pathlib import Path
+
+from contextuality.core.archive import unpacked
+from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.core.settings import MeasureSettings, Settings, ShardSettings, from_params
+from contextuality.extraction.devices import DeviceError
+from contextuality.extraction.extract import ExtractionError
+from contextuality.measure.device_job import DeviceMemoryError, run_measure_model_job
+from contextuality.models.loading import ModelError
+from contextuality.store.files import StoreError
+
+log = setup_job_logging(snakemake.log[0])
+run = Settings.from_config(snakemake.config)  # where it computes: no measured number changes beyond the tolerance
+with expected_errors(DeviceError, DeviceMemoryError, ModelError, ExtractionError, StoreError):
+    run_measure_model_job(
+        model_key=snakemake.wildcards.model,
+        shard=from_params(ShardSettings, snakemake.params.shard),
+        measure=from_params(MeasureSettings, snakemake.params.measure),
+        requested_device=run.metrics.device.device,
+        memory_fraction=run.metrics.device.device_memory_fraction,
+        parts=run.metrics.device.device_parts,
+        part=int(snakemake.wildcards.part),
+        record_path=Path(snakemake.input.record),
+        model_dir=unpacked(snakemake.input.model),
+        tokens_path=Path(snakemake.input.tokens),
+        units_path=Path(snakemake.input.units),
+        occurrences_path=Path(snakemake.input.occurrences),
+        out_tar=Path(snakemake.output.layers),
+        out_record=Path(snakemake.output.record),
+        threads=snakemake.threads,
+        gpus=snakemake.resources.gpu,  # the GPU this job was given (0 or 1): the one device policy
+        log=log,
+    )
