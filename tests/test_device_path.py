@@ -218,3 +218,21 @@ def test_the_self_similarity_check_runs_on_a_stored_run(runs):
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "0 word-layers above 1e-05" in result.stdout and "the run's tables: largest difference" in result.stdout
+
+
+def test_measure_model_declares_a_gpu_exactly_when_the_run_has_gpus(tmp_path):
+    """metrics.device auto: one GPU per device measurement job when the run has GPUs (--resources gpu=N, or the
+    machine's when no count is given: none here), none without; cuda always asks for one."""
+    from conftest import run_snakemake, write_config
+
+    cases = (("auto", [], 0), ("auto", ["--resources", "gpu=2"], 1), ("cuda", ["--resources", "gpu=1"], 1))
+    for device, resources, expected in cases:
+        workdir = tmp_path / f"{device}-{len(resources)}"
+        workdir.mkdir()
+        config = smoke_config(**DEVICE_SMOKE)
+        config["metrics"]["device"] = device
+        result = run_snakemake(workdir, "results/metrics/tiny-gpt2/device/part_0.tar", "-n", "--cores", "2", *resources,
+                               configfile=write_config(workdir / "c.yaml", config))  # fmt: skip
+        assert result.returncode == 0, result.stderr[-2000:]
+        block = result.stdout[result.stdout.index("rule measure_model:"):].split("\n\n")[0]
+        assert f"gpu={expected}" in block, (device, resources, block)

@@ -181,18 +181,6 @@ def given_gpus(rule, own):
     return own if given is None else getattr(given, "value", given)
 
 
-# Where each heavy job computes, as the terminal says it (the rules' messages).
-def runs_on_a_gpu(declared):
-    """Whether a job declaring ``declared`` GPUs gets one: on one machine, not more than the run has."""
-    return bool(declared if ON_A_CLUSTER or not isinstance(declared, int) else min(declared, LOCAL_GPUS))
-
-
-EXTRACT_DEVICE = "a GPU" if runs_on_a_gpu(extract_job_gpus()) else "the CPU"
-DEVICE_MEASURE_WHERE = (
-    "a GPU" if runs_on_a_gpu(given_gpus("measure_model", gpus_for_device_measure(None))) else "torch's CPU backend"
-)
-
-
 # Half precision where no extraction job can be given a GPU stops here, not in the first shard job.
 if workflow.is_main_process:
     try:

@@ -43,8 +43,6 @@ rule extract:
         # one shard ran out of memory, re-extracts nothing; and what of the batches changes a shard (batch_params)
         shard=lambda wildcards: stored_params(SETTINGS.shard(wildcards.model)),
         batches=lambda wildcards: batch_params(SETTINGS.models[wildcards.model]),
-    message:
-        f"{{wildcards.model}}: shard {{wildcards.shard}} extracted on {EXTRACT_DEVICE} (gpu={{resources.gpu}})"
     threads: SETTINGS.extraction.threads
     resources:
         gpu=gpus_per_shard,

@@ -25,9 +25,6 @@ if SETTINGS.metrics.device.on_device:
             # share change no number beyond the tested tolerance, and are read from the config by the job
             shard=lambda wildcards: as_params(SETTINGS.shard(wildcards.model)),
             measure=as_params(SETTINGS.metrics.measure),
-        message:
-            f"{{wildcards.model}}: every layer of part {{wildcards.part}} measured beside its forward passes, on "
-            f"{DEVICE_MEASURE_WHERE} (gpu={{resources.gpu}})"
         threads: SETTINGS.extraction.threads
         resources:
             gpu=gpus_for_device_measure,

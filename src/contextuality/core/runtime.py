@@ -27,6 +27,14 @@ def setup_job_logging(log_path: str | Path | None) -> logging.Logger:
     return logging.getLogger("contextuality")
 
 
+def tell_terminal(line: str) -> None:
+    """One line for the person watching the run: to the terminal's stderr (the job's stderr is its log,
+    ``setup_job_logging``), and to the log."""
+    logging.getLogger("contextuality").info("%s", line)
+    if sys.stderr is not sys.__stderr__:
+        print(line, file=sys.__stderr__, flush=True)
+
+
 @contextmanager
 def expected_errors(*kinds: type[BaseException]):
     """End the job on an expected error (bad input, settings that cannot work) with its one line first.

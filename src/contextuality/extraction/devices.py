@@ -40,6 +40,15 @@ def gpu_line(count: int) -> str:
             "compute on them (--resources gpu=0 keeps every job on the CPU)")  # fmt: skip
 
 
+def describe(device: str) -> str:
+    """The device a job computes on, as its terminal line says it: ``cuda:0 (NVIDIA H200)`` or ``the CPU``."""
+    if not str(device).startswith("cuda"):
+        return "the CPU"
+    import torch
+
+    return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+
+
 def _visible() -> list[str]:
     return [item.strip() for item in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if item.strip()]
 

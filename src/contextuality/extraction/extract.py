@@ -36,7 +36,8 @@ from contextuality.extraction.alignment import Plan
 from contextuality.extraction.plan import read_plan
 from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import WINDOW_BATCHES, ShardSettings, shard_bounds, stored_params
-from contextuality.extraction.devices import choose_device
+from contextuality.core.runtime import tell_terminal
+from contextuality.extraction.devices import choose_device, describe
 from contextuality.store.files import create_checked
 from contextuality.extraction.finite import finite_check
 from contextuality.extraction.heap import keep_freed_memory
@@ -420,8 +421,8 @@ def run_extraction_job(
     plan = read_plan(tokens_path, units_path, first, last)
     device, lease = choose_device(settings.device, gpus, shard, Path("resources") / ".gpu-leases",
                                   compute_dtype=settings.compute_dtype)
-    log.info("model %s, shard %d/%d (sentences %d-%d) on %s", model_key, shard, settings.n_shards,
-             first, last - 1, device)
+    tell_terminal(f"{model_key}: shard {shard} of {settings.n_shards} (sentences {first}-{last - 1}) extracted on "
+                  f"{describe(device)}")  # fmt: skip
     loaded = load_for_extraction(model_key, settings, record, model_dir, device)
     attrs = {
         "model": model_key, "source": record["source"],

@@ -354,7 +354,8 @@ def run_measure_model_job(
     measure its part's layers there, pack their files into ``out_tar``, write ``out_record``."""
     import torch
 
-    from contextuality.extraction.devices import choose_device
+    from contextuality.core.runtime import tell_terminal
+    from contextuality.extraction.devices import choose_device, describe
     from contextuality.extraction.heap import keep_freed_memory
     from contextuality.store.provenance import shard_provenance
 
@@ -363,6 +364,8 @@ def run_measure_model_job(
     device, lease = choose_device(requested_device, gpus, part, Path("resources") / ".gpu-leases",
                                   compute_dtype=shard.compute_dtype, setting="metrics.device",
                                   job="device measurement job", rule="measure_model")  # fmt: skip
+    tell_terminal(f"{model_key}: every layer of part {part} of {parts} measured beside its forward passes, on "
+                  f"{describe(device)}{'' if str(device).startswith('cuda') else ' (torch CPU backend)'}")  # fmt: skip
     try:
         made_from = shard_provenance(model_key, stored_params(shard), record_path, tokens_path, units_path)
         staging = out_tar.with_suffix("")
