@@ -21,7 +21,8 @@ from contextuality.measure.word_pcs import pc_stats_by_word
 from contextuality.store.files import StoreError
 from contextuality.store.reader import read_layer
 
-N_SENTENCES, DIM, LAYERS = 40, 16, (0, 1, 2)
+# 120 sentences: the sampled baselines are reported from 100 vectors or more (reference.MIN_BASELINE_VECTORS)
+N_SENTENCES, DIM, LAYERS = 120, 16, (0, 1, 2)
 WORDS = ["alpha", "beta", "gamma", "delta", "the"]
 
 
@@ -66,7 +67,7 @@ def run(paths, occurrences, out, seed=0, out_postprocess=None, out_rogue=None, *
         "out_words": out / "words.parquet", "out_layers": out / "layers.parquet",
         "out_pcs_dir": out / "pcs", "out_context_words": out / "context_specific_words.csv",
     }  # fmt: skip
-    settings = measure_settings(seed=seed, **{"intra_sentences": 20, "baseline_samples": 30, "bootstrap_resamples": 200,
+    settings = measure_settings(seed=seed, **{"intra_sentences": 20, "baseline_samples": 110, "bootstrap_resamples": 200,
                                               **metrics})  # fmt: skip
     measure_model(paths, occurrences, **outputs, settings=settings, model="fake", top_k=2,
                           out_postprocess=out_postprocess, out_rogue=out_rogue)  # fmt: skip
@@ -104,7 +105,7 @@ def test_measure_model_writes_the_contract(fake_model, tmp_path):
     np.testing.assert_allclose(layers["adjusted_self_similarity"], layers["self_similarity"] - layers["baseline_cosine"])
     np.testing.assert_allclose(layers["adjusted_mev"], layers["mev"] - layers["baseline_mev"])
     assert (layers["self_similarity_ci_low"].iloc[1:] <= layers["self_similarity"].iloc[1:]).all()
-    assert (layers["n_sentences_sampled"] <= 20).all() and (layers["n_baseline_vectors"] <= 30).all()
+    assert (layers["n_sentences_sampled"] <= 20).all() and layers["n_baseline_vectors"].between(100, 110).all()
 
     pc_files = sorted(p.name for p in outputs["out_pcs_dir"].iterdir())
     assert pc_files == ["layer_00.txt", "layer_01.txt", "layer_02.txt"]  # layer 0: Table 1's static baseline
@@ -201,7 +202,7 @@ def test_one_read_of_the_layer_gives_every_measure(fake_model, monkeypatch):
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(reader.LayerReader, "rows", counting)
-    settings = measure_settings(seed=3, intra_sentences=20, baseline_samples=30, bootstrap_resamples=50,
+    settings = measure_settings(seed=3, intra_sentences=20, baseline_samples=110, bootstrap_resamples=50,
                                 postprocess=["none", "standardize", "abtt"], geometry_sample=200)  # fmt: skip
     result = layer_job.measure_layer(paths[2], 2, occurrences, settings, model="fake", units=units)
     assert len(reads) == 1  # once, the whole layer (no row range), converted to the compute dtype as it is read
@@ -213,7 +214,7 @@ def test_one_read_of_the_layer_gives_every_measure(fake_model, monkeypatch):
 def test_new_columns_against_their_definitions(fake_model):
     paths, occurrences = fake_model
     units = units_table(paths, occurrences)
-    settings = measure_settings(seed=5, intra_sentences=20, baseline_samples=30, bootstrap_resamples=50,
+    settings = measure_settings(seed=5, intra_sentences=20, baseline_samples=110, bootstrap_resamples=50,
                                 geometry_sample=150, twonn_sample=100)  # fmt: skip
     result = layer_job.measure_layer(paths[2], 2, occurrences, settings, model="fake", units=units)
     record = result.row
@@ -259,7 +260,7 @@ def test_degenerate_words_are_counted_and_have_no_mev(fake_model):
 def test_variants_are_the_measures_of_transformed_vectors(fake_model, tmp_path):
     """postprocess.csv: 'none' repeats the layer's own row; 'abtt' is the paper's measures of postprocess.abtt(X)."""
     paths, occurrences = fake_model
-    settings = measure_settings(seed=2, intra_sentences=20, baseline_samples=30, bootstrap_resamples=50,
+    settings = measure_settings(seed=2, intra_sentences=20, baseline_samples=110, bootstrap_resamples=50,
                                 postprocess=["none", "abtt"], geometry=False)  # fmt: skip
     result = layer_job.measure_layer(paths[2], 2, occurrences, settings, model="fake")
     none, abtt_row = result.postprocess
@@ -275,7 +276,7 @@ def test_variants_are_the_measures_of_transformed_vectors(fake_model, tmp_path):
     ids = layer_job._rng(2, layer_job._SENTENCE_SAMPLE).permutation(len(offsets) - 1)
     intra = reference.intra_sentence_similarity(transformed, offsets, ids[:20])
     assert abtt_row["intra_sentence"] == pytest.approx(np.nanmean(intra), abs=1e-6)
-    baseline = reference.anisotropy_baseline(transformed, offsets, ids[:30], layer_job._rng(2, layer_job._BASELINE, 2), 30)
+    baseline = reference.anisotropy_baseline(transformed, offsets, ids[:110], layer_job._rng(2, layer_job._BASELINE, 2), 110)
     assert abtt_row["baseline_cosine"] == pytest.approx(baseline.cosine, abs=1e-6)
     assert abtt_row["baseline_cosine_exact"] == pytest.approx(exact_baseline(transformed, offsets).cosine, abs=1e-6)
     with pytest.raises(ValueError, match="unknown post-processing"):  # for a direct caller (the schema refuses it)
@@ -325,3 +326,17 @@ def test_float64_compute_matches_float32(fake_model):
     with pytest.raises(ValueError, match="compute_dtype"):  # for a direct caller (the schema refuses it)
         layer_job.measure_layer(paths[2], 2, occurrences, dataclasses.replace(settings, compute_dtype="float16"),
                                 model="fake")  # fmt: skip
+
+
+def test_a_layer_drawing_fewer_than_100_baseline_vectors_reports_its_sampled_baselines_as_na(fake_model):
+    """30 sampled sentences: 1 in 30 sampled pairs is a vector with itself (cosine 1); with one sentence the
+    baseline was 1.000 (issue 35). Below reference.MIN_BASELINE_VECTORS the sampled baselines and the values
+    adjusted by them are NaN; the exact ones stay, and the claims take them."""
+    paths, occurrences = fake_model
+    settings = measure_settings(seed=5, intra_sentences=20, baseline_samples=30, bootstrap_resamples=0, geometry=False)
+    row = layer_job.measure_layer(paths[2], 2, occurrences, settings, model="fake").row
+    assert row["n_baseline_vectors"] == 30 < reference.MIN_BASELINE_VECTORS
+    for column in ("baseline_cosine", "baseline_mev", "adjusted_self_similarity", "adjusted_intra_sentence", "adjusted_mev"):
+        assert np.isnan(row[column]), column
+    for column in ("baseline_cosine_exact", "baseline_mev_exact", "adjusted_self_similarity_exact", "self_similarity"):
+        assert np.isfinite(row[column]), column

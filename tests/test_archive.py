@@ -37,3 +37,51 @@ def test_the_same_folder_gives_the_same_bytes_and_a_stale_folder_is_replaced(tmp
     (folder / "config.json").write_text("changed")
     os.utime(folder, ns=(1, 1))  # a folder not from this archive: unpacked again
     assert (unpacked(tmp_path / "model.tar") / "config.json").read_text() == "{}"
+
+
+def _unpack_and_read(archive, expected, barrier, results):
+    """One job: wait for the others, unpack, then read every file of the folder as a model load would."""
+    import hashlib
+
+    from contextuality.core.archive import unpacked
+
+    barrier.wait()
+    try:
+        folder = unpacked(archive)
+        for _ in range(3):
+            found = {path.relative_to(folder).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+                     for path in sorted(folder.rglob("*")) if path.is_file()}  # fmt: skip
+            if found != expected:
+                results.put(f"a partial folder: {len(found)} of {len(expected)} files")
+                return
+        results.put("ok")
+    except Exception as err:  # noqa: BLE001 (what the job would have died of)
+        results.put(f"{type(err).__name__}: {err}")
+
+
+def test_jobs_unpacking_one_archive_at_once_never_delete_or_half_show_each_others_folder(tmp_path):
+    """Four jobs start on a model.tar whose folder is stale (its time changed, as a storage plugin's copy changes
+    it): one unpacks, none removes the folder another is reading (issue 35: 8 of 15 trials failed)."""
+    import hashlib
+    import multiprocessing
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for i in range(200):  # enough files that replacing the folder takes a while
+        (folder / f"shard-{i:03d}.bin").write_bytes(os.urandom(16384))
+    expected = {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in folder.iterdir()}
+    archive = pack(folder, tmp_path / "model.tar")
+    context = multiprocessing.get_context("spawn")
+    failures = []
+    for trial in range(8):
+        os.utime(archive, ns=(archive.stat().st_atime_ns, archive.stat().st_mtime_ns + 10**9))  # stale now
+        barrier, results = context.Barrier(4), context.Queue()
+        jobs = [context.Process(target=_unpack_and_read, args=(archive, expected, barrier, results)) for _ in range(4)]
+        for job in jobs:
+            job.start()
+        outcomes = [results.get(timeout=120) for _ in jobs]
+        for job in jobs:
+            job.join(timeout=60)
+        failures += [f"trial {trial}: {outcome}" for outcome in outcomes if outcome != "ok"]
+    assert failures == []
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["model", "model.tar"]  # no temporary left

@@ -490,3 +490,25 @@ def test_latex_table_groups_escapes_and_marks():
         r"\midrule", r"12$^\dagger$ & 0.5 & $\approx$0.4 \\", r"1 & -- & x\_1 \& 50\% \\", r"\bottomrule",
         r"\end{tabular}", r"\caption{A \& B.}", r"\label{tab:x}", r"\end{table}"]
     assert tables.latex_escape("≈ † – $") == r"≈ † -- \$"  # the marks stay as they are in free text
+
+
+def test_claims_on_a_tiny_corpus_are_judged_with_the_exact_baselines():
+    """One sentence: the sampled baseline drew every pair from one vector, 1.000, and A1b, S1 and S2 were judged on
+    it while the exact baseline in the same row said 0.07 (issue 35). Below 100 vectors the measurement reports the
+    sampled baselines N/A (NaN), and each claim is judged with the exact ones, saying why."""
+    table = layers_table("tiny", baseline=[0.07] * 4, self_adj=[0.5, 0.4, 0.3, 0.2], intra_adj=[0.2] * 4,
+                         mev=[np.nan, 0.2, 0.2, 0.2], baseline_mev=[0.3] * 4)  # fmt: skip
+    exact = {f"{column}_exact": table[column] for column in
+             ("baseline_cosine", "baseline_mev", "adjusted_self_similarity", "adjusted_intra_sentence", "adjusted_mev")}
+    table = table.assign(**exact, n_baseline_vectors=1)
+    for column in ("baseline_cosine", "baseline_mev", "adjusted_self_similarity", "adjusted_intra_sentence", "adjusted_mev"):
+        table[column] = np.nan  # as the measurement writes a layer's sampled baselines from 1 vector
+    claims = evaluate_claims({"tiny": table}, None, {"tiny": "tiny"}, {"tiny": "bert"}).set_index("claim")
+    for claim in ("A1b", "S1", "S2"):
+        row = claims.loc[claim]
+        assert (row["status"], row["evidence"]) == (row["status_exact"], row["evidence_exact"]), claim
+        assert "judged with the exact baselines: the sampled ones are N/A, drawn from 1 vectors, fewer than 100" in row["note"]
+    assert claims.loc["A1b", "status"] == "FAILS" and "min 0.070" in claims.loc["A1b", "evidence"]
+    enough = table.assign(n_baseline_vectors=100, baseline_cosine=0.07)
+    claims = evaluate_claims({"tiny": enough}, None, {"tiny": "tiny"}, {"tiny": "bert"}).set_index("claim")
+    assert "judged with the exact" not in " ".join(claims["note"])  # 100 vectors: the paper's sampled verdict

@@ -4,6 +4,7 @@ in one line naming file:line; the STS-only steps planned for the STS sources onl
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -172,3 +173,144 @@ def test_sts_record_digests_each_release_file_and_the_sentences(tmp_path):
     import hashlib
 
     assert record["sentences_sha256"] == hashlib.sha256(b"a\nb").hexdigest()
+
+
+# Issue 35: the new sources trust nothing that comes in. Each case below was accepted (a wrong corpus measured
+# with exit 0, a file outside the folder read) or ended in a traceback before.
+
+
+@pytest.mark.parametrize("name, content, id_column, message", [
+    # an unquoted comma in the first sentence: pandas made the first column the index, the label the text
+    ("t.csv", "text,label\nThe cat sat on the mat, then it slept,1\nA dog.,0\n", None,
+     r"t.csv:2: 3 fields, but the header \(line 1\) has 2 \('text', 'label'\)"),
+    # a trailing comma on every row, as spreadsheets export it
+    ("t.csv", "text,label\nOne.,1,\nTwo.,0,\n", None, r"t.csv:2: 3 fields, but the header \(line 1\) has 2"),
+    ("t.tsv", "text\tlabel\nOne.\t1\nTwo.\t0\textra\n", None, r"t.tsv:3: 3 fields, but the header \(line 1\) has 2"),
+    # a row missing its id field: it was read with an empty id
+    ("t.csv", "id,text\na,One.\nTwo.\n", "id", r"t.csv:3: 1 field, but the header \(line 1\) has 2 \('id', 'text'\)"),
+])  # fmt: skip
+def test_a_table_row_with_more_or_fewer_fields_than_its_header_is_refused_naming_file_line_and_counts(
+        tmp_path, name, content, id_column, message):  # fmt: skip
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(CorpusError, match=message + r".*quote a field that holds"):
+        load_source(corpus(source="table", path=str(path), id_column=id_column))
+
+
+def test_quoted_separators_and_lines_inside_a_field_keep_their_line_numbers(tmp_path):
+    path = tmp_path / "t.csv"
+    # a blank line is skipped, as pandas did; a note over two lines is one field
+    path.write_text('id,note,text\na,,"One, quoted."\n\nb,"two\nlines",Two.\nc,,\n')
+    with pytest.raises(CorpusError, match=r"t.csv:6: empty sentence"):  # the row after the two-line field
+        load_source(corpus(source="table", path=str(path), id_column="id"))
+    path.write_text('id,note,text\na,,"One, quoted."\n')
+    sentences, _ = load_source(corpus(source="table", path=str(path), id_column="id"))
+    assert sentences["text"].tolist() == ["One, quoted."] and sentences["source_id"].tolist() == ["a"]
+
+
+@pytest.mark.parametrize("source, name, content", [
+    ("text", "mine.txt", b"\xef\xbb\xbfThe first.\nThe second.\n"),
+    # two files joined (cat a.txt b.txt): the second one's mark starts a line
+    ("text", "mine.txt", b"\xef\xbb\xbfThe first.\n\xef\xbb\xbfThe second.\n"),
+    ("table", "t.csv", b"\xef\xbb\xbftext\nThe first.\nThe second.\n"),
+    ("table", "t.tsv", b"\xef\xbb\xbftext\tid\nThe first.\t1\nThe second.\t2\n"),
+])  # fmt: skip
+def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path, source, name, content):
+    path = tmp_path / name
+    path.write_bytes(content)
+    sentences, _ = load_source(corpus(source=source, path=str(path)))
+    assert sentences["text"].tolist() == ["The first.", "The second."]
+
+
+def test_a_byte_order_mark_inside_a_line_is_refused(tmp_path):
+    path = tmp_path / "mine.txt"  # two files joined where the first had no final newline
+    path.write_bytes(b"The first.\xef\xbb\xbfThe second.\n")
+    with pytest.raises(CorpusError, match=r"mine.txt:1: a byte-order mark \(U\+FEFF\) inside the sentence"):
+        load_source(corpus(source="text", path=str(path)))
+
+
+@pytest.mark.parametrize("listed", ["../secret.txt", "ABSOLUTE"])
+def test_a_dataset_card_naming_a_file_outside_its_folder_is_refused(tmp_path, listed):
+    (tmp_path / "secret.txt").write_text("A secret sentence.\n")
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "train.txt").write_text("A sentence.\n")
+    listed = str(tmp_path / "secret.txt") if listed == "ABSOLUTE" else listed
+    (folder / "README.md").write_text(f"---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
+                                      f"    path: {listed}\n---\n")  # fmt: skip
+    with pytest.raises(CorpusError, match=rf"data/README.md: its data_files name .*secret.txt, outside the dataset "
+                                          rf"folder .*data; allowed: files inside the folder"):  # fmt: skip
+        load_source(corpus(source="datasets", path=str(folder)))
+
+
+def test_a_data_file_linking_out_of_the_dataset_folder_is_refused(tmp_path):
+    (tmp_path / "secret.txt").write_text("A secret sentence.\n")
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "train.txt").symlink_to(tmp_path / "secret.txt")
+    with pytest.raises(CorpusError, match=r"data/train.txt is a symbolic link to .*secret.txt, outside the dataset folder"):
+        load_source(corpus(source="datasets", path=str(folder)))
+
+
+def _saved_dataset(folder, split=None):
+    import datasets
+
+    datasets.Dataset.from_dict({"text": ["First one.", "Second one."]}, split=split).save_to_disk(str(folder))
+    return folder
+
+
+@pytest.mark.parametrize("case, message", [
+    ("zero_byte_csv", r"t.csv: holds no header line; allowed: a CSV file whose first line names its columns"),
+    ("damaged_parquet", r"t.parquet: not a readable Parquet file \(.*magic bytes.*\); .*replace it with an intact copy"),
+    ("bad_json_line", r"data/train.jsonl:2: not a JSON object \(.*\); allowed: one JSON object per line"),
+    ("mixed_formats", r"data: holds data files of 2 formats \(csv: a.csv; json: b.jsonl\), and datasets would read only "
+                      r"the json ones; allowed: one format per folder"),
+    ("split_of_a_single_dataset", r"saved: a single saved Dataset \(no split recorded\), not a DatasetDict, so "
+                                  r"corpus.split 'test' selects nothing; leave corpus.split unset"),
+    ("another_split_of_a_single_dataset", r"saved: a single saved Dataset \(split 'train'\), not a DatasetDict, so "
+                                          r"corpus.split 'test' selects nothing"),
+])  # fmt: skip
+def test_an_unreadable_or_ambiguous_input_is_one_line_naming_it(tmp_path, case, message):
+    folder = tmp_path / "data"
+    if case == "zero_byte_csv":
+        (tmp_path / "t.csv").write_bytes(b"")
+        settings = corpus(source="table", path=str(tmp_path / "t.csv"))
+    elif case == "damaged_parquet":
+        (tmp_path / "t.parquet").write_bytes(b"PAR1 not a parquet file")
+        settings = corpus(source="table", path=str(tmp_path / "t.parquet"))
+    elif case == "bad_json_line":
+        folder.mkdir()
+        (folder / "train.jsonl").write_text('{"text": "One."}\n{"text": broken}\n{"text": "Three."}\n')
+        settings = corpus(source="datasets", path=str(folder))
+    elif case == "mixed_formats":
+        folder.mkdir()
+        (folder / "a.csv").write_text("text\nFrom the CSV file.\n")
+        (folder / "b.jsonl").write_text('{"text": "From the JSON file."}\n')
+        settings = corpus(source="datasets", path=str(folder))
+    else:
+        split = "train" if case.startswith("another") else None
+        settings = corpus(source="datasets", path=str(_saved_dataset(tmp_path / "saved", split)), split="test")
+    with pytest.raises(CorpusError, match=message):
+        load_source(settings)
+
+
+def test_a_single_saved_dataset_is_read_whole_when_no_split_is_asked(tmp_path):
+    sentences, record = load_source(corpus(source="datasets", path=str(_saved_dataset(tmp_path / "saved"))))
+    assert sentences["text"].tolist() == ["First one.", "Second one."] and record["split"] is None
+    sentences, record = load_source(corpus(source="datasets", path=str(_saved_dataset(tmp_path / "s2", "test")),
+                                           split="test"))  # fmt: skip
+    assert len(sentences) == 2 and record["split"] == "test"
+
+
+@pytest.mark.parametrize("keys, message", [
+    ({"source": "text", "path": "x.txt", "text_column": "body"},
+     "corpus.text_column: unused with corpus.source 'text' (one sentence per line, no columns)"),
+    ({"source": "text", "path": "x.txt", "split": "test"}, "corpus.split: unused with corpus.source 'text'"),
+    ({"source": "table", "path": "x.csv", "split": "test"}, "corpus.split: unused with corpus.source 'table'"),
+    ({"source": "bundled", "text_column": "body"}, "corpus.text_column: unused with corpus.source 'bundled'"),
+])  # fmt: skip
+def test_a_corpus_key_its_source_does_not_read_is_refused_before_any_job(keys, message):
+    from contextuality.workflow.checks import checked_settings
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        checked_settings({"models": {"m": {"source": "random", "architecture": "bert"}}, "corpus": keys})

@@ -111,3 +111,42 @@ def test_extraction_runtime_counts_the_plans_sentences(tmp_path):
     assert estimates.shard_sentences(settings.models["m"], settings.corpus) == 12_544  # STS's 25,088 / 2
     assert estimates.shard_sentences(settings.models["m"], settings.corpus, tokens) == 82_999
     assert estimates.shard_sentences(settings.models["m"], settings.corpus, tmp_path / "missing.parquet") == 12_544
+
+
+def _plan(tmp_path, lengths):
+    """A plan's tokens.parquet: one row per sentence, ``input_ids`` of the given lengths."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "tokens.parquet"
+    ids = pa.array([list(range(n)) for n in lengths], type=pa.list_(pa.int32()))
+    pq.write_table(pa.table({"sentence_id": pa.array(range(len(lengths)), pa.int64()), "input_ids": ids}), path)
+    return path
+
+
+def test_extraction_memory_takes_the_passes_and_windows_from_the_plan(tmp_path):
+    """A corpus of paragraphs: 64 sentences of 2,048 tokens in a pass of SmolLM2 (31 x 576) hold 18.7 GB of hidden
+    states, where the estimate assumed STS's 128 tokens (issue 35). The plan's longest sentence in the shard sets a
+    pass, its widest window the pooled vectors; STS-length plans keep the calibrated estimate."""
+    model = _settings(tmp_path, batch_size=64, n_shards=2).models["m"]
+    record = _record(tmp_path, 538_090_408, 31, 576)
+    vector_bytes = 31 * 576 * 8
+    sts = estimates.extraction_mem_mb(model, record)
+    short = _plan(tmp_path, [20] * 600)
+    assert estimates.extraction_mem_mb(model, record, tokens_path=short, shard=0) == sts  # within the STS bounds
+    paragraphs = _plan(tmp_path, [2048] * 300 + [30] * 256)  # windows of 256: shard 0 holds window 0, shard 1 1-2
+    batch = 64 * 2048 * vector_bytes / 1e6
+    assert batch == pytest.approx(18_723, abs=1)
+    window = 256 * 2048 * vector_bytes / 1e6
+    expected = int(1000 + 2 * 538.090408 + batch + window)
+    assert estimates.extraction_mem_mb(model, record, tokens_path=paragraphs, shard=0) == expected
+    assert estimates.extraction_mem_mb(model, record, tokens_path=paragraphs, shard=0) > 18_723 + sts
+    # a token cap bounds a pass, not the windows (4 x batch_size sentences): lower batch_size for those
+    capped = load_settings({"models": {"m": {"source": "hub", "id": "org/m", "revision": "0" * 40}},
+                            "extraction": {"max_batch_tokens": 4096, "n_shards": 2}}).models["m"]
+    assert estimates.extraction_mem_mb(capped, record, tokens_path=paragraphs, shard=0) == int(
+        1000 + 2 * 538.090408 + 4096 * vector_bytes / 1e6 + window)
+    assert estimates.batch_tokens(capped, longest=8192) == 8192  # a longer sentence runs alone
+    # shard 1: window 1 (sentences 256-511: 44 paragraphs, 212 short ones) and window 2 (short ones)
+    last = estimates.extraction_mem_mb(model, record, tokens_path=paragraphs, shard=1)
+    assert last == int(1000 + 2 * 538.090408 + batch + (44 * 2048 + 212 * 30) * vector_bytes / 1e6)

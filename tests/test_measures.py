@@ -399,3 +399,17 @@ def test_exact_baseline_without_rows():
     assert one.n_vectors == 1 and np.isnan([one.cosine, one.cosine_between, one.cosine_uniform]).all()
     with pytest.raises(ValueError, match="sentence_offsets"):
         exact_baseline.exact_baseline(np.ones((3, 4)), np.array([0, 2]))
+
+
+def test_a_sampled_baseline_from_fewer_than_100_vectors_is_reported_as_na(rng):
+    """With one sentence every sampled pair is one vector: cosine 1.000 (issue 35). The paper's estimator stays
+    as defined; a layer reports it only from MIN_BASELINE_VECTORS vectors or more, as NaN below."""
+    X = rng.normal(size=(12, 16))
+    one = reference.anisotropy_baseline(X, np.array([0, 12]), np.array([0]), rng, n_pairs=1000)
+    assert one.n_vectors == 1 and one.cosine == pytest.approx(1.0)
+    assert reference.MIN_BASELINE_VECTORS == 100
+    shown = reference.reported(one)
+    assert np.isnan(shown.cosine) and np.isnan(shown.mev) and shown.n_vectors == 1
+    offsets = np.arange(0, 301, 3)
+    enough = reference.anisotropy_baseline(rng.normal(size=(300, 16)), offsets, np.arange(100), rng, n_pairs=1000)
+    assert enough.n_vectors == 100 and reference.reported(enough) == enough

@@ -157,3 +157,27 @@ def test_the_index_from_parquet_is_the_index_of_the_table(tmp_path):
     for field in ("rows", "group_starts", "words", "counts"):
         np.testing.assert_array_equal(getattr(got, field), getattr(want, field))
     assert list(got.words) == ["B", "a", "b", "é"]
+
+
+def test_a_killed_measurements_spill_is_swept_when_a_layer_job_starts_and_a_live_one_is_kept(tmp_path):
+    """A streamed measurement killed mid-layer left its .occurrences-*.spill (hundreds of MB per layer) for ever
+    (issue 35). The layer job sweeps, at its start, every spill of its folder that no live job holds."""
+    from contextuality.measure import streaming
+
+    killed = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import os, signal
+        import numpy as np
+        from contextuality.measure.streaming import OccurrenceSpill
+        spill = OccurrenceSpill(np.arange(1000), 1000, 64, np.float16, {str(tmp_path)!r})
+        os.kill(os.getpid(), signal.SIGKILL)  # the job killed mid-layer: no cleanup runs
+    """)], capture_output=True)  # fmt: skip
+    assert killed.returncode == -9
+    left = sorted(tmp_path.glob(".occurrences-*.spill"))
+    assert len(left) == 1 and left[0].stat().st_size == 1000 * 64 * 2  # what the kill leaves
+    (tmp_path / "layer_01.json").write_text("{}")  # not a spill: never touched
+    with streaming.OccurrenceSpill(np.arange(10), 10, 4, np.float32, tmp_path) as live:  # a layer job measuring now
+        assert streaming.sweep_stale_spills(tmp_path) == left
+        assert sorted(tmp_path.glob(".occurrences-*.spill")) == [Path(live.file.name)]
+        assert (tmp_path / "layer_01.json").exists()
+    assert sorted(tmp_path.glob(".occurrences-*.spill")) == []  # and a finished one removes its own
+    assert "sweep_stale_spills(scratch)" in (Path(__file__).parents[1] / "workflow/scripts/measure_layer.py").read_text()

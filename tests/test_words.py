@@ -89,3 +89,18 @@ def test_the_tokenizer_imports_no_torch_and_leaves_it_importable():
     result = subprocess.run([sys.executable, "-c", TOKENIZE_WITHOUT_TORCH], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "0.0"
+
+
+def test_a_corpus_of_one_sentence_is_refused_by_name(tmp_path):
+    """One sentence whose words repeat passed the word index, then every sampled baseline pair was one vector
+    (1.000) and no exact baseline compared different sentences (issue 35)."""
+    from contextuality.corpus.words import WordIndexError
+
+    pd.DataFrame({"sentence_id": [0], "text": ["The bank by the bank of the bank."]}).to_parquet(tmp_path / "s.parquet")
+    out = (tmp_path / "words.parquet", tmp_path / "index.parquet")
+    with pytest.raises(WordIndexError, match=r"^corpus: 1 sentence \(corpus.path: mine.txt, corpus.max_sentences: None\), "
+                                             r"and the measures need at least 2: the anisotropy baselines compare words "
+                                             r"of different sentences; use more sentences$"):  # fmt: skip
+        build_word_index(tmp_path / "s.parquet", *out, min_occurrences=2, count="occurrences",
+                         corpus_settings={"corpus.path": "mine.txt", "corpus.max_sentences": None})
+    assert not any(path.exists() for path in out)

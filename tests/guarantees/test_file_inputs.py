@@ -100,3 +100,41 @@ def test_an_edited_benchmark_file_reruns_exactly_the_scoring_and_table1(finished
     for relative in ["benchmarks/wordsim/simlex999/SimLex-999.txt",
                      "benchmarks/analogy/semeval2012_task2/GoldRatings/Testing/GoldRatings-8d.txt"]:
         assert _planned_after_editing(finished_run_on_copies, relative) == {"static_scores": 1, "table1": 1}, relative
+
+
+@pytest.mark.slow
+def test_a_dataset_folder_edited_in_place_reruns_the_corpus(tmp_path):
+    """corpus.source datasets: each file of the folder is an input (the folder's time does not change when a file
+    inside is appended to, written in place or copied over), so corpus.json's digest describes the folder read."""
+    import json
+
+    folder = tmp_path / "data"
+    (folder / "more").mkdir(parents=True)
+    (folder / "train.jsonl").write_text("".join(json.dumps({"text": f"Sentence {i} about a bank."}) + "\n" for i in range(4)))
+    (folder / "more" / "train-2.jsonl").write_text(json.dumps({"text": "One more sentence."}) + "\n")
+    config = smoke_config()
+    config["corpus"] = {"source": "datasets", "path": str(folder)}
+    configfile = write_config(tmp_path / "config.yaml", config)
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    target = "results/corpus/corpus.json"
+    done = run_snakemake(workdir, target, "--cores", "1", configfile=configfile)
+    assert done.returncode == 0, failure(done)
+    first = json.loads((workdir / target).read_text())
+    assert first["n_sentences"] == 5
+    folder_time = folder.stat().st_mtime_ns
+    for path, edit in [(folder / "train.jsonl", "append"), (folder / "more" / "train-2.jsonl", "copied over")]:
+        later = (workdir / target).stat().st_mtime_ns + 10**9  # a second after the record: the edit's time
+        if edit == "append":
+            with open(path, "a") as handle:
+                handle.write(json.dumps({"text": "Appended in place."}) + "\n")
+        else:
+            (tmp_path / "new.jsonl").write_text(json.dumps({"text": "Copied over the old file."}) + "\n")
+            shutil.copyfile(tmp_path / "new.jsonl", path)
+        os.utime(path, ns=(later, later))
+        assert folder.stat().st_mtime_ns == folder_time  # the folder input alone would see nothing
+        planned = run_snakemake(workdir, target, "-n", "--cores", "1", configfile=configfile)
+        assert planned.returncode == 0 and job_counts(planned.stdout).get("corpus") == 1, (edit, failure(planned))
+        rerun = run_snakemake(workdir, target, "--cores", "1", configfile=configfile)
+        assert rerun.returncode == 0, failure(rerun)
+    assert json.loads((workdir / target).read_text())["n_sentences"] == 6

@@ -67,3 +67,42 @@ def test_a_pooling_change_re_extracts_that_model_only(tmp_path_factory, tmp_path
     assert planned["extract"] == 4 and planned["measure_layer"] == LAYERS["tiny-gpt2"], planned
     assert not {"materialise_model", "download_model", "plan", "words"} & set(planned), planned
     assert yaml.safe_dump(config)  # the edited config is a valid one
+
+
+@pytest.mark.slow
+def test_settings_that_do_not_change_the_vectors_re_extract_nothing(tmp_path_factory, tmp_path):
+    """max_batch_tokens, device and batch_size say how a shard job runs, not what it stores (issue 35: lowering
+    max_batch_tokens after one shard ran out of memory re-extracted every finished shard)."""
+    config = copy.deepcopy(smoke_config())
+    config["extraction"] |= {"max_batch_tokens": 64, "device": "auto"}
+    assert _planned(tmp_path_factory, tmp_path, config) == {}
+
+
+@pytest.mark.slow
+def test_a_batch_size_re_extracts_the_shards_it_cuts_and_no_single_shard(tmp_path_factory, tmp_path):
+    """Shards are cut between windows of 4 x batch_size sentences, so a new batch size re-extracts a model's shards
+    (tiny-gpt2's 4, of the corpus and of the usages); tiny-bert's one shard holds every sentence whatever it is."""
+    config = copy.deepcopy(smoke_config())
+    config["extraction"]["batch_size"] = 5
+    planned = _planned(tmp_path_factory, tmp_path, config)
+    assert planned.get("extract") == 4 and planned.get("senses_extract") == 4, planned
+    assert not {"materialise_model", "download_model", "plan", "senses_plan", "words"} & set(planned), planned
+
+
+def test_the_batches_are_a_shards_param_only_where_they_change_it():
+    """batch_size cuts several shards (windows of 4 x batch_size sentences) and steers a stateful model's state,
+    which flows from batch to batch; elsewhere neither it nor the token cap, device or allow_pickle is a param."""
+    from contextuality.core.settings import batch_params, stored_params
+    from contextuality.workflow.schema import load_settings
+
+    settings = load_settings({"models": {
+        "one": {"source": "random", "architecture": "bert", "n_shards": 1},
+        "four": {"source": "random", "architecture": "gpt2", "n_shards": 4, "batch_size": 8},
+        "elmo": {"source": "elmo", "options": "o.json", "weights": "w.hdf5", "stateful": True, "n_shards": 1,
+                 "batch_size": 1},
+    }, "extraction": {"max_batch_tokens": 512}})  # fmt: skip
+    assert batch_params(settings.models["one"]) is None
+    assert batch_params(settings.models["four"]) == {"window": 32}
+    assert batch_params(settings.models["elmo"]) == {"batch_size": 1, "max_batch_tokens": 512}
+    stored = stored_params(settings.shard("four"))
+    assert not {"batch_size", "max_batch_tokens", "device", "allow_pickle"} & set(stored) and "pooling" in stored

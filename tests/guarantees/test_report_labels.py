@@ -6,6 +6,7 @@ live <script>."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -26,12 +27,12 @@ def hostile_label(included) -> str:
     return f"Evil\n\n.. include:: {included}\n\n.. raw:: html\n\n   {SCRIPT}\n\n`x <javascript:alert(2)>`_"
 
 
-def _workflow_description(models: dict) -> str:
+def _workflow_description(models: dict, **sections) -> str:
     """workflow/report/workflow.rst rendered as Snakemake renders it (Jinja, then docutils to HTML)."""
     env = Environment(trim_blocks=True, lstrip_blocks=True)  # Snakemake's environment for captions
 
     class Snakemake:
-        config = {"models": models}
+        config = {"models": models, **sections}
 
     text = (PROJECT / "workflow" / "report" / "workflow.rst").read_text()
     return publish_parts(env.from_string(text).render(snakemake=Snakemake), writer="html")["html_body"]
@@ -47,6 +48,23 @@ def test_the_reports_model_list_shows_a_label_as_text(tmp_path):
     assert "<strong>GPT-2 (paper's tokenization) *x* &amp; &lt;b&gt;</strong>" in html
     models = html.split("<ul", 1)[1].split("</ul>", 1)[0]
     assert models.count("<li>") == 2  # one item per model
+
+
+def test_the_report_describes_the_corpus_that_was_run(tmp_path):
+    """report.html said every corpus was STS 2012-2016 (issue 35); it names the corpus the config read, as text."""
+    sts = _workflow_description({"m": {}}, corpus={"source": "bundled", "years": [2013, 2015], "max_sentences": 120})
+    assert "the first 120 sentences of the SemEval STS sentences of 2013, 2015 (the bundled release files" in sts
+    assert "STS pairs" not in sts
+    path = f"{tmp_path}/mine.txt\n\n.. include:: {tmp_path}/secret.txt"
+    (tmp_path / "secret.txt").write_text(SECRET)
+    own = _workflow_description({"m": {}}, corpus={"source": "text", "path": path}, words={"min_occurrences": 3})
+    assert "the SemEval STS sentences of" not in own and SECRET not in own
+    shown = re.sub(r"</?span[^>]*>", "", own)  # docutils wraps hyphenated words of a literal in spans
+    assert f'<tt class="docutils literal">{tmp_path}/mine.txt&nbsp; .. include:: {tmp_path}/secret.txt</tt>' in shown
+    assert "It is not the paper's corpus: there are no STS pairs or gold scores" in own
+    assert "at least 3 times; five in the paper" in own
+    hub = _workflow_description({"m": {}}, corpus={"source": "datasets", "dataset": "org/name", "revision": "a" * 40})
+    assert f"org/name at revision {'a' * 40}</tt> (corpus.source <tt class=\"docutils literal\">datasets</tt>)" in hub
 
 
 def test_labels_travel_to_the_reporting_jobs_as_inert_json():

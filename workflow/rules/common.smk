@@ -9,8 +9,8 @@ from snakemake.exceptions import IncompleteCheckpointException
 
 from contextuality.core import layout
 from contextuality.core.runtime import prepend_python_path
-from contextuality.core.settings import as_params
-from contextuality.corpus.sources import is_sts
+from contextuality.core.settings import as_params, batch_params, stored_params
+from contextuality.corpus.sources import folder_files, is_sts
 from contextuality.corpus.sts import bundled_release_paths
 from contextuality.extraction.devices import LOCAL_GPUS_ENV, gpu_line, visible_gpus
 from contextuality.models.sources import SOURCES
@@ -232,8 +232,16 @@ def every_layer(pattern):
 
 
 # What each heavy job declares to the scheduler (contextuality.workflow.estimates; docs/scaling.md).
+def dataset_folder_files(corpus):
+    """Every file of a local `datasets` corpus folder as it is now ([] for other sources, or a folder a rule makes)."""
+    if corpus.source != "datasets" or corpus.path is None or not Path(corpus.path).is_dir():
+        return []
+    return [str(path) for path in folder_files(corpus.path)]
+
+
 def extraction_mem_mb(wildcards, input, attempt):
-    return estimates.extraction_mem_mb(SETTINGS.models[wildcards.model], input.record, attempt)
+    return estimates.extraction_mem_mb(SETTINGS.models[wildcards.model], input.record, attempt, input.tokens,
+                                       int(wildcards.shard))  # any corpus: the plan's lengths in this shard
 
 
 def extraction_runtime_min(wildcards, input, attempt):
@@ -250,7 +258,8 @@ def whole_layer_mem_mb(wildcards, input, attempt):
 
 
 def device_measure_mem_mb(wildcards, input, attempt):
-    return estimates.device_measure_mem_mb(SETTINGS.models[wildcards.model], SETTINGS.metrics, input.record, attempt)
+    return estimates.device_measure_mem_mb(SETTINGS.models[wildcards.model], SETTINGS.metrics, input.record, attempt,
+                                           input.tokens)  # the plan's lengths, as a shard job's
 
 
 def device_measure_runtime_min(wildcards, input, attempt):

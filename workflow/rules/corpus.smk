@@ -60,6 +60,8 @@ else:
         # stable ids and a record of its input's digest. A path a rule makes (the WordNet glosses) is made first.
         input:
             corpus=branch(SETTINGS.corpus.path is not None, then=SETTINGS.corpus.path, otherwise=[]),
+            # a dataset folder's files: each is read (and digested), and editing one leaves the folder's time alone
+            files=dataset_folder_files(SETTINGS.corpus),
         output:
             sentences=layout.SENTENCES,
             record=layout.CORPUS_RECORD,

@@ -39,8 +39,10 @@ rule extract:
     output:
         shard=layout.SHARD,
     params:
-        # only what changes the stored vectors, so toggling e.g. export_classic re-extracts nothing
-        shard=lambda wildcards: as_params(SETTINGS.shard(wildcards.model)),
+        # only what changes the stored vectors, so toggling e.g. export_classic, or lowering max_batch_tokens after
+        # one shard ran out of memory, re-extracts nothing; and what of the batches changes a shard (batch_params)
+        shard=lambda wildcards: stored_params(SETTINGS.shard(wildcards.model)),
+        batches=lambda wildcards: batch_params(SETTINGS.models[wildcards.model]),
     threads: SETTINGS.extraction.threads
     resources:
         gpu=gpus_per_shard,
@@ -67,7 +69,7 @@ rule manifest:
     output:
         manifest=layout.MANIFEST,
     params:
-        shard=lambda wildcards: as_params(SETTINGS.shard(wildcards.model)),
+        shard=lambda wildcards: stored_params(SETTINGS.shard(wildcards.model)),
     log:
         "logs/extract/{model}/manifest.log",
     benchmark:

@@ -18,6 +18,8 @@ rule wordnet:
         files=[layout.path(layout.WORDNET_FILE, name=name) for name in WORDNET_FILES],
     log:
         "logs/senses/wordnet.log",
+    # before the models are built: sense_usages checks the corpus has usages (see there)
+    priority: 10
     conda:
         "../../envs/senses.yaml"
     script:
@@ -52,6 +54,8 @@ rule sense_inventory:
         inventory=layout.SENSE_INVENTORY,
     log:
         "logs/senses/inventory.log",
+    # before the models are built: sense_usages checks the corpus has usages (see there)
+    priority: 10
     conda:
         "../../envs/senses.yaml"
     script:
@@ -76,6 +80,8 @@ rule sense_usages:
         seed=SETTINGS.seed,
     log:
         "logs/senses/usages.log",
+    # before the models are built, as `words`: a corpus WordNet cannot read stops the run at sense_usages
+    priority: 10
     conda:
         "../../envs/senses.yaml"
     script:

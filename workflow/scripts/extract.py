@@ -4,7 +4,7 @@ from pathlib import Path
 from contextuality.core.diskspace import DiskSpaceError
 from contextuality.core.archive import unpacked
 from contextuality.core.runtime import expected_errors, setup_job_logging
-from contextuality.core.settings import Settings, ShardSettings, from_params
+from contextuality.core.settings import Settings
 from contextuality.extraction.devices import DeviceError
 from contextuality.extraction.extract import ExtractionError, run_extraction_job
 from contextuality.extraction.finite import NonFiniteError
@@ -12,11 +12,14 @@ from contextuality.extraction.writer import DiskFullError
 from contextuality.models.loading import ModelError
 
 setup_job_logging(snakemake.log[0])
-run = Settings.from_config(snakemake.config)  # what changes no stored vector: provenance and the disk margin
+# The params hold what changes the stored vectors (a change re-extracts); how the job runs (batches, token cap,
+# device, allow_pickle), the seed and the disk margin are read from the config: a change re-extracts nothing.
+run = Settings.from_config(snakemake.config)
+settings = run.shard(snakemake.wildcards.model)  # the manifest checks what the shard records against the params
 with expected_errors(DiskSpaceError, DiskFullError, ModelError, DeviceError, ExtractionError, NonFiniteError):
     run_extraction_job(
         model_key=snakemake.wildcards.model,
-        settings=from_params(ShardSettings, snakemake.params.shard),
+        settings=settings,
         record_path=Path(snakemake.input.record),
         model_dir=unpacked(snakemake.input.model),
         tokens_path=Path(snakemake.input.tokens),

@@ -5,7 +5,6 @@ the shard settings the extract rule is given."""
 from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging
-from contextuality.core.settings import ShardSettings, from_params
 from contextuality.store.files import StoreError
 from contextuality.store.provenance import shard_provenance
 from contextuality.store.views import write_manifest
@@ -17,6 +16,6 @@ with expected_errors(StoreError):
         Path(snakemake.input.units),
         Path(snakemake.output.manifest),
         model=snakemake.wildcards.model,
-        expected=shard_provenance(snakemake.wildcards.model, from_params(ShardSettings, snakemake.params.shard),
+        expected=shard_provenance(snakemake.wildcards.model, snakemake.params.shard,
                                   snakemake.input.record, snakemake.input.tokens, snakemake.input.units),
     )

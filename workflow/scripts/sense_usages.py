@@ -4,7 +4,7 @@ from pathlib import Path
 import pandas as pd
 
 from contextuality.core.runtime import expected_errors, setup_job_logging
-from contextuality.senses.usages import UsageError, build_usages, write_senses_corpus
+from contextuality.senses.usages import UsageError, build_usages, check_enough_usages, write_senses_corpus
 from contextuality.senses.wordnet import WordNetError, load_wordnet
 
 setup_job_logging(snakemake.log[0])
@@ -14,6 +14,7 @@ with expected_errors(WordNetError, UsageError):
     usages, pairs, sentences = build_usages(
         wordnet, forms, max_lemmas=snakemake.params.max_lemmas, seed=snakemake.params.seed
     )
+    check_enough_usages(usages, len(forms))  # here, not at the plan after extraction: a corpus WordNet cannot read
     write_senses_corpus(
         usages, pairs, sentences,
         usages_out=Path(snakemake.output.usages), pairs_out=Path(snakemake.output.pairs),

@@ -3,6 +3,7 @@ from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.core.settings import Settings, WordSettings, from_params
+from contextuality.corpus.sources import settings_for_more_sentences
 from contextuality.corpus.words import WordIndexError, build_word_index
 
 setup_job_logging(snakemake.log[0])
@@ -15,5 +16,5 @@ with expected_errors(WordIndexError):
         Path(snakemake.output.index),
         min_occurrences=words.min_occurrences,
         count=words.count,
-        corpus_settings={"corpus.max_sentences": corpus.max_sentences, "corpus.years": list(corpus.years)},
+        corpus_settings=settings_for_more_sentences(corpus),
     )

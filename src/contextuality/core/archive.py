@@ -10,6 +10,7 @@ The tar holds no time, owner or order of its own, so the same folder gives the s
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tarfile
@@ -54,27 +55,53 @@ def pack(folder: str | os.PathLike, archive: str | os.PathLike) -> Path:
 
 
 def unpacked(archive: str | os.PathLike) -> Path:
-    """The folder ``archive`` holds: the one beside it when it was unpacked from (or packed into) this archive, else unpacked now."""
+    """The folder ``archive`` holds: the one beside it when it was unpacked from (or packed into) this archive, else
+    unpacked now.
+
+    Several jobs may start on one archive at once. Two locks keep each from deleting or half-showing the folder
+    another reads (no lock file is left: the archive and the folder holding it are the locks, as in
+    ``core.diskspace``): the archive's, held while one job checks and unpacks; and the holding folder's, shared
+    by every job reading a folder in it for as long as the job lives, which a job replacing a stale folder takes
+    exclusively, so it waits for the jobs still reading the old one.
+    """
     archive = Path(archive)
     folder = folder_of(archive)
-    if _is_unpacked_form(folder, archive):
-        return folder
-    # Not atomic_path: that clears other writers' temporaries, and several jobs may unpack at once.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
-    try:
-        with tarfile.open(archive) as tar:
-            # PEP 706's filter, where this Python has it (3.11.4+; Debian backports it)
-            tar.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-        shutil.rmtree(folder, ignore_errors=True)  # a folder from an older archive
+    readers = _readers_lock(folder.parent)
+    with open(archive, "rb") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # one check-and-unpack at a time; the next one finds the folder done
+        if _is_unpacked_form(folder, archive):
+            fcntl.flock(readers, fcntl.LOCK_SH)
+            return folder
+        # Not atomic_path: that clears other writers' temporaries.
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
         try:
-            os.replace(tmp, folder)
-        except OSError:
-            if not folder.is_dir():  # else another job unpacked the same archive first
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    _mark(folder, archive)
+            with tarfile.open(archive) as tar:
+                # PEP 706's filter, where this Python has it (3.11.4+; Debian backports it)
+                tar.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+            fcntl.flock(readers, fcntl.LOCK_EX)  # no job reads a folder here while it is replaced
+            try:
+                if not _is_unpacked_form(folder, archive):  # else a job holding another copy of the archive did it
+                    shutil.rmtree(folder, ignore_errors=True)  # a folder from an older archive
+                    os.replace(tmp, folder)
+                    _mark(folder, archive)
+            finally:
+                fcntl.flock(readers, fcntl.LOCK_SH)  # this job reads it now
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+# This process's descriptor of each folder holding archives it unpacked, by the folder's (device, inode): its
+# shared lock lasts as long as the process (a job reads its model until it ends).
+_READERS: dict[tuple[int, int], int] = {}
+
+
+def _readers_lock(parent: Path) -> int:
+    """A descriptor of ``parent`` to lock, one per folder per process (a second one would wait on the first)."""
+    identity = (parent.stat().st_dev, parent.stat().st_ino)
+    if identity not in _READERS:
+        _READERS[identity] = os.open(parent, os.O_RDONLY)
+    return _READERS[identity]
 
 
 def discard_unpacked(archive: str | os.PathLike) -> None:

@@ -108,6 +108,14 @@ class PlanSettings:
 WINDOW_BATCHES = 4
 
 
+def shard_bounds(n_sentences: int, n_shards: int, shard: int, window: int = 1) -> tuple[int, int]:
+    """Contiguous sentence positions of ``shard``, cut between windows (counts differ by at most one window)."""
+    n_windows = -(-n_sentences // window)
+    first = n_windows * shard // n_shards * window
+    last = n_windows * (shard + 1) // n_shards * window
+    return min(first, n_sentences), min(last, n_sentences)
+
+
 @dataclass(frozen=True)
 class ShardSettings:
     """What a model's stored vectors depend on (every shard job of the model)."""
@@ -126,6 +134,29 @@ class ShardSettings:
     storage_dtype: str
 
 
+# Shard settings that say how a job ran, not what it stored: the device it computed on and the batches (their
+# size, their token cap) move a vector within the tested tolerance (1e-4, test_determinism), and allow_pickle
+# only lets a format load. Shards that differ in these alone hold the same vectors (a local and a SLURM run
+# compare equal), so they are in no shard's provenance, and in the extract rule's params only where the batches
+# change a shard (``batch_params``).
+HOW_IT_RAN = ("allow_pickle", "batch_size", "device", "max_batch_tokens")
+
+
+def stored_params(settings: ShardSettings) -> dict:
+    """The shard settings that change what a shard stores, as a rule's params (and in each shard's provenance)."""
+    return {key: value for key, value in as_params(settings).items() if key not in HOW_IT_RAN}
+
+
+def batch_params(model: ModelSettings) -> dict | None:
+    """What of the batches changes a model's shards, as the extract rule's params: the windows of WINDOW_BATCHES x
+    batch_size sentences that cut several shards; every batch of a stateful model (its state flows from one to the
+    next). One stateless shard holds the same vectors whatever they are: None. (Not a shard's sentence bounds:
+    they need the plan, and Snakemake never reruns a job on a param derived from its input.)"""
+    if model.stateful:
+        return {"batch_size": model.batch_size, "max_batch_tokens": model.max_batch_tokens}
+    return {"window": WINDOW_BATCHES * model.batch_size} if model.n_shards > 1 else None
+
+
 # --------------------------------------------------------------------------------------------------
 # The config's sections
 
@@ -142,7 +173,7 @@ class CorpusSettings:
     path: str | None
     dataset: str | None
     revision: str | None
-    split: str
+    split: str | None  # source 'datasets': None reads 'train', or a single saved Dataset whole
     text_column: str
     id_column: str | None
     group_column: str | None

@@ -19,8 +19,12 @@ row), what is allowed and how to recover.
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
+import json
 import logging
+import os
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,11 +41,20 @@ SOURCES = (*STS_SOURCES, "text", "table", "datasets")
 # The sentence table's columns for a corpus of any source: the STS columns, then each sentence's own id.
 OTHER_COLUMNS = [*SENTENCE_COLUMNS, "source_id"]
 RECOVER = "fix or remove that entry and rerun"
+BYTE_ORDER_MARK = "\ufeff"
 
 
 def is_sts(source: str) -> bool:
     """Whether the corpus is the STS sentences (pairs, gold scores and the paper's corpus)."""
     return source in STS_SOURCES
+
+
+def settings_for_more_sentences(corpus) -> dict:
+    """The corpus settings a message names as the way to more sentences: STS's years, or the file or dataset read."""
+    if is_sts(corpus.source):
+        return {"corpus.max_sentences": corpus.max_sentences, "corpus.years": list(corpus.years)}
+    return {"corpus.path" if corpus.path else "corpus.dataset": corpus.path or corpus.dataset,
+            "corpus.max_sentences": corpus.max_sentences}
 
 
 def file_sha256(path: Path) -> str:
@@ -52,10 +65,16 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def folder_files(folder: str | Path) -> list[Path]:
+    """Every file of a folder, at any depth, in sorted order: what ``folder_sha256`` digests, and the corpus
+    rule's inputs for a dataset folder (the folder's time does not change when a file inside is edited)."""
+    return sorted(p for p in Path(folder).rglob("*") if p.is_file())
+
+
 def folder_sha256(folder: Path) -> str:
     """One digest over every file of a folder: relative paths and contents, in sorted order."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+    for path in folder_files(folder):
         digest.update(str(path.relative_to(folder)).encode() + b"\0" + file_sha256(path).encode() + b"\0")
     return digest.hexdigest()
 
@@ -81,24 +100,76 @@ def read_text(path: Path) -> pd.DataFrame:
     return pd.DataFrame({"text": texts, "source_id": [f"line {n}" for n in range(1, len(texts) + 1)], "group": ""})
 
 
-def read_table(path: Path, text_column: str, id_column: str | None, group_column: str | None) -> pd.DataFrame:
-    """``text``, ``source_id`` and ``group`` of a CSV or Parquet table (``where`` of each row: file:line)."""
+def read_delimited(path: Path, separator: str) -> pd.DataFrame:
+    """A CSV or TSV file as strings, every row checked to have one field per column of its header.
+
+    pandas takes a first data row with one field more than the header as an index column (the text column
+    then holds the label) and fills a short row with empty fields, silently; the standard ``csv`` reader
+    gives each record's fields as written, and its line (``where``: file:line, the header being line 1).
+    """
     import pandas as pd
+
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8-sig")  # a byte-order mark is no part of the first column's name
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise CorpusError(f"{path}:{line}: not UTF-8; allowed: a UTF-8 file; re-encode it as UTF-8") from None
+    name = "TSV" if separator == "\t" else "CSV"
+    csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))  # a long paragraph is one field (pandas had no limit)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=separator, strict=True)
+    header, header_line, rows, where, end = None, 0, [], [], 0
+    try:
+        for record in reader:
+            start, end = end + 1, reader.line_num
+            if not record:
+                continue  # a blank line (pandas skipped them too)
+            if header is None:
+                header, header_line = record, start
+                continue
+            if len(record) != len(header):
+                fields = f"{len(record)} field{'s' if len(record) != 1 else ''}"
+                columns = ", ".join(repr(column) for column in header)
+                raise CorpusError(
+                    f"{path}:{start}: {fields}, but the header (line {header_line}) has {len(header)} ({columns}); "
+                    f"allowed: one field per column in every row: quote a field that holds {separator!r} "
+                    '(\"...\"), and remove separators at the ends of lines; fix that line'
+                )
+            rows.append(record)
+            where.append(f"{path}:{start}")
+    except csv.Error as err:
+        raise CorpusError(f"{path}:{reader.line_num}: {err}; allowed: a {name} file with balanced quotes; fix that "
+                          "line") from None  # fmt: skip
+    if header is None:
+        raise CorpusError(f"{path}: holds no header line; allowed: a {name} file whose first line names its columns; "
+                          "point corpus.path at the corpus")  # fmt: skip
+    repeated = sorted({column for column in header if header.count(column) > 1})
+    if repeated:
+        raise CorpusError(f"{path}:{header_line}: the header names column {repeated[0]!r} more than once; allowed: "
+                          "one column per name; rename it")  # fmt: skip
+    frame = pd.DataFrame(rows, columns=header, dtype=str)
+    frame.attrs["where"] = where
+    return frame
+
+
+def read_table(path: Path, text_column: str, id_column: str | None, group_column: str | None) -> pd.DataFrame:
+    """``text``, ``source_id`` and ``group`` of a CSV, TSV or Parquet table (``where`` of each row: file:line)."""
+    import pandas as pd
+    import pyarrow
 
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".parquet":
-        frame = pd.read_parquet(path)
+        try:
+            frame = pd.read_parquet(path)
+        except (pyarrow.ArrowException, OSError) as err:
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise CorpusError(f"{path}: not a readable Parquet file ({reason}); allowed: a Parquet table; it is damaged "
+                              "or truncated: replace it with an intact copy") from None  # fmt: skip
         where = [f"{path} row {i + 1}" for i in range(len(frame))]
     elif suffix in (".csv", ".tsv"):
-        try:
-            frame = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", dtype=str, keep_default_na=False,
-                                encoding="utf-8")  # fmt: skip
-        except UnicodeDecodeError:
-            raise CorpusError(f"{path}: not UTF-8; allowed: a UTF-8 CSV file; re-encode it as UTF-8") from None
-        except pd.errors.ParserError as err:
-            raise CorpusError(f"{path}: {str(err).strip()}; allowed: a CSV file with a header line; fix that line") from None
-        where = [f"{path}:{i + 2}" for i in range(len(frame))]  # the header is line 1
+        frame = read_delimited(path, "\t" if suffix == ".tsv" else ",")
+        where = frame.attrs["where"]
     else:
         raise CorpusError(f"{path}: corpus.source 'table' reads .csv, .tsv or .parquet files, not {suffix or 'no suffix'!r}")
     for key, column in (("text_column", text_column), ("id_column", id_column), ("group_column", group_column)):
@@ -123,12 +194,14 @@ def read_table(path: Path, text_column: str, id_column: str | None, group_column
     return table
 
 
-def read_dataset(path: str | None, dataset: str | None, revision: str | None, split: str, text_column: str,
-                 id_column: str | None, group_column: str | None) -> tuple[pd.DataFrame, Path]:  # fmt: skip
+def read_dataset(path: str | None, dataset: str | None, revision: str | None, split: str | None, text_column: str,
+                 id_column: str | None, group_column: str | None) -> tuple[pd.DataFrame, Path, str | None]:  # fmt: skip
     """``text``, ``source_id`` and ``group`` of one split of a dataset folder or of a hub dataset at a pinned
-    revision (from the Hugging Face cache), and the folder read."""
+    revision (from the Hugging Face cache), the folder read and the split read (``split``, by default
+    ``train``; a single saved ``Dataset``'s own, which may be None)."""
     import datasets
     import pandas as pd
+    import pyarrow
 
     if dataset is not None:
         if not revision:
@@ -148,15 +221,29 @@ def read_dataset(path: str | None, dataset: str | None, revision: str | None, sp
         if not folder.is_dir():
             raise CorpusError(f"corpus.path {path!r}: no such folder; corpus.source 'datasets' reads a local dataset "
                               "folder (or set corpus.dataset and corpus.revision for a hub dataset)")  # fmt: skip
+    data_files: list[str] = []
     try:
         if (folder / "dataset_dict.json").is_file() or (folder / "dataset_info.json").is_file() and (folder / "state.json").is_file():
             loaded = datasets.load_from_disk(str(folder))
-            loaded = loaded[split] if isinstance(loaded, datasets.DatasetDict) else loaded
+            if isinstance(loaded, datasets.DatasetDict):
+                split = split or "train"
+                loaded = loaded[split]
+            else:
+                split = _single_dataset_split(loaded, split, name)
         else:
+            split = split or "train"
             with tempfile.TemporaryDirectory(prefix="hf-datasets-") as cache:
-                loaded = datasets.load_dataset(str(folder), split=split, cache_dir=cache)
+                builder = datasets.load_dataset_builder(str(folder), cache_dir=cache)
+                data_files = [str(file) for files in (builder.config.data_files or {}).values() for file in files]
+                check_data_files(folder, data_files, name, linked_ok=dataset is not None)
+                builder.download_and_prepare()
+                loaded = builder.as_dataset(split=split)
+    except CorpusError:
+        raise
     except KeyError:
         raise CorpusError(f"{name}: no split {split!r}; set corpus.split to one of its splits") from None
+    except (datasets.exceptions.DatasetGenerationError, pyarrow.ArrowException) as err:
+        raise CorpusError(_unreadable(name, split, data_files, err)) from None
     except (ValueError, FileNotFoundError) as err:
         reason = (str(err).strip().splitlines() or [""])[0]
         raise CorpusError(f"{name}: cannot load split {split!r}: {reason}; set corpus.split, or check the folder") from None
@@ -178,7 +265,84 @@ def read_dataset(path: str | None, dataset: str | None, revision: str | None, sp
     table = pd.DataFrame({"text": frame[text_column].to_numpy(), "source_id": ids.to_numpy(),
                           "group": frame[group_column].astype(str).to_numpy() if group_column else ""})  # fmt: skip
     table.attrs["where"] = where
-    return table, folder
+    return table, folder, split
+
+
+def _single_dataset_split(loaded, split: str | None, name: str) -> str | None:
+    """The split of a single saved ``Dataset`` (not a ``DatasetDict``): its own, which ``corpus.split`` may only name."""
+    own = str(loaded.split) if loaded.split is not None else None
+    if split is not None and split != own:
+        recorded = f"split {own!r}" if own else "no split recorded"
+        raise CorpusError(f"{name}: a single saved Dataset ({recorded}), not a DatasetDict, so corpus.split {split!r} "
+                          "selects nothing; leave corpus.split unset to read the Dataset, or save a DatasetDict that "
+                          "holds that split")  # fmt: skip
+    return own
+
+
+def check_data_files(folder: Path, data_files: list[str], name: str, *, linked_ok: bool) -> None:
+    """Refuse data files outside the dataset folder (a card's ``configs: data_files`` may name any path), links out
+    of it (a local folder; a hub snapshot's files are links to the cache's blobs), and a folder of several formats
+    of which ``datasets`` would read one (it takes the most common file extension and drops the rest)."""
+    import datasets.data_files
+    from datasets.load import infer_module_for_data_files_list
+
+    root = Path(os.path.abspath(folder))
+    card = root / "README.md"
+    for file in data_files:
+        if "://" in file or not Path(os.path.normpath(file)).is_relative_to(root):
+            raise CorpusError(f"{card}: its data_files name {file}, outside the dataset folder {root}; allowed: files "
+                              "inside the folder; copy the file into the folder and name it relative to the "
+                              "folder")  # fmt: skip
+        if not linked_ok and not Path(os.path.realpath(file)).is_relative_to(os.path.realpath(root)):
+            raise CorpusError(f"{file} is a symbolic link to {os.path.realpath(file)}, outside the dataset folder "
+                              f"{root}; allowed: files inside the folder; copy that file into the folder instead of "
+                              "linking it")  # fmt: skip
+    if _card_configs(card):
+        return  # the card names the files to read
+    patterns = datasets.data_files.get_data_patterns(str(root))
+    found = datasets.data_files.DataFilesDict.from_patterns(patterns, str(root))
+    formats: dict[str, list[str]] = {}
+    for file in sorted({str(file) for files in found.values() for file in files}):
+        module, _ = infer_module_for_data_files_list(datasets.data_files.DataFilesList([file], [None]))
+        if module:
+            formats.setdefault(module, []).append(os.path.relpath(file, root))
+    if len(formats) > 1:
+        chosen, _ = infer_module_for_data_files_list(datasets.data_files.DataFilesList(data_files, [None] * len(data_files)))
+        listed = "; ".join(f"{module}: {', '.join(files)}" for module, files in sorted(formats.items()))
+        raise CorpusError(f"{name}: holds data files of {len(formats)} formats ({listed}), and datasets would read only "
+                          f"the {chosen} ones; allowed: one format per folder (or a README.md whose configs name the "
+                          "files to read); move the others out")  # fmt: skip
+
+
+def _card_configs(card: Path) -> list:
+    """The ``configs`` a dataset card's YAML header declares ([] without a card or configs)."""
+    if not card.is_file():
+        return []
+    from huggingface_hub import DatasetCard
+
+    return DatasetCard.load(card).data.get("configs") or []
+
+
+def _unreadable(name: str, split: str | None, data_files: list[str], err: Exception) -> str:
+    """One line for a dataset ``datasets`` could not read: the JSON lines file and line at fault where there is one."""
+    for file in data_files:
+        if file.endswith(".jsonl") and Path(file).is_file():
+            with open(file, encoding="utf-8", errors="replace") as handle:
+                for number, line in enumerate(handle, start=1):
+                    try:
+                        value = json.loads(line) if line.strip() else {}
+                    except ValueError as bad:
+                        value = bad
+                    if not isinstance(value, dict):
+                        reason = value if isinstance(value, ValueError) else f"a JSON {type(value).__name__}"
+                        return (f"{file}:{number}: not a JSON object ({reason}); allowed: one JSON object per line; "
+                                f"{RECOVER}")  # fmt: skip
+    cause = err
+    while cause.__cause__ is not None or cause.__context__ is not None:
+        cause = cause.__cause__ or cause.__context__
+    reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+    return (f"{name}: datasets cannot read split {split!r} ({type(cause).__name__}: {reason}); allowed: data files "
+            "datasets can parse, or a folder save_to_disk wrote; it is damaged or malformed: replace or fix the file")
 
 
 def to_sentences(table: pd.DataFrame, source: str, where_prefix: str, max_sentences: int | None) -> pd.DataFrame:
@@ -187,8 +351,13 @@ def to_sentences(table: pd.DataFrame, source: str, where_prefix: str, max_senten
     import pandas as pd
 
     where = table.attrs.get("where") or [f"{where_prefix}:{sid.split()[-1]}" for sid in table["source_id"]]
-    texts = [clean_sentence(t) for t in table["text"]]
+    # a byte-order mark opens a file, or each file of several joined (cat a.txt b.txt): no part of the first word
+    texts = [clean_sentence(t.lstrip(BYTE_ORDER_MARK)) for t in table["text"]]
     for i, text in enumerate(texts):
+        if BYTE_ORDER_MARK in text:
+            raise CorpusError(f"{where[i]}: a byte-order mark (U+FEFF) inside the sentence (files joined where one "
+                              "lacked its final newline?); allowed: one at the start of a line, where it is dropped; "
+                              f"{RECOVER}")  # fmt: skip
         if not text:
             raise CorpusError(f"{where[i]}: empty sentence (after removing '\"' and outer whitespace); allowed: one "
                               f"non-empty sentence per entry; {RECOVER}")  # fmt: skip
@@ -206,7 +375,7 @@ def to_sentences(table: pd.DataFrame, source: str, where_prefix: str, max_senten
 
 def load_source(corpus) -> tuple[pd.DataFrame, dict]:
     """The sentence table of a non-STS ``corpus`` (``core.settings.CorpusSettings``) and its record."""
-    source = corpus.source
+    source, split = corpus.source, None
     if source == "text":
         path = Path(corpus.path)
         table, digest, where_prefix = read_text(path), file_sha256(path), str(path)
@@ -215,15 +384,15 @@ def load_source(corpus) -> tuple[pd.DataFrame, dict]:
         table = read_table(path, corpus.text_column, corpus.id_column, corpus.group_column)
         digest, where_prefix = file_sha256(path), str(path)
     elif source == "datasets":
-        table, folder = read_dataset(corpus.path, corpus.dataset, corpus.revision, corpus.split, corpus.text_column,
-                                     corpus.id_column, corpus.group_column)  # fmt: skip
+        table, folder, split = read_dataset(corpus.path, corpus.dataset, corpus.revision, corpus.split,
+                                            corpus.text_column, corpus.id_column, corpus.group_column)  # fmt: skip
         digest, where_prefix = folder_sha256(folder), str(folder)
     else:
         raise CorpusError(f"corpus.source is {source!r}; allowed: {', '.join(repr(s) for s in SOURCES)}")
     sentences = to_sentences(table, source, where_prefix, corpus.max_sentences)
     record = {
         "source": source, "path": corpus.path, "dataset": corpus.dataset, "revision": corpus.revision,
-        "split": corpus.split if source == "datasets" else None, "text_column": corpus.text_column,
+        "split": split if source == "datasets" else None, "text_column": corpus.text_column,
         "id_column": corpus.id_column, "group_column": corpus.group_column, "sha256": digest,
         "n_input": len(table), "n_sentences": len(sentences), "max_sentences": corpus.max_sentences,
     }  # fmt: skip

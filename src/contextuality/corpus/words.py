@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 COUNT_MODES = ("occurrences", "contexts")
 MIN_INDEXED_WORDS = 2  # the measurements compare words: anisotropy baselines draw pairs of different words
+MIN_SENTENCES = 2  # ... of different sentences (the exact baseline between sentences; a sampled pair of one is 1.000)
 
 
 class WordIndexError(ValueError):
@@ -120,20 +121,27 @@ def check_enough_words(
     index: pd.DataFrame, words: pd.DataFrame, sentences: pd.DataFrame, *, min_occurrences: int, count: str,
     corpus_settings: dict | None = None,
 ) -> None:
-    """Raise WordIndexError, in one line naming the settings, when fewer than 2 words are indexed.
+    """Raise WordIndexError, in one line naming the settings, when fewer than 2 words are indexed, or the corpus
+    holds fewer than 2 sentences.
 
     Every later step would run (extraction takes the longest) and the measurements then fail; this
     stops the run at the word index instead. ``corpus_settings`` (``{"corpus.max_sentences": 120,
     ...}``) are named in the message as the other ways to get more words.
     """
     n_words = index["word"].nunique()
+    corpus = ", ".join(f"{key}: {value}" for key, value in (corpus_settings or {}).items())
     if n_words >= MIN_INDEXED_WORDS:
+        if len(sentences) < MIN_SENTENCES:
+            raise WordIndexError(
+                f"corpus: {len(sentences)} sentence{'s' if len(sentences) != 1 else ''}"
+                f"{f' ({corpus})' if corpus else ''}, and the measures need at least {MIN_SENTENCES}: the anisotropy "
+                "baselines compare words of different sentences; use more sentences"
+            )
         return
     found = "no word reaches" if n_words == 0 else f"only 1 word ({index['word'].iloc[0]!r}) reaches"
     # The highest threshold that would index 2 words: the support of the second most frequent word.
     counts = support(words, sentences, count).sort_values(ascending=False, kind="stable")
     reachable = int(counts.iloc[MIN_INDEXED_WORDS - 1]) if len(counts) >= MIN_INDEXED_WORDS else 0
-    corpus = ", ".join(f"{key}: {value}" for key, value in (corpus_settings or {}).items())
     more = f"use more sentences ({corpus})" if corpus else "use more sentences"
     remedy = f"words.min_occurrences: {reachable} or lower would index 2, or {more}" if reachable >= 2 else more
     raise WordIndexError(

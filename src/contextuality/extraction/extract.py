@@ -35,7 +35,7 @@ from contextuality.core import diskspace
 from contextuality.extraction.alignment import Plan
 from contextuality.extraction.plan import read_plan
 from contextuality.core.atomic import atomic_path
-from contextuality.core.settings import WINDOW_BATCHES, ShardSettings
+from contextuality.core.settings import WINDOW_BATCHES, ShardSettings, shard_bounds, stored_params
 from contextuality.core.runtime import tell_terminal
 from contextuality.extraction.devices import choose_device, describe
 from contextuality.store.files import create_checked
@@ -50,14 +50,6 @@ WRITER_DEPTH = 4  # windows queued for the writer before the forward passes wait
 
 class ExtractionError(RuntimeError):
     """Extraction cannot proceed (disk, plan, over-long sentence under policy 'error')."""
-
-
-def shard_bounds(n_sentences: int, n_shards: int, shard: int, window: int = 1) -> tuple[int, int]:
-    """Contiguous sentence positions of ``shard``, cut between windows (counts differ by at most one window)."""
-    n_windows = -(-n_sentences // window)
-    first = n_windows * shard // n_shards * window
-    last = n_windows * (shard + 1) // n_shards * window
-    return min(first, n_sentences), min(last, n_sentences)
 
 
 def estimate_bytes(n_units: int, n_layers: int, dim: int, storage_dtype: str) -> int:
@@ -443,7 +435,8 @@ def run_extraction_job(
         "final_norm": "" if isinstance(loaded, ElmoModel) else loading.final_norm(loaded.model),
         "versions": json.dumps(package_versions(), sort_keys=True),
         # what every shard of the model must share, checked by the manifest and every reader
-        "provenance": provenance.encode(provenance.shard_provenance(model_key, settings, record_path, tokens_path, units_path)),
+        "provenance": provenance.encode(provenance.shard_provenance(model_key, stored_params(settings), record_path,
+                                                                   tokens_path, units_path)),
     }
     try:
         return extract_shard(

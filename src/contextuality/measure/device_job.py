@@ -33,7 +33,7 @@ from tqdm import tqdm
 from contextuality.core import layout
 from contextuality.core.archive import pack
 from contextuality.core.atomic import atomic_path
-from contextuality.core.settings import WINDOW_BATCHES, MeasureSettings, ShardSettings
+from contextuality.core.settings import WINDOW_BATCHES, MeasureSettings, ShardSettings, stored_params
 from contextuality.measure import backend
 from contextuality.measure.layer_job import OccurrenceIndex, RowsInMemory, measure_rows_then, read_units
 from contextuality.measure.layer_pass import BLOCK_ROWS
@@ -367,7 +367,7 @@ def run_measure_model_job(
     tell_terminal(f"{model_key}: every layer of part {part} of {parts} measured beside its forward passes, on "
                   f"{describe(device)}{'' if str(device).startswith('cuda') else ' (torch CPU backend)'}")  # fmt: skip
     try:
-        made_from = shard_provenance(model_key, shard, record_path, tokens_path, units_path)
+        made_from = shard_provenance(model_key, stored_params(shard), record_path, tokens_path, units_path)
         staging = out_tar.with_suffix("")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)

@@ -42,7 +42,7 @@ from contextuality.measure.layer_pass import (
 from contextuality.measure.layer_result import LAYER_COLUMNS, POSTPROCESS_COLUMNS, LayerResult, LayerShape
 from contextuality.measure.panel import empty_panel, panel_row
 from contextuality.measure.reference import (
-    Baseline, anisotropy_baseline, bootstrap_ci, bootstrap_input, intra_sentence_similarity, row_norms,
+    Baseline, anisotropy_baseline, bootstrap_ci, bootstrap_input, intra_sentence_similarity, reported, row_norms,
     self_similarity_sampled, sentence_rows,
 )  # fmt: skip
 from contextuality.measure.rogue import largest_magnitude, massive_activations_blocks
@@ -589,7 +589,7 @@ def _measures(self_similarity: np.ndarray, variant: _Variant, masked: bool) -> d
     """The layer means of one variant's measures, its baselines and the adjusted values (measure minus
     baseline, sampled and exact): the columns layers.parquet and postprocess.csv share."""
     self_mean, intra_mean, mev_mean = _mean_or_nan(self_similarity), _mean_or_nan(variant.intra), _mean_or_nan(variant.mev)
-    baseline, exact, words = variant.baseline, variant.exact, variant.words
+    baseline, exact, words = reported(variant.baseline), variant.exact, variant.words  # N/A from too few vectors
     return {
         "self_similarity": self_mean, "intra_sentence": intra_mean, "mev": mev_mean,
         "mev_literal": float("nan") if masked else _mean_or_nan(words.mev_literal),

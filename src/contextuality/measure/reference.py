@@ -38,6 +38,20 @@ class Baseline(NamedTuple):
     n_vectors: int  # how many vectors were sampled (one per non-empty sampled sentence)
 
 
+# The fewest vectors the sampled baselines are reported from. Pairs are drawn with replacement, as the paper's
+# code draws them (spec 4.4), so 1/n of them pair a vector with itself (cosine 1) and the estimate is biased up
+# by (1 - b)/n: at most 0.01 from 100 vectors (0.001 from the paper's 1,000), but 1.000 from one sentence's. Below
+# it a layer's sampled baselines (and the values adjusted by them) are N/A; the claims take the exact ones.
+MIN_BASELINE_VECTORS = 100
+
+
+def reported(baseline: Baseline) -> Baseline:
+    """``baseline`` as a layer reports it: NaN (N/A) when drawn from fewer than ``MIN_BASELINE_VECTORS`` vectors."""
+    if baseline.n_vectors >= MIN_BASELINE_VECTORS:
+        return baseline
+    return Baseline(float("nan"), float("nan"), baseline.n_vectors)
+
+
 def row_norms(X: np.ndarray) -> np.ndarray:
     """L2 norm of each row, in float64."""
     X = np.asarray(X, dtype=np.float64)

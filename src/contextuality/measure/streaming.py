@@ -11,8 +11,10 @@ time grows with N while memory stays within the budget.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -32,6 +34,8 @@ SQUARE_MATRICES = 8
 # block; a word group its rows and their centred copy.
 CHUNK_COPIES = 3
 GROUP_COPIES = 2
+# The occurrence spill's name in the job's folder: .occurrences-XXXXXXXX.spill
+SPILL_PREFIX, SPILL_SUFFIX = ".occurrences-", ".spill"
 
 
 class MemoryPlan(NamedTuple):
@@ -130,8 +134,10 @@ class OccurrenceSpill:
                 f"{free_bytes(folder) / 1e9:.2f} GB are free; free space, or raise metrics.memory_mb so that the layer "
                 "is measured in memory"
             )
-        self.file = tempfile.NamedTemporaryFile(prefix=".occurrences-", suffix=".spill", dir=folder)
-        self.fd = self.file.fileno()
+        with _folder_lock(folder, fcntl.LOCK_SH):  # a sweep (sweep_stale_spills) sees it only once it is held
+            self.file = tempfile.NamedTemporaryFile(prefix=SPILL_PREFIX, suffix=SPILL_SUFFIX, dir=folder)
+            self.fd = self.file.fileno()
+            fcntl.flock(self.fd, fcntl.LOCK_EX)  # held while this job lives: a killed job's spill is free to sweep
         os.ftruncate(self.fd, size)
 
     def add(self, chunk: Chunk) -> None:
@@ -166,6 +172,39 @@ class OccurrenceSpill:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def sweep_stale_spills(folder: str | Path) -> list[Path]:
+    """Remove the occurrence spills in ``folder`` that no live job holds (a killed job's: hundreds of MB a
+    layer); returns them. A layer job calls it when it starts: each spill is locked by its job while it lives."""
+    folder, removed = Path(folder), []
+    if not folder.is_dir():
+        return removed
+    with _folder_lock(folder, fcntl.LOCK_EX):
+        for path in sorted(folder.glob(f"{SPILL_PREFIX}*{SPILL_SUFFIX}")):
+            try:
+                handle = open(path, "rb")
+            except FileNotFoundError:
+                continue
+            with handle:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a live job's
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed
+
+
+@contextmanager
+def _folder_lock(folder: Path, kind: int):
+    """The folder itself as a lock (no lock file is left, as in ``core.diskspace``)."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, kind)
+        yield
+    finally:
+        os.close(descriptor)
 
 
 def word_groups(group_starts: np.ndarray, n_occurrences: int, group_rows: int) -> list[tuple[int, int]]:

@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from contextuality.measure.reference import MIN_BASELINE_VECTORS
 from contextuality.paper import CLAIMS, PAPER_LABELS, claims_for
 from contextuality.report.claim_checks import LAYER_CHECKS, NA, ModelView, NotApplicable, Result
 from contextuality.report.losses import losses_section
@@ -81,9 +82,14 @@ def _model_claims(key: str, table: pd.DataFrame, label: str, pm: str | None, sou
     exact_table = _exact_view(indexed)
     m_exact = ModelView(exact_table, depth, pm, words, label, table1) if len(exact_table) else None
     final_norm = _final_norm_note(indexed, depth)
+    too_few = _too_few_baseline_vectors(indexed) if m_exact is not None else ""
     rows = []
     for c in claims_for(pm):
         status, evidence, note = _evaluate(c.id, m)
+        if too_few:  # the sampled baselines are N/A: the claim is judged with the exact ones
+            fallback = _evaluate(c.id, m_exact)
+            if fallback[:2] != (status, evidence):
+                status, evidence, note = fallback[0], fallback[1], "; ".join(filter(None, [too_few, fallback[2]]))
         status_exact, evidence_exact = (NA, "no exact baselines in the layers table")
         if m_exact is not None:
             status_exact, evidence_exact, _ = _evaluate(c.id, m_exact)
@@ -99,6 +105,17 @@ def _model_claims(key: str, table: pd.DataFrame, label: str, pm: str | None, sou
                      "statement": c.text, "status": status, "evidence": evidence, "note": note,
                      "status_exact": status_exact, "evidence_exact": evidence_exact})
     return rows
+
+
+def _too_few_baseline_vectors(table: pd.DataFrame) -> str:
+    """Why the sampled baselines are N/A (drawn from fewer than MIN_BASELINE_VECTORS vectors), or ''."""
+    if "n_baseline_vectors" not in table.columns:
+        return ""
+    counts = table["n_baseline_vectors"]
+    if not (counts < MIN_BASELINE_VECTORS).any():
+        return ""
+    return (f"judged with the exact baselines: the sampled ones are N/A, drawn from {int(counts.min())} vectors, fewer "
+            f"than {MIN_BASELINE_VECTORS} (a tiny corpus: pairs drawn with replacement would pair a vector with itself)")
 
 
 def _exact_view(table: pd.DataFrame) -> pd.DataFrame:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from contextuality.core.atomic import atomic_path
 from contextuality.corpus.sts import clean_sentence
-from contextuality.corpus.words import tokenize_with_offsets, word_table
+from contextuality.corpus.words import MIN_INDEXED_WORDS, tokenize_with_offsets, word_table
 from contextuality.senses.inventory import pos_of
 
 log = logging.getLogger(__name__)
@@ -108,6 +108,25 @@ def build_usages(wordnet, forms: set[str], *, max_lemmas: int | None, seed: int
     usages["form_lower"] = usages["form"].str.lower()
     usages = usages.astype({"position": "int32", "char_start": "int32", "n_senses": "int64"})[USAGE_COLUMNS]
     return usages, usage_pairs(usages), sentences
+
+
+def check_enough_usages(usages: pd.DataFrame, n_forms: int) -> None:
+    """Refuse usages the sense measures cannot use, before any model reads them: their plan needs at least
+    ``MIN_INDEXED_WORDS`` word forms with 2 usages or more (a pair), as the corpus's own plan does. ``n_forms``:
+    the corpus's indexed word forms WordNet knows (the inventory's)."""
+    targets = usages.drop_duplicates(["form", "sentence_id", "position"])
+    sizes = targets.groupby("form").size()
+    usable = int((sizes >= 2).sum())
+    if usable >= MIN_INDEXED_WORDS:
+        return
+    lemmas = usages["lemma"].nunique()
+    raise UsageError(
+        f"sense usages: WordNet 3.0 knows {n_forms:,} of the corpus's indexed word forms and has example sentences in "
+        f"two or more senses for {lemmas} lemma(s) of them, giving {usable} word form(s) with 2 usages or more, but the "
+        "sense measures need "
+        f"at least {MIN_INDEXED_WORDS} (WordNet is English: a corpus in another language, or of jargon, has few or "
+        "none); set senses.enabled: false to run everything else without the word senses"
+    )
 
 
 def usage_pairs(usages: pd.DataFrame) -> pd.DataFrame:

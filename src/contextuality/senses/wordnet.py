@@ -165,23 +165,57 @@ def _download_sdist(version: str, sha256: str, dest: Path) -> Path:
 
     Not ``pip download``: pip prepares an sdist's metadata, which runs the package's build backend; a
     file fetched by its URL runs nothing (docs/guarantees.md: no package code runs at a download). The
-    index is ``PIP_INDEX_URL`` where set, else PyPI's; the archive is checked before it is opened.
+    index is ``PIP_INDEX_URL`` where set, else PyPI's; the archive is checked before it is opened. Of pip's
+    settings only ``PIP_INDEX_URL`` is read: its user and password (``https://user:token@host/simple``), as pip
+    does, go to that host as basic authentication and never into a message.
     """
     import urllib.request
 
-    index = os.environ.get("PIP_INDEX_URL", DEFAULT_INDEX).rstrip("/")
+    index, opener, secrets = _index_opener(os.environ.get("PIP_INDEX_URL", DEFAULT_INDEX).rstrip("/"))
+    shown = _redacted(os.environ.get("PIP_INDEX_URL", DEFAULT_INDEX).rstrip("/"))
     filename = f"{PACKAGE}-{version}.tar.gz"
     recover = "check the network or the package index (PIP_INDEX_URL), and the pinned version and digest"
     try:
         request = urllib.request.Request(f"{index}/{PACKAGE}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-        with urllib.request.urlopen(request, timeout=180) as response:
+        with opener.open(request, timeout=180) as response:
             files = json.loads(response.read())["files"]
         url = next(entry["url"] for entry in files if entry["filename"] == filename)
         archive = dest / filename
-        with urllib.request.urlopen(urllib.parse.urljoin(f"{index}/{PACKAGE}/", url), timeout=180) as response:
+        with opener.open(urllib.parse.urljoin(f"{index}/{PACKAGE}/", url), timeout=180) as response:
             archive.write_bytes(response.read())
     except StopIteration:
-        raise WordNetError(f"{index}/{PACKAGE}/ lists no {filename}; {recover}") from None
+        raise WordNetError(f"{shown}/{PACKAGE}/ lists no {filename}; {recover}") from None
     except (OSError, ValueError, KeyError) as err:
-        raise WordNetError(f"could not download {filename} from {index}/{PACKAGE}/ ({err}); {recover}") from None
+        reason = str(err)
+        for secret in secrets:  # whatever a library put in its message
+            reason = reason.replace(secret, "****")
+        raise WordNetError(f"could not download {filename} from {shown}/{PACKAGE}/ ({reason}); {recover}") from None
     return archive
+
+
+def _index_opener(index: str):
+    """The index URL without its user and password, an opener that sends them to the index's host as basic
+    authentication (before any challenge, as pip does), and the secrets to keep out of messages."""
+    import urllib.request
+
+    parts = urllib.parse.urlsplit(index)
+    if parts.username is None and parts.password is None:
+        return index, urllib.request.build_opener(), []
+    host = parts.netloc.rpartition("@")[2]
+    bare = urllib.parse.urlunsplit(parts._replace(netloc=host))
+    user, password = urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or "")
+    passwords = urllib.request.HTTPPasswordMgrWithPriorAuth()
+    passwords.add_password(None, f"{parts.scheme}://{host}/", user, password, is_authenticated=True)
+    opener = urllib.request.build_opener(urllib.request.HTTPBasicAuthHandler(passwords))
+    secret = (parts.password, password) if parts.password is not None else (parts.username, user)  # a user alone: a token
+    return bare, opener, [value for value in secret if value]
+
+
+def _redacted(url: str) -> str:
+    """``url`` as pip shows it: a password replaced by ``****`` (a user alone is a token: replaced too)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    userinfo = f"{parts.username}:****" if parts.password is not None else "****"
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{userinfo}@{host}"))

@@ -2,8 +2,9 @@
 
 A shard records, as the JSON attribute ``provenance``: the model key, its weights digest and the digest
 of its ``source.json``, the digest of the plan files it was extracted from (``tokens.parquet`` and
-``units.parquet``), and every shard setting its job was given (pooling, indexing, tokenization,
-max_length, dtypes, batch size, number of shards, ...). Every shard of a model records the same set;
+``units.parquet``), and every shard setting that changes what it stores (pooling, indexing, tokenization,
+max_length, dtypes, number of shards, ...; not the batches or the device: ``core.settings.HOW_IT_RAN``).
+Every shard of a model records the same set;
 its own index is the attribute ``shard``. The manifest keeps the set and its digest; layer files copy
 it, and each layer's record carries the digest. Every reader compares what it reads with the manifest.
 """
@@ -15,7 +16,6 @@ import json
 from pathlib import Path
 
 from contextuality.core.digest import sha256_of
-from contextuality.core.settings import ShardSettings, as_params
 from contextuality.store.files import StoreError
 
 ATTRIBUTE = "provenance"
@@ -23,11 +23,6 @@ ATTRIBUTE = "provenance"
 ORIGINS = {"model": "the model key", "weights_sha256": "source.json", "source_sha256": "source.json's digest",
            "plan_sha256": "the plan (tokens.parquet, units.parquet)"}  # fmt: skip
 _MISSING = "(not recorded)"
-# Shard settings that say how a job ran, not what it stored: the device it computed on and the batches (their
-# size, their token cap) move a vector within the tested tolerance (1e-4, test_determinism), and allow_pickle
-# only lets a format load. Shards that differ in these alone hold the same vectors (a local and a SLURM run
-# compare equal).
-HOW_IT_RAN = ("allow_pickle", "batch_size", "device", "max_batch_tokens")
 
 
 def plan_sha256(tokens_path: str | Path, units_path: str | Path) -> str:
@@ -35,14 +30,15 @@ def plan_sha256(tokens_path: str | Path, units_path: str | Path) -> str:
     return digest({"tokens": sha256_of(tokens_path), "units": sha256_of(units_path)})
 
 
-def shard_provenance(model: str, settings: ShardSettings, record_path: str | Path, tokens_path: str | Path,
+def shard_provenance(model: str, stored: dict, record_path: str | Path, tokens_path: str | Path,
                      units_path: str | Path) -> dict:
-    """What every shard of ``model`` is made from: its weights, its plan and its shard settings."""
+    """What every shard of ``model`` is made from: its weights, its plan and the shard settings that change what it
+    stores (``stored``: ``core.settings.stored_params``, the extract rule's params)."""
     record = json.loads(Path(record_path).read_text())
     return normalised({
         "model": model, "weights_sha256": record.get("weights_sha256", ""), "source_sha256": sha256_of(record_path),
         "plan_sha256": plan_sha256(tokens_path, units_path),
-        **{key: value for key, value in as_params(settings).items() if key not in HOW_IT_RAN},
+        **stored,
     })  # fmt: skip
 
 

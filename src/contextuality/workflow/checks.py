@@ -29,6 +29,7 @@ def checked_settings(config: dict, *, configfiles=(), targets=()) -> Settings:
     check_duplicate_keys(configfiles)  # a key given twice: YAML would keep the last silently
     # One clear line per problem first; Snakemake's validate then fills in the schema's defaults.
     validate_against_schema(config, SCHEMA)
+    check_corpus_keys_read(config.get("corpus") or {})  # on the keys as given: a default is never "unused"
     settings = Settings.from_config(fill_defaults(config))
     check_settings(settings)
     # Targets naming an unconfigured model or a layer out of range stop the run here too, before any
@@ -170,6 +171,29 @@ def corpus_problems(corpus: CorpusSettings) -> list[str]:
         return [f"corpus.path / corpus.dataset: unused with corpus.source '{source}' (the STS sentences); set "
                 "corpus.source to text, table or datasets to read them"]
     return []
+
+
+# The corpus keys each source reads, of those only some sources read (path and dataset: corpus_problems).
+_READ_BY = {"text_column": ("table", "datasets"), "id_column": ("table", "datasets"), "group_column": ("table", "datasets"),
+            "split": ("datasets",), "revision": ("datasets",)}  # fmt: skip
+
+
+def check_corpus_keys_read(corpus: dict) -> None:
+    """Raise ConfigError naming each corpus key given (before the schema's defaults fill it in) that the source
+    ignores: ``text_column`` with a text file was accepted and read nothing."""
+    source = corpus.get("source") or "bundled"
+    what = {"text": " (one sentence per line, no columns)", "bundled": " (the STS sentences)", "hub": " (the STS sentences)"}
+    problems = []
+    for key, sources in _READ_BY.items():
+        if corpus.get(key) is None or source in sources:
+            continue
+        readers = " and ".join(repr(s) for s in sources) + (" with corpus.dataset" if key == "revision" else "")
+        problems.append(f"corpus.{key}: unused with corpus.source '{source}'{what.get(source, '')}; it is read only by "
+                        f"source {readers}: remove it")  # fmt: skip
+    if corpus.get("revision") is not None and source == "datasets" and corpus.get("dataset") is None:
+        problems.append("corpus.revision: unused without corpus.dataset (a local folder has no revision); remove it")
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 
 
 def check_bundled_corpus(corpus: CorpusSettings) -> None:

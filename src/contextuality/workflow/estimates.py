@@ -13,8 +13,11 @@ Calibration of the extraction estimates:
 * STS sentences: ~330k WordPieces over 25,088 sentences = 13.2 per sentence, plus 2 special tokens
   (the default run's MiniLM tokenizer measured 359k tokens with [CLS]/[SEP] = 14.3 per sentence). A
   padded batch is bounded by 128 tokens per sentence and a window's mean by 64 units per sentence (the
-  longest STS sentences sort together into one batch; no window averages more than that). With
-  ``max_batch_tokens`` a pass holds at most that many tokens, or one sentence alone when it is longer.
+  longest STS sentences sort together into one batch; no window averages more than that). Once the plan
+  exists (before any shard job) its lengths replace these bounds where larger: the shard's longest
+  sentence sets a pass, its widest window the pooled vectors. With ``max_batch_tokens`` a pass holds at
+  most that many tokens, or one sentence alone when it is longer; a window (4 x ``batch_size`` sentences)
+  is not capped by it.
 * CPU throughput: all-MiniLM-L6-v2 (23M parameters) ran ~1,500 tokens/s on 2 cores (2,000-3,300 in
   later runs); time per token scales with the parameter count (2 FLOPs per parameter and token).
   Check: SmolLM2-135M predicted 256 tokens/s, measured 185 on a loaded machine, well inside the
@@ -27,7 +30,9 @@ import dataclasses
 import json
 from pathlib import Path
 
-from contextuality.core.settings import WINDOW_BATCHES, CorpusSettings, MeasureSettings, MetricsSettings, ModelSettings
+from contextuality.core.settings import (
+    WINDOW_BATCHES, CorpusSettings, MeasureSettings, MetricsSettings, ModelSettings, shard_bounds,
+)
 from contextuality.models.loading import record_shape, record_weights_bytes
 
 EXTRACT_BASE_MB = 1000
@@ -56,28 +61,71 @@ def shard_sentences(model: ModelSettings, corpus: CorpusSettings, tokens_path: s
     return -(-n_sentences // model.n_shards)
 
 
-def batch_tokens(model: ModelSettings) -> int:
-    """Most padded tokens in one forward pass: batch_size sentences of at most 128 tokens, or fewer under the
-    model's ``max_batch_tokens`` (a longer sentence runs alone, so never fewer than one sentence's 128)."""
-    tokens = model.batch_size * MAX_SENTENCE_TOKENS
+def batch_tokens(model: ModelSettings, longest: int = MAX_SENTENCE_TOKENS) -> int:
+    """Most padded tokens in one forward pass: batch_size sentences of at most ``longest`` tokens, or fewer under
+    the model's ``max_batch_tokens`` (a longer sentence runs alone, so never fewer than one sentence's)."""
+    tokens = model.batch_size * longest
     if model.max_batch_tokens is not None:
-        tokens = min(tokens, max(model.max_batch_tokens, MAX_SENTENCE_TOKENS))
+        tokens = min(tokens, max(model.max_batch_tokens, longest))
     return tokens
 
 
-def extraction_mem_mb(model: ModelSettings, record_path: str | Path, attempt: int = 1) -> int:
+def shard_shape(model: ModelSettings, tokens_path: str | Path | None, shard: int | None) -> tuple[int, int]:
+    """The longest sentence (tokens) of a shard and its widest window (tokens: at least its units), from the plan
+    once it exists; never below STS's calibrated bounds (128 tokens a sentence, 64 units a window's sentence)."""
+    window = WINDOW_BATCHES * model.batch_size
+    longest, widest = MAX_SENTENCE_TOKENS, window * MAX_WINDOW_UNITS
+    lengths = None if tokens_path is None or shard is None else plan_lengths(tokens_path)
+    if lengths is not None:
+        import numpy as np
+
+        first, last = shard_bounds(len(lengths), model.n_shards, shard, window)
+        mine = lengths[first:last]
+        if len(mine):
+            longest = max(longest, int(mine.max()))
+            widest = max(widest, int(np.add.reduceat(mine, np.arange(0, len(mine), window)).max()))
+    return longest, widest
+
+
+def plan_lengths(tokens_path: str | Path):
+    """Each planned sentence's tokens (``tokens.parquet``'s ``input_ids``), read in batches; None before the plan
+    exists. Kept per file and time: the Snakefile asks for every shard of a model."""
+    path = Path(tokens_path)
+    try:
+        stamp = path.stat()
+    except OSError:
+        return None
+    key = (str(path.resolve()), stamp.st_mtime_ns, stamp.st_size)
+    if key not in _PLAN_LENGTHS:
+        import numpy as np
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq  # no pandas in the Snakefile's process
+
+        batches = pq.ParquetFile(path).iter_batches(columns=["input_ids"], batch_size=65_536)
+        parts = [pc.list_value_length(batch.column(0)).to_numpy(zero_copy_only=False) for batch in batches]
+        _PLAN_LENGTHS[key] = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+    return _PLAN_LENGTHS[key]
+
+
+_PLAN_LENGTHS: dict = {}
+
+
+def extraction_mem_mb(model: ModelSettings, record_path: str | Path, attempt: int = 1,
+                      tokens_path: str | Path | None = None, shard: int | None = None) -> int:
     """Host memory (MB) of one shard job, from the model's size and shape and its batches.
 
     weights twice (the checkpoint and the built model while loading) + one pass's hidden states of
-    every layer (``batch_tokens``; float32, the torch tensor and its numpy copy) + one window of pooled
-    unit vectors (the per-sentence arrays and their concatenation) + the interpreter; x attempt on retries.
+    every layer (``batch_tokens`` of the shard's longest sentence; float32, the torch tensor and its numpy
+    copy) + one window of pooled unit vectors (its widest window) + the interpreter; x attempt on retries.
+    The sentences' lengths come from the plan (``shard_shape``): a corpus of paragraphs is not sized as STS.
     Vectors go to HDF5 window by window, so the shard's size does not add to the peak.
     """
     weights_mb = record_weights_bytes(record_path) / 1e6
     layers, dim = record_shape(record_path) or UNBUILT_SHAPE
     vector_bytes = layers * dim * 4 * 2
-    batch_mb = batch_tokens(model) * vector_bytes / 1e6
-    window_mb = WINDOW_BATCHES * model.batch_size * MAX_WINDOW_UNITS * vector_bytes / 1e6
+    longest, widest = shard_shape(model, tokens_path, shard)
+    batch_mb = batch_tokens(model, longest) * vector_bytes / 1e6
+    window_mb = widest * vector_bytes / 1e6
     return int((EXTRACT_BASE_MB + 2 * weights_mb + batch_mb + window_mb) * attempt)
 
 
@@ -115,12 +163,14 @@ def whole_layer_mem_mb(measure: MeasureSettings, manifest_path: str | Path, atte
     return int((elements * work_bytes / 1e6 + MEASURE_WORD_BATCHES_MB + MEASURE_BASE_MB) * attempt)
 
 
-def device_measure_mem_mb(model: ModelSettings, metrics: MetricsSettings, record_path: str | Path, attempt: int = 1) -> int:
+def device_measure_mem_mb(model: ModelSettings, metrics: MetricsSettings, record_path: str | Path, attempt: int = 1,
+                          tokens_path: str | Path | None = None) -> int:
     """Host memory (MB) of one ``measure_model`` job: a shard job's (the model and its passes,
-    ``extraction_mem_mb``) plus ``metrics.memory_mb`` (the occurrence index, the units, the drawn rows and the
-    per-layer tables; on torch's CPU backend also the resident layers, which the job's groups keep within
-    it); x attempt."""
-    return int(extraction_mem_mb(model, record_path) + metrics.measure.memory_mb) * attempt
+    ``extraction_mem_mb``, over every sentence of the plan) plus ``metrics.memory_mb`` (the occurrence index, the
+    units, the drawn rows and the per-layer tables; on torch's CPU backend also the resident layers, which the
+    job's groups keep within it); x attempt."""
+    whole = dataclasses.replace(model, n_shards=1)
+    return int(extraction_mem_mb(whole, record_path, 1, tokens_path, 0) + metrics.measure.memory_mb) * attempt
 
 
 def device_measure_runtime_min(model: ModelSettings, corpus: CorpusSettings, metrics: MetricsSettings,
