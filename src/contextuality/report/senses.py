@@ -39,7 +39,8 @@ def sense_figures(tables: dict[str, pd.DataFrame], labels: dict[str, str], outpu
 
     from contextuality.report.figures import plain_text
 
-    drawers = {"sense_separation": _draw_separation, "logit_lens": _draw_lens, "polysemy": _draw_polysemy}
+    drawers = {"sense_separation": _draw_separation, "sense_baselines": _draw_baselines, "logit_lens": _draw_lens,
+               "polysemy": _draw_polysemy}
     for name in SENSE_FIGURES:
         fig, axes = plt.subplots(1, max(len(tables), 1), figsize=(5 * max(len(tables), 1), 3.8), squeeze=False)
         for ax, (model, table) in zip(axes[0], tables.items()):
@@ -67,6 +68,29 @@ def _draw_separation(ax, table: pd.DataFrame, scale) -> None:
     ax.axhline(0.5, color="grey", lw=1, label="chance (label-permutation null)")
     ax.set_ylabel("same- vs different-sense AUROC")
     ax.legend(fontsize=7)
+
+
+def _draw_baselines(ax, table: pd.DataFrame, scale) -> None:
+    """W3a at its real size (centred): the cosine AUROC, within strata of the length difference, the shape-only and
+    cosine + shape AUROCs held out by lemma, and the held-out balanced accuracy, each with its 95% interval."""
+    drawn = False
+    for measure, label, style, band in (("auroc_same_sense", "cosine AUROC", "-", True),
+                                        ("auroc_stratified", "cosine AUROC within |ΔL| strata", "-", False),
+                                        ("auroc_cosine_shape", "cosine + shape AUROC (held out)", "-", False),
+                                        ("auroc_shape", "shape alone, no model (held out)", "--", True),
+                                        ("heldout_balanced_accuracy", "balanced accuracy, threshold held out", ":", True)):
+        value = _series(table, measure, "centred")
+        if not value.notna().any():
+            continue
+        drawn = True
+        line = ax.plot(scale(value), value, style, marker="o" if style == "-" else None, ms=3, label=label)[0]
+        if band:  # the intervals of the three that answer the question: the cosine, the shape, the accuracy
+            low, high = _series(table, measure, "centred", "ci_low"), _series(table, measure, "centred", "ci_high")
+            ax.fill_between(scale(value), low, high, alpha=0.12, color=line.get_color())
+    ax.axhline(0.5, color="grey", lw=1, label="chance")
+    ax.set_ylabel("AUROC / balanced accuracy (centred)")
+    if drawn:
+        ax.legend(fontsize=7)
 
 
 def _draw_lens(ax, table: pd.DataFrame, scale) -> None:
@@ -197,7 +221,7 @@ def sensitivity(tables: dict[str, pd.DataFrame], anisotropy: dict[str, pd.Series
             rows.append({"model": model, "label": labels.get(model, model), "claim": claim, "threshold": name,
                          "value": value, "at_half": verdicts[0], "as_set": verdicts[1], "at_one_and_a_half": verdicts[2],
                          "changes": len(set(verdicts)) > 1})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).sort_values(["model", "claim", "threshold"], kind="stable").reset_index(drop=True)
 
 
 def _w1(table, t):

@@ -38,6 +38,8 @@ Every interval is a percentile interval over the same ``bootstrap`` resamples of
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
@@ -142,6 +144,7 @@ class SeparationDesign:
         self.shape, self.length_stratum = self._shape(usages, lengths)
         self.same_token = self._same_token(token_keys)
         self._shape_cache: dict[bytes, dict] = {}
+        self._control_cache: dict[str, np.ndarray] = {}
 
     def _shape(self, usages: pd.DataFrame, lengths) -> tuple[np.ndarray | None, np.ndarray | None]:
         """(pairs × SHAPE_FEATURES) and each pair's |ΔL| stratum, or (None, None) without lengths."""
@@ -200,11 +203,12 @@ class SeparationDesign:
         out = {"n_excluded_nan": int((~valid).sum())}
         out.update(self._delta(cos, pair_ok))
         out.update(self._auroc(cos, pair_ok))
+        resamples = out.pop("_auroc_resamples")
         out.update(self._auroc_variants(cos, pair_ok))
         out.update(self._heldout(cos, pair_ok))
         out.update(self._knn(cos, pair_ok))
         if control is not None:
-            out.update(self._control_difference(cos, pair_ok, control))
+            out.update(self._control_difference(cos, pair_ok, control, resamples))
         if ari:
             out.update(self._ari(unit, valid, seed))
         out["cosines"] = np.where(pair_ok, cos, np.nan)
@@ -247,12 +251,14 @@ class SeparationDesign:
 
     def _auroc(self, cos, pair_ok) -> dict:
         pos, neg, coarse = pair_ok & self.same, pair_ok & ~self.same, pair_ok & self.coarse_diff
-        low, high = _interval(self._auc_resamples(cos, pos, neg))
+        resamples = self._auc_resamples(cos, pos, neg)
+        low, high = _interval(resamples)
         coarse_low, coarse_high = _interval(self._auc_resamples(cos, pos, coarse))
         return {"auroc": _auc(cos, pos, neg), "auroc_coarse": _auc(cos, pos, coarse), "n_pairs_same": int(pos.sum()),
                 "n_pairs_different": int(neg.sum()), "n_pairs_coarse": int(coarse.sum()),
                 "auroc_ci_low": low, "auroc_ci_high": high,
-                "auroc_coarse_ci_low": coarse_low, "auroc_coarse_ci_high": coarse_high}
+                "auroc_coarse_ci_low": coarse_low, "auroc_coarse_ci_high": coarse_high,
+                "_auroc_resamples": (pair_ok, resamples)}
 
     def _auc_counts(self, score, pos, neg) -> tuple[np.ndarray, np.ndarray]:
         """Per lemma resample: the weighted Mann–Whitney count (ties ½) and its denominator Σw_p·Σw_n.
@@ -378,8 +384,11 @@ class SeparationDesign:
                                       "auroc_shape_ci_high": high}
         return dict(self._shape_cache[key])
 
-    def _control_difference(self, cos, pair_ok, control) -> dict:
-        """AUROC(ℓ) − AUROC(control) on the pairs usable in both, over the same lemma resamples (paired)."""
+    def _control_difference(self, cos, pair_ok, control, resamples=None) -> dict:
+        """AUROC(ℓ) − AUROC(control) on the pairs usable in both, over the same lemma resamples (paired).
+
+        ``resamples``: (pair_ok, values) of this layer's pooled AUROC, reused when the pairs are the same; the
+        control's resamples are computed once per control (the same layer 0 at every layer)."""
         control = np.asarray(control, dtype=np.float64)
         if control.shape != cos.shape:
             raise ValueError(f"measure: control has {control.shape} pair cosines, this design {cos.shape}; pass "
@@ -390,7 +399,11 @@ class SeparationDesign:
             return {"control_difference": np.nan, "control_difference_ci_low": np.nan,
                     "control_difference_ci_high": np.nan, "control_difference_p": np.nan}
         control = np.where(both, control, 0.0)
-        diff = self._auc_resamples(cos, pos, neg) - self._auc_resamples(control, pos, neg)
+        key = hashlib.sha1(control.tobytes() + np.packbits(both).tobytes()).hexdigest()
+        if key not in self._control_cache:
+            self._control_cache = {key: self._auc_resamples(control, pos, neg)}
+        same_pairs = resamples is not None and np.array_equal(resamples[0], both)
+        diff = (resamples[1] if same_pairs else self._auc_resamples(cos, pos, neg)) - self._control_cache[key]
         low, high = _interval(diff)
         finite = diff[np.isfinite(diff)]
         return {"control_difference": _auc(cos, pos, neg) - _auc(control, pos, neg), "control_difference_ci_low": low,
