@@ -167,3 +167,20 @@ def test_the_reworded_claims_read_the_controls():
     assert set(moved["threshold"]) == {"W1 self-similarity drop", "W2 cone cosine", "W2 share of layers", "W3a alpha",
                                        "W3b alpha", "W4 polysemy share", "W4 diversity share"}
     assert {"at_half", "as_set", "at_one_and_a_half", "changes"} <= set(moved.columns)
+
+
+def test_a_usage_has_its_sentence_length_and_the_key_of_its_stored_token_sequence():
+    from contextuality.senses.job import _token_note, sentence_lengths, usage_token_keys
+
+    units = pd.DataFrame({"row": [0, 1, 2, 3], "sentence_id": [0, 0, 1, 2], "word_position": [1, 2, 1, 0],
+                          "unit": ["Bank", "of", "bank", "bank"], "token_first": [1, 3, 2, 0], "token_last": [2, 3, 2, 0]})
+    tokens = pd.DataFrame({"sentence_id": [0, 1, 2], "input_ids": [[9, 5, 6, 7], [9, 8, 4], [4, 1]]})
+    usages = pd.DataFrame({"usage_id": [0, 1, 2, 3], "sentence_id": [0, 1, 2, 1], "position": [1, 1, 0, 1],
+                           "form": ["Bank", "bank", "bank", "bank"], "form_lower": ["bank"] * 4})
+    keys = usage_token_keys(np.array([0, 2, 3, -1]), units, tokens)
+    assert keys[0] != keys[1] and keys[1] == keys[2] and keys[3] == -1  # (5, 6) vs (4,) and (4,); no unit: -1
+    words = pd.DataFrame({"sentence_id": [0, 0, 0, 1, 1, 2, 2, 2, 2], "position": [0, 1, 2, 0, 1, 0, 1, 2, 3]})
+    assert sentence_lengths(usages, words).tolist() == [3, 2, 4, 2]
+    pairs = pd.DataFrame({"usage_a": [0, 0, 1, 1], "usage_b": [1, 2, 2, 3]})
+    assert _token_note(usages, pairs, keys, np.array([0, 2, 3, -1])).startswith(
+        "2 of 3 usable pairs have different stored tokens (2 written differently")
