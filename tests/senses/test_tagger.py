@@ -12,7 +12,8 @@ import pytest
 
 from contextuality.corpus.words import word_table
 from contextuality.senses import tagger as tagmod
-from contextuality.senses.tagger import TaggerError, exact_synsets, load_tagger, tag_words, tagged_forms
+from contextuality.senses.tagger import TaggerError, load_tagger, tag_words, tagged_forms
+from contextuality.senses.wordnet import index_synset_counts
 
 
 def _serve(files: dict[str, bytes]):
@@ -72,17 +73,29 @@ def test_the_tagger_keeps_the_projects_words_and_tags_them_in_context(nlp):
     assert by_word[(2, "banks")] == ("NOUN", "bank") and by_word[(0, "lay")][0] == "VERB"
 
 
-def test_forms_get_their_majority_pos_its_purity_and_exact_senses(nlp, wordnet):
+def test_forms_get_their_majority_pos_its_purity_and_exact_senses(nlp, wordnet, wordnet_root):
     texts = ["The bank closed.", "A bank opened.", "Banks lend money.", "They bank on it.", "We lay it down.",
              "Quickly, run."]
     words = word_table(pd.DataFrame({"sentence_id": range(len(texts)), "text": texts}))
-    forms = tagged_forms(tag_words(words, nlp), words, wordnet).set_index("form")
+    counts = index_synset_counts(wordnet_root)
+    forms = tagged_forms(tag_words(words, nlp), words, counts).set_index("form")
     assert forms.loc["bank", "pos"] == "n" and forms.loc["bank", "pos_purity"] == pytest.approx(2 / 3)
     assert forms.loc["bank", "n_tagged"] == 3 and forms.loc["banks", "lemma"] == "bank"
     assert forms.loc["bank", "n_synsets_tagged"] == 10  # bank as a noun: 10 synsets in WordNet 3.0
     assert forms.loc["the", "pos"] == "" and forms.loc["the", "n_synsets_tagged"] == 0
     assert "." not in forms.index  # punctuation left out
+
+
+def exact_by_nltk(wordnet, lemma, pos):
+    """Brute force: NLTK's lookup applies morphy, so keep the synsets that hold the lemma itself."""
+    return sum(lemma in {l.name().lower() for l in s.lemmas()} for s in wordnet.synsets(lemma, pos))
+
+
+def test_index_counts_are_the_synsets_of_exactly_the_lemma(wordnet, wordnet_root):
+    counts = index_synset_counts(wordnet_root)
     # exactly (lemma, POS): lay as a verb keeps its own synsets, not lie's (which morphy would add)
-    assert exact_synsets(wordnet, "lay", "v") == len([s for s in wordnet.synsets("lay", "v")
-                                                      if "lay" in {l.name() for l in s.lemmas()}])
-    assert exact_synsets(wordnet, "lay", "v") < len(wordnet.synsets("lay", "v"))
+    assert counts[("lay", "v")] == exact_by_nltk(wordnet, "lay", "v") < len(wordnet.synsets("lay", "v"))
+    for lemma, pos in [("bank", "n"), ("bank", "v"), ("good", "a"), ("well", "r"), ("wound", "n"), ("run", "v"),
+                       ("green", "a"), ("cell", "n"), ("make", "v")]:
+        assert counts[(lemma, pos)] == exact_by_nltk(wordnet, lemma, pos), (lemma, pos)
+    assert len(counts) == 155287  # WordNet 3.0's published count of (lemma, POS) index entries

