@@ -300,7 +300,7 @@ def _w3b(table, t):
         return (HOLDS if len(significant) else FAILS), evidence + "; no positive control in this table"
     seen = pseudo[(pseudo["value"] < 0) & (pseudo["p"] < alpha)]
     shares = {name: _rows(table, f"share_gaussian_null_rejected{suffix}")["value"]
-              for name, suffix in (("poly", ""), ("mono", "_mono"), ("pseudo", "_pseudo"))}
+              for name, suffix in (("poly", ""), ("mono", "_mono"))}
     evidence += (f"; positive control: pseudo-words - mono {pseudo['value'].min():.3f} to {pseudo['value'].max():.3f}, "
                  f"detected (p < {alpha:g}) in {len(seen)} of {len(pseudo)} layers (largest p {pseudo['p'].max():.2g}); "
                  "Gaussian-null rejections " + ", ".join(f"{name} {v.min():.0%}-{v.max():.0%}" for name, v in shares.items()

@@ -148,14 +148,6 @@ def _gaussian_null(y: np.ndarray, ci: float, *, m: int, components: int, draws: 
     return (1 + int(np.sum(null_ci <= ci))) / (draws + 1)
 
 
-def pseudo_word_gaussian_null_p(xa: np.ndarray, xb: np.ndarray, *, m: int = 20, components: int = 5,
-                                draws: int = 50, seed: int, n_init: int = 10) -> float:
-    """C2 for a pseudo-word: its first subsample (``pseudo_word_cluster_index``'s, same seed) against Gaussians."""
-    y = pseudo_word_scores(xa, xb, m=m, subsamples=1, components=components, seed=seed)[0]
-    ci = batched_cluster_index(y[None], seed, n_init=n_init)[0]
-    return _gaussian_null(y, ci, m=m, components=components, draws=draws, seed=seed, n_init=n_init)
-
-
 def gaussian_null_p(x: np.ndarray, *, m: int = 20, components: int = 5, draws: int = 50, seed: int,
                     n_init: int = 10) -> float:
     """C2: p = (1 + #{CI* ≤ CI})/(B + 1), CI* of B Gaussian samples of m points with the subsample's covariance.

@@ -421,8 +421,6 @@ def _clusterability(rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, 
                 ("share_gaussian_null_rejected_mono", [clusters.gaussian_null_p(vectors[w], seed=word_seed(seed, w),
                                                                                 **null)
                                                        for w in ci.index[group[ci.index] == "mono"]]),
-                ("share_gaussian_null_rejected_pseudo", [clusters.pseudo_word_gaussian_null_p(
-                    vectors[a], vectors[b], seed=word_seed(seed, f"{a}+{b}"), **null) for a, b in pseudo]),
             ):  # fmt: skip
                 if flags:
                     rows.add("clusterability", measure, kind, np.mean(np.array(flags) <= 0.05), null=0.05,

@@ -60,6 +60,8 @@ def _design(table: pd.DataFrame, y: str, diversity: bool, covariates: tuple[str,
 def _refuse_collinear(x: pd.DataFrame) -> None:
     """Refuse a design column that is (numerically) a linear combination of the columns before it."""
     values = x.to_numpy()
+    if np.linalg.matrix_rank(values) == values.shape[1]:  # full rank: one decomposition, none per column
+        return
     for k in range(1, values.shape[1]):
         if np.linalg.matrix_rank(values[:, : k + 1]) <= k:
             raise ValueError(f"polysemy_regression: column {x.columns[k]!r} is collinear with "
