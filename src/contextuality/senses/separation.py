@@ -183,8 +183,12 @@ class SeparationDesign:
         return sp.csr_matrix((np.ones(rows.size), (rows, cols)),
                              shape=(self.permutations * self.n_words, self.a.size))
 
-    def measure(self, vectors: np.ndarray, *, ari: bool = False, seed: int = 0, control=None) -> dict:
+    def measure(self, vectors: np.ndarray, *, ari: bool = False, seed: int = 0, control=None,
+                controls: bool = True) -> dict:
         """One layer's sense-separation measures from its preprocessed usage vectors (row i = usage i).
+
+        ``controls=False`` leaves out what the cosine adds beyond the shape and the same-token, stratified and
+        per-lemma AUROCs (the job reports them on centred vectors only, for time).
 
         ``control``: the layer-0 control's pair cosines (``result["cosines"]`` of layer 0), for the paired
         bootstrap of AUROC(ℓ) − AUROC(0). The result holds this layer's own as ``cosines`` (NaN: a pair
@@ -204,8 +208,9 @@ class SeparationDesign:
         out.update(self._delta(cos, pair_ok))
         out.update(self._auroc(cos, pair_ok))
         resamples = out.pop("_auroc_resamples")
-        out.update(self._auroc_variants(cos, pair_ok))
-        out.update(self._heldout(cos, pair_ok))
+        if controls:
+            out.update(self._auroc_variants(cos, pair_ok))
+            out.update(self._heldout(cos, pair_ok))
         out.update(self._knn(cos, pair_ok))
         if control is not None:
             out.update(self._control_difference(cos, pair_ok, control, resamples))
