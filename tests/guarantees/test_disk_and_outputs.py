@@ -158,9 +158,9 @@ def smoke(tmp_path_factory):
     # itself once a job ends, like its logs: declared by the rules, but not job outputs
     benchmarks = {name for name in files if (layout.parse(name) or ("",))[0].endswith("_BENCHMARK")}
     # every shard and every layer of the two smoke models, every shard of their usages' store, their sense jobs
-    # shards 5, layers 7, usage shards 5, sense jobs 2; corpus, words; per model plan, manifest, combine, and the
-    # usages' plan and manifest
-    assert len(benchmarks) == 5 + 7 + 5 + 2 + 2 + 2 * 5, sorted(benchmarks)
+    # shards 5, layers 7, usage shards 5, sense jobs 2; corpus, words, the tagger's job (sense_tags); per model
+    # plan, manifest, combine, and the usages' plan and manifest
+    assert len(benchmarks) == 5 + 7 + 5 + 2 + 3 + 2 * 5, sorted(benchmarks)
     return workdir, outputs, logs, files - benchmarks, smoke_audit()
 
 

@@ -96,3 +96,57 @@ def test_cluster_contrast():
     assert (r["n_poly"], r["n_mono"]) == (100, 100)
     same = cluster_contrast(mono[:50], mono[50:])
     assert same["ci_low"] < 0 < same["ci_high"]
+
+
+# --------------------------------------------------------------------------------------------------
+# The positive control (issue 36): pseudo-words of two monosemous words, and matching on general frequency too
+
+
+def test_pseudo_words_pair_distinct_words_once_the_same_way_for_a_seed():
+    from contextuality.senses.clusters import pseudo_word_pairs
+
+    words = [f"w{i}" for i in range(11)]
+    pairs = pseudo_word_pairs(words, seed=3)
+    assert len(pairs) == 5 and all(a != b for a, b in pairs)
+    assert len({w for pair in pairs for w in pair}) == 10
+    assert pairs == pseudo_word_pairs(list(reversed(words)), seed=3)  # the order given does not matter
+    assert pairs != pseudo_word_pairs(words, seed=4)
+
+
+def test_pseudo_words_of_unrelated_one_sense_words_are_detected_as_clusters():
+    """Known answer (issue 36): each one-sense word a Gaussian cloud around its own centre; a pseudo-word joins two
+    of them, so it has two clusters: lower CI than its parts (delta < 0, p < 0.01), and its subsamples are half each."""
+    from contextuality.senses.clusters import pseudo_word_cluster_index, pseudo_word_pairs, pseudo_word_scores
+
+    rng = np.random.default_rng(5)
+    words = {f"w{i}": rng.standard_normal(20) * 1.2 + rng.standard_normal((30, 20)) for i in range(40)}
+    mono = [word_cluster_index(x, m=20, subsamples=3, components=5, seed=i) for i, x in enumerate(words.values())]
+    pseudo = [pseudo_word_cluster_index(words[a], words[b], m=20, subsamples=3, components=5, seed=k)
+              for k, (a, b) in enumerate(pseudo_word_pairs(words, seed=0))]
+    r = cluster_contrast(pseudo, mono)
+    assert r["delta_ci"] < 0 and r["ci_high"] < 0 and r["mw_p"] < 0.01
+    a = np.zeros((25, 6))
+    b = np.ones((25, 6)) * 10.0
+    scores = pseudo_word_scores(a + rng.standard_normal((25, 6)) * 0.01, b, m=9, subsamples=2, components=2, seed=0)
+    assert scores.shape == (2, 9, 2)
+    # 5 rows near 0 and 4 at 10: the first principal axis splits them 5 | 4
+    first = scores[0, :, 0]
+    assert len(set(np.sign(first[:5]))) == 1 and len(set(np.sign(first[5:]))) == 1 and first[0] * first[-1] < 0
+
+
+def test_matching_on_zipf_too_balances_both_frequencies():
+    rng = np.random.default_rng(7)
+    n = 400
+    zipf = rng.uniform(2, 7, n)
+    poly = rng.random(n) < 1 / (1 + np.exp(-(zipf - 4.5) * 2))  # polysemous words are the frequent ones
+    table = pd.DataFrame({"word": [f"w{i}" for i in range(n)], "n": rng.integers(20, 500, n), "zipf": zipf,
+                          "polysemy": np.where(poly, "poly", "mono"), "n_synsets": np.where(poly, 3, 1)})
+    plain = matched_mono_poly(table, per_group=100, seed=0)
+    both = matched_mono_poly(table, per_group=100, seed=0, by=("n", "zipf"), bins=4)
+    gap = {name: abs(t.loc[t["polysemy"] == "poly", "zipf"].mean() - t.loc[t["polysemy"] == "mono", "zipf"].mean())
+           for name, t in (("plain", plain), ("both", both))}
+    assert gap["both"] < gap["plain"] / 3 and gap["plain"] > 1
+    counts = both.groupby(["bin", "polysemy"]).size().unstack(fill_value=0)
+    assert (counts["mono"] == counts["poly"]).all()
+    with pytest.raises(ValueError, match="lacks"):
+        matched_mono_poly(table.drop(columns="zipf"), per_group=10, seed=0, by=("n", "zipf"))

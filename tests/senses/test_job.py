@@ -106,3 +106,81 @@ def test_separation_no_better_than_the_layer_zero_control_fails():
     flat = _rows(auroc=(0.6, 0.58, 0.59), ci_low=(0.55, 0.54, 0.55))
     claims = sense_claims({"m": flat}, {"m": pd.Series([0.0, 0.01, 0.02])}, {"m": "M"}).set_index("claim")
     assert claims.loc["W3a", "status"] == FAILS and claims.loc["W2", "status"] == FAILS
+
+
+def _full_rows(gain_low=0.02, strata_low=0.55, pseudo_p=1e-6, beta_above=False, b5=(13, 20000), b4=(242, 20000)):
+    """Every measure the reworded claims read, on three layers (0 the control)."""
+    rows = Rows("m", 0)
+    for layer in range(3):
+        rows.layer = layer
+        add = lambda measure, value, **kw: rows.add("x", measure, "centred", value, **kw)  # noqa: E731
+        add("auroc_same_sense", 0.5 + 0.05 * layer, null=0.5, ci=(0.48 + 0.05 * layer, 0.6 + 0.05 * layer), n=100)
+        add("auroc_same_token", 0.5 if layer == 0 else 0.55, ci=(0.45, 0.65), n=90,
+            note="pairs of the same stored token sequence only: 10 of 100 usable pairs have different stored tokens")
+        add("auroc_stratified", 0.56, ci=(strata_low, 0.6), n=100)
+        add("auroc_shape", 0.58, ci=(0.55, 0.61), n=100)
+        add("auroc_cosine_shape", 0.62, ci=(0.6, 0.64), n=100)
+        add("heldout_balanced_accuracy", 0.57, ci=(0.55, 0.59), n=100)
+        add("auroc_macro", 0.55, ci=(0.5, 0.6), n=30)
+        add("auroc_same_sense_coarse", 0.65, ci=(0.6, 0.7), n=50)
+        add("delta_within_between", 0.04, p=1 / 1001, ci=(0.02, 0.06), n=30, note="... (floor 0.001)")
+        add("knn_accuracy", 0.2, null=0.15, ci=(0.18, 0.22), n=60)
+        add("knn_chance", 0.12, n=60)
+        add("knn_ceiling", 0.7, n=60)
+        if layer:
+            add("auroc_minus_layer0", 0.05 * layer, ci=(gain_low, 0.1), p=1 / 1001, n=100, note="(floor 0.001)")
+        add("delta_cluster_index", -0.01, ci=(-0.03, 0.01), p=0.4, n=100)
+        add("delta_cluster_index_pseudo", -0.3, ci=(-0.4, -0.2), p=pseudo_p, n=80)
+        for suffix, share in (("", 0.02), ("_mono", 0.0), ("_pseudo", 0.4)):
+            add(f"share_gaussian_null_rejected{suffix}", share, n=50)
+        add("alignment_median_rank", b4[0], null=b4[1], n=500)
+        add("prediction_alignment_median_rank", b5[0], null=b5[1], n=500)
+        add("prediction_alignment_share_rank_lt_10", 0.48, null=0.0, n=500)
+        add("beta_log_synsets_frequency", 0.1 if (beta_above and layer == 1) else -0.01,
+            ci=(0.02, 0.2) if (beta_above and layer == 1) else (-0.1, 0.08), n=2000)
+        add("beta_context_diversity_frequency", -0.4, ci=(-0.5, -0.3), n=2000)
+        add("beta_log_synsets_content", -0.05, ci=(-0.2, 0.1), n=900)
+    table = rows.frame()
+    table["family"] = "separation"
+    return table
+
+
+def test_the_reworded_claims_read_the_controls():
+    from contextuality.report.senses import format_p, sensitivity
+
+    claims = sense_claims({"m": _full_rows()}, {"m": pd.Series([0.05, 0.3, 0.4])}, {"m": "M"}).set_index("claim")
+    assert claims.loc["W3a", "status"] == HOLDS
+    assert "p ≤ 0.001" in claims.loc["W3a", "evidence"] and "ceiling 0.700" in claims.loc["W3a", "evidence"]
+    assert claims.loc["W3b", "status"] == FAILS and "positive control" in claims.loc["W3b", "evidence"]
+    assert claims.loc["W3c", "status"] == HOLDS and "B5" in claims.loc["W3c", "evidence"]
+    assert claims.loc["W4", "status"] == HOLDS
+    # not beyond the strata of the length difference: W3a fails; the positive control blind: W3b N/A
+    assert sense_claims({"m": _full_rows(strata_low=0.45)}, {}, {}).set_index("claim").loc["W3a", "status"] == FAILS
+    assert sense_claims({"m": _full_rows(gain_low=-0.01)}, {}, {}).set_index("claim").loc["W3a", "status"] == FAILS
+    assert sense_claims({"m": _full_rows(pseudo_p=0.3)}, {}, {}).set_index("claim").loc["W3b", "status"] == NA
+    # B5 no closer than B4: W3c fails; a beta interval above zero is flagged by its layer
+    assert sense_claims({"m": _full_rows(b5=(300, 20000))}, {}, {}).set_index("claim").loc["W3c", "status"] == FAILS
+    flagged = sense_claims({"m": _full_rows(beta_above=True)}, {}, {}).set_index("claim").loc["W4"]
+    assert "ABOVE 0 in layer(s) 1" in flagged["evidence"]
+    assert format_p(1 / 1001, 1 / 1001) == "≤ 0.001" and format_p(0.0123) == "0.012"
+    moved = sensitivity({"m": _full_rows()}, {"m": pd.Series([0.05, 0.3, 0.4])}, {"m": "M"})
+    assert set(moved["threshold"]) == {"W1 self-similarity drop", "W2 cone cosine", "W2 share of layers", "W3a alpha",
+                                       "W3b alpha", "W4 polysemy share", "W4 diversity share"}
+    assert {"at_half", "as_set", "at_one_and_a_half", "changes"} <= set(moved.columns)
+
+
+def test_a_usage_has_its_sentence_length_and_the_key_of_its_stored_token_sequence():
+    from contextuality.senses.job import _token_note, sentence_lengths, usage_token_keys
+
+    units = pd.DataFrame({"row": [0, 1, 2, 3], "sentence_id": [0, 0, 1, 2], "word_position": [1, 2, 1, 0],
+                          "unit": ["Bank", "of", "bank", "bank"], "token_first": [1, 3, 2, 0], "token_last": [2, 3, 2, 0]})
+    tokens = pd.DataFrame({"sentence_id": [0, 1, 2], "input_ids": [[9, 5, 6, 7], [9, 8, 4], [4, 1]]})
+    usages = pd.DataFrame({"usage_id": [0, 1, 2, 3], "sentence_id": [0, 1, 2, 1], "position": [1, 1, 0, 1],
+                           "form": ["Bank", "bank", "bank", "bank"], "form_lower": ["bank"] * 4})
+    keys = usage_token_keys(np.array([0, 2, 3, -1]), units, tokens)
+    assert keys[0] != keys[1] and keys[1] == keys[2] and keys[3] == -1  # (5, 6) vs (4,) and (4,); no unit: -1
+    words = pd.DataFrame({"sentence_id": [0, 0, 0, 1, 1, 2, 2, 2, 2], "position": [0, 1, 2, 0, 1, 0, 1, 2, 3]})
+    assert sentence_lengths(usages, words).tolist() == [3, 2, 4, 2]
+    pairs = pd.DataFrame({"usage_a": [0, 0, 1, 1], "usage_b": [1, 2, 2, 3]})
+    assert _token_note(usages, pairs, keys, np.array([0, 2, 3, -1])).startswith(
+        "2 of 3 usable pairs have different stored tokens (2 written differently")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from contextuality.models.heads import OutputHead, output_head_or_reason
@@ -201,3 +202,28 @@ def test_llama_type_decoder_uses_its_rms_norm(tmp_path):
     normed = h / np.sqrt((h**2).mean(1, keepdims=True) + config.rms_norm_eps) * model.model.norm.weight.detach().numpy()
     expected = normed @ model.model.embed_tokens.weight.detach().numpy().astype(np.float64).T
     np.testing.assert_allclose(lens_logits(head, hidden[1], after_final_norm=False), expected, atol=1e-5)
+
+
+def test_b5_finds_the_row_of_the_token_that_follows():
+    """B5 (issue 36): positions followed by token v hold e_v plus noise, and their own token is unrelated; the
+    prediction centroid then ranks v's row first, B4's own-token centroid does not."""
+    from contextuality.core.settings import SenseSettings
+    from contextuality.senses.job import Rows
+    from contextuality.senses.output_layer import _prediction_alignment
+
+    rng = np.random.default_rng(3)
+    head = hand_head(rng.normal(size=(200, 16)))
+    following = np.repeat(np.arange(0, 200, 5), 8)  # 40 next tokens, 8 positions each
+    x = (head.unembedding[following] + rng.normal(size=(following.size, 16)) * 0.3).astype(np.float32)
+    occurrences = pd.DataFrame({"row": np.arange(following.size)})
+    settings = SenseSettings(enabled=True, max_lemmas=None, permutations=19, bootstrap=99, cluster_words=2,
+                             cluster_subsample=4, cluster_subsamples=1, cluster_components=1, cluster_null_draws=0,
+                             lens_rows=10, alignment_words=30, regression_min_occurrences=2)
+    rows = Rows("m", 3)
+    _prediction_alignment(rows, x, occurrences, np.where(np.arange(following.size) % 8 == 7, -1, following), head,
+                          settings, 0, after_final_norm=True)
+    table = rows.frame().set_index("measure")
+    assert table.loc["prediction_alignment_median_rank", "value"] == 0
+    assert table.loc["prediction_alignment_median_rank", "null"] > 10
+    assert table.loc["prediction_alignment_share_rank_lt_10", "value"] == 1 and table.loc[
+        "prediction_alignment_median_rank", "n"] == 30  # at most alignment_words tokens, each with >= 5 positions

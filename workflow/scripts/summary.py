@@ -10,7 +10,7 @@ from contextuality.report.losses import losses_frame
 from contextuality.report.summary import summary_table
 from contextuality.core.runtime import setup_job_logging
 from contextuality.report.inert import from_inert_json
-from contextuality.report.senses import sense_claims, sense_claims_section
+from contextuality.report.senses import sense_claims, sense_claims_section, sensitivity
 
 setup_job_logging(snakemake.log[0])
 models = snakemake.params.models
@@ -28,11 +28,13 @@ sense_tables = {model: pd.read_csv(path) for model, path in zip(models, snakemak
 anisotropy = {model: table.set_index("layer")["baseline_cosine_exact" if "baseline_cosine_exact" in table else "baseline_cosine"]
               for model, table in layer_tables.items()}
 senses = sense_claims(sense_tables, anisotropy, labels)
+# which verdicts move when one of our thresholds moves by half
+moved = sensitivity(sense_tables, anisotropy, labels) if sense_tables else None
 # a corpus other than STS: its record (one path), else no input
 corpus_path = snakemake.input.corpus if isinstance(snakemake.input.corpus, str) else next(iter(snakemake.input.corpus), None)
 corpus = json.loads(Path(corpus_path).read_text()) if corpus_path else None
 claims = claims_report(layer_tables, word_tables, labels, paper_models, snakemake.output.claims_md, sources=sources,
-                       losses=losses, table1=table1, extra_sections=sense_claims_section(senses), corpus=corpus)
+                       losses=losses, table1=table1, extra_sections=sense_claims_section(senses, moved), corpus=corpus)
 claims = pd.concat([claims, senses], ignore_index=True) if len(senses) else claims
 with atomic_path(snakemake.output.claims_csv) as tmp:
     claims.to_csv(tmp, index=False)

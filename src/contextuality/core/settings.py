@@ -253,6 +253,7 @@ class SenseSettings:
     enabled: bool
     max_lemmas: int | None
     permutations: int
+    bootstrap: int
     cluster_words: int
     cluster_subsample: int
     cluster_subsamples: int

@@ -7,6 +7,9 @@ the paper's own reading are checked on each model, each HOLDS, FAILS or N/A with
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import pandas as pd
 
 from contextuality.core.atomic import atomic_path
@@ -36,7 +39,8 @@ def sense_figures(tables: dict[str, pd.DataFrame], labels: dict[str, str], outpu
 
     from contextuality.report.figures import plain_text
 
-    drawers = {"sense_separation": _draw_separation, "logit_lens": _draw_lens, "polysemy": _draw_polysemy}
+    drawers = {"sense_separation": _draw_separation, "sense_baselines": _draw_baselines, "logit_lens": _draw_lens,
+               "polysemy": _draw_polysemy}
     for name in SENSE_FIGURES:
         fig, axes = plt.subplots(1, max(len(tables), 1), figsize=(5 * max(len(tables), 1), 3.8), squeeze=False)
         for ax, (model, table) in zip(axes[0], tables.items()):
@@ -64,6 +68,29 @@ def _draw_separation(ax, table: pd.DataFrame, scale) -> None:
     ax.axhline(0.5, color="grey", lw=1, label="chance (label-permutation null)")
     ax.set_ylabel("same- vs different-sense AUROC")
     ax.legend(fontsize=7)
+
+
+def _draw_baselines(ax, table: pd.DataFrame, scale) -> None:
+    """W3a at its real size (centred): the cosine AUROC, within strata of the length difference, the shape-only and
+    cosine + shape AUROCs held out by lemma, and the held-out balanced accuracy, each with its 95% interval."""
+    drawn = False
+    for measure, label, style, band in (("auroc_same_sense", "cosine AUROC", "-", True),
+                                        ("auroc_stratified", "cosine AUROC within |ΔL| strata", "-", False),
+                                        ("auroc_cosine_shape", "cosine + shape AUROC (held out)", "-", False),
+                                        ("auroc_shape", "shape alone, no model (held out)", "--", True),
+                                        ("heldout_balanced_accuracy", "balanced accuracy, threshold held out", ":", True)):
+        value = _series(table, measure, "centred")
+        if not value.notna().any():
+            continue
+        drawn = True
+        line = ax.plot(scale(value), value, style, marker="o" if style == "-" else None, ms=3, label=label)[0]
+        if band:  # the intervals of the three that answer the question: the cosine, the shape, the accuracy
+            low, high = _series(table, measure, "centred", "ci_low"), _series(table, measure, "centred", "ci_high")
+            ax.fill_between(scale(value), low, high, alpha=0.12, color=line.get_color())
+    ax.axhline(0.5, color="grey", lw=1, label="chance")
+    ax.set_ylabel("AUROC / balanced accuracy (centred)")
+    if drawn:
+        ax.legend(fontsize=7)
 
 
 def _draw_lens(ax, table: pd.DataFrame, scale) -> None:
@@ -106,108 +133,248 @@ def _draw_polysemy(ax, table: pd.DataFrame, scale) -> None:
 # --------------------------------------------------------------------------------------------------
 # Claims
 
+# The thresholds the verdicts use: ours, not the spec's or the paper's, so ``sensitivity`` moves each by half.
+THRESHOLDS = {
+    "W1 self-similarity drop": 0.1,  # W1 holds when centred self-similarity falls by more than this below layer 0
+    "W2 cone cosine": CONE_THRESHOLD,  # W2: the mean cosine between random words above this ...
+    "W2 share of layers": 0.5,  # ... in more than this share of the layers above the input
+    "W3a alpha": ALPHA,  # W3a: the paired bootstrap's p below this (and the intervals above their baselines)
+    "W3b alpha": ALPHA,  # W3b: Mann-Whitney p of poly - mono (and of the pseudo-words' positive control) below this
+    "W4 polysemy share": 0.25,  # W4 holds when log senses' interval is below 0 in at most this share of the layers
+    "W4 diversity share": 0.5,  # ... and context diversity's in more than this share
+}
+SENSITIVITY_FACTORS = (0.5, 1.5)
+
+
+def _rows(table: pd.DataFrame, measure: str, preprocessing: str = "centred") -> pd.DataFrame:
+    return table[(table["measure"] == measure) & (table["preprocessing"] == preprocessing)].set_index("layer").sort_index()
+
+
+def format_p(p: float, floor: float | None = None) -> str:
+    """A p value for people: "≤ floor" at a permutation or bootstrap floor (the smallest p it can give)."""
+    if not np.isfinite(p):
+        return "n/a"
+    if floor is not None and p <= floor * (1 + 1e-9):
+        return f"≤ {floor:.1g}"
+    return f"{p:.2g}"
+
+
+def _floor(note: str) -> float | None:
+    """The permutation floor a row's note states ("floor 0.001"), if any."""
+    found = re.search(r"floor ([0-9.eE-]+)", note or "")
+    return float(found.group(1)) if found else None
+
+
+def _ci(row) -> str:
+    return f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
+
 
 SENSE_CLAIMS = {
     "W1": "Context mixing: one word's occurrences get different vectors (centred self-similarity falls below the input layer's).",
     "W2": "A narrow cone: a layer's vectors share a direction (mean cosine between random words above 0.1 in most layers above the input).",
-    "W3a": "Sense clusters, labelled: same-sense usages are closer than different-sense ones beyond the layer-0 control (AUROC and within-minus-between cosine, centred).",
-    "W3b": "Sense clusters, unlabelled: polysemous words' occurrences are more clusterable than frequency-matched monosemous words' (cluster index, centred).",
-    "W3c": "The output row near the word's average: each word's centroid is closer to its own output row than to a frequency-matched word's.",
-    "W4": "The paper's reading: context variety, not polysemy, drives the variation (log sense count explains nothing once context diversity is in).",
+    "W3a": ("Sense separation with labels, at its real size: same-sense pairs of one word form are closer than "
+            "different-sense pairs beyond the layer-0 control (paired bootstrap) and beyond the sentences' shape "
+            "(within strata of the length difference; cosine + shape above shape alone, held out by lemma)."),
+    "W3b": ("Sense clusters without labels: polysemous words' occurrences are more clusterable than monosemous words' "
+            "matched on STS and general frequency; the positive control (pseudo-words of two one-sense words) says "
+            "whether the statistic can see two senses at all."),
+    "W3c": ("The output row near the contexts' average, beyond the residual stream: a decoder's centroid of the "
+            "contexts followed by a token (B5, its training target) ranks that token's row near the top at the last "
+            "layer, better than a frequency-matched token's row; the word's own centroid (B4) is shown beside it and "
+            "at layer 1, where the tied input row carried by the residual stream explains it (layer 0 excluded)."),
+    "W4": ("The paper's reading: context variety, not polysemy, drives the variation (log sense count explains "
+           "nothing once context diversity, STS count, general frequency, length and POS are in; the content-word "
+           "version with a tagger's POS and lemma beside it)."),
 }
 
 
-def sense_claims(tables: dict[str, pd.DataFrame], anisotropy: dict[str, pd.Series], labels: dict[str, str]) -> pd.DataFrame:
+def sense_claims(tables: dict[str, pd.DataFrame], anisotropy: dict[str, pd.Series], labels: dict[str, str],
+                 thresholds: dict[str, float] | None = None) -> pd.DataFrame:
     """One row per (model, claim): model, label, claim, statement, status, evidence."""
+    t = THRESHOLDS | (thresholds or {})
     rows = []
     for model, table in tables.items():
-        for claim, check in (("W1", _w1), ("W2", lambda t: _w2(anisotropy.get(model))), ("W3a", _w3a), ("W3b", _w3b),
-                             ("W3c", _w3c), ("W4", _w4)):
-            status, evidence = check(table)
+        for claim, check in _checks(anisotropy.get(model)):
+            status, evidence = check(table, t)
             rows.append({"model": model, "label": labels.get(model, model), "claim": claim,
                          "statement": SENSE_CLAIMS[claim], "status": status, "evidence": evidence})
     return pd.DataFrame(rows, columns=["model", "label", "claim", "statement", "status", "evidence"])
 
 
-def _w1(table):
+def _checks(anisotropy):
+    return (("W1", _w1), ("W2", lambda table, t: _w2(anisotropy, t)), ("W3a", _w3a), ("W3b", _w3b), ("W3c", _w3c),
+            ("W4", _w4))
+
+
+def sensitivity(tables: dict[str, pd.DataFrame], anisotropy: dict[str, pd.Series], labels: dict[str, str]) -> pd.DataFrame:
+    """Each threshold of ``THRESHOLDS`` moved by half (×0.5 and ×1.5), one at a time: the verdicts of the claims it
+    enters, per model. Columns: model, label, claim, threshold, value, verdict at each factor and at ×1, changes."""
+    base = sense_claims(tables, anisotropy, labels).set_index(["model", "claim"])["status"]
+    rows = []
+    for name, value in THRESHOLDS.items():
+        claim = name.split()[0]
+        moved = {f: sense_claims(tables, anisotropy, labels, {name: value * f}).set_index(["model", "claim"])["status"]
+                 for f in SENSITIVITY_FACTORS}
+        for model in tables:
+            verdicts = [moved[SENSITIVITY_FACTORS[0]][(model, claim)], base[(model, claim)],
+                        moved[SENSITIVITY_FACTORS[1]][(model, claim)]]
+            rows.append({"model": model, "label": labels.get(model, model), "claim": claim, "threshold": name,
+                         "value": value, "at_half": verdicts[0], "as_set": verdicts[1], "at_one_and_a_half": verdicts[2],
+                         "changes": len(set(verdicts)) > 1})
+    return pd.DataFrame(rows).sort_values(["model", "claim", "threshold"], kind="stable").reset_index(drop=True)
+
+
+def _w1(table, t):
     selfsim = _series(table, "mean_self_similarity", "centred")
     if len(selfsim) < 2 or not selfsim.notna().any():
         return NA, "no self-similarity rows"
     low_layer = int(selfsim.iloc[1:].idxmin())
     drop = selfsim.iloc[0] - selfsim.loc[low_layer]
-    return (HOLDS if drop > 0.1 else FAILS,
-            f"layer 0: {selfsim.iloc[0]:.3f}; lowest, layer {low_layer}: {selfsim.loc[low_layer]:.3f} (drop {drop:.3f}; holds above 0.1)")
+    limit = t["W1 self-similarity drop"]
+    return (HOLDS if drop > limit else FAILS,
+            f"layer 0: {selfsim.iloc[0]:.3f}; lowest, layer {low_layer}: {selfsim.loc[low_layer]:.3f} (drop {drop:.3f}; holds above {limit:g})")
 
 
-def _w2(anisotropy: pd.Series | None):
+def _w2(anisotropy: pd.Series | None, t):
     if anisotropy is None or len(anisotropy) < 2:
         return NA, "no anisotropy in the layers table"
     upper = anisotropy.iloc[1:]
-    share = float((upper > CONE_THRESHOLD).mean())
-    return (HOLDS if share > 0.5 else FAILS,
+    cone, share_needed = t["W2 cone cosine"], t["W2 share of layers"]
+    share = float((upper > cone).mean())
+    return (HOLDS if share > share_needed else FAILS,
             f"mean cosine between random words {upper.min():.2f}-{upper.max():.2f} in layers 1-{len(anisotropy) - 1}; "
-            f"above {CONE_THRESHOLD} in {share:.0%} of them")
+            f"above {cone:g} in {share:.0%} of them (holds above {share_needed:.0%})")
 
 
-def _w3a(table):
-    auroc = table[(table["measure"] == "auroc_same_sense") & (table["preprocessing"] == "centred")].set_index("layer")
-    delta = table[(table["measure"] == "delta_within_between") & (table["preprocessing"] == "centred")].set_index("layer")
+def _w3a(table, t):
+    auroc = _rows(table, "auroc_same_sense")
     if auroc.empty or not auroc["value"].notna().any():
         return NA, "no labelled usages measured"
-    control = auroc["value"].iloc[0]
+    alpha = t["W3a alpha"]
+    gain, strata = _rows(table, "auroc_minus_layer0"), _rows(table, "auroc_stratified")
+    shape, both = _rows(table, "auroc_shape"), _rows(table, "auroc_cosine_shape")
     upper = auroc.iloc[1:]
-    best = int(upper["value"].idxmax()) if upper["value"].notna().any() else 0
-    beyond = upper[(upper["ci_low"] > max(0.5, control)) & (delta.loc[upper.index, "p"] < ALPHA)]
-    evidence = (f"AUROC layer 0 (control) {control:.3f}; best layer {best}: {auroc.loc[best, 'value']:.3f} "
-                f"[{auroc.loc[best, 'ci_low']:.3f}, {auroc.loc[best, 'ci_high']:.3f}], within-minus-between cosine "
-                f"{delta.loc[best, 'value']:.3f} (permutation p {delta.loc[best, 'p']:.3g}); "
-                f"{len(beyond)} of {len(upper)} layers above the control with p < {ALPHA}; n = {int(auroc.loc[best, 'n'])} pairs")
-    return (HOLDS if len(beyond) else FAILS), evidence
+    if gain.empty or strata.empty or both.empty:  # a table of an older run: the control alone
+        beyond = upper[upper["ci_low"] > max(0.5, auroc["value"].iloc[0])]
+        best = int(upper["value"].idxmax()) if upper["value"].notna().any() else 0
+        return (HOLDS if len(beyond) else FAILS), (f"AUROC layer 0 (control) {auroc['value'].iloc[0]:.3f}; best layer {best}: "
+                                                    f"{auroc.loc[best, 'value']:.3f} {_ci(auroc.loc[best])} (no shape baselines in this table)")
+    ok = (gain["p"] < alpha) & (gain["ci_low"] > 0) & (strata.loc[gain.index, "ci_low"] > 0.5) \
+        & (both.loc[gain.index, "ci_low"] > shape.loc[gain.index, "value"])
+    passing = list(ok[ok].index)
+    best = int(upper["value"].idxmax())
+    row = lambda name: _rows(table, name).loc[best]  # noqa: E731
+    same_token, knn, acc = row("auroc_same_token"), row("knn_accuracy"), row("heldout_balanced_accuracy")
+    control = auroc["value"].iloc[0]
+    control_token = _rows(table, "auroc_same_token")["value"].iloc[0]
+    chance, ceiling = row("knn_chance")["value"], row("knn_ceiling")["value"]
+    delta = _rows(table, "delta_within_between").loc[best]
+    evidence = (
+        f"best layer {best}: AUROC {auroc.loc[best, 'value']:.3f} {_ci(auroc.loc[best])} against layer 0's {control:.3f} "
+        f"({control_token:.3f} over pairs of the same stored token; {_rows(table, 'auroc_same_token')['note'].iloc[0].split(': ', 1)[-1]}); "
+        f"gain over layer 0 {gain.loc[best, 'value']:+.3f} {_ci(gain.loc[best])}, paired bootstrap p "
+        f"{format_p(gain.loc[best, 'p'], _floor(gain.loc[best, 'note']))}; within strata of the length difference "
+        f"{strata.loc[best, 'value']:.3f} {_ci(strata.loc[best])}; shape alone {shape.loc[best, 'value']:.3f} "
+        f"{_ci(shape.loc[best])}, cosine + shape {both.loc[best, 'value']:.3f} {_ci(both.loc[best])}; held-out "
+        f"balanced accuracy {acc['value']:.3f} {_ci(acc)}; per-lemma AUROC {row('auroc_macro')['value']:.3f}; coarse "
+        f"{row('auroc_same_sense_coarse')['value']:.3f} {_ci(row('auroc_same_sense_coarse'))}; within- minus between-sense "
+        f"cosine {delta['value']:.3f}, permutation p {format_p(delta['p'], _floor(delta['note']))}; 1-NN {knn['value']:.3f} "
+        f"{_ci(knn)} (chance {chance:.3f}, majority {knn['null']:.3f}, ceiling {ceiling:.3f}); {len(passing)} of "
+        f"{len(upper)} layers beyond the control and the shape (p < {alpha:g}); n = {int(auroc.loc[best, 'n'])} pairs")
+    return (HOLDS if passing else FAILS), evidence
 
 
-def _w3b(table):
-    delta = table[(table["measure"] == "delta_cluster_index") & (table["preprocessing"] == "centred")].set_index("layer")
+def _w3b(table, t):
+    delta = _rows(table, "delta_cluster_index")
     if delta.empty or not delta["value"].notna().any():
         note = delta["note"].dropna().iloc[0] if not delta.empty and delta["note"].notna().any() else "no matched words"
         return NA, note
-    significant = delta[(delta["value"] < 0) & (delta["p"] < ALPHA)]
+    alpha = t["W3b alpha"]
+    significant = delta[(delta["value"] < 0) & (delta["p"] < alpha)]
     best = int(delta["value"].idxmin())
-    return (HOLDS if len(significant) else FAILS,
-            f"poly - mono cluster index, most negative at layer {best}: {delta.loc[best, 'value']:.4f} "
-            f"[{delta.loc[best, 'ci_low']:.4f}, {delta.loc[best, 'ci_high']:.4f}], Mann-Whitney p {delta.loc[best, 'p']:.3g}; "
-            f"{len(significant)} of {len(delta)} layers with poly more clusterable at p < {ALPHA}; n = {int(delta.loc[best, 'n'])} words")
+    pseudo = _rows(table, "delta_cluster_index_pseudo")
+    evidence = (f"poly - mono cluster index, most negative at layer {best}: {delta.loc[best, 'value']:.4f} "
+                f"{_ci(delta.loc[best])}, Mann-Whitney p {delta.loc[best, 'p']:.2g}; {len(significant)} of {len(delta)} "
+                f"layers with poly more clusterable at p < {alpha:g}; n = {int(delta.loc[best, 'n'])} words")
+    if pseudo.empty or not pseudo["value"].notna().any():
+        return (HOLDS if len(significant) else FAILS), evidence + "; no positive control in this table"
+    seen = pseudo[(pseudo["value"] < 0) & (pseudo["p"] < alpha)]
+    shares = {name: _rows(table, f"share_gaussian_null_rejected{suffix}")["value"]
+              for name, suffix in (("poly", ""), ("mono", "_mono"))}
+    evidence += (f"; positive control: pseudo-words - mono {pseudo['value'].min():.3f} to {pseudo['value'].max():.3f}, "
+                 f"detected (p < {alpha:g}) in {len(seen)} of {len(pseudo)} layers (largest p {pseudo['p'].max():.2g}); "
+                 "Gaussian-null rejections " + ", ".join(f"{name} {v.min():.0%}-{v.max():.0%}" for name, v in shares.items()
+                                                          if len(v)))
+    if not len(seen):
+        return NA, evidence + ": the statistic does not see the pseudo-words' two clusters, so it cannot test senses"
+    return (HOLDS if len(significant) else FAILS), evidence
 
 
-def _w3c(table):
-    rank = table[(table["measure"] == "alignment_median_rank")].set_index("layer")
+def _w3c(table, t):
+    rank = _rows(table, "alignment_median_rank")
+    pred = _rows(table, "prediction_alignment_median_rank")
     if rank.empty or not rank["value"].notna().any():
         notes = table[table["family"] == "output_layer"]["note"].dropna()
         return NA, notes.iloc[0] if len(notes) else "no output layer"
     last = int(rank.index.max())
-    better = rank[rank["value"] < rank["null"]]
-    return (HOLDS if last in better.index else FAILS,
-            f"last layer {last}: median rank of the own row {rank.loc[last, 'value']:.0f} against {rank.loc[last, 'null']:.0f} "
-            f"for a frequency-matched word's row; own row ranked better in {len(better)} of {len(rank)} layers; n = "
-            f"{int(rank.loc[last, 'n'])} words")
-
-
-def _w4(table):
-    beta = table[(table["measure"] == "beta_log_synsets") & (table["preprocessing"] == "centred")].set_index("layer")
-    diversity = table[(table["measure"] == "beta_context_diversity") & (table["preprocessing"] == "centred")].set_index("layer")
-    if beta.empty or not beta["value"].notna().any():
-        return NA, "regression not measurable (too few words)"
-    upper = beta.iloc[1:] if len(beta) > 1 else beta
-    polysemy_matters = upper[(upper["ci_high"] < 0)]
-    diversity_matters = diversity.loc[upper.index][diversity.loc[upper.index, "ci_high"] < 0]
-    evidence = (f"beta(log senses | diversity) below 0 with its 95% interval in {len(polysemy_matters)} of {len(upper)} "
-                f"layers above the input (range {upper['value'].min():.3f} to {upper['value'].max():.3f}); "
-                f"beta(context diversity) below 0 in {len(diversity_matters)}; n = {int(upper['n'].max())} words")
-    holds = len(polysemy_matters) <= len(upper) // 4 and len(diversity_matters) > len(upper) // 2
+    upper = rank.loc[1:]
+    better = upper[upper["value"] < upper["null"]]
+    b4 = (f"B4, the word's own centroid: median rank {rank.loc[last, 'value']:.0f} of its own row at the last layer "
+          f"(null {rank.loc[last, 'null']:.0f}), {rank.loc[1, 'value']:.0f} already at layer 1 (null "
+          f"{rank.loc[1, 'null']:.0f}), better than the null in {len(better)} of {len(upper)} layers 1-{last}")
+    if pred.empty or not pred["value"].notna().any():
+        return NA, f"{b4}; B5 (the contexts followed by a token) applies to a decoder only"
+    share = _rows(table, "prediction_alignment_share_rank_lt_10")
+    pred_better = pred.loc[1:][pred.loc[1:, "value"] < pred.loc[1:, "null"]]
+    evidence = (f"B5, the centroid of the contexts followed by a token: median rank {pred.loc[last, 'value']:.0f} of "
+                f"that token's row at the last layer (a frequency-matched token's row: {pred.loc[last, 'null']:.0f}), "
+                f"{share.loc[last, 'value']:.0%} in the top 10 (null {share.loc[last, 'null']:.0%}); at layer 1 "
+                f"{pred.loc[1, 'value']:.0f}; better than the null in {len(pred_better)} of {len(pred.loc[1:])} layers; "
+                f"{b4}; n = {int(pred.loc[last, 'n'])} tokens")
+    holds = pred.loc[last, "value"] < pred.loc[last, "null"] and pred.loc[last, "value"] < rank.loc[last, "value"]
     return (HOLDS if holds else FAILS), evidence
 
 
-def sense_claims_section(claims: pd.DataFrame) -> list[str]:
-    """Markdown lines for claims.md: the question, and each claim per model."""
+def _w4(table, t):
+    specified = _rows(table, "beta_log_synsets_frequency")
+    if specified.empty or not specified["value"].notna().any():
+        return _w4_without_frequency(table, t)
+    diversity = _rows(table, "beta_context_diversity_frequency")
+    upper = specified.loc[1:] if len(specified) > 1 else specified
+    below, above = upper[upper["ci_high"] < 0], upper[upper["ci_low"] > 0]
+    diversity_matters = diversity.loc[upper.index][diversity.loc[upper.index, "ci_high"] < 0]
+    content = _rows(table, "beta_log_synsets_content").loc[upper.index]
+    content_below = content[content["ci_high"] < 0]
+    evidence = (f"beta(log senses | diversity, log n, Zipf, length, POS) below 0 with its 95% interval in {len(below)} "
+                f"of {len(upper)} layers above the input (range {upper['value'].min():+.2f} to {upper['value'].max():+.2f}; "
+                f"n = {int(upper['n'].max())} word forms)")
+    if len(above):
+        evidence += "; ABOVE 0 in layer(s) " + ", ".join(f"{int(k)} ({v:+.2f} {_ci(upper.loc[k])})"
+                                                        for k, v in above["value"].items())
+    evidence += f"; beta(context diversity) below 0 in {len(diversity_matters)}"
+    if content["value"].notna().any():
+        evidence += (f"; content words with a tagger's POS: below 0 in {len(content_below)} of {len(content)} layers "
+                     f"(range {content['value'].min():+.2f} to {content['value'].max():+.2f}, n = {int(content['n'].max())})")
+    holds = (len(below) <= len(upper) * t["W4 polysemy share"] and len(above) <= len(upper) * t["W4 polysemy share"]
+             and len(diversity_matters) > len(upper) * t["W4 diversity share"])
+    return (HOLDS if holds else FAILS), evidence
+
+
+def _w4_without_frequency(table, t):
+    """W4 on a table without the frequency covariates (an older run): log n and diversity only."""
+    beta, diversity = _rows(table, "beta_log_synsets"), _rows(table, "beta_context_diversity")
+    if beta.empty or not beta["value"].notna().any():
+        return NA, "regression not measurable (too few words)"
+    upper = beta.iloc[1:] if len(beta) > 1 else beta
+    below = upper[upper["ci_high"] < 0]
+    diversity_matters = diversity.loc[upper.index][diversity.loc[upper.index, "ci_high"] < 0]
+    holds = len(below) <= len(upper) * t["W4 polysemy share"] and len(diversity_matters) > len(upper) * t["W4 diversity share"]
+    return (HOLDS if holds else FAILS), (f"beta(log senses | diversity) below 0 in {len(below)} of {len(upper)} layers "
+                                         "(no general-frequency covariates in this table)")
+
+
+def sense_claims_section(claims: pd.DataFrame, sensitivity_table: pd.DataFrame | None = None) -> list[str]:
+    """Markdown lines for claims.md: the question, each claim per model, and the thresholds' sensitivity."""
     from contextuality.report.tables import md_text, pipe_table
 
     if claims.empty:
@@ -219,4 +386,13 @@ def sense_claims_section(claims: pd.DataFrame) -> list[str]:
     rows = [[md_text(r["label"]), r["claim"], md_text(r["statement"]), f"**{r['status']}**", md_text(r["evidence"])]
             for _, r in claims.iterrows()]
     md += pipe_table(["model", "claim", "statement", "verdict", "evidence"], rows, "l-l-l").splitlines()
+    if sensitivity_table is not None and len(sensitivity_table):
+        md += ["", "### How much the verdicts depend on our thresholds", "",
+               "The thresholds are ours. Each is moved by half (×0.5 and ×1.5), one at a time; **changes** marks a "
+               "verdict that moves.", ""]
+        rows = [[md_text(r["label"]), r["claim"], md_text(r["threshold"]), f"{r['value']:g}", r["at_half"], r["as_set"],
+                 r["at_one_and_a_half"], "**changes**" if r["changes"] else "stable"]
+                for _, r in sensitivity_table.iterrows()]
+        md += pipe_table(["model", "claim", "threshold", "value", "×0.5", "as set", "×1.5", ""], rows,
+                         "lllrlll-").splitlines()
     return md + [""]

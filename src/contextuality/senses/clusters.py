@@ -4,8 +4,13 @@
 * ``word_cluster_index``: the mean CI over R fixed, seeded subsamples of m occurrences, each centred and
   projected on its top q principal components (a fixed m: every clusterability statistic drifts with n).
 * C2 ``gaussian_null_p``: p of the CI against Gaussians with the subsample's covariance (conservative).
-* C3 ``matched_mono_poly`` and ``cluster_contrast``: frequency-matched monosemous and polysemous words, and
-  the difference of their mean CIs.
+* C3 ``matched_mono_poly`` and ``cluster_contrast``: frequency-matched monosemous and polysemous words (matched on
+  the STS count and, given a ``zipf`` column, on general English frequency too), and the difference of their mean CIs.
+* The positive control (issue 36): ``pseudo_word_pairs`` joins monosemous words two by two, at random, into
+  pseudo-words with two senses by construction, and ``pseudo_word_cluster_index`` gives a pseudo-word the same
+  statistic (R subsamples of m rows, half from each word). If the statistic can see two senses as clusters at
+  all, pseudo-words are more clusterable than their monosemous parts: "poly no more clusterable than mono" then
+  means "senses not detected as clusters", not "the test cannot see clusters".
 
 Speed: scikit-learn's ``KMeans`` costs ~4 ms per fit on 20 × 5 points (BLAS at 1 thread; ~37 ms with the
 default thread pool on this machine), so ~1,000 fits per (layer, preprocessing) would take 4 s. The words'
@@ -69,17 +74,26 @@ def batched_cluster_index(ys: np.ndarray, seed: int = 0, *, n_init: int = 10, ma
         return np.where(w1 > 0, w2 / w1, np.nan)
 
 
-def _subsample_scores(x: np.ndarray, m: int, subsamples: int, components: int, seed: int) -> np.ndarray:
-    """(R, m, q): R seeded subsamples of m rows, each centred and written on its top q principal axes."""
+def _check_rows(x: np.ndarray, m: int, components: int) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < m:
         raise ValueError(f"clusters: a word has {x.shape[0] if x.ndim == 2 else x.shape} rows, fewer than "
                          f"m = {m}; keep words with at least m usable occurrences")
     if components > min(m, x.shape[1]):
         raise ValueError(f"clusters: components = {components} exceeds min(m, d) = {min(m, x.shape[1])}; lower it")
+    return x
+
+
+def _subsample_scores(x: np.ndarray, m: int, subsamples: int, components: int, seed: int) -> np.ndarray:
+    """(R, m, q): R seeded subsamples of m rows, each centred and written on its top q principal axes."""
+    x = _check_rows(x, m, components)
     rng = np.random.default_rng(seed)
     idx = np.stack([rng.choice(x.shape[0], size=m, replace=False) for _ in range(subsamples)])
-    y = x[idx]
+    return _principal_scores(x[idx], components)
+
+
+def _principal_scores(y: np.ndarray, components: int) -> np.ndarray:
+    """(R, m, q): each of R point sets (R, m, d) centred and written on its top q principal axes."""
     y = y - y.mean(axis=1, keepdims=True)
     # Scores from the m × m Gram matrix: U·s = eigenvectors · √eigenvalues. A batched SVD of (R, m, d) is
     # far slower here (230 ms against 1 ms with a multi-threaded BLAS).
@@ -95,6 +109,45 @@ def word_cluster_index(x: np.ndarray, *, m: int = 20, subsamples: int = 5, compo
     return float(np.nanmean(batched_cluster_index(scores, seed, n_init=n_init)))
 
 
+def pseudo_word_scores(xa: np.ndarray, xb: np.ndarray, *, m: int, subsamples: int, components: int,
+                       seed: int) -> np.ndarray:
+    """(R, m, q): R seeded subsamples of a pseudo-word, ⌈m/2⌉ rows of word a and ⌊m/2⌋ of word b, each centred
+    and written on its top q principal axes."""
+    half = (m + 1) // 2
+    xa, xb = _check_rows(xa, half, min(components, half)), _check_rows(xb, m - half, min(components, m - half))
+    if components > min(m, xa.shape[1]):
+        raise ValueError(f"clusters: components = {components} exceeds min(m, d) = {min(m, xa.shape[1])}; lower it")
+    rng = np.random.default_rng(seed)
+    y = np.stack([np.concatenate([xa[rng.choice(xa.shape[0], size=half, replace=False)],
+                                  xb[rng.choice(xb.shape[0], size=m - half, replace=False)]])
+                  for _ in range(subsamples)])
+    return _principal_scores(y, components)
+
+
+def pseudo_word_cluster_index(xa: np.ndarray, xb: np.ndarray, *, m: int = 20, subsamples: int = 5,
+                              components: int = 5, seed: int, n_init: int = 10) -> float:
+    """The positive control's CI: the mean CI over R subsamples of m rows, half from each of two words."""
+    scores = pseudo_word_scores(xa, xb, m=m, subsamples=subsamples, components=components, seed=seed)
+    return float(np.nanmean(batched_cluster_index(scores, seed, n_init=n_init)))
+
+
+def pseudo_word_pairs(words, *, seed: int) -> list[tuple[str, str]]:
+    """Monosemous words joined two by two into pseudo-words: a seeded shuffle, then consecutive pairs (an odd
+    word out is left out), so that the two parts of a pseudo-word are unrelated."""
+    words = sorted(words)
+    order = np.random.default_rng(seed).permutation(len(words))
+    shuffled = [words[i] for i in order]
+    return [(shuffled[i], shuffled[i + 1]) for i in range(0, len(shuffled) - 1, 2)]
+
+
+def _gaussian_null(y: np.ndarray, ci: float, *, m: int, components: int, draws: int, seed: int,
+                   n_init: int) -> float:
+    sd = np.sqrt((y**2).sum(axis=0) / (m - 1))
+    null = np.random.default_rng([seed, 1]).standard_normal((draws, m, components)) * sd
+    null_ci = batched_cluster_index(null, seed + 1, n_init=n_init)
+    return (1 + int(np.sum(null_ci <= ci))) / (draws + 1)
+
+
 def gaussian_null_p(x: np.ndarray, *, m: int = 20, components: int = 5, draws: int = 50, seed: int,
                     n_init: int = 10) -> float:
     """C2: p = (1 + #{CI* ≤ CI})/(B + 1), CI* of B Gaussian samples of m points with the subsample's covariance.
@@ -104,26 +157,35 @@ def gaussian_null_p(x: np.ndarray, *, m: int = 20, components: int = 5, draws: i
     """
     y = _subsample_scores(x, m, 1, components, seed)[0]
     ci = batched_cluster_index(y[None], seed, n_init=n_init)[0]
-    sd = np.sqrt((y**2).sum(axis=0) / (m - 1))
-    null = np.random.default_rng([seed, 1]).standard_normal((draws, m, components)) * sd
-    null_ci = batched_cluster_index(null, seed + 1, n_init=n_init)
-    return (1 + int(np.sum(null_ci <= ci))) / (draws + 1)
+    return _gaussian_null(y, ci, m=m, components=components, draws=draws, seed=seed, n_init=n_init)
 
 
-def matched_mono_poly(table: pd.DataFrame, *, per_group: int, seed: int, bins: int = 8) -> pd.DataFrame:
-    """Frequency-matched monosemous and polysemous words: equal counts per bin of log n, at most per_group each.
+def matched_mono_poly(table: pd.DataFrame, *, per_group: int, seed: int, bins: int = 8,
+                      by: tuple[str, ...] = ("n",)) -> pd.DataFrame:
+    """Frequency-matched monosemous and polysemous words: equal counts per cell, at most per_group each.
 
-    Returns the chosen rows of ``table`` with a ``bin`` column. Bins are quantiles of log n over both groups.
+    A cell is one bin of each covariate of ``by`` (``n``: log n, the STS count; any other column, e.g. ``zipf``:
+    its value); each covariate gets ``bins`` quantile bins over both groups (with two covariates, pass fewer:
+    4 gives 4 × 4 cells). Returns the chosen rows of ``table`` with a ``bin`` column (the cell).
     """
-    missing = [c for c in ("word", "n", "polysemy", "n_synsets") if c not in table.columns]
+    needed = ["word", "n", "polysemy", "n_synsets", *[c for c in by if c != "n"]]
+    missing = [c for c in needed if c not in table.columns]
     if missing:
-        raise ValueError(f"matched_mono_poly: table lacks {missing}; it needs word, n, polysemy, n_synsets")
+        raise ValueError(f"matched_mono_poly: table lacks {missing}; it needs {needed}")
     bad = set(table["polysemy"]) - {"mono", "poly"}
     if bad:
         raise ValueError(f"matched_mono_poly: polysemy has values {sorted(bad)}; allowed: 'mono', 'poly'")
     t = table.reset_index(drop=True)
-    edges = np.unique(np.quantile(np.log(t["n"].to_numpy(np.float64)), np.linspace(0, 1, bins + 1)))
-    t = t.assign(bin=np.clip(np.searchsorted(edges, np.log(t["n"]), side="right") - 1, 0, max(len(edges) - 2, 0)))
+    cell = np.zeros(len(t), dtype=np.int64)
+    for covariate in by:
+        values = np.log(t["n"].to_numpy(np.float64)) if covariate == "n" else t[covariate].to_numpy(np.float64)
+        if not np.isfinite(values).all():
+            raise ValueError(f"matched_mono_poly: column {covariate!r} has missing or infinite values; fill or drop "
+                             "those words")
+        edges = np.unique(np.quantile(values, np.linspace(0, 1, bins + 1)))
+        index = np.clip(np.searchsorted(edges, values, side="right") - 1, 0, max(len(edges) - 2, 0))
+        cell = cell * bins + index
+    t = t.assign(bin=cell)
     counts = t.groupby(["bin", "polysemy"]).size().unstack(fill_value=0).reindex(columns=["mono", "poly"],
                                                                                  fill_value=0)
     take = counts.min(axis=1).to_numpy(np.float64)

@@ -8,4 +8,4 @@ ROW_COLUMNS = ["model", "layer", "family", "measure", "preprocessing", "value", 
                "note"]
 
 # The figures across models (rule senses_figures; report.senses draws them)
-SENSE_FIGURES = ("sense_separation", "logit_lens", "polysemy")
+SENSE_FIGURES = ("sense_separation", "sense_baselines", "logit_lens", "polysemy")

@@ -17,6 +17,7 @@ import json
 import logging
 import zlib
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +25,9 @@ import pandas as pd
 
 from contextuality.core.settings import SenseSettings
 from contextuality.extraction.faithful import is_decoder
-from contextuality.senses import clusters, polysemy, separation
+from contextuality.senses import clusters, polysemy, separation, tagger
 from contextuality.senses.combine import ROW_COLUMNS
+from contextuality.senses.frequency import zipf_of
 from contextuality.senses.output_layer import output_layer_rows, token_ids_of
 from contextuality.senses.vectors import layer_moments, preprocess, unit_rows
 from contextuality.store.files import StoreError
@@ -35,10 +37,16 @@ log = logging.getLogger(__name__)
 
 PREPROCESSINGS = ("centred", "standardised")
 # The per-word table's columns, whatever a model lacks (no output layer: no alignment ranks)
-WORD_COLUMNS = ["model", "layer", "form", "n_used", "n_synsets", "pos", "polysemy", "context_diversity",
-                "self_similarity_centred", "self_similarity_standardised",
+WORD_COLUMNS = ["model", "layer", "form", "n_used", "n_synsets", "pos", "polysemy", "context_diversity", "zipf",
+                "length", "self_similarity_centred", "self_similarity_standardised",
                 "cluster_index_centred", "cluster_index_standardised", "alignment_rank", "alignment_null_rank"]
 BLOCK_ROWS = 20_000  # rows preprocessed at once (float64 copies)
+# W4 as the spec asks (issue 36): general frequency and the word's length beside log n and context diversity
+FREQUENCY_COVARIATES = ("zipf", "length")
+# separation rows measured on centred vectors only (SeparationDesign.measure's controls)
+CENTRED_ONLY = frozenset({"auroc_same_token", "auroc_stratified", "auroc_macro", "auroc_shape", "auroc_cosine_shape",
+                          "heldout_balanced_accuracy"})
+CONTENT_MIN_PURITY = 0.9  # the content-word regression: a form's tagged POS is this share of its occurrences or more
 
 
 @dataclass(frozen=True)
@@ -53,11 +61,14 @@ class SensePaths:
     spacy_words: Path
     inventory: Path
     diversity: Path
+    tagged_forms: Path
     usages: Path
     pairs: Path
     senses_layers: list[Path]  # the usages' layer files, the same layers
     senses_manifest: Path
     senses_units: Path
+    senses_tokens: Path
+    senses_spacy_words: Path
     model: Path
     record: Path
 
@@ -71,6 +82,7 @@ class SenseContext:
     occurrences: pd.DataFrame
     note: str
     words: pd.DataFrame
+    tagged: pd.DataFrame
     head: object
     head_reason: str
     tokens: tuple  # (own, following, unigram counts) of the occurrences
@@ -78,6 +90,8 @@ class SenseContext:
     usage_rows: np.ndarray
     usage_note: str
     design: object
+    token_note: str = ""
+    control: dict = None  # layer 0's pair cosines per preprocessing (the paired bootstrap's control)
 
 
 class Rows:
@@ -89,7 +103,7 @@ class Rows:
     def add(self, family: str, measure: str, preprocessing: str, value, *, null=np.nan, ci=(np.nan, np.nan),
             p=np.nan, n=0, note: str = "") -> None:
         self.rows.append([self.model, self.layer, family, measure, preprocessing, _float(value), _float(null),
-                          _float(ci[0]), _float(ci[1]), _float(p), int(n), note])
+                          _float(ci[0]), _float(ci[1]), _float(p), int(n) if np.isfinite(n) else 0, note])
 
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.rows, columns=ROW_COLUMNS)
@@ -195,6 +209,11 @@ def prepare(paths: SensePaths, settings: SenseSettings, *, seed: int, head_loade
     note = (f"{dropped['sentence_initial']} sentence-initial occurrences left out (decoder)" if decoder
             else "encoder: sentence-initial occurrences kept")
     words = _word_table(occurrences, pd.read_parquet(paths.inventory), pd.read_parquet(paths.diversity))
+    tagged = pd.read_parquet(paths.tagged_forms)
+    missing = sorted(set(tagger.FORM_COLUMNS) - set(tagged.columns))
+    if missing:
+        raise StoreError(f"{paths.tagged_forms}: lacks columns {missing}; rerun snakemake so that rule sense_tags "
+                         "writes it again")
     head, reason = head_loader() if head_loader is not None else (None, "no output head was loaded")
     tokens = token_ids_of(pd.read_parquet(paths.tokens), occurrences) if head is not None else None  # B1, B2
     usages, units = pd.read_parquet(paths.usages), pd.read_parquet(paths.senses_units)
@@ -204,9 +223,48 @@ def prepare(paths: SensePaths, settings: SenseSettings, *, seed: int, head_loade
         usage_rows = np.where(initial, -1, usage_rows)
     usage_note = (f"{int(initial.sum())} sentence-initial usages left out (decoder)" if decoder
                   else "encoder: sentence-initial usages kept") + f"; {unstored} usages not stored as one unit"
-    design = separation.SeparationDesign(usages, pd.read_parquet(paths.pairs), permutations=settings.permutations,
-                                         seed=seed)
-    return SenseContext(decoder, occurrences, note, words, head, reason, tokens, usages, usage_rows, usage_note, design)
+    pairs = pd.read_parquet(paths.pairs)
+    token_keys = usage_token_keys(usage_row_numbers(usages, units), units, pd.read_parquet(paths.senses_tokens))
+    design = separation.SeparationDesign(usages, pairs, permutations=settings.permutations,
+                                         bootstrap=settings.bootstrap, seed=seed,
+                                         lengths=sentence_lengths(usages, pd.read_parquet(paths.senses_spacy_words)),
+                                         token_keys=token_keys)
+    return SenseContext(decoder, occurrences, note, words, tagged, head, reason, tokens, usages, usage_rows, usage_note,
+                        design,
+                        token_note=_token_note(usages, pairs, token_keys, usage_rows), control={})
+
+
+def sentence_lengths(usages: pd.DataFrame, spacy_words: pd.DataFrame) -> np.ndarray:
+    """Each usage's sentence length in spaCy words (punctuation included), for the shape baselines."""
+    lengths = spacy_words.groupby("sentence_id").size()
+    found = lengths.reindex(usages["sentence_id"].to_numpy())
+    if found.isna().any():
+        raise StoreError(f"{int(found.isna().sum())} usages name a sentence the usages' spaCy words lack; rerun "
+                         "snakemake so that rule sense_usages writes both together")
+    return found.to_numpy(np.int64)
+
+
+def usage_token_keys(usage_rows: np.ndarray, units: pd.DataFrame, tokens: pd.DataFrame) -> np.ndarray:
+    """An integer per usage naming the token sequence of its stored unit (-1: no stored unit): two usages with
+    the same key are the same input to the model's embedding layer."""
+    ids = tokens.set_index("sentence_id")["input_ids"]
+    unit = units.set_index("row").loc[usage_rows[usage_rows >= 0], ["sentence_id", "token_first", "token_last"]]
+    pieces = [tuple(np.asarray(ids.loc[sentence])[first:last + 1].tolist())
+              for sentence, first, last in unit.itertuples(index=False)]
+    keys = np.full(len(usage_rows), -1, dtype=np.int64)
+    keys[usage_rows >= 0] = pd.factorize(pd.Series(pieces, dtype=object))[0]
+    return keys
+
+
+def _token_note(usages: pd.DataFrame, pairs: pd.DataFrame, keys: np.ndarray, usage_rows: np.ndarray) -> str:
+    """How many usable same-form pairs have different stored tokens, and how many of those differ by case only."""
+    a, b = pairs["usage_a"].to_numpy(), pairs["usage_b"].to_numpy()
+    usable = (usage_rows[a] >= 0) & (usage_rows[b] >= 0)
+    differ = usable & (keys[a] != keys[b])
+    form = usages["form"].to_numpy()
+    by_case = differ & (form[a] != form[b])
+    return (f"{int(differ.sum())} of {int(usable.sum())} usable pairs have different stored tokens "
+            f"({int(by_case.sum())} written differently, e.g. by a capital letter)")
 
 
 def measure_layer(context: SenseContext, layer: int, paths: SensePaths, manifests, settings: SenseSettings, *,
@@ -223,7 +281,8 @@ def measure_layer(context: SenseContext, layer: int, paths: SensePaths, manifest
     # points one way (spec pitfall 3)
     used = context.occurrences["row"].to_numpy()
     mean, std = layer_moments(x[used[first:first + BLOCK_ROWS]] for first in range(0, len(used), BLOCK_ROWS))
-    words = _regression(rows, context.words, x, mean, std, context.occurrences, settings, context.note)
+    words = _regression(rows, context.words, x, mean, std, context.occurrences, settings, context.note,
+                        context.tagged)
     words = _clusterability(rows, words, x, mean, std, context.occurrences, settings, seed, context.note)
     words = output_layer_rows(rows, words, x, context.occurrences, context.tokens, context.head, context.head_reason,
                               settings, seed, after_final_norm=after_final_norm)
@@ -243,11 +302,14 @@ def _word_table(occurrences: pd.DataFrame, inventory: pd.DataFrame, diversity: p
                                 weight=diversity["n"].where(diversity["context_diversity"].notna(), 0))
     sums = weighted.groupby("form")[["weighted", "weight"]].sum(min_count=1)
     by_form = (sums["weighted"] / sums["weight"].where(sums["weight"] > 0)).rename("context_diversity").reset_index()
-    return table.merge(by_form, on="form", how="left").sort_values("form").reset_index(drop=True)
+    table = table.merge(by_form, on="form", how="left").sort_values("form").reset_index(drop=True)
+    return table.assign(zipf=zipf_of(table["form"]), length=table["form"].str.len().astype(np.int64))
 
 
-def _regression(rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, settings: SenseSettings, note: str):
-    """P1: each form's self-similarity on log sense count, log frequency, context diversity and POS."""
+def _regression(rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, settings: SenseSettings, note: str,
+                tagged: pd.DataFrame):
+    """P1: each form's self-similarity on log sense count, log frequency, context diversity and POS; then with
+    general frequency and length too (the spec's version), and on the tagged content words."""
     # only the forms with a WordNet entry (the regression's and W1's words): function words are most rows
     kept = occurrences[occurrences["form"].isin(words["form"])]
     forms, occurring = kept["form"].to_numpy(), x[kept["row"].to_numpy()]
@@ -279,65 +341,165 @@ def _regression(rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, sett
                  p=reduced.loc["log_synsets", "p"], n=n_words, note=note)
         rows.add("polysemy", "r2", kind, full["r2"].iloc[0], null=reduced["r2"].iloc[0], n=n_words,
                  note="null: R2 without context diversity")
+        _frequency_regressions(rows, table, tagged, kind, note)
     return words
+
+
+def _frequency_regressions(rows: Rows, table: pd.DataFrame, tagged: pd.DataFrame, kind: str, note: str) -> None:
+    """W4 as specified (issue 36): log senses beside log n, context diversity, Zipf frequency, length and POS, for
+    every form (WordNet's morphy POS and sense count) and for the tagged content words (the tagger's POS and lemma)."""
+    morphy = ("POS and sense count from WordNet's morphy over all parts of speech (no tagger); covariates log n, "
+              "context diversity, Zipf frequency (wordfreq), length in characters, POS")
+    content = table.drop(columns=["pos", "n_synsets"]).merge(
+        tagged.rename(columns={"form": "word", "n_synsets_tagged": "n_synsets"})[["word", "pos", "pos_purity",
+                                                                                 "n_synsets"]], on="word")
+    content = content[(content["pos"] != "") & (content["pos_purity"] >= CONTENT_MIN_PURITY) & (content["n_synsets"] >= 1)]
+    tagger_note = (f"content words only: POS and lemma from spaCy's en_core_web_sm 3.8.0 tagger, POS purity >= "
+                   f"{CONTENT_MIN_PURITY}, WordNet senses of exactly (lemma, POS); covariates as the morphy version")
+    for suffix, subset, what in (("frequency", table, morphy), ("content", content, tagger_note)):
+        try:
+            fit = polysemy.polysemy_regression(subset, covariates=FREQUENCY_COVARIATES).set_index("term")
+        except ValueError as err:
+            rows.add("polysemy", f"beta_log_synsets_{suffix}", kind, np.nan, n=len(subset), note=f"not measurable: {err}")
+            continue
+        n_words = int(fit["n_words"].iloc[0])
+        terms = [("log_synsets", f"beta_log_synsets_{suffix}")]
+        if suffix == "frequency":
+            terms += [("zipf", "beta_zipf"), ("length", "beta_length"), ("context_diversity", "beta_context_diversity_frequency")]
+        for term, measure in terms:
+            rows.add("polysemy", measure, kind, fit.loc[term, "beta"], null=0.0,
+                     ci=(fit.loc[term, "ci_low"], fit.loc[term, "ci_high"]), p=fit.loc[term, "p"], n=n_words,
+                     note=f"{what}; {note}")
 
 
 def _clusterability(rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, settings: SenseSettings, seed: int,
                     note: str):
-    """C1-C3: the cluster index of polysemous words against frequency-matched monosemous ones."""
+    """C1-C3: the cluster index of polysemous words against monosemous ones matched on STS and general frequency,
+    and the positive control: pseudo-words made of two of those monosemous words, on the same statistic."""
     eligible = words[words["n_used"] >= settings.cluster_subsample].rename(columns={"form": "word", "n_used": "n"})
-    matched = clusters.matched_mono_poly(eligible, per_group=settings.cluster_words, seed=seed)
+    by = ("n", "zipf") if "zipf" in eligible.columns else ("n",)
+    matched = clusters.matched_mono_poly(eligible, per_group=settings.cluster_words, seed=seed, by=by,
+                                         bins=4 if len(by) == 2 else 8)
+    matching = "matched on STS count and Zipf frequency" if len(by) == 2 else "matched on STS count"
     chosen = occurrences[occurrences["form"].isin(matched["word"])].sort_values(["form", "row"], kind="stable")
     forms, starts = np.unique(chosen["form"].to_numpy(), return_index=True)
     rows_of = dict(zip(forms, np.split(chosen["row"].to_numpy(), starts[1:])))
+    group = matched.set_index("word")["polysemy"]
+    pseudo = clusters.pseudo_word_pairs(group.index[group == "mono"], seed=seed)
+    shape = dict(m=settings.cluster_subsample, components=settings.cluster_components)
     for kind in PREPROCESSINGS:
-        index = {}
-        for word in matched["word"]:
-            vectors = preprocess(x[rows_of[word]], mean, std, kind)
-            index[word] = clusters.word_cluster_index(
-                vectors, m=settings.cluster_subsample, subsamples=settings.cluster_subsamples,
-                components=settings.cluster_components, seed=word_seed(seed, word))
-        group = matched.set_index("word")["polysemy"]
+        vectors = {word: preprocess(x[rows_of[word]], mean, std, kind) for word in matched["word"]}
+        index = {word: clusters.word_cluster_index(vectors[word], subsamples=settings.cluster_subsamples,
+                                                   seed=word_seed(seed, word), **shape) for word in matched["word"]}
         ci = pd.Series(index, dtype=np.float64)
         poly, mono = ci[group[ci.index] == "poly"].to_numpy(), ci[group[ci.index] == "mono"].to_numpy()
+        pseudo_ci = np.array([clusters.pseudo_word_cluster_index(vectors[a], vectors[b],
+                                                                 subsamples=settings.cluster_subsamples,
+                                                                 seed=word_seed(seed, f"{a}+{b}"), **shape)
+                              for a, b in pseudo])
         if len(poly) < 2 or len(mono) < 2:
             rows.add("clusterability", "delta_cluster_index", kind, np.nan, n=len(poly) + len(mono),
                      note="not measurable: fewer than 2 matched words in a group")
         else:
             contrast = clusters.cluster_contrast(poly, mono)
             rows.add("clusterability", "delta_cluster_index", kind, contrast["delta_ci"], null=0.0,
-                     ci=(contrast["ci_low"], contrast["ci_high"]), p=contrast["mw_p"], n=len(poly) + len(mono), note=note)
+                     ci=(contrast["ci_low"], contrast["ci_high"]), p=contrast["mw_p"], n=len(poly) + len(mono),
+                     note=f"polysemous minus monosemous words {matching}; {note}")
             rows.add("clusterability", "cluster_index_poly", kind, poly.mean(), null=mono.mean(), n=len(poly),
                      note="null: the matched monosemous words' mean")
-        if settings.cluster_null_draws and len(poly):
-            flags = [clusters.gaussian_null_p(preprocess(x[rows_of[word]], mean, std, kind),
-                                              m=settings.cluster_subsample, components=settings.cluster_components,
-                                              draws=settings.cluster_null_draws, seed=word_seed(seed, word)) <= 0.05
-                     for word in ci.index[group[ci.index] == "poly"]]  # fmt: skip
-            rows.add("clusterability", "share_gaussian_null_rejected", kind, np.mean(flags), null=0.05, n=len(flags),
-                     note="Gaussian null of the same covariance, alpha 0.05 (conservative)")
+        if len(pseudo_ci) >= 2 and len(mono) >= 2:
+            contrast = clusters.cluster_contrast(pseudo_ci, mono)
+            rows.add("clusterability", "delta_cluster_index_pseudo", kind, contrast["delta_ci"], null=0.0,
+                     ci=(contrast["ci_low"], contrast["ci_high"]), p=contrast["mw_p"], n=len(pseudo_ci) + len(mono),
+                     note=f"positive control: {len(pseudo_ci)} pseudo-words (two matched monosemous words each, half "
+                          "of every subsample from each) minus the monosemous words; two-sided Mann-Whitney p")
+        else:
+            rows.add("clusterability", "delta_cluster_index_pseudo", kind, np.nan, n=len(pseudo_ci),
+                     note="not measurable: fewer than 2 pseudo-words or monosemous words")
+        if settings.cluster_null_draws:
+            null = dict(draws=settings.cluster_null_draws, **shape)
+            for measure, flags in (
+                ("share_gaussian_null_rejected", [clusters.gaussian_null_p(vectors[w], seed=word_seed(seed, w), **null)
+                                                  for w in ci.index[group[ci.index] == "poly"]]),
+                ("share_gaussian_null_rejected_mono", [clusters.gaussian_null_p(vectors[w], seed=word_seed(seed, w),
+                                                                                **null)
+                                                       for w in ci.index[group[ci.index] == "mono"]]),
+            ):  # fmt: skip
+                if flags:
+                    rows.add("clusterability", measure, kind, np.mean(np.array(flags) <= 0.05), null=0.05,
+                             n=len(flags), note="Gaussian null of the same covariance, alpha 0.05 (conservative)")
         words = words.merge(ci.rename(f"cluster_index_{kind}").rename_axis("form").reset_index(), on="form", how="left")
     return words
 
 
 def _separation(rows: Rows, context: SenseContext, stored: np.ndarray, mean, std) -> None:
-    """A1-A3 on the WordNet usages: each usage's stored row, the same preprocessing as the STS layer."""
+    """A1-A3 on the WordNet usages: each usage's stored row, the same preprocessing as the STS layer; and what
+    the cosine adds beyond the pairs' shape and beyond the layer-0 control (issue 36)."""
     present = context.usage_rows >= 0
     for kind in PREPROCESSINGS:
         vectors = np.full((len(context.usages), stored.shape[1]), np.nan)
         vectors[present] = preprocess(stored[context.usage_rows[present]], mean, std, kind)
-        result = context.design.measure(vectors)
-        note = context.usage_note
-        rows.add("separation", "delta_within_between", kind, result["delta"], null=result["delta_null_mean"],
-                 ci=(result["delta_ci_low"], result["delta_ci_high"]), p=result["delta_p"],
-                 n=result["n_words_delta"], note=note)
-        rows.add("separation", "auroc_same_sense", kind, result["auroc"], null=0.5,
-                 ci=(result["auroc_ci_low"], result["auroc_ci_high"]), n=result["n_pairs_same"] + result["n_pairs_different"],
-                 note=note)  # fmt: skip
-        rows.add("separation", "auroc_same_sense_coarse", kind, result["auroc_coarse"], null=0.5,
-                 n=result["n_pairs_same"] + result["n_pairs_coarse"], note=note)
-        rows.add("separation", "knn_accuracy", kind, result["knn_accuracy"], null=result["knn_majority"],
-                 n=result["n_knn"], note=f"null: leave-one-out majority sense; chance {result['knn_chance']:.3f}")
+        # the shape, same-token, stratified and per-lemma controls on centred vectors only (the claims' and the
+        # figure's; they double the separation's time): standardised vectors keep the measures of before
+        r = context.design.measure(vectors, control=context.control.get(kind), controls=kind == "centred")
+        if rows.layer == 0:
+            context.control[kind] = r["cosines"]
+        _separation_rows(rows, r, kind, context.usage_note, context.token_note,
+                         permutations=context.design.permutations, bootstrap=context.design.bootstrap)
+
+
+def _separation_rows(rows: Rows, r: dict, kind: str, note: str, token_note: str, *, permutations: int,
+                     bootstrap: int) -> None:
+    """One layer's separation rows from ``SeparationDesign.measure``'s result (a missing key: NaN)."""
+    def get(key):
+        return r.get(key, np.nan)
+
+    def ci(name):
+        return get(f"{name}_ci_low"), get(f"{name}_ci_high")
+
+    pairs = r["n_pairs_same"] + r["n_pairs_different"]
+    boot = f"95% interval over {bootstrap} lemma resamples"
+    measured = partial(rows.add, "separation", preprocessing=kind)
+
+    def add(measure, *, value, **kw):  # a control not measured on these vectors gets no row
+        if measure in CENTRED_ONLY and kind != "centred":
+            return
+        measured(measure, value=value, **kw)
+
+    add("delta_within_between", value=r["delta"], null=r["delta_null_mean"], ci=(r["delta_ci_low"], r["delta_ci_high"]),
+        p=r["delta_p"], n=r["n_words_delta"],
+        note=f"{note}; p against {permutations} label permutations within word forms (floor {1 / (permutations + 1):.2g})")
+    add("auroc_same_sense", value=r["auroc"], null=0.5, ci=ci("auroc"), n=pairs, note=f"{note}; {boot}")
+    add("auroc_same_sense_coarse", value=r["auroc_coarse"], null=0.5, ci=ci("auroc_coarse"),
+        n=r["n_pairs_same"] + r["n_pairs_coarse"], note=f"different-sense pairs whose lexicographer files differ; {boot}")
+    add("auroc_same_token", value=get("auroc_same_token"), null=0.5, ci=ci("auroc_same_token"),
+        n=get("n_pairs_same_token"), note=f"pairs of the same stored token sequence only: {token_note}")
+    add("auroc_stratified", value=get("auroc_stratified"), null=0.5, ci=ci("auroc_stratified"), n=pairs,
+        note=f"pairs compared within strata of the sentence-length difference (0 to {separation.LENGTH_STRATA_CAP}+ "
+             f"words, {get('n_strata'):.0f} strata); {boot}")
+    add("auroc_macro", value=get("auroc_macro"), null=0.5, ci=ci("auroc_macro"), n=get("n_lemmas_macro"),
+        note=f"mean of each lemma's own AUROC (n: lemmas with both kinds of pair); {boot}")
+    add("auroc_shape", value=get("auroc_shape"), null=0.5, ci=ci("auroc_shape"), n=pairs,
+        note="no model: a logistic regression on the pair's sentence lengths and target positions, "
+             f"held out by lemma ({separation.FOLDS}-fold GroupKFold); {boot}")
+    add("auroc_cosine_shape", value=get("auroc_cosine_shape"), null=get("auroc_shape"), ci=ci("auroc_cosine_shape"),
+        n=pairs, note=f"cosine + shape, the same held-out logistic regression; null: shape alone; {boot}")
+    add("heldout_balanced_accuracy", value=get("heldout_balanced_accuracy"), null=0.5,
+        ci=ci("heldout_balanced_accuracy"), n=pairs,
+        note=f"same sense if cos >= t, t chosen on held-out lemmas ({separation.FOLDS}-fold GroupKFold, best training "
+             f"balanced accuracy); {boot}")
+    if rows.layer > 0:
+        add("auroc_minus_layer0", value=get("control_difference"), null=0.0, ci=ci("control_difference"),
+            p=get("control_difference_p"), n=pairs,
+            note=f"AUROC here minus at layer 0 on the same pairs, paired bootstrap over {bootstrap} lemma resamples; "
+                 f"p: share of resamples <= 0 (floor {1 / (bootstrap + 1):.2g})")
+    add("knn_accuracy", value=r["knn_accuracy"], null=r["knn_majority"], ci=ci("knn"), n=r["n_knn"],
+        note=f"null: leave-one-out majority sense; exact chance {r['knn_chance']:.3f}; ceiling "
+             f"{r['knn_ceiling']:.3f}; {boot}")
+    add("knn_chance", value=r["knn_chance"], n=r["n_knn"],
+        note="exact chance of 1-NN under random labels within each word form: sum n_s(n_s - 1) / n(n - 1)")
+    add("knn_ceiling", value=r["knn_ceiling"], n=r["n_knn"],
+        note="the most 1-NN can reach: the share of usages whose sense has another usage of the same word form")
 
 
 def usage_row_numbers(usages: pd.DataFrame, units: pd.DataFrame) -> np.ndarray:

@@ -1,7 +1,9 @@
 """The output layer at every layer (spec senses.md §3(b)): B1-B3, each occurrence's own and next token ranked through
-the logit lens against unigram frequency, and B4, each single-piece word's centroid against its own output row and
-a frequency-matched word's. Which claim applies: a decoder's training target is the next token, a masked LM's the
-token itself (at masked positions only)."""
+the logit lens against unigram frequency; B4, each single-piece word's centroid against its own output row and
+a frequency-matched word's; and B5 (a decoder's), the centroid of the contexts *followed by* a token against that
+token's row, with the same centring and the same frequency-matched null. Which claim applies: a decoder's training
+target is the next token, a masked LM's the token itself (at masked positions only); so for a decoder B5, not B4, is
+the testable form of "the output row is the average of the word's contexts" (the spec's derivation)."""
 
 from __future__ import annotations
 
@@ -54,7 +56,61 @@ def output_layer_rows(rows, words: pd.DataFrame, x, occurrences: pd.DataFrame, t
         for stat in ("top1", "top10", "median_rank", "mean_log2_rank"):
             rows.add("output_layer", f"{name}_{stat}", "hidden", summary[stat], null=null[stat], n=summary["n"],
                      note=f"{head.kind} head, claim about {target}: {applies}; null: unigram frequency ranks")
-    return _alignment(rows, words, x, occurrences, own, head, settings, seed, after_final_norm)
+    words = _alignment(rows, words, x, occurrences, own, head, settings, seed, after_final_norm)
+    if head.kind == "causal":
+        _prediction_alignment(rows, x, occurrences, following, head, settings, seed, after_final_norm)
+    return words
+
+
+def _frequency_partners(n: int) -> np.ndarray:
+    """The null partner of each of n items sorted by frequency: its neighbour (pairs swap; an odd one out takes the
+    one before)."""
+    order = np.arange(n)
+    partner = np.where(order % 2 == 0, np.minimum(order + 1, n - 1), order - 1)
+    partner[-1] = n - 2 if n % 2 else partner[-1]
+    return partner
+
+
+def _centroids(x, rows: np.ndarray, codes: np.ndarray, k: int) -> np.ndarray:
+    """The mean (k × d, float32) of x's ``rows`` per code 0..k-1, summed in float64."""
+    sums = np.zeros((k, x.shape[1]))
+    np.add.at(sums, codes, x[rows].astype(np.float64))
+    return (sums / np.bincount(codes, minlength=k)[:, None]).astype(np.float32)
+
+
+def _prediction_alignment(rows, x, occurrences, following, head, settings: SenseSettings, seed: int,
+                          after_final_norm: bool) -> None:
+    """B5: for each next token v with at least 5 stored positions before it, the centroid of those positions' hidden
+    states against v's own output row, and a frequency-matched other token's row (as B4)."""
+    from contextuality.senses import lens
+
+    table = pd.DataFrame({"row": occurrences["row"].to_numpy(), "token": following}).query("token >= 0")
+    per_token = table.groupby("token").size().rename("n")
+    per_token = per_token[per_token >= 5].reset_index()
+    if len(per_token) < 2:
+        rows.add("output_layer", "prediction_alignment_median_rank", "centred", np.nan,
+                 note="not measurable: < 2 next tokens with 5 positions")
+        return
+    chosen = per_token.sample(n=min(settings.alignment_words, len(per_token)), random_state=seed % 2**32)
+    chosen = chosen.sort_values(["n", "token"], kind="stable").reset_index(drop=True)
+    partner = _frequency_partners(len(chosen))
+    members = table[table["token"].isin(chosen["token"])]
+    codes = pd.Index(chosen["token"]).get_indexer(members["token"])
+    centroids = _centroids(x, members["row"].to_numpy(), codes, len(chosen))
+    tokens = chosen["token"].to_numpy()
+    sample = np.sort(np.random.default_rng(seed).permutation(len(x))[:MEAN_ROWS])
+    layer_mean = lens.lens_input_mean(head, x[sample], after_final_norm=after_final_norm)
+    result = lens.centroid_alignment(head, centroids, tokens, tokens[partner], after_final_norm=after_final_norm,
+                                     layer_mean=layer_mean)
+    summary = result["summary"]
+    what = ("centroid of the stored positions followed by a token vs that token's row (B5); null: a frequency-matched "
+            "token's row")
+    rows.add("output_layer", "prediction_alignment_median_rank", "centred", summary["median_rank"],
+             null=summary["null_median_rank"], n=len(chosen), note=what)
+    rows.add("output_layer", "prediction_alignment_share_rank_lt_10", "centred", summary["share_rank_lt_10"],
+             null=summary["null_share_rank_lt_10"], n=len(chosen), note=f"chance {summary['chance_share']:.2g}")
+    rows.add("output_layer", "prediction_alignment_mean_cos", "centred", summary["mean_cos"],
+             null=summary["null_mean_cos"], n=len(chosen))
 
 
 def _alignment(rows, words: pd.DataFrame, x, occurrences, own, head, settings: SenseSettings, seed: int,

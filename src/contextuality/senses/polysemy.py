@@ -6,6 +6,8 @@ betas are standardised. The paper's reading ("the variety of contexts ... rather
 predicts β(log_synsets) ≈ 0 once context_diversity is in; "one cluster per sense" predicts β < 0.
 ``polysemy_without_diversity`` drops context_diversity, to see what polysemy explains without it;
 ``mono_poly_check`` is the robustness check: frequency-matched mono vs poly words, Mann–Whitney.
+``covariates`` adds further continuous terms: the spec's version (issue 36) adds general English frequency
+(wordfreq's Zipf) and the word's length in characters, since frequency drives both polysemy and cosine.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ POS_LEVELS = ("n", "v", "a", "r")
 RESULT_COLUMNS = ["term", "beta", "se", "ci_low", "ci_high", "p", "n_words", "r2"]
 
 
-def _design(table: pd.DataFrame, y: str, diversity: bool) -> tuple[pd.Series, pd.DataFrame]:
+def _design(table: pd.DataFrame, y: str, diversity: bool, covariates: tuple[str, ...] = ()) -> tuple[pd.Series, pd.DataFrame]:
     """The z-scored response and design (const, continuous terms z-scored, POS dummies 0/1)."""
-    needed = ["word", y, "n_synsets", "n", "pos"] + (["context_diversity"] if diversity else [])
+    needed = ["word", y, "n_synsets", "n", "pos"] + (["context_diversity"] if diversity else []) + list(covariates)
     missing = [c for c in needed if c not in table.columns]
     if missing:
         raise ValueError(f"polysemy_regression: table lacks {missing}; it needs {needed}")
@@ -38,6 +40,8 @@ def _design(table: pd.DataFrame, y: str, diversity: bool) -> tuple[pd.Series, pd
                       "log_n": np.log(t["n"].to_numpy(np.float64))}, index=t.index)
     if diversity:
         x["context_diversity"] = t["context_diversity"].astype(np.float64)
+    for covariate in covariates:
+        x[covariate] = t[covariate].astype(np.float64)
     present = [p for p in POS_LEVELS if (t["pos"] == p).any()]
     for level in present[1:]:  # the first present level (n when there are nouns) is the reference
         x[f"pos_{level}"] = (t["pos"] == level).astype(np.float64)
@@ -56,18 +60,22 @@ def _design(table: pd.DataFrame, y: str, diversity: bool) -> tuple[pd.Series, pd
 def _refuse_collinear(x: pd.DataFrame) -> None:
     """Refuse a design column that is (numerically) a linear combination of the columns before it."""
     values = x.to_numpy()
+    if np.linalg.matrix_rank(values) == values.shape[1]:  # full rank: one decomposition, none per column
+        return
     for k in range(1, values.shape[1]):
         if np.linalg.matrix_rank(values[:, : k + 1]) <= k:
             raise ValueError(f"polysemy_regression: column {x.columns[k]!r} is collinear with "
                              f"{list(x.columns[:k])}; drop one of them")
 
 
-def polysemy_regression(table: pd.DataFrame, *, y: str = "self_similarity", diversity: bool = True) -> pd.DataFrame:
-    """Standardised OLS betas (HC3) of y on log_synsets, log_n, context_diversity and POS, one row per term.
+def polysemy_regression(table: pd.DataFrame, *, y: str = "self_similarity", diversity: bool = True,
+                        covariates: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Standardised OLS betas (HC3) of y on log_synsets, log_n, context_diversity, the ``covariates`` (columns of
+    ``table``, z-scored) and POS, one row per term.
 
     Columns: term, beta, se, ci_low, ci_high (95%), p, n_words, r2. Rows with a missing value are dropped.
     """
-    response, x = _design(table, y, diversity)
+    response, x = _design(table, y, diversity, tuple(covariates))
     if len(x) <= x.shape[1]:
         raise ValueError(f"polysemy_regression: {len(x)} words for {x.shape[1]} coefficients; "
                          "widen the word set")

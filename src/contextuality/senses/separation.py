@@ -15,16 +15,41 @@ preprocessing.
   stably, in column order.
 * C5 ARI of k-means (K = the word's number of senses) against the gold senses (``ari=True``; it costs a
   k-means fit per word).
+
+What the cosine adds beyond a pair's shape (issue 36; WordNet's examples are constructed, and the examples of
+one synset resemble each other in length and position):
+
+* ``heldout_balanced_accuracy``: the WiC-style accuracy of "same sense if cos ≥ t", t chosen on the other
+  lemmas (GroupKFold by lemma, the threshold maximising the training folds' balanced accuracy), scored with
+  scikit-learn's ``balanced_accuracy_score`` on the held-out predictions.
+* ``auroc_shape`` and ``auroc_cosine_shape``: the held-out AUROC of a logistic regression on the pair's shape
+  alone (``SHAPE_FEATURES``: the two sentences' lengths and the target's positions) and on cosine + shape, both
+  predicted on held-out lemmas (``cross_val_predict`` with GroupKFold).
+* ``auroc_stratified``: the cosine AUROC with same- and different-sense pairs compared only within a stratum of
+  the length difference (|ΔL| = 0, 1, …, ``LENGTH_STRATA_CAP`` or more): Σ_s U_s / Σ_s P_s·N_s.
+* ``auroc_same_token``: the AUROC over the pairs whose two stored units are the same token sequence (a rotary
+  decoder's layer 0 is then exactly 0.5; same-form pairs can differ by a capital letter).
+* ``auroc_macro``: the mean over lemmas (with both kinds of pair) of each lemma's own AUROC.
+* ``control_difference``: AUROC(ℓ) − AUROC(layer 0) on the same pairs and the same lemma resamples (a paired
+  bootstrap), given layer 0's pair cosines.
+
+Every interval is a percentile interval over the same ``bootstrap`` resamples of lemmas (with replacement).
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 from sklearn.cluster import KMeans
-from sklearn.metrics import adjusted_rand_score, roc_auc_score
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import adjusted_rand_score, balanced_accuracy_score, roc_auc_score, roc_curve
+from sklearn.model_selection import GroupKFold, cross_val_predict
 from sklearn.neighbors import NearestNeighbors
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 from contextuality.senses.vectors import unit_rows
@@ -34,6 +59,13 @@ PAIR_COLUMNS = ["usage_a", "usage_b", "same_sense", "same_lexname"]
 # Added to every stored kNN distance (1 − cos ∈ [0, 2]): a shift keeps the order, and keeps identical
 # vectors (distance 0) from looking like absent entries and rounding (1 − cos < 0) from being refused.
 _DISTANCE_SHIFT = 1.0
+# A pair's shape: what a model-free predictor sees (|ΔL|, |Δposition|, |Δ words after the target|, mean length,
+# mean position); lengths in spaCy words.
+SHAPE_FEATURES = ("abs_length_difference", "abs_position_difference", "abs_tail_difference", "mean_length",
+                  "mean_position")
+LENGTH_STRATA_CAP = 8  # the strata of |ΔL|: 0, 1, ..., 7, and 8 or more
+FOLDS = 5  # GroupKFold by lemma for the held-out threshold and the held-out logistic regressions
+RESAMPLE_CHUNK = 50  # lemma resamples handled at once in the bootstrap counts (bounds the memory)
 
 
 def _check_columns(table: pd.DataFrame, columns: list[str], name: str) -> None:
@@ -65,7 +97,10 @@ class SeparationDesign:
     """The vector-independent part of the sense-separation measures, built once per usage set."""
 
     def __init__(self, usages: pd.DataFrame, pairs: pd.DataFrame, *, permutations: int = 1000,
-                 bootstrap: int = 200, seed: int = 0):
+                 bootstrap: int = 200, seed: int = 0, lengths=None, token_keys=None, folds: int = FOLDS):
+        """``lengths``: each usage's sentence length in words (the shape measures; None: not measured);
+        ``token_keys``: an integer per usage naming its stored unit's token sequence, -1 where unknown (the
+        same-token AUROC; None: not measured)."""
         _check_columns(usages, USAGE_COLUMNS, "usages")
         _check_columns(pairs, PAIR_COLUMNS, "pairs")
         n = len(usages)
@@ -104,6 +139,35 @@ class SeparationDesign:
         word_lemma = np.zeros(self.n_words, dtype=np.int64)
         word_lemma[self.word] = self.lemma
         self.boot_word_counts = counts[:, word_lemma].astype(np.float64)  # (B', G)
+        self.boot_lemma_counts = counts.astype(np.float64)  # (B', lemmas)
+        self.n_lemmas, self.pair_lemma, self.folds = n_lemmas, self.lemma[self.a], folds
+        self.shape, self.length_stratum = self._shape(usages, lengths)
+        self.same_token = self._same_token(token_keys)
+        self._shape_cache: dict[bytes, dict] = {}
+        self._control_cache: dict[str, np.ndarray] = {}
+
+    def _shape(self, usages: pd.DataFrame, lengths) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(pairs × SHAPE_FEATURES) and each pair's |ΔL| stratum, or (None, None) without lengths."""
+        if lengths is None:
+            return None, None
+        lengths = np.asarray(lengths, dtype=np.float64)
+        position = usages["position"].to_numpy(np.float64)
+        if lengths.shape != (self.n,) or not np.isfinite(lengths).all() or np.any(lengths <= position):
+            raise ValueError(f"SeparationDesign: lengths must be one finite sentence length per usage ({self.n}), "
+                             "longer than the usage's position; count the words of each usage's sentence")
+        la, lb, pa, pb = lengths[self.a], lengths[self.b], position[self.a], position[self.b]
+        shape = np.column_stack([np.abs(la - lb), np.abs(pa - pb), np.abs((la - pa) - (lb - pb)), (la + lb) / 2,
+                                 (pa + pb) / 2])
+        return shape, np.minimum(shape[:, 0], LENGTH_STRATA_CAP).astype(np.int64)
+
+    def _same_token(self, token_keys) -> np.ndarray | None:
+        if token_keys is None:
+            return None
+        keys = np.asarray(token_keys)
+        if keys.shape != (self.n,) or not np.issubdtype(keys.dtype, np.integer):
+            raise ValueError(f"SeparationDesign: token_keys must be one integer per usage ({self.n}), -1 where "
+                             "unknown; factorize each usage's stored token sequence")
+        return (keys[self.a] == keys[self.b]) & (keys[self.a] >= 0)
 
     def _permuted_same(self, rng) -> sp.csr_matrix:
         """(B·G × pairs) 0/1: row b·G + g marks word g's pairs that share a label under permutation b."""
@@ -119,8 +183,17 @@ class SeparationDesign:
         return sp.csr_matrix((np.ones(rows.size), (rows, cols)),
                              shape=(self.permutations * self.n_words, self.a.size))
 
-    def measure(self, vectors: np.ndarray, *, ari: bool = False, seed: int = 0) -> dict:
-        """One layer's sense-separation measures from its preprocessed usage vectors (row i = usage i)."""
+    def measure(self, vectors: np.ndarray, *, ari: bool = False, seed: int = 0, control=None,
+                controls: bool = True) -> dict:
+        """One layer's sense-separation measures from its preprocessed usage vectors (row i = usage i).
+
+        ``controls=False`` leaves out what the cosine adds beyond the shape and the same-token, stratified and
+        per-lemma AUROCs (the job reports them on centred vectors only, for time).
+
+        ``control``: the layer-0 control's pair cosines (``result["cosines"]`` of layer 0), for the paired
+        bootstrap of AUROC(ℓ) − AUROC(0). The result holds this layer's own as ``cosines`` (NaN: a pair
+        with a missing row).
+        """
         vectors = np.asarray(vectors, dtype=np.float64)
         if vectors.ndim != 2 or vectors.shape[0] != self.n:
             raise ValueError(f"measure: vectors have shape {vectors.shape}, expected ({self.n}, d): "
@@ -134,9 +207,16 @@ class SeparationDesign:
         out = {"n_excluded_nan": int((~valid).sum())}
         out.update(self._delta(cos, pair_ok))
         out.update(self._auroc(cos, pair_ok))
+        resamples = out.pop("_auroc_resamples")
+        if controls:
+            out.update(self._auroc_variants(cos, pair_ok))
+            out.update(self._heldout(cos, pair_ok))
         out.update(self._knn(cos, pair_ok))
+        if control is not None:
+            out.update(self._control_difference(cos, pair_ok, control, resamples))
         if ari:
             out.update(self._ari(unit, valid, seed))
+        out["cosines"] = np.where(pair_ok, cos, np.nan)
         return out
 
     def _word_delta(self, same_sum, same_n, tot_sum, tot_n):
@@ -176,43 +256,164 @@ class SeparationDesign:
 
     def _auroc(self, cos, pair_ok) -> dict:
         pos, neg, coarse = pair_ok & self.same, pair_ok & ~self.same, pair_ok & self.coarse_diff
-
-        def auc(p, q):
-            if not p.any() or not q.any():
-                return np.nan
-            keep = p | q
-            return float(roc_auc_score(p[keep], cos[keep]))
-
-        low, high = self._auroc_bootstrap(cos, pos, neg)
-        return {"auroc": auc(pos, neg), "auroc_coarse": auc(pos, coarse), "n_pairs_same": int(pos.sum()),
+        resamples = self._auc_resamples(cos, pos, neg)
+        low, high = _interval(resamples)
+        coarse_low, coarse_high = _interval(self._auc_resamples(cos, pos, coarse))
+        return {"auroc": _auc(cos, pos, neg), "auroc_coarse": _auc(cos, pos, coarse), "n_pairs_same": int(pos.sum()),
                 "n_pairs_different": int(neg.sum()), "n_pairs_coarse": int(coarse.sum()),
-                "auroc_ci_low": low, "auroc_ci_high": high}
+                "auroc_ci_low": low, "auroc_ci_high": high,
+                "auroc_coarse_ci_low": coarse_low, "auroc_coarse_ci_high": coarse_high,
+                "_auroc_resamples": (pair_ok, resamples)}
 
-    def _auroc_bootstrap(self, cos, pos, neg) -> tuple[float, float]:
-        """95% interval of the pooled AUROC over lemma resamples: a weighted Mann–Whitney count, ties ½.
+    def _auc_counts(self, score, pos, neg) -> tuple[np.ndarray, np.ndarray]:
+        """Per lemma resample: the weighted Mann–Whitney count (ties ½) and its denominator Σw_p·Σw_n.
 
-        Each same-sense pair finds its place among the sorted different-sense cosines once; a resample
-        then only needs the cumulative weights of the different-sense pairs (B' × different pairs).
+        Each positive pair finds its place among the sorted negative scores once; a resample then only needs
+        the cumulative weights of the negative pairs (B' × negative pairs, in chunks of resamples).
         """
         if not pos.any() or not neg.any():
-            return np.nan, np.nan
-        order = np.flatnonzero(neg)[np.argsort(cos[neg], kind="stable")]
-        diff_cos, diff_word = cos[order], self.pair_word[order]
-        pos_cos, pos_word = cos[pos], self.pair_word[pos]
-        lo = np.searchsorted(diff_cos, pos_cos, side="left")
-        hi = np.searchsorted(diff_cos, pos_cos, side="right")
-        values = []
-        for start in range(0, self.bootstrap, 50):  # chunks of resamples bound the memory
-            counts = self.boot_word_counts[start:start + 50]
-            cum = np.zeros((counts.shape[0], diff_cos.size + 1))
+            return np.zeros(self.bootstrap), np.zeros(self.bootstrap)
+        order = np.flatnonzero(neg)[np.argsort(score[neg], kind="stable")]
+        diff_score, diff_word = score[order], self.pair_word[order]
+        pos_score, pos_word = score[pos], self.pair_word[pos]
+        lo = np.searchsorted(diff_score, pos_score, side="left")
+        hi = np.searchsorted(diff_score, pos_score, side="right")
+        counts_out, totals = [], []
+        for start in range(0, self.bootstrap, RESAMPLE_CHUNK):
+            counts = self.boot_word_counts[start:start + RESAMPLE_CHUNK]
+            cum = np.zeros((counts.shape[0], diff_score.size + 1))
             np.cumsum(counts[:, diff_word], axis=1, out=cum[:, 1:])
             below, tied = cum[:, lo], cum[:, hi] - cum[:, lo]
             w_pos = counts[:, pos_word]
-            score = np.einsum("bp,bp->b", w_pos, below + 0.5 * tied)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                values.append(score / (w_pos.sum(1) * cum[:, -1]))
-        values = np.concatenate(values)
-        return float(np.nanpercentile(values, 2.5)), float(np.nanpercentile(values, 97.5))
+            counts_out.append(np.einsum("bp,bp->b", w_pos, below + 0.5 * tied))
+            totals.append(w_pos.sum(1) * cum[:, -1])
+        return np.concatenate(counts_out), np.concatenate(totals)
+
+    def _auc_resamples(self, score, pos, neg, strata=None) -> np.ndarray:
+        """The AUROC in each lemma resample (B',); with ``strata``, pairs are compared within a stratum only."""
+        if strata is None:
+            count, total = self._auc_counts(score, pos, neg)
+        else:
+            count, total = np.zeros(self.bootstrap), np.zeros(self.bootstrap)
+            for stratum in np.unique(strata[pos | neg]):
+                inside = strata == stratum
+                c, t = self._auc_counts(score, pos & inside, neg & inside)
+                count, total = count + c, total + t
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(total > 0, count / np.where(total > 0, total, 1.0), np.nan)
+
+    def _auroc_variants(self, cos, pair_ok) -> dict:
+        """The stratified, same-token and per-lemma (macro) AUROCs, each with its interval."""
+        pos, neg = pair_ok & self.same, pair_ok & ~self.same
+        out = {}
+        if self.length_stratum is not None:
+            value = _stratified_auc(cos, pos, neg, self.length_stratum)
+            low, high = _interval(self._auc_resamples(cos, pos, neg, self.length_stratum))
+            out.update(auroc_stratified=value, auroc_stratified_ci_low=low, auroc_stratified_ci_high=high,
+                       n_strata=int(np.unique(self.length_stratum[pos | neg]).size))
+        if self.same_token is not None:
+            p, q = pos & self.same_token, neg & self.same_token
+            low, high = _interval(self._auc_resamples(cos, p, q))
+            differ = pair_ok & ~self.same_token
+            out.update(auroc_same_token=_auc(cos, p, q), auroc_same_token_ci_low=low, auroc_same_token_ci_high=high,
+                       n_pairs_same_token=int((p | q).sum()), n_pairs_token_differs=int(differ.sum()))
+        out.update(self._macro_auroc(cos, pos, neg))
+        return out
+
+    def _macro_auroc(self, cos, pos, neg) -> dict:
+        """Each lemma's own AUROC (ranks within the lemma, ties ½), their mean and its lemma-bootstrap interval."""
+        keep = pos | neg
+        t = pd.DataFrame({"lemma": self.pair_lemma[keep], "cos": cos[keep], "pos": pos[keep].astype(np.float64)})
+        if t.empty:
+            return {"auroc_macro": np.nan, "auroc_macro_ci_low": np.nan, "auroc_macro_ci_high": np.nan,
+                    "n_lemmas_macro": 0}
+        t["rank_pos"] = t.groupby("lemma")["cos"].rank(method="average") * t["pos"]
+        per = t.groupby("lemma").agg(n_pos=("pos", "sum"), n=("pos", "size"), rank_pos=("rank_pos", "sum"))
+        per = per[(per["n_pos"] > 0) & (per["n_pos"] < per["n"])]
+        if per.empty:
+            return {"auroc_macro": np.nan, "auroc_macro_ci_low": np.nan, "auroc_macro_ci_high": np.nan,
+                    "n_lemmas_macro": 0}
+        n_pos, n_neg = per["n_pos"].to_numpy(), (per["n"] - per["n_pos"]).to_numpy()
+        auc = (per["rank_pos"].to_numpy() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+        weights = self.boot_lemma_counts[:, per.index.to_numpy()]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            boot = (weights @ auc) / weights.sum(1)
+        low, high = _interval(boot)
+        return {"auroc_macro": float(auc.mean()), "auroc_macro_ci_low": low, "auroc_macro_ci_high": high,
+                "n_lemmas_macro": int(auc.size)}
+
+    def _folds(self, groups: np.ndarray):
+        """GroupKFold by lemma over the given pairs (fewer folds when there are fewer lemmas); None if < 2."""
+        k = min(self.folds, int(np.unique(groups).size))
+        return GroupKFold(n_splits=k) if k >= 2 else None
+
+    def _heldout(self, cos, pair_ok) -> dict:
+        """The held-out threshold's balanced accuracy, and the held-out AUROCs of shape and of cosine + shape."""
+        out = {k: np.nan for k in ("heldout_balanced_accuracy", "heldout_balanced_accuracy_ci_low",
+                                   "heldout_balanced_accuracy_ci_high")}
+        idx = np.flatnonzero(pair_ok)
+        y, groups = self.same[idx], self.pair_lemma[idx]
+        folds = self._folds(groups) if idx.size else None
+        # every training fold needs both kinds of pair (a threshold, a regression): else the measures are NaN
+        if folds is None or any(y[train].all() or not y[train].any() for train, _ in folds.split(idx, y, groups)):
+            return out
+        predicted = np.zeros(idx.size, dtype=bool)
+        for train, test in folds.split(idx, y, groups):
+            predicted[test] = cos[idx[test]] >= _best_threshold(y[train], cos[idx[train]])
+        sums = {name: np.bincount(groups, weights=values.astype(np.float64), minlength=self.n_lemmas)
+                for name, values in (("tp", y & predicted), ("p", y), ("tn", ~y & ~predicted), ("n", ~y))}
+        boot = {name: self.boot_lemma_counts @ value for name, value in sums.items()}
+        with np.errstate(invalid="ignore", divide="ignore"):
+            resampled = 0.5 * (boot["tp"] / boot["p"] + boot["tn"] / boot["n"])
+        low, high = _interval(resampled)
+        out.update(heldout_balanced_accuracy=float(balanced_accuracy_score(y, predicted)),
+                   heldout_balanced_accuracy_ci_low=low, heldout_balanced_accuracy_ci_high=high)
+        if self.shape is not None:
+            out.update(self._shape_auroc(pair_ok, idx, y, groups, folds))
+            scores = np.full(cos.size, np.nan)
+            scores[idx] = _heldout_scores(np.column_stack([cos[idx], self.shape[idx]]), y, groups, folds)
+            low, high = _interval(self._auc_resamples(scores, pair_ok & self.same, pair_ok & ~self.same))
+            out.update(auroc_cosine_shape=_auc(scores, pair_ok & self.same, pair_ok & ~self.same),
+                       auroc_cosine_shape_ci_low=low, auroc_cosine_shape_ci_high=high)
+        return out
+
+    def _shape_auroc(self, pair_ok, idx, y, groups, folds) -> dict:
+        """The shape-only held-out AUROC: it depends on the usable pairs only, so it is computed once for them."""
+        key = np.packbits(pair_ok).tobytes()
+        if key not in self._shape_cache:
+            scores = np.full(pair_ok.size, np.nan)
+            scores[idx] = _heldout_scores(self.shape[idx], y, groups, folds)
+            pos, neg = pair_ok & self.same, pair_ok & ~self.same
+            low, high = _interval(self._auc_resamples(scores, pos, neg))
+            self._shape_cache[key] = {"auroc_shape": _auc(scores, pos, neg), "auroc_shape_ci_low": low,
+                                      "auroc_shape_ci_high": high}
+        return dict(self._shape_cache[key])
+
+    def _control_difference(self, cos, pair_ok, control, resamples=None) -> dict:
+        """AUROC(ℓ) − AUROC(control) on the pairs usable in both, over the same lemma resamples (paired).
+
+        ``resamples``: (pair_ok, values) of this layer's pooled AUROC, reused when the pairs are the same; the
+        control's resamples are computed once per control (the same layer 0 at every layer)."""
+        control = np.asarray(control, dtype=np.float64)
+        if control.shape != cos.shape:
+            raise ValueError(f"measure: control has {control.shape} pair cosines, this design {cos.shape}; pass "
+                             "layer 0's result['cosines'] of the same design")
+        both = pair_ok & ~np.isnan(control)
+        pos, neg = both & self.same, both & ~self.same
+        if not pos.any() or not neg.any():
+            return {"control_difference": np.nan, "control_difference_ci_low": np.nan,
+                    "control_difference_ci_high": np.nan, "control_difference_p": np.nan}
+        control = np.where(both, control, 0.0)
+        key = hashlib.sha1(control.tobytes() + np.packbits(both).tobytes()).hexdigest()
+        if key not in self._control_cache:
+            self._control_cache = {key: self._auc_resamples(control, pos, neg)}
+        same_pairs = resamples is not None and np.array_equal(resamples[0], both)
+        diff = (resamples[1] if same_pairs else self._auc_resamples(cos, pos, neg)) - self._control_cache[key]
+        low, high = _interval(diff)
+        finite = diff[np.isfinite(diff)]
+        return {"control_difference": _auc(cos, pos, neg) - _auc(control, pos, neg), "control_difference_ci_low": low,
+                "control_difference_ci_high": high,
+                "control_difference_p": (1 + int(np.sum(finite <= 0))) / (finite.size + 1)}
 
     def _knn(self, cos, pair_ok) -> dict:
         a, b = self.a[pair_ok], self.b[pair_ok]
@@ -225,13 +426,22 @@ class SeparationDesign:
         graph = sp.csr_matrix((dist[order], cols[order], indptr), shape=(self.n, self.n))
         has = np.flatnonzero(np.diff(indptr) > 0)
         if has.size == 0:
-            return {"knn_accuracy": np.nan, "knn_majority": np.nan, "knn_chance": np.nan, "n_knn": 0}
+            return {"knn_accuracy": np.nan, "knn_majority": np.nan, "knn_chance": np.nan, "knn_ceiling": np.nan,
+                    "knn_ci_low": np.nan, "knn_ci_high": np.nan, "n_knn": 0}
         nn = NearestNeighbors(n_neighbors=1, metric="precomputed").fit(graph)
         query = graph if has.size == self.n else graph[has]
         neighbour = nn.kneighbors(query, n_neighbors=1, return_distance=False)[:, 0]
-        accuracy = float(np.mean(self.sense[neighbour] == self.sense[has]))
+        hits = self.sense[neighbour] == self.sense[has]
         majority, chance = self._baselines(has)
-        return {"knn_accuracy": accuracy, "knn_majority": majority, "knn_chance": chance, "n_knn": int(has.size)}
+        # The ceiling: a usage can be right only if another usable usage of its word has its sense.
+        cell = pd.Series(self.word[has] * (int(self.sense.max()) + 1) + self.sense[has])
+        ceiling = float(np.mean(cell.map(cell.value_counts()).to_numpy() >= 2))
+        lemma_hits = np.bincount(self.lemma[has], weights=hits.astype(np.float64), minlength=self.n_lemmas)
+        lemma_n = np.bincount(self.lemma[has], minlength=self.n_lemmas).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            low, high = _interval((self.boot_lemma_counts @ lemma_hits) / (self.boot_lemma_counts @ lemma_n))
+        return {"knn_accuracy": float(np.mean(hits)), "knn_majority": majority, "knn_chance": chance,
+                "knn_ceiling": ceiling, "knn_ci_low": low, "knn_ci_high": high, "n_knn": int(has.size)}
 
     def _baselines(self, used: np.ndarray) -> tuple[float, float]:
         """Leave-one-out majority sense and exact chance over the usages ``used`` (all usable in their words).
@@ -268,3 +478,46 @@ class SeparationDesign:
                 km = KMeans(n_clusters=g["sense"].nunique(), n_init=3, random_state=seed)
                 scores.append(adjusted_rand_score(g["sense"].to_numpy(), km.fit_predict(unit[g.index.to_numpy()])))
         return {"ari": float(np.mean(scores)) if scores else np.nan, "n_words_ari": len(scores)}
+
+
+def _auc(score, pos, neg) -> float:
+    """scikit-learn's AUROC of positive against negative pairs (NaN without both)."""
+    if not pos.any() or not neg.any():
+        return np.nan
+    keep = pos | neg
+    return float(roc_auc_score(pos[keep], score[keep]))
+
+
+def _stratified_auc(score, pos, neg, strata) -> float:
+    """Σ_s U_s / Σ_s P_s·N_s: positives compared with the negatives of their own stratum only."""
+    count = total = 0.0
+    for stratum in np.unique(strata[pos | neg]):
+        p, q = pos & (strata == stratum), neg & (strata == stratum)
+        if p.any() and q.any():
+            weight = float(p.sum()) * float(q.sum())
+            count, total = count + _auc(score, p, q) * weight, total + weight
+    return count / total if total > 0 else np.nan
+
+
+def _interval(values) -> tuple[float, float]:
+    """The 95% percentile interval of bootstrap values (NaN when none is finite)."""
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return np.nan, np.nan
+    return float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))
+
+
+def _best_threshold(y: np.ndarray, score: np.ndarray) -> float:
+    """The cut t of "positive if score ≥ t" with the best balanced accuracy on (y, score): max TPR − FPR."""
+    if y.all() or not y.any():  # one class in the training folds: no cut is better than another
+        return np.inf if not y.any() else -np.inf
+    fpr, tpr, thresholds = roc_curve(y, score)
+    return float(thresholds[int(np.argmax(tpr - fpr))])
+
+
+def _heldout_scores(features: np.ndarray, y: np.ndarray, groups: np.ndarray, folds) -> np.ndarray:
+    """A standardised logistic regression's decision values, each pair predicted by the folds without its lemma."""
+    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+    with threadpool_limits(1):
+        return cross_val_predict(model, features, y, groups=groups, cv=folds, method="decision_function")

