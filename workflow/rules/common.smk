@@ -9,7 +9,7 @@ from snakemake.exceptions import IncompleteCheckpointException
 
 from contextuality.core import layout
 from contextuality.core.runtime import prepend_python_path
-from contextuality.core.settings import as_params, batch_params, stored_params
+from contextuality.core.settings import as_params, batch_params, stateful_batches, stored_params
 from contextuality.corpus.sources import folder_files, is_sts
 from contextuality.corpus.sts import bundled_release_paths
 from contextuality.extraction.devices import LOCAL_GPUS_ENV, gpu_line, visible_gpus

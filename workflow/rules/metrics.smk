@@ -21,9 +21,11 @@ if SETTINGS.metrics.device.on_device:
             layers=layout.DEVICE_PART,
             record=layout.DEVICE_RECORD,
         params:
-            # what changes the measured rows (the shard settings) and the measures; the device and its memory
-            # share change no number beyond the tested tolerance, and are read from the config by the job
-            shard=lambda wildcards: as_params(SETTINGS.shard(wildcards.model)),
+            # what changes the measured rows (the stored-vector settings, a stateful model's batches) and the
+            # measures; the batches, the device and its memory share change no number beyond the tested tolerance
+            # (their windows cut no shard here), and the job reads them from the config
+            shard=lambda wildcards: stored_params(SETTINGS.shard(wildcards.model)),
+            batches=lambda wildcards: stateful_batches(SETTINGS.models[wildcards.model]),
             measure=as_params(SETTINGS.metrics.measure),
         threads: SETTINGS.extraction.threads
         resources:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from contextuality.core.archive import unpacked
 from contextuality.core.runtime import expected_errors, setup_job_logging
-from contextuality.core.settings import MeasureSettings, Settings, ShardSettings, from_params
+from contextuality.core.settings import MeasureSettings, Settings, from_params
 from contextuality.extraction.devices import DeviceError
 from contextuality.extraction.extract import ExtractionError
 from contextuality.measure.device_job import DeviceMemoryError, run_measure_model_job
@@ -12,11 +12,13 @@ from contextuality.models.loading import ModelError
 from contextuality.store.files import StoreError
 
 log = setup_job_logging(snakemake.log[0])
-run = Settings.from_config(snakemake.config)  # where it computes: no measured number changes beyond the tolerance
+# The params hold what changes the measured rows and the measures; how the job runs (batches, token cap, device,
+# its memory share) is read from the config: a change reruns nothing.
+run = Settings.from_config(snakemake.config)
 with expected_errors(DeviceError, DeviceMemoryError, ModelError, ExtractionError, StoreError):
     run_measure_model_job(
         model_key=snakemake.wildcards.model,
-        shard=from_params(ShardSettings, snakemake.params.shard),
+        shard=run.shard(snakemake.wildcards.model),
         measure=from_params(MeasureSettings, snakemake.params.measure),
         requested_device=run.metrics.device.device,
         memory_fraction=run.metrics.device.device_memory_fraction,

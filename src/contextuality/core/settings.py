@@ -153,8 +153,14 @@ def batch_params(model: ModelSettings) -> dict | None:
     next). One stateless shard holds the same vectors whatever they are: None. (Not a shard's sentence bounds:
     they need the plan, and Snakemake never reruns a job on a param derived from its input.)"""
     if model.stateful:
-        return {"batch_size": model.batch_size, "max_batch_tokens": model.max_batch_tokens}
+        return stateful_batches(model)
     return {"window": WINDOW_BATCHES * model.batch_size} if model.n_shards > 1 else None
+
+
+def stateful_batches(model: ModelSettings) -> dict | None:
+    """What of the batches changes a model's vectors wherever they are computed (the device measurement has no
+    shards): every batch of a stateful model; None for any other."""
+    return {"batch_size": model.batch_size, "max_batch_tokens": model.max_batch_tokens} if model.stateful else None
 
 
 # --------------------------------------------------------------------------------------------------
