@@ -106,3 +106,19 @@ def test_the_batches_are_a_shards_param_only_where_they_change_it():
     assert batch_params(settings.models["elmo"]) == {"batch_size": 1, "max_batch_tokens": 512}
     stored = stored_params(settings.shard("four"))
     assert not {"batch_size", "max_batch_tokens", "device", "allow_pickle"} & set(stored) and "pooling" in stored
+
+
+def test_every_settings_object_is_built_by_keyword():
+    """Settings.shard and Settings.plan built their 12- and 6-field objects by position: a field added or moved
+    in the class would have shifted every value after it without an error."""
+    import dataclasses
+    import inspect
+
+    from contextuality.core import settings
+
+    classes = [cls for _, cls in inspect.getmembers(settings, inspect.isclass)
+               if dataclasses.is_dataclass(cls) and cls.__module__ == settings.__name__]  # fmt: skip
+    assert len(classes) >= 15
+    for cls in classes:
+        with pytest.raises(TypeError):
+            cls(*[None] * len(dataclasses.fields(cls)))
