@@ -1,6 +1,6 @@
 """The ``plan`` job: what each sentence feeds a model and which rows it stores, decided before extraction.
 
-It tokenizes and aligns the whole corpus once (``contextuality.alignment``), writes the plan
+It tokenizes and aligns the whole corpus once (``contextuality.extraction.alignment``), writes the plan
 (``tokens.parquet``, ``units.parquet``), the occurrences the measurements will use, and what the model
 cannot store (``losses.json``), and stops the run here when the model would store too little to measure.
 Extraction jobs read their shard's slice of the plan.
