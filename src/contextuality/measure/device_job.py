@@ -35,7 +35,8 @@ from contextuality.core.archive import pack
 from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import WINDOW_BATCHES, MeasureSettings, ShardSettings, stored_params
 from contextuality.measure import backend
-from contextuality.measure.layer_job import OccurrenceIndex, RowsInMemory, measure_rows_then, read_units
+from contextuality.measure.layer_job import measure_rows_then, read_units
+from contextuality.measure.layer_rows import OccurrenceIndex, RowsInMemory
 from contextuality.measure.layer_pass import BLOCK_ROWS
 from contextuality.measure.layer_result import write_layer_results
 from contextuality.measure.streaming import BASE_MB, SQUARE_MATRICES
