@@ -116,30 +116,37 @@ def shard_bounds(n_sentences: int, n_shards: int, shard: int, window: int = 1) -
     return min(first, n_sentences), min(last, n_sentences)
 
 
+def _how_it_ran():
+    """A shard setting that says how a job ran, not what it stored (``HOW_IT_RAN``)."""
+    return dataclasses.field(metadata={"how_it_ran": True})
+
+
 @dataclass(frozen=True, kw_only=True)
 class ShardSettings:
-    """What a model's stored vectors depend on (every shard job of the model)."""
+    """The settings of every shard job of a model: what its stored vectors depend on, and (``_how_it_ran``) how
+    a job computes them."""
 
     indexing: str
     tokenization: str
     max_length: int | None
     pooling: str
-    batch_size: int
-    max_batch_tokens: int | None
+    batch_size: int = _how_it_ran()
+    max_batch_tokens: int | None = _how_it_ran()
     n_shards: int
     stateful: bool
-    allow_pickle: bool
-    device: str
+    allow_pickle: bool = _how_it_ran()
+    device: str = _how_it_ran()
     compute_dtype: str
     storage_dtype: str
 
 
-# Shard settings that say how a job ran, not what it stored: the device it computed on and the batches (their
-# size, their token cap) move a vector within the tested tolerance (1e-4, test_determinism), and allow_pickle
-# only lets a format load. Shards that differ in these alone hold the same vectors (a local and a SLURM run
-# compare equal), so they are in no shard's provenance, and in the extract rule's params only where the batches
-# change a shard (``batch_params``).
-HOW_IT_RAN = ("allow_pickle", "batch_size", "device", "max_batch_tokens")
+# Shard settings that say how a job ran, not what it stored, marked in ShardSettings: the device it computed on
+# and the batches (their size, their token cap) move a vector within the tested tolerance (1e-4,
+# test_determinism), and allow_pickle only lets a format load. Shards that differ in these alone hold the same
+# vectors (a local and a SLURM run compare equal), so they are in no shard's provenance, and in the extract
+# rule's params only where the batches change a shard (``batch_params``).
+HOW_IT_RAN = tuple(sorted(field.name for field in dataclasses.fields(ShardSettings)
+                          if field.metadata.get("how_it_ran")))  # fmt: skip
 
 
 def stored_params(settings: ShardSettings) -> dict:
