@@ -88,8 +88,9 @@ class ElmoModel:
 def load_for_extraction(key: str, settings: ShardSettings, record: dict, model_dir: Path, device: str):
     """A loaded HF model, or ELMo wrapped in the same interface, from the materialised folder ``model_dir``."""
     from contextuality.models import loading
+    from contextuality.models.sources import SOURCES
 
-    if record["source"] == "elmo":
+    if not SOURCES[record["source"]].hf_folder:  # ELMo's own files
         from contextuality.models.elmo import ElmoEmbedder
 
         loading.verify_model_files(record, model_dir)

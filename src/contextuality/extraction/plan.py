@@ -166,6 +166,7 @@ def run_plan_job(
 ) -> dict:
     """The ``plan`` job: the model's plan, its occurrences and its losses, before any extraction."""
     from contextuality.models import loading
+    from contextuality.models.sources import SOURCES
 
     record = json.loads(Path(record_path).read_text())
     sentences = pd.read_parquet(sentences_path, columns=["sentence_id", "text"])
@@ -173,7 +174,7 @@ def run_plan_job(
     word_index = pd.read_parquet(word_index_path)
     indexing, tokenization, policy = settings.indexing, settings.tokenization, settings.max_length_policy
     min_occurrences, count = settings.min_occurrences, settings.count
-    if record["source"] == "elmo":
+    if SOURCES[record["source"]].reads_words:  # no tokenizer of its own
         plan, max_length = alignment.plan_words(sentences, words), None
     else:
         if tokenization == "faithful":  # the config cannot tell a downloaded model's architecture; its config.json can
