@@ -43,3 +43,13 @@ def test_what_a_model_source_can_do_is_read_from_its_source_class():
                 found.append(f"{path.relative_to(PROJECT)}: {ast.get_source_segment(text, node)}")
     below_models = [line for line in found if line.startswith(("src/contextuality/core/", "src/contextuality/paper.py"))]
     assert found == below_models and len(below_models) == 3, found
+
+
+def test_whether_a_model_is_a_decoder_is_decided_in_one_place():
+    """faithful.is_decoder, heads._head_kind, the plan job and the sense job each read a model type or decided
+    decoder against encoder on their own: ``models.kind`` does both now."""
+    deciding = [str(path.relative_to(PROJECT)) for path in _python_files()
+                if "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES" in _source(path) or "def is_decoder" in _source(path)
+                or '.get("model_type")' in _source(path)]  # fmt: skip
+    # loading.py reads a model type for another question: whether the architecture is transformers' own code
+    assert deciding == ["src/contextuality/models/kind.py", "src/contextuality/models/loading.py"]

@@ -166,6 +166,7 @@ def run_plan_job(
 ) -> dict:
     """The ``plan`` job: the model's plan, its occurrences and its losses, before any extraction."""
     from contextuality.models import loading
+    from contextuality.models.kind import model_type_of
     from contextuality.models.sources import SOURCES
 
     record = json.loads(Path(record_path).read_text())
@@ -178,7 +179,7 @@ def run_plan_job(
         plan, max_length = alignment.plan_words(sentences, words), None
     else:
         if tokenization == "faithful":  # the config cannot tell a downloaded model's architecture; its config.json can
-            refuse_encoder(model_key, json.loads((Path(model_dir) / "config.json").read_text()).get("model_type"))
+            refuse_encoder(model_key, model_type_of(model_dir))
         tokenizer, max_length = loading.load_tokenizer(record, model_dir, settings.max_length)
         holder = type("Tokenized", (), {"tokenizer": tokenizer, "max_length": max_length, "key": model_key})
         plan = plan_model(holder, sentences, words, indexing=indexing, tokenization=tokenization, policy=policy)

@@ -14,7 +14,6 @@ themselves: ``sts_measures`` (P1, W4, C1-C3), ``output_layer`` (B1-B4), ``separa
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from contextuality.core.settings import SenseSettings
-from contextuality.extraction.faithful import is_decoder
+from contextuality.models.kind import is_decoder, model_type_of
 from contextuality.senses import separation, tagger
 from contextuality.senses.frequency import zipf_of
 from contextuality.senses.output_layer import output_layer_rows, token_ids_of
@@ -87,12 +86,6 @@ class SenseContext:
     control: dict = None  # layer 0's pair cosines per preprocessing (the paired bootstrap's control)
 
 
-def model_type(model_dir: Path) -> str | None:
-    """``config.json``'s model type, or None for a model without one (ELMo: a bidirectional LSTM, no decoder)."""
-    config = Path(model_dir) / "config.json"
-    return json.loads(config.read_text()).get("model_type") if config.is_file() else None
-
-
 # --------------------------------------------------------------------------------------------------
 # The STS corpus's occurrences, as the sense measures use them
 
@@ -149,7 +142,7 @@ def measure_senses(paths: SensePaths, settings: SenseSettings, *, seed: int, mod
 
 def prepare(paths: SensePaths, settings: SenseSettings, *, seed: int, head_loader=None) -> SenseContext:
     """The model's shared tables (see SenseContext)."""
-    decoder = is_decoder(model_type(paths.model))
+    decoder = is_decoder(model_type_of(paths.model))
     occurrences, dropped = sts_occurrences(pd.read_parquet(paths.occurrences), pd.read_parquet(paths.units),
                                            pd.read_parquet(paths.spacy_words), decoder=decoder)
     note = (f"{dropped['sentence_initial']} sentence-initial occurrences left out (decoder)" if decoder
