@@ -53,3 +53,18 @@ def test_whether_a_model_is_a_decoder_is_decided_in_one_place():
                 or '.get("model_type")' in _source(path)]  # fmt: skip
     # loading.py reads a model type for another question: whether the architecture is transformers' own code
     assert deciding == ["src/contextuality/models/kind.py", "src/contextuality/models/loading.py"]
+
+
+def test_table1s_tasks_are_listed_once():
+    """A task's metric (scoring._TASKS), its files (benchmark_files._FIXED_FILES) and its loader and scorer stood
+    in parallel dicts: benchmark_files.TASKS holds what a task is, scoring adds only its loader and scorer."""
+    from contextuality.paper import TABLE1_TASKS
+    from contextuality.static import scoring
+    from contextuality.static.benchmark_files import TASKS
+
+    assert tuple(TASKS)[: len(TABLE1_TASKS)] == TABLE1_TASKS
+    assert tuple(scoring._SCORING) == tuple(TASKS)
+    assert scoring.TASK_METRIC == {task: spec.metric for task, spec in TASKS.items()}
+    restating = [path.name for path in sorted((PACKAGE / "static").glob("*.py"))
+                 if '"spearman"' in _source(path) and path.name != "benchmark_files.py"]  # fmt: skip
+    assert restating == []
