@@ -78,16 +78,23 @@ def test_extraction_runtime_of_a_shortened_corpus(tmp_path):
     assert estimates.extraction_runtime_min(settings.models["m"], settings.corpus, record) == 10
 
 
-def test_whole_layer_memory_from_the_manifest_in_the_compute_dtype(tmp_path):
+def test_the_sense_jobs_memory_from_the_manifest_in_the_dtype_it_reads(tmp_path):
+    """The estimate was sized by metrics.compute_dtype, which the sense job never reads: it reads every layer in
+    core.settings.SENSE_LAYER_DTYPE (float32), whatever the measurement's dtype."""
+    import numpy as np
+
+    from conftest import PROJECT
+    from contextuality.core.settings import SENSE_LAYER_DTYPE
+
     manifest = tmp_path / "manifest.json"
     manifest.write_text(json.dumps({"rows": 309_088, "dim": 384}))
-    float32 = _settings(tmp_path).metrics.measure
-    float64 = _settings(tmp_path, compute_dtype="float64").metrics.measure
-    assert estimates.whole_layer_mem_mb(float32, manifest) == int(309_088 * 384 * 4 / 1e6 + 384 + 1024) == 1882
-    assert estimates.whole_layer_mem_mb(float64, manifest) == int(309_088 * 384 * 8 / 1e6 + 384 + 1024)
-    assert estimates.whole_layer_mem_mb(float32, manifest, attempt=3) == int(3 * (309_088 * 384 * 4 / 1e6 + 384 + 1024))
+    assert np.dtype(SENSE_LAYER_DTYPE).itemsize == 4
+    assert estimates.whole_layer_mem_mb(manifest) == int(309_088 * 384 * 4 / 1e6 + 384 + 1024) == 1882
+    assert estimates.whole_layer_mem_mb(manifest, attempt=3) == int(3 * (309_088 * 384 * 4 / 1e6 + 384 + 1024))
     # before the manifest exists: the paper's largest layer, 330k WordPieces x 1024 dims
-    assert estimates.whole_layer_mem_mb(float32, tmp_path / "missing.json") == int(330_000 * 1024 * 4 / 1e6 + 384 + 1024)
+    assert estimates.whole_layer_mem_mb(tmp_path / "missing.json") == int(330_000 * 1024 * 4 / 1e6 + 384 + 1024)
+    job = (PROJECT / "src" / "contextuality" / "senses" / "job.py").read_text()
+    assert job.count("reader.rows(dtype=SENSE_LAYER_DTYPE)") == 2 and job.count("reader.rows(") == 2
 
 
 def test_measurement_memory_is_the_budget_whatever_the_layer(tmp_path):

@@ -255,7 +255,7 @@ def measure_mem_mb(wildcards, input, attempt):
 
 
 def whole_layer_mem_mb(wildcards, input, attempt):
-    return estimates.whole_layer_mem_mb(SETTINGS.metrics.measure, input.manifest, attempt)
+    return estimates.whole_layer_mem_mb(input.manifest, attempt)
 
 
 def device_measure_mem_mb(wildcards, input, attempt):

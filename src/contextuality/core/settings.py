@@ -261,6 +261,11 @@ class StaticSettings:
     baselines: dict[str, str]  # label -> embedding file, in label order
 
 
+# Every layer the sense job reads is held whole in this dtype, whatever metrics.compute_dtype (which it never
+# reads; its float64 work is on blocks and samples): a fixed part of the job, and what its memory is sized by.
+SENSE_LAYER_DTYPE = "float32"
+
+
 @dataclass(frozen=True, kw_only=True)
 class SenseSettings:
     enabled: bool

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from contextuality.core.settings import SenseSettings
+from contextuality.core.settings import SENSE_LAYER_DTYPE, SenseSettings
 from contextuality.models.kind import is_decoder, model_type_of
 from contextuality.senses import separation, tagger
 from contextuality.senses.frequency import zipf_of
@@ -213,7 +213,7 @@ def measure_layer(context: SenseContext, layer: int, paths: SensePaths, manifest
     check_layer(paths.layers[layer], manifests[0], layer)
     check_layer(paths.senses_layers[layer], manifests[1], layer)
     with LayerReader(paths.layers[layer], manifests[0]) as reader:
-        x = reader.rows(dtype=np.float32)
+        x = reader.rows(dtype=SENSE_LAYER_DTYPE)
         after_final_norm = bool(int(reader.handle.attrs.get("after_final_norm", 0)))
     # the moments of the rows the measures use: a decoder's sentence-initial rows (its attention sink, with
     # activations 1,000 times the median in SmolLM2) would shift the mean so far that every centred vector
@@ -227,7 +227,7 @@ def measure_layer(context: SenseContext, layer: int, paths: SensePaths, manifest
                               settings, seed, after_final_norm=after_final_norm)
     del x
     with LayerReader(paths.senses_layers[layer], manifests[1]) as reader:
-        stored = reader.rows(dtype=np.float32)
+        stored = reader.rows(dtype=SENSE_LAYER_DTYPE)
     separation_rows(rows, context, stored, mean, std)
     return rows.frame(), words.assign(model=model, layer=layer).reindex(columns=WORD_COLUMNS)
 

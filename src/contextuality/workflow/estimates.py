@@ -31,7 +31,7 @@ import json
 from pathlib import Path
 
 from contextuality.core.settings import (
-    WINDOW_BATCHES, CorpusSettings, MeasureSettings, MetricsSettings, ModelSettings, shard_bounds,
+    SENSE_LAYER_DTYPE, WINDOW_BATCHES, CorpusSettings, MeasureSettings, MetricsSettings, ModelSettings, shard_bounds,
 )
 from contextuality.models.loading import record_shape, record_weights_bytes
 
@@ -148,13 +148,14 @@ def measure_mem_mb(measure: MeasureSettings, manifest_path: str | Path, attempt:
     return int(measure.memory_mb * attempt)
 
 
-def whole_layer_mem_mb(measure: MeasureSettings, manifest_path: str | Path, attempt: int = 1) -> int:
-    """MB of a job holding one whole layer in ``metrics.compute_dtype`` (the sense job: its layers are read
-    one at a time, whole): the layer, batches of words, 1 GiB for the interpreter and the rest; x attempt.
+def whole_layer_mem_mb(manifest_path: str | Path, attempt: int = 1) -> int:
+    """MB of the sense job, which holds one whole layer at a time in ``core.settings.SENSE_LAYER_DTYPE`` (not
+    ``metrics.compute_dtype``, which it never reads): the layer, batches of words, 1 GiB for the interpreter
+    and the rest; x attempt.
 
     rows x dim come from the model's manifest; before it exists, the paper's largest layer is assumed.
     """
-    work_bytes = 8 if measure.compute_dtype == "float64" else 4
+    work_bytes = int(SENSE_LAYER_DTYPE.removeprefix("float")) // 8
     try:
         shape = json.loads(Path(manifest_path).read_text())
         elements = shape["rows"] * shape["dim"]
