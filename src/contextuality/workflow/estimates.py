@@ -50,15 +50,18 @@ MEASURE_WORD_BATCHES_MB = 6 * 64  # batches of words (about 64 MB each, a few at
 
 
 def shard_sentences(model: ModelSettings, corpus: CorpusSettings, tokens_path: str | Path | None = None) -> int:
-    """Sentences in the largest shard of a model: the plan's (``tokens.parquet``, one row per sentence) once it
-    exists, as any corpus may be read; before it, the STS corpus's (or ``corpus.max_sentences``)."""
+    """Sentences in the largest shard of a model, cut as the shard jobs cut them (``shard_bounds``: between
+    windows of WINDOW_BATCHES x batch_size sentences), of the plan's sentences (``tokens.parquet``, one row per
+    sentence) once it exists, as any corpus may be read; before it, the STS corpus's (or ``corpus.max_sentences``)."""
     if tokens_path is not None and Path(tokens_path).is_file():
         import pyarrow.parquet as pq  # the footer only: no pandas in the Snakefile's process
 
         n_sentences = pq.read_metadata(tokens_path).num_rows
     else:
         n_sentences = corpus.max_sentences or STS_SENTENCES
-    return -(-n_sentences // model.n_shards)
+    window = WINDOW_BATCHES * model.batch_size
+    return max(last - first for first, last in
+               (shard_bounds(n_sentences, model.n_shards, shard, window) for shard in range(model.n_shards)))
 
 
 def batch_tokens(model: ModelSettings, longest: int = MAX_SENTENCE_TOKENS) -> int:
