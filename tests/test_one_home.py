@@ -68,3 +68,13 @@ def test_table1s_tasks_are_listed_once():
     restating = [path.name for path in sorted((PACKAGE / "static").glob("*.py"))
                  if '"spearman"' in _source(path) and path.name != "benchmark_files.py"]  # fmt: skip
     assert restating == []
+
+
+def test_a_layers_two_digits_are_written_in_one_place():
+    """store.files.layer_name wrote the layer's two digits itself, beside core.layout.layer_label."""
+    from contextuality.core.layout import layer_label
+    from contextuality.store.files import layer_name
+
+    assert layer_name(7) == f"layer_{layer_label(7)}" == "layer_07" and layer_name(123) == "layer_123"
+    writing = [str(path.relative_to(PROJECT)) for path in _python_files() if ":02d}" in _source(path)]
+    assert writing == ["src/contextuality/core/layout.py"]
