@@ -78,3 +78,13 @@ def test_a_layers_two_digits_are_written_in_one_place():
     assert layer_name(7) == f"layer_{layer_label(7)}" == "layer_07" and layer_name(123) == "layer_123"
     writing = [str(path.relative_to(PROJECT)) for path in _python_files() if ":02d}" in _source(path)]
     assert writing == ["src/contextuality/core/layout.py"]
+
+
+def test_no_job_reads_back_its_own_output():
+    """combine_layers wrote layers.parquet, then read it back to write layers.csv: both are written from the
+    table in memory now (measure.combine.combine_layers' out_layers_csv)."""
+    import re
+
+    reading = re.compile(r"read_\w+\(\s*snakemake\.output")
+    scripts = sorted((PROJECT / "workflow" / "scripts").glob("*.py"))
+    assert [path.name for path in scripts if reading.search(_source(path))] == []
