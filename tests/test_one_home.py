@@ -34,14 +34,16 @@ def test_what_a_model_source_can_do_is_read_from_its_source_class():
             if not isinstance(node, ast.Compare):
                 continue
             sides = [node.left, *node.comparators]
-            values = [n for side in sides for n in (side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side])]
+            collections = (ast.Tuple, ast.List, ast.Set)
+            values = [n for side in sides for n in (side.elts if isinstance(side, collections) else [side])]
             strings = {n.value for n in values if isinstance(n, ast.Constant) and isinstance(n.value, str)}
             about_source = any("source" in ast.get_source_segment(text, side) for side in sides)
             # a corpus source ("bundled", "hub", ...) is not a model source: the corpus stage's, or a corpus's
             about_corpus = "corpus" in path.parts or "corpus" in ast.get_source_segment(text, node)
             if about_source and strings and strings <= names and not about_corpus:
                 found.append(f"{path.relative_to(PROJECT)}: {ast.get_source_segment(text, node)}")
-    below_models = [line for line in found if line.startswith(("src/contextuality/core/", "src/contextuality/paper.py"))]
+    below = ("src/contextuality/core/", "src/contextuality/paper.py")
+    below_models = [line for line in found if line.startswith(below)]
     assert found == below_models and len(below_models) == 3, found
 
 

@@ -15,7 +15,10 @@ from pathlib import Path
 def lm_kind(model_type: str | None) -> str | None:
     """"masked" for a model type transformers has a masked-LM class for, "causal" for a decoder-only one,
     None for neither."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
 
     # BERT-type encoders also have a causal class (BertLMHeadModel); their head predicts the token itself
     if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:

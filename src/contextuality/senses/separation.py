@@ -253,7 +253,8 @@ class SeparationDesign:
         low, high = interval(resamples)
         coarse_low, coarse_high = interval(self._auc_resamples(cos, pos, coarse))
         return {"auroc": pair_auc(cos, pos, neg), "auroc_coarse": pair_auc(cos, pos, coarse),
-                "n_pairs_same": int(pos.sum()), "n_pairs_different": int(neg.sum()), "n_pairs_coarse": int(coarse.sum()),
+                "n_pairs_same": int(pos.sum()), "n_pairs_different": int(neg.sum()),
+                "n_pairs_coarse": int(coarse.sum()),
                 "auroc_ci_low": low, "auroc_ci_high": high,
                 "auroc_coarse_ci_low": coarse_low, "auroc_coarse_ci_high": coarse_high,
                 "_auroc_resamples": (pair_ok, resamples)}
