@@ -11,6 +11,7 @@ import pytest
 
 from conftest import measure_model, measure_settings
 from contextuality.measure import combine
+from contextuality.measure import layer_finish
 from contextuality.measure import layer_job
 from contextuality.measure import layer_result
 from contextuality.measure import panel
@@ -231,7 +232,7 @@ def test_new_columns_against_their_definitions(fake_model):
     assert record["adjusted_self_similarity"] == record["self_similarity"] - record["baseline_cosine"]
     # geometry: geometry_panel's row, with the paper's weights and the same random stream
     weights = np.repeat(1.0 / (np.count_nonzero(np.diff(offsets)) * np.maximum(np.diff(offsets), 1)), np.diff(offsets))
-    want = panel.geometry_panel(vectors, layer_job._rng(5, layer_job._GEOMETRY, 2), 150, weights=weights,
+    want = panel.geometry_panel(vectors, layer_finish.stream(5, layer_finish.GEOMETRY, 2), 150, weights=weights,
                                 units=units["unit"].to_numpy(object), positions=units["position"].to_numpy(),
                                 twonn_sample_size=100)  # fmt: skip
     for column, value in want.items():
@@ -273,10 +274,10 @@ def test_variants_are_the_measures_of_transformed_vectors(fake_model, tmp_path):
     X = transformed[index.rows]
     assert abtt_row["self_similarity"] == pytest.approx(np.nanmean(reference.self_similarity_exact(X, index.group_starts)), abs=1e-6)
     assert abtt_row["mev"] == pytest.approx(np.nanmean(pc_stats_by_word(X, index.group_starts).mev), abs=1e-5)
-    ids = layer_job._rng(2, layer_job._SENTENCE_SAMPLE).permutation(len(offsets) - 1)
+    ids = layer_finish.stream(2, layer_finish.SENTENCE_SAMPLE).permutation(len(offsets) - 1)
     intra = reference.intra_sentence_similarity(transformed, offsets, ids[:20])
     assert abtt_row["intra_sentence"] == pytest.approx(np.nanmean(intra), abs=1e-6)
-    baseline = reference.anisotropy_baseline(transformed, offsets, ids[:110], layer_job._rng(2, layer_job._BASELINE, 2), 110)
+    baseline = reference.anisotropy_baseline(transformed, offsets, ids[:110], layer_finish.stream(2, layer_finish.BASELINE, 2), 110)
     assert abtt_row["baseline_cosine"] == pytest.approx(baseline.cosine, abs=1e-6)
     assert abtt_row["baseline_cosine_exact"] == pytest.approx(exact_baseline(transformed, offsets).cosine, abs=1e-6)
     with pytest.raises(ValueError, match="unknown post-processing"):  # for a direct caller (the schema refuses it)

@@ -65,7 +65,7 @@ def test_faithful_tokenization_of_an_encoder_stops_the_plan_job_naming_the_key(t
 @pytest.mark.parametrize("model_type, decoder", [("gpt2", True), ("llama", True), ("qwen2", True), ("bert", False),
                                                  ("roberta", False), ("t5", False), ("electra", False), (None, False)])
 def test_decoders_are_the_model_types_with_a_causal_head_only(model_type, decoder):
-    from contextuality.extraction.faithful import is_decoder
+    from contextuality.models.kind import is_decoder
 
     assert is_decoder(model_type) is decoder
 

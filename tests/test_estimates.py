@@ -74,20 +74,28 @@ def test_extraction_runtime_of_smollm2_per_half_corpus_shard(tmp_path):
 def test_extraction_runtime_of_a_shortened_corpus(tmp_path):
     settings = _settings(tmp_path, n_shards=4, max_sentences=120)
     record = _record(tmp_path, 23 * 4_000_000, 7, 384)
-    assert estimates.shard_sentences(settings.models["m"], settings.corpus) == 30
+    # 120 sentences are one window (4 x 64): the shard jobs put them all in one shard, the others get none
+    assert estimates.shard_sentences(settings.models["m"], settings.corpus) == 120
     assert estimates.extraction_runtime_min(settings.models["m"], settings.corpus, record) == 10
 
 
-def test_whole_layer_memory_from_the_manifest_in_the_compute_dtype(tmp_path):
+def test_the_sense_jobs_memory_from_the_manifest_in_the_dtype_it_reads(tmp_path):
+    """The estimate was sized by metrics.compute_dtype, which the sense job never reads: it reads every layer in
+    core.settings.SENSE_LAYER_DTYPE (float32), whatever the measurement's dtype."""
+    import numpy as np
+
+    from conftest import PROJECT
+    from contextuality.core.settings import SENSE_LAYER_DTYPE
+
     manifest = tmp_path / "manifest.json"
     manifest.write_text(json.dumps({"rows": 309_088, "dim": 384}))
-    float32 = _settings(tmp_path).metrics.measure
-    float64 = _settings(tmp_path, compute_dtype="float64").metrics.measure
-    assert estimates.whole_layer_mem_mb(float32, manifest) == int(309_088 * 384 * 4 / 1e6 + 384 + 1024) == 1882
-    assert estimates.whole_layer_mem_mb(float64, manifest) == int(309_088 * 384 * 8 / 1e6 + 384 + 1024)
-    assert estimates.whole_layer_mem_mb(float32, manifest, attempt=3) == int(3 * (309_088 * 384 * 4 / 1e6 + 384 + 1024))
+    assert np.dtype(SENSE_LAYER_DTYPE).itemsize == 4
+    assert estimates.whole_layer_mem_mb(manifest) == int(309_088 * 384 * 4 / 1e6 + 384 + 1024) == 1882
+    assert estimates.whole_layer_mem_mb(manifest, attempt=3) == int(3 * (309_088 * 384 * 4 / 1e6 + 384 + 1024))
     # before the manifest exists: the paper's largest layer, 330k WordPieces x 1024 dims
-    assert estimates.whole_layer_mem_mb(float32, tmp_path / "missing.json") == int(330_000 * 1024 * 4 / 1e6 + 384 + 1024)
+    assert estimates.whole_layer_mem_mb(tmp_path / "missing.json") == int(330_000 * 1024 * 4 / 1e6 + 384 + 1024)
+    job = (PROJECT / "src" / "contextuality" / "senses" / "job.py").read_text()
+    assert job.count("reader.rows(dtype=SENSE_LAYER_DTYPE)") == 2 and job.count("reader.rows(") == 2
 
 
 def test_measurement_memory_is_the_budget_whatever_the_layer(tmp_path):
@@ -109,7 +117,8 @@ def test_extraction_runtime_counts_the_plans_sentences(tmp_path):
     tokens = tmp_path / "tokens.parquet"
     pd.DataFrame({"sentence_id": range(165_998)}).to_parquet(tokens)
     assert estimates.shard_sentences(settings.models["m"], settings.corpus) == 12_544  # STS's 25,088 / 2
-    assert estimates.shard_sentences(settings.models["m"], settings.corpus, tokens) == 82_999
+    # cut between windows of 256 sentences, as the shard jobs cut them: 324 windows and 325 (the last one short)
+    assert estimates.shard_sentences(settings.models["m"], settings.corpus, tokens) == 165_998 - 324 * 256 == 83_054
     assert estimates.shard_sentences(settings.models["m"], settings.corpus, tmp_path / "missing.parquet") == 12_544
 
 
@@ -150,3 +159,14 @@ def test_extraction_memory_takes_the_passes_and_windows_from_the_plan(tmp_path):
     # shard 1: window 1 (sentences 256-511: 44 paragraphs, 212 short ones) and window 2 (short ones)
     last = estimates.extraction_mem_mb(model, record, tokens_path=paragraphs, shard=1)
     assert last == int(1000 + 2 * 538.090408 + batch + (44 * 2048 + 212 * 30) * vector_bytes / 1e6)
+
+
+def test_the_largest_shard_is_the_largest_the_shard_jobs_cut(tmp_path):
+    """The estimate divided the sentences evenly while the jobs cut shards between windows (shard_bounds): one
+    computation now, the jobs'."""
+    from contextuality.core.settings import WINDOW_BATCHES, shard_bounds
+
+    for n_sentences, n_shards, batch_size in ((25_088, 2, 64), (1000, 3, 8), (120, 4, 64), (5, 1, 1)):
+        settings = _settings(tmp_path, batch_size=batch_size, n_shards=n_shards, max_sentences=n_sentences)
+        bounds = [shard_bounds(n_sentences, n_shards, shard, WINDOW_BATCHES * batch_size) for shard in range(n_shards)]
+        assert estimates.shard_sentences(settings.models["m"], settings.corpus) == max(b - a for a, b in bounds)

@@ -156,3 +156,30 @@ def test_per_model_figures_without_geometry_columns(tmp_path, run):
     check_files(*figures.plot_geometry_dashboard(tables["gpt2"], None, "GPT-2", tmp_path / "g.png", tmp_path / "g.pdf"))
     empty = pd.DataFrame(columns=["model", "layer", "dimension", "rank", "contribution", "share"])
     check_files(*figures.plot_rogue_dimensions(empty, tables["gpt2"], "GPT-2", tmp_path / "r.png", tmp_path / "r.pdf"))
+
+
+def test_every_figure_is_written_through_one_function_in_one_pair_of_formats():
+    """The ("png", "pdf") pair was written out in four places and each writer set its own metadata: one home
+    now (``figure_files``), and every figure file goes through its ``save_figure``."""
+    from conftest import PROJECT
+
+    outside = []
+    for path in sorted([*(PROJECT / "src").rglob("*.py"), *(PROJECT / "workflow").rglob("*.smk"),
+                        *(PROJECT / "workflow").rglob("*.py")]):  # fmt: skip
+        if path.name == "figure_files.py":
+            continue
+        text = path.read_text()
+        outside += [f"{path.name}: {needle}" for needle in ('"png", "pdf"', ".savefig(") if needle in text]
+    assert outside == []
+
+
+def test_every_figure_name_has_one_drawer_and_a_caption():
+    from contextuality.paper import FIGURES
+    from contextuality.report import senses
+    from contextuality.report.figure_files import MODEL_FIGURES
+    from contextuality.senses.combine import SENSE_FIGURES
+
+    assert tuple(senses._drawers()) == SENSE_FIGURES
+    assert tuple(figures._PLOTTERS) == FIGURES
+    names = (*FIGURES, *MODEL_FIGURES, *SENSE_FIGURES)
+    assert [name for name in names if not (REPORT_DIR / f"fig_{name}.rst").is_file()] == []

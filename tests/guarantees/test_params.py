@@ -106,3 +106,40 @@ def test_the_batches_are_a_shards_param_only_where_they_change_it():
     assert batch_params(settings.models["elmo"]) == {"batch_size": 1, "max_batch_tokens": 512}
     stored = stored_params(settings.shard("four"))
     assert not {"batch_size", "max_batch_tokens", "device", "allow_pickle"} & set(stored) and "pooling" in stored
+
+
+def test_every_settings_object_is_built_by_keyword():
+    """Settings.shard and Settings.plan built their 12- and 6-field objects by position: a field added or moved
+    in the class would have shifted every value after it without an error."""
+    import dataclasses
+    import inspect
+
+    from contextuality.core import settings
+
+    classes = [cls for _, cls in inspect.getmembers(settings, inspect.isclass)
+               if dataclasses.is_dataclass(cls) and cls.__module__ == settings.__name__]  # fmt: skip
+    assert len(classes) >= 15
+    for cls in classes:
+        with pytest.raises(TypeError):
+            cls(*[None] * len(dataclasses.fields(cls)))
+
+
+def test_which_shard_settings_change_the_stored_vectors_is_said_once():
+    """ShardSettings called itself what the stored vectors depend on, while HOW_IT_RAN, a list of its own, named
+    four of its fields that do not: the fields are marked now, and the data contract lists the same two sets."""
+    import dataclasses
+    import re
+
+    from conftest import PROJECT
+    from contextuality.core.settings import HOW_IT_RAN, ShardSettings, stored_params
+    from contextuality.workflow.schema import load_settings
+
+    fields = [field.name for field in dataclasses.fields(ShardSettings)]
+    stored = [name for name in fields if name not in HOW_IT_RAN]
+    assert set(HOW_IT_RAN) < set(fields)
+    shard = load_settings({"models": {"m": {"source": "random", "architecture": "bert"}}}).shard("m")
+    assert list(stored_params(shard)) == stored
+    contract = (PROJECT / "docs" / "data-contract.md").read_text()
+    listed = contract[contract.index("and the shard settings"):contract.index("which say how a job ran")]
+    kept, left_out = listed.split("(not ")
+    assert re.findall(r"`(\w+)`", kept) == stored and sorted(re.findall(r"`(\w+)`", left_out)) == list(HOW_IT_RAN)

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from contextuality.senses.job import (
-    Rows, self_similarity_by_form, sts_occurrences, token_ids_of, usage_row_numbers, word_seed,
-)
+from contextuality.senses.job import sts_occurrences, token_ids_of, usage_row_numbers
+from contextuality.senses.rows import Rows
+from contextuality.senses.sts_measures import self_similarity_by_form, word_seed
 from contextuality.report.senses import FAILS, HOLDS, NA, sense_claims
 
 

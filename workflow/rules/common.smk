@@ -15,6 +15,7 @@ from contextuality.corpus.sts import bundled_release_paths
 from contextuality.extraction.devices import LOCAL_GPUS_ENV, gpu_line, visible_gpus
 from contextuality.models.sources import SOURCES
 from contextuality.paper import FIGURES
+from contextuality.report.figure_files import FORMATS as FIGURE_FORMATS, MODEL_FIGURES
 from contextuality.static.benchmark_files import benchmark_files
 from contextuality.workflow import estimates
 from contextuality.workflow.checks import check_half_precision_has_a_gpu, checked_settings
@@ -35,7 +36,6 @@ os.environ.setdefault("HDF5_USE_FILE_LOCKING", "FALSE")
 prepend_python_path(Path(workflow.basedir) / "src")
 
 MODELS = list(SETTINGS.models)
-MODEL_FIGURES = ["geometry", "rogue_dimensions"]
 
 
 wildcard_constraints:
@@ -255,7 +255,7 @@ def measure_mem_mb(wildcards, input, attempt):
 
 
 def whole_layer_mem_mb(wildcards, input, attempt):
-    return estimates.whole_layer_mem_mb(SETTINGS.metrics.measure, input.manifest, attempt)
+    return estimates.whole_layer_mem_mb(input.manifest, attempt)
 
 
 def device_measure_mem_mb(wildcards, input, attempt):

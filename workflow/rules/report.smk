@@ -17,7 +17,7 @@ rule figures:
                 labels={"figure": name, "format": ext},
             )
             for name in FIGURES
-            for ext in ("png", "pdf")
+            for ext in FIGURE_FORMATS
         },
     params:
         models=MODELS,
@@ -47,7 +47,7 @@ rule model_figures:
                 labels={"model": "{model}", "figure": name, "format": ext},
             )
             for name in MODEL_FIGURES
-            for ext in ("png", "pdf")
+            for ext in FIGURE_FORMATS
         },
     params:
         label=lambda wildcards: inert_json(MODEL_LABELS[wildcards.model]),

@@ -263,7 +263,7 @@ rule senses_figures:
                 labels={"figure": name, "format": ext},
             )
             for name in SENSE_FIGURES
-            for ext in ("png", "pdf")
+            for ext in FIGURE_FORMATS
         },
     params:
         models=MODELS,

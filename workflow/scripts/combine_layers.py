@@ -2,11 +2,8 @@
 context-specific words."""
 from pathlib import Path
 
-import pandas as pd
-
 from contextuality.measure.combine import combine_layers, measured_on
 from contextuality.measure.layer_result import read_layer_results
-from contextuality.core.atomic import atomic_path
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.store.files import StoreError
 
@@ -24,6 +21,5 @@ with expected_errors(StoreError):
         manifest_path=manifest.path,
         out_postprocess=Path(snakemake.output.postprocess),
         out_rogue=Path(snakemake.output.rogue),
+        out_layers_csv=Path(snakemake.output.layers),
     )
-with atomic_path(snakemake.output.layers) as tmp:
-    pd.read_parquet(snakemake.output.layers_parquet).to_csv(tmp, index=False, float_format="%.6g")

@@ -9,7 +9,7 @@ from contextuality.report.inert import from_inert_json
 
 setup_job_logging(snakemake.log[0])
 tables = {model: pd.read_parquet(path) for model, path in zip(snakemake.params.models, snakemake.input.layers)}
-written = plot_all(tables, from_inert_json(snakemake.params.labels), Path(snakemake.output.anisotropy_png).parent,
+written = plot_all(tables, from_inert_json(snakemake.params.labels), Path(snakemake.output[0]).parent,
                    relative_depth=snakemake.params.x_axis == "relative_depth")
 expected = {Path(path) for path in snakemake.output}
 assert {path for pair in written.values() for path in pair} == expected, "figure names out of step with the rule"

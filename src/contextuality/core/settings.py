@@ -30,7 +30,7 @@ def _take(cls, section: dict, **resolved):
 # Models
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DownloadSettings:
     """What a model's download depends on: its source and where its files are."""
 
@@ -47,7 +47,7 @@ class DownloadSettings:
     allow_pickle: bool  # pickle weights (.bin), which can run code, are downloaded (hub) and loaded
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BuildSettings:
     """What a model's folder depends on: its download, the weights' checks, a random model's shape and seed."""
 
@@ -69,7 +69,7 @@ class BuildSettings:
         return self.download.allow_pickle
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelSettings:
     """One configured model: its build, how the corpus is fed to it and read from it, how it is shown."""
 
@@ -91,7 +91,7 @@ class ModelSettings:
         return self.build.download.source
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlanSettings:
     """What a model's plan depends on: how its sentences are tokenized and which occurrences are indexed."""
 
@@ -116,30 +116,37 @@ def shard_bounds(n_sentences: int, n_shards: int, shard: int, window: int = 1) -
     return min(first, n_sentences), min(last, n_sentences)
 
 
-@dataclass(frozen=True)
+def _how_it_ran():
+    """A shard setting that says how a job ran, not what it stored (``HOW_IT_RAN``)."""
+    return dataclasses.field(metadata={"how_it_ran": True})
+
+
+@dataclass(frozen=True, kw_only=True)
 class ShardSettings:
-    """What a model's stored vectors depend on (every shard job of the model)."""
+    """The settings of every shard job of a model: what its stored vectors depend on, and (``_how_it_ran``) how
+    a job computes them."""
 
     indexing: str
     tokenization: str
     max_length: int | None
     pooling: str
-    batch_size: int
-    max_batch_tokens: int | None
+    batch_size: int = _how_it_ran()
+    max_batch_tokens: int | None = _how_it_ran()
     n_shards: int
     stateful: bool
-    allow_pickle: bool
-    device: str
+    allow_pickle: bool = _how_it_ran()
+    device: str = _how_it_ran()
     compute_dtype: str
     storage_dtype: str
 
 
-# Shard settings that say how a job ran, not what it stored: the device it computed on and the batches (their
-# size, their token cap) move a vector within the tested tolerance (1e-4, test_determinism), and allow_pickle
-# only lets a format load. Shards that differ in these alone hold the same vectors (a local and a SLURM run
-# compare equal), so they are in no shard's provenance, and in the extract rule's params only where the batches
-# change a shard (``batch_params``).
-HOW_IT_RAN = ("allow_pickle", "batch_size", "device", "max_batch_tokens")
+# Shard settings that say how a job ran, not what it stored, marked in ShardSettings: the device it computed on
+# and the batches (their size, their token cap) move a vector within the tested tolerance (1e-4,
+# test_determinism), and allow_pickle only lets a format load. Shards that differ in these alone hold the same
+# vectors (a local and a SLURM run compare equal), so they are in no shard's provenance, and in the extract
+# rule's params only where the batches change a shard (``batch_params``).
+HOW_IT_RAN = tuple(sorted(field.name for field in dataclasses.fields(ShardSettings)
+                          if field.metadata.get("how_it_ran")))  # fmt: skip
 
 
 def stored_params(settings: ShardSettings) -> dict:
@@ -167,7 +174,7 @@ def stateful_batches(model: ModelSettings) -> dict | None:
 # The config's sections
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CorpusSettings:
     source: str
     bundled_dir: str
@@ -185,13 +192,13 @@ class CorpusSettings:
     group_column: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WordSettings:
     min_occurrences: int
     count: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExtractionSettings:
     n_shards: int
     batch_size: int
@@ -206,7 +213,7 @@ class ExtractionSettings:
     store: bool | str  # the HDF5 store: True (always), "auto" (when a rule reads it), False (never)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MeasureSettings:
     """What one layer's measurement depends on: every metrics key but ``top_k_words``, and the seed."""
 
@@ -225,7 +232,7 @@ class MeasureSettings:
     memory_mb: int  # the job's memory budget: a larger layer is measured in chunks (measure.streaming)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DeviceSettings:
     """Where the measurement runs: on the device beside the forward passes (rule measure_model), or from the store."""
 
@@ -235,26 +242,31 @@ class DeviceSettings:
     device_parts: int  # measure_model jobs per model, each a consecutive part of the layers
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MetricsSettings:
     measure: MeasureSettings
     top_k_words: int  # only the combining step reads it: it lists the most and least context-specific words
     device: DeviceSettings
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FigureSettings:
     x_axis: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StaticSettings:
     enabled: bool
     benchmark_dir: str
     baselines: dict[str, str]  # label -> embedding file, in label order
 
 
-@dataclass(frozen=True)
+# Every layer the sense job reads is held whole in this dtype, whatever metrics.compute_dtype (which it never
+# reads; its float64 work is on blocks and samples): a fixed part of the job, and what its memory is sized by.
+SENSE_LAYER_DTYPE = "float32"
+
+
+@dataclass(frozen=True, kw_only=True)
 class SenseSettings:
     enabled: bool
     max_lemmas: int | None
@@ -270,7 +282,7 @@ class SenseSettings:
     regression_min_occurrences: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     """Every setting of a run."""
 
@@ -300,8 +312,9 @@ class Settings:
             models={key: _model(key, config["models"][key], extraction, config["seed"]) for key in sorted(config["models"])},
             extraction=extraction,
             metrics=MetricsSettings(
-                _take(MeasureSettings, metrics, seed=config["seed"], postprocess=tuple(sorted(metrics["postprocess"]))),
-                metrics["top_k_words"], _take(DeviceSettings, metrics),
+                measure=_take(MeasureSettings, metrics, seed=config["seed"],
+                              postprocess=tuple(sorted(metrics["postprocess"]))),
+                top_k_words=metrics["top_k_words"], device=_take(DeviceSettings, metrics),
             ),
             figures=_take(FigureSettings, config["figures"]),
             static=_take(StaticSettings, static, baselines=dict(sorted(static["baselines"].items()))),
@@ -311,8 +324,11 @@ class Settings:
     def plan(self, key: str) -> PlanSettings:
         """The plan job's settings for model ``key``."""
         model = self.models[key]
-        return PlanSettings(model.indexing, model.tokenization, model.max_length, self.extraction.max_length_policy,
-                            self.words.min_occurrences, self.words.count)  # fmt: skip
+        return PlanSettings(
+            indexing=model.indexing, tokenization=model.tokenization, max_length=model.max_length,
+            max_length_policy=self.extraction.max_length_policy, min_occurrences=self.words.min_occurrences,
+            count=self.words.count,
+        )
 
     @property
     def store_needed_by(self) -> list[str]:
@@ -332,10 +348,11 @@ class Settings:
         """The extraction jobs' settings for model ``key``."""
         model, extraction = self.models[key], self.extraction
         return ShardSettings(
-            model.indexing, model.tokenization, model.max_length, model.pooling, model.batch_size,
-            model.max_batch_tokens, model.n_shards, model.stateful, model.build.download.allow_pickle, extraction.device,
-            extraction.compute_dtype, extraction.storage_dtype,
-        )  # fmt: skip
+            indexing=model.indexing, tokenization=model.tokenization, max_length=model.max_length,
+            pooling=model.pooling, batch_size=model.batch_size, max_batch_tokens=model.max_batch_tokens,
+            n_shards=model.n_shards, stateful=model.stateful, allow_pickle=model.build.download.allow_pickle,
+            device=extraction.device, compute_dtype=extraction.compute_dtype, storage_dtype=extraction.storage_dtype,
+        )
 
 
 def _model(key: str, entry: dict, extraction: ExtractionSettings, seed: int) -> ModelSettings:

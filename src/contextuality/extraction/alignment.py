@@ -16,7 +16,7 @@ What cannot be stored is counted, never dropped silently: sentences truncated (o
 model's length limit, the words (and indexed occurrences) they lose, and words that no piece starts
 in because one piece spans two spaCy words (``cannot`` -> ``can`` + ``not`` under one piece).
 
-``tokenization: faithful`` (decoders) rebuilds the paper's GPT-2 input instead (contextuality.faithful):
+``tokenization: faithful`` (decoders) rebuilds the paper's GPT-2 input instead (contextuality.extraction.faithful):
 spaCy tokens looked up bare, no spaces, no BOS, and word i read at token position i, misaligned after
 any word that takes several pieces, exactly as the paper's code read it.
 """

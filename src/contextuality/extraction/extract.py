@@ -12,7 +12,7 @@ which token range each stored unit pools. Extraction only runs the model and kee
 * The rows to store are gathered **on the device** with batched index operations (first or last
   piece; or the mean of a word's pieces through a padded index matrix, deterministic), cast to the
   storage dtype there, and only they cross to the host (pinned memory, non-blocking, on CUDA).
-* HDF5 writes happen in a background thread (``contextuality.writer``) while the next batches run,
+* HDF5 writes happen in a background thread (``contextuality.extraction.writer``) while the next batches run,
   each window's rows checked finite first (``finite``).
 
 Special tokens go through the model but are never stored. Layer 0 is the input-embedding layer.
@@ -88,8 +88,9 @@ class ElmoModel:
 def load_for_extraction(key: str, settings: ShardSettings, record: dict, model_dir: Path, device: str):
     """A loaded HF model, or ELMo wrapped in the same interface, from the materialised folder ``model_dir``."""
     from contextuality.models import loading
+    from contextuality.models.sources import SOURCES
 
-    if record["source"] == "elmo":
+    if not SOURCES[record["source"]].hf_folder:  # ELMo's own files
         from contextuality.models.elmo import ElmoEmbedder
 
         loading.verify_model_files(record, model_dir)

@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
+from contextuality.models.kind import is_decoder
+
 SPACE_MARKER = "Ġ"
 # Vocabulary entries the paper's code took for unknown: GPT-2's id 0, which is "!".
 PAPER_UNKNOWN = ("!",)
@@ -92,17 +94,6 @@ def faithful_gpt2_input(
 
 class NotADecoderError(ValueError):
     """``tokenization: faithful`` asked of an encoder; the message names the key and what to use."""
-
-
-def is_decoder(model_type: str | None) -> bool:
-    """Whether transformers builds ``model_type`` (``config.json``'s) only as a left-to-right model.
-
-    A decoder has a causal-LM head and no masked-LM one (GPT-2, Llama, Qwen2). An encoder has a masked-LM
-    head (BERT and RoBERTa have a causal one too, for encoder-decoder use), or neither (T5).
-    """
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
-
-    return model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 
 def encoder_problem(key: str, model_type: str | None) -> str | None:

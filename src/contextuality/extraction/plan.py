@@ -1,6 +1,6 @@
 """The ``plan`` job: what each sentence feeds a model and which rows it stores, decided before extraction.
 
-It tokenizes and aligns the whole corpus once (``contextuality.alignment``), writes the plan
+It tokenizes and aligns the whole corpus once (``contextuality.extraction.alignment``), writes the plan
 (``tokens.parquet``, ``units.parquet``), the occurrences the measurements will use, and what the model
 cannot store (``losses.json``), and stops the run here when the model would store too little to measure.
 Extraction jobs read their shard's slice of the plan.
@@ -166,6 +166,8 @@ def run_plan_job(
 ) -> dict:
     """The ``plan`` job: the model's plan, its occurrences and its losses, before any extraction."""
     from contextuality.models import loading
+    from contextuality.models.kind import model_type_of
+    from contextuality.models.sources import SOURCES
 
     record = json.loads(Path(record_path).read_text())
     sentences = pd.read_parquet(sentences_path, columns=["sentence_id", "text"])
@@ -173,11 +175,11 @@ def run_plan_job(
     word_index = pd.read_parquet(word_index_path)
     indexing, tokenization, policy = settings.indexing, settings.tokenization, settings.max_length_policy
     min_occurrences, count = settings.min_occurrences, settings.count
-    if record["source"] == "elmo":
+    if SOURCES[record["source"]].reads_words:  # no tokenizer of its own
         plan, max_length = alignment.plan_words(sentences, words), None
     else:
         if tokenization == "faithful":  # the config cannot tell a downloaded model's architecture; its config.json can
-            refuse_encoder(model_key, json.loads((Path(model_dir) / "config.json").read_text()).get("model_type"))
+            refuse_encoder(model_key, model_type_of(model_dir))
         tokenizer, max_length = loading.load_tokenizer(record, model_dir, settings.max_length)
         holder = type("Tokenized", (), {"tokenizer": tokenizer, "max_length": max_length, "key": model_key})
         plan = plan_model(holder, sentences, words, indexing=indexing, tokenization=tokenization, policy=policy)

@@ -10,7 +10,7 @@ extraction refuses non-finite values there, from each block's min and max, reduc
 queued: the writer thread runs no torch operation, see ``HostBlock``). An error in the writer
 thread (a full disk, a refused block) stops the extraction at its next ``put`` or at ``close`` with its
 message. The file is written under a temporary name and
-renamed only once complete (``contextuality.atomic``).
+renamed only once complete (``contextuality.core.atomic``).
 """
 
 from __future__ import annotations

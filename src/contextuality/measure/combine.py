@@ -54,12 +54,13 @@ def combine_layers(
     manifest_path: Path | str = "manifest.json",
     out_postprocess: Path | None = None,
     out_rogue: Path | None = None,
+    out_layers_csv: Path | None = None,
 ) -> None:
     """A model's tables from its per-layer results, after checking they cover exactly the manifest's layers.
 
     ``top_k``: how many most and least context-specific words to list. Also, when asked:
-    ``out_postprocess`` (CSV, one row per layer and post-processing variant) and ``out_rogue`` (CSV,
-    ``rogue_table``).
+    ``out_postprocess`` (CSV, one row per layer and post-processing variant), ``out_rogue`` (CSV,
+    ``rogue_table``) and ``out_layers_csv`` (the layer table of ``out_layers`` as CSV, 6 significant digits).
     """
     if manifest is not None:
         check_layer_set(manifest, {result.layer: result.shape._asdict() for result in results}, manifest_path)
@@ -75,6 +76,9 @@ def combine_layers(
         word_table[WORD_COLUMNS].to_parquet(tmp, index=False)
     with atomic_path(out_layers) as tmp:
         layer_table.to_parquet(tmp, index=False)
+    if out_layers_csv is not None:
+        with atomic_path(out_layers_csv) as tmp:
+            layer_table.to_csv(tmp, index=False, float_format="%.6g")
     with atomic_path(out_context_words) as tmp:
         _context_specific_words(word_table, top_k).to_csv(tmp, index=False)
     if out_postprocess is not None:

@@ -35,7 +35,8 @@ from contextuality.core.archive import pack
 from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import WINDOW_BATCHES, MeasureSettings, ShardSettings, stored_params
 from contextuality.measure import backend
-from contextuality.measure.layer_job import OccurrenceIndex, RowsInMemory, measure_rows_then, read_units
+from contextuality.measure.layer_job import measure_rows_then, read_units
+from contextuality.measure.layer_rows import OccurrenceIndex, RowsInMemory
 from contextuality.measure.layer_pass import BLOCK_ROWS
 from contextuality.measure.layer_result import write_layer_results
 from contextuality.measure.streaming import BASE_MB, SQUARE_MATRICES
@@ -246,9 +247,8 @@ def measure_model(
     units = read_units(units_path) if measure.geometry else None
     n_rows = len(plan.units)
     elmo = isinstance(loaded, ElmoModel)
-    d = loaded.dim if elmo else loaded.model.config.hidden_size
+    d = _dim(loaded)
     layers = part_layers(loaded.n_layers, parts, part)
-    storage = getattr(torch, shard.storage_dtype)
     itemsize = backend.itemsize(shard.storage_dtype)
     on_cuda = str(device).startswith("cuda")
     window = WINDOW_BATCHES * shard.batch_size
@@ -263,10 +263,38 @@ def measure_model(
     log.info("%s on %s: %d rows x %d dims, layers %s of %d; %s", model_key, device, n_rows, d,
              f"{layers[0]}-{layers[-1]}" if layers else "none", loaded.n_layers,
              groups.describe(loaded.n_layers) if layers else "nothing to measure")  # fmt: skip
-    digest = provenance_module.digest(provenance)
-    block_rows = GPU_BLOCK_ROWS if on_cuda else BLOCK_ROWS
     if on_cuda:
         torch.cuda.reset_peak_memory_stats(torch.device(device))
+    seconds = _measure_groups(
+        groups.groups, loaded=loaded, plan=plan, shard=shard, measure=measure, index=index, units=units,
+        device=device, out_folder=out_folder, digest=provenance_module.digest(provenance), host_threads=host_threads,
+        model_key=model_key, log=log,
+    )  # fmt: skip
+    planned_peak = groups.reserve_bytes + max(map(len, groups.groups), default=0) * groups.layer_bytes
+    figures = {
+        "device": str(device), "layers": layers, "groups": groups.groups, "n_layers": loaded.n_layers, "rows": n_rows,
+        "dim": d, "n_sentences": len(plan.sentence_ids), "tokens": int(plan.n_tokens),
+        "final_norm": "" if elmo else final_norm(loaded.model), "forward_seconds": seconds["forward"],
+        "measure_seconds": seconds["measure"], "host_seconds": seconds["host"], "host_wait_seconds": seconds["host_wait"],
+        "seconds": time.perf_counter() - started, "planned_peak_bytes": planned_peak,
+        "peak_bytes": int(torch.cuda.max_memory_allocated(torch.device(device))) if on_cuda else None,
+    }  # fmt: skip
+    log.info("done: %s", json.dumps(figures))
+    return figures
+
+
+def _measure_groups(groups: list[list[int]], *, loaded, plan, shard: ShardSettings, measure: MeasureSettings, index,
+                    units, device: str, out_folder: Path, digest: str, host_threads: int, model_key: str,
+                    log: logging.Logger) -> dict:  # fmt: skip
+    """Each group's pass over the corpus (``fill_group``), then each of its layers measured on the device and
+    finished on the host, in threads beside the device's next layer, into ``out_folder``. Returns the
+    seconds spent: forward passes, measuring on the device, on the host, and waiting for the host at the end."""
+    import torch
+
+    on_cuda = str(device).startswith("cuda")
+    storage = getattr(torch, shard.storage_dtype)
+    n_rows, d = len(plan.units), _dim(loaded)
+    block_rows = GPU_BLOCK_ROWS if on_cuda else BLOCK_ROWS
     seconds, host_seconds = {"forward": 0.0, "measure": 0.0}, []
 
     def finish_and_write(layer: int, finish) -> None:  # in a host thread: no row is read
@@ -284,11 +312,11 @@ def measure_model(
     with torch.inference_mode(), ThreadPoolExecutor(max_workers=max(1, host_threads)) as host, \
             threadpool_limits(limits=1, user_api="blas"):
         pending = []
-        for number, group in enumerate(groups.groups, 1):
+        for number, group in enumerate(groups, 1):
             tick = time.perf_counter()
             resident = torch.empty((len(group), n_rows, d), dtype=storage, device=device)
             fill_group(loaded, plan, group, resident, shard, device,
-                        desc=f"{model_key} layers {group[0]}-{group[-1]} ({number}/{len(groups.groups)})")  # fmt: skip
+                        desc=f"{model_key} layers {group[0]}-{group[-1]} ({number}/{len(groups)})")  # fmt: skip
             if on_cuda:
                 torch.cuda.synchronize(torch.device(device))
             seconds["forward"] += time.perf_counter() - tick
@@ -311,17 +339,14 @@ def measure_model(
         for done in pending:
             done.result()  # a host step's error, raised here
         seconds["host_wait"] = time.perf_counter() - tick
-    planned_peak = groups.reserve_bytes + max(map(len, groups.groups), default=0) * groups.layer_bytes
-    figures = {
-        "device": str(device), "layers": layers, "groups": groups.groups, "n_layers": loaded.n_layers, "rows": n_rows,
-        "dim": d, "n_sentences": len(plan.sentence_ids), "tokens": int(plan.n_tokens),
-        "final_norm": "" if elmo else final_norm(loaded.model), "forward_seconds": seconds["forward"],
-        "measure_seconds": seconds["measure"], "host_seconds": sum(host_seconds), "host_wait_seconds": seconds["host_wait"],
-        "seconds": time.perf_counter() - started, "planned_peak_bytes": planned_peak,
-        "peak_bytes": int(torch.cuda.max_memory_allocated(torch.device(device))) if on_cuda else None,
-    }  # fmt: skip
-    log.info("done: %s", json.dumps(figures))
-    return figures
+    return {**seconds, "host": sum(host_seconds)}
+
+
+def _dim(loaded) -> int:
+    """The model's hidden size (ELMo's: its output's)."""
+    from contextuality.extraction.extract import ElmoModel
+
+    return loaded.dim if isinstance(loaded, ElmoModel) else loaded.model.config.hidden_size
 
 
 def _after_final_norm(loaded, layer: int) -> int:

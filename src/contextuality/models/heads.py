@@ -17,6 +17,7 @@ from typing import Callable
 
 import numpy as np
 
+from contextuality.models.kind import lm_kind
 from contextuality.models.loading import (
     ModelError,
     _first,
@@ -91,20 +92,14 @@ def output_head_or_reason(record: dict, model_dir: str | Path, *, dtype: str = "
 def _head_kind(folder: Path) -> tuple[str | None, str]:
     """"masked" for a model type transformers has a masked-LM class for, "causal" for a decoder-only one."""
     from transformers import AutoConfig
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
-    )
 
     config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
     model_type = config.model_type
     if getattr(config, "is_encoder_decoder", False):
         return None, f"no output layer for the lens: {model_type} is an encoder-decoder model"
-    # BERT-type encoders also have a causal class (BertLMHeadModel); their head predicts the token itself
-    if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
-        return "masked", ""
-    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        return "causal", ""
+    kind = lm_kind(model_type)
+    if kind is not None:
+        return kind, ""
     return None, f"no output layer: transformers has no causal or masked LM class for model type {model_type!r}"
 
 

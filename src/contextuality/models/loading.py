@@ -1,6 +1,6 @@
 """Loading a materialised model safely, and what its ``source.json`` says about it.
 
-A model folder (``resources/models/{key}/model/``, built by ``contextuality.sources``) is a Hugging Face
+A model folder (``resources/models/{key}/model/``, built by ``contextuality.models.sources``) is a Hugging Face
 folder or ELMo's options and weights. Loading recomputes every file's sha256 against ``source.json``,
 never sets ``trust_remote_code``, and refuses pickle weights (``.bin``) unless allowed.
 """

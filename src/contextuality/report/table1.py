@@ -13,6 +13,7 @@ from matplotlib.ticker import MaxNLocator
 from contextuality.core.atomic import atomic_path
 from contextuality.paper import PAPER_TABLE1, TABLE1_HEADERS, TABLE1_TASKS
 from contextuality.report import tables
+from contextuality.report.figure_files import save_figure
 from contextuality.report.figures import plain_text
 from contextuality.static.scoring import TASK_METRIC
 
@@ -134,7 +135,4 @@ def plot_scores_by_layer(results: pd.DataFrame, out_png: str | os.PathLike, out_
                           markeredgecolor="black", label="layer 0 (input embeddings)"))
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), frameon=False)
     fig.suptitle("Static (first principal component) embeddings on word benchmarks, by layer")
-    for path, fmt, meta in ((out_png, "png", {"Software": None}),
-                            (out_pdf, "pdf", {"CreationDate": None, "ModDate": None})):
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=150, metadata=meta)
+    save_figure(fig, {"png": out_png, "pdf": out_pdf}, dpi=150)

@@ -3,7 +3,7 @@ sense figures: no import beyond the standard library, as the Snakefile reads the
 
 from __future__ import annotations
 
-# The long table's columns: one row per measure and preprocessing of one layer (``senses.layer_job.Rows``).
+# The long table's columns: one row per measure and preprocessing of one layer (``senses.rows.Rows``).
 ROW_COLUMNS = ["model", "layer", "family", "measure", "preprocessing", "value", "null", "ci_low", "ci_high", "p", "n",
                "note"]
 

@@ -43,22 +43,15 @@ import hashlib
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from sklearn.cluster import KMeans
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import adjusted_rand_score, balanced_accuracy_score, roc_auc_score, roc_curve
-from sklearn.model_selection import GroupKFold, cross_val_predict
-from sklearn.neighbors import NearestNeighbors
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
-from threadpoolctl import threadpool_limits
+from sklearn.metrics import balanced_accuracy_score
+from sklearn.model_selection import GroupKFold
 
+from contextuality.senses.neighbours import ari_measures, knn_measures
+from contextuality.senses.pair_scores import best_threshold, heldout_scores, interval, pair_auc, stratified_auc
 from contextuality.senses.vectors import unit_rows
 
 USAGE_COLUMNS = ["usage_id", "lemma", "pos", "synset", "lexname", "form_lower", "position"]
 PAIR_COLUMNS = ["usage_a", "usage_b", "same_sense", "same_lexname"]
-# Added to every stored kNN distance (1 − cos ∈ [0, 2]): a shift keeps the order, and keeps identical
-# vectors (distance 0) from looking like absent entries and rounding (1 − cos < 0) from being refused.
-_DISTANCE_SHIFT = 1.0
 # A pair's shape: what a model-free predictor sees (|ΔL|, |Δposition|, |Δ words after the target|, mean length,
 # mean position); lengths in spaCy words.
 SHAPE_FEATURES = ("abs_length_difference", "abs_position_difference", "abs_tail_difference", "mean_length",
@@ -211,11 +204,11 @@ class SeparationDesign:
         if controls:
             out.update(self._auroc_variants(cos, pair_ok))
             out.update(self._heldout(cos, pair_ok))
-        out.update(self._knn(cos, pair_ok))
+        out.update(knn_measures(self, cos, pair_ok))
         if control is not None:
             out.update(self._control_difference(cos, pair_ok, control, resamples))
         if ari:
-            out.update(self._ari(unit, valid, seed))
+            out.update(ari_measures(self.word, self.sense, unit, valid, seed))
         out["cosines"] = np.where(pair_ok, cos, np.nan)
         return out
 
@@ -257,10 +250,11 @@ class SeparationDesign:
     def _auroc(self, cos, pair_ok) -> dict:
         pos, neg, coarse = pair_ok & self.same, pair_ok & ~self.same, pair_ok & self.coarse_diff
         resamples = self._auc_resamples(cos, pos, neg)
-        low, high = _interval(resamples)
-        coarse_low, coarse_high = _interval(self._auc_resamples(cos, pos, coarse))
-        return {"auroc": _auc(cos, pos, neg), "auroc_coarse": _auc(cos, pos, coarse), "n_pairs_same": int(pos.sum()),
-                "n_pairs_different": int(neg.sum()), "n_pairs_coarse": int(coarse.sum()),
+        low, high = interval(resamples)
+        coarse_low, coarse_high = interval(self._auc_resamples(cos, pos, coarse))
+        return {"auroc": pair_auc(cos, pos, neg), "auroc_coarse": pair_auc(cos, pos, coarse),
+                "n_pairs_same": int(pos.sum()), "n_pairs_different": int(neg.sum()),
+                "n_pairs_coarse": int(coarse.sum()),
                 "auroc_ci_low": low, "auroc_ci_high": high,
                 "auroc_coarse_ci_low": coarse_low, "auroc_coarse_ci_high": coarse_high,
                 "_auroc_resamples": (pair_ok, resamples)}
@@ -307,15 +301,15 @@ class SeparationDesign:
         pos, neg = pair_ok & self.same, pair_ok & ~self.same
         out = {}
         if self.length_stratum is not None:
-            value = _stratified_auc(cos, pos, neg, self.length_stratum)
-            low, high = _interval(self._auc_resamples(cos, pos, neg, self.length_stratum))
+            value = stratified_auc(cos, pos, neg, self.length_stratum)
+            low, high = interval(self._auc_resamples(cos, pos, neg, self.length_stratum))
             out.update(auroc_stratified=value, auroc_stratified_ci_low=low, auroc_stratified_ci_high=high,
                        n_strata=int(np.unique(self.length_stratum[pos | neg]).size))
         if self.same_token is not None:
             p, q = pos & self.same_token, neg & self.same_token
-            low, high = _interval(self._auc_resamples(cos, p, q))
+            low, high = interval(self._auc_resamples(cos, p, q))
             differ = pair_ok & ~self.same_token
-            out.update(auroc_same_token=_auc(cos, p, q), auroc_same_token_ci_low=low, auroc_same_token_ci_high=high,
+            out.update(auroc_same_token=pair_auc(cos, p, q), auroc_same_token_ci_low=low, auroc_same_token_ci_high=high,
                        n_pairs_same_token=int((p | q).sum()), n_pairs_token_differs=int(differ.sum()))
         out.update(self._macro_auroc(cos, pos, neg))
         return out
@@ -338,7 +332,7 @@ class SeparationDesign:
         weights = self.boot_lemma_counts[:, per.index.to_numpy()]
         with np.errstate(invalid="ignore", divide="ignore"):
             boot = (weights @ auc) / weights.sum(1)
-        low, high = _interval(boot)
+        low, high = interval(boot)
         return {"auroc_macro": float(auc.mean()), "auroc_macro_ci_low": low, "auroc_macro_ci_high": high,
                 "n_lemmas_macro": int(auc.size)}
 
@@ -359,21 +353,21 @@ class SeparationDesign:
             return out
         predicted = np.zeros(idx.size, dtype=bool)
         for train, test in folds.split(idx, y, groups):
-            predicted[test] = cos[idx[test]] >= _best_threshold(y[train], cos[idx[train]])
+            predicted[test] = cos[idx[test]] >= best_threshold(y[train], cos[idx[train]])
         sums = {name: np.bincount(groups, weights=values.astype(np.float64), minlength=self.n_lemmas)
                 for name, values in (("tp", y & predicted), ("p", y), ("tn", ~y & ~predicted), ("n", ~y))}
         boot = {name: self.boot_lemma_counts @ value for name, value in sums.items()}
         with np.errstate(invalid="ignore", divide="ignore"):
             resampled = 0.5 * (boot["tp"] / boot["p"] + boot["tn"] / boot["n"])
-        low, high = _interval(resampled)
+        low, high = interval(resampled)
         out.update(heldout_balanced_accuracy=float(balanced_accuracy_score(y, predicted)),
                    heldout_balanced_accuracy_ci_low=low, heldout_balanced_accuracy_ci_high=high)
         if self.shape is not None:
             out.update(self._shape_auroc(pair_ok, idx, y, groups, folds))
             scores = np.full(cos.size, np.nan)
-            scores[idx] = _heldout_scores(np.column_stack([cos[idx], self.shape[idx]]), y, groups, folds)
-            low, high = _interval(self._auc_resamples(scores, pair_ok & self.same, pair_ok & ~self.same))
-            out.update(auroc_cosine_shape=_auc(scores, pair_ok & self.same, pair_ok & ~self.same),
+            scores[idx] = heldout_scores(np.column_stack([cos[idx], self.shape[idx]]), y, groups, folds)
+            low, high = interval(self._auc_resamples(scores, pair_ok & self.same, pair_ok & ~self.same))
+            out.update(auroc_cosine_shape=pair_auc(scores, pair_ok & self.same, pair_ok & ~self.same),
                        auroc_cosine_shape_ci_low=low, auroc_cosine_shape_ci_high=high)
         return out
 
@@ -382,10 +376,10 @@ class SeparationDesign:
         key = np.packbits(pair_ok).tobytes()
         if key not in self._shape_cache:
             scores = np.full(pair_ok.size, np.nan)
-            scores[idx] = _heldout_scores(self.shape[idx], y, groups, folds)
+            scores[idx] = heldout_scores(self.shape[idx], y, groups, folds)
             pos, neg = pair_ok & self.same, pair_ok & ~self.same
-            low, high = _interval(self._auc_resamples(scores, pos, neg))
-            self._shape_cache[key] = {"auroc_shape": _auc(scores, pos, neg), "auroc_shape_ci_low": low,
+            low, high = interval(self._auc_resamples(scores, pos, neg))
+            self._shape_cache[key] = {"auroc_shape": pair_auc(scores, pos, neg), "auroc_shape_ci_low": low,
                                       "auroc_shape_ci_high": high}
         return dict(self._shape_cache[key])
 
@@ -409,115 +403,8 @@ class SeparationDesign:
             self._control_cache = {key: self._auc_resamples(control, pos, neg)}
         same_pairs = resamples is not None and np.array_equal(resamples[0], both)
         diff = (resamples[1] if same_pairs else self._auc_resamples(cos, pos, neg)) - self._control_cache[key]
-        low, high = _interval(diff)
+        low, high = interval(diff)
         finite = diff[np.isfinite(diff)]
-        return {"control_difference": _auc(cos, pos, neg) - _auc(control, pos, neg), "control_difference_ci_low": low,
-                "control_difference_ci_high": high,
+        return {"control_difference": pair_auc(cos, pos, neg) - pair_auc(control, pos, neg),
+                "control_difference_ci_low": low, "control_difference_ci_high": high,
                 "control_difference_p": (1 + int(np.sum(finite <= 0))) / (finite.size + 1)}
-
-    def _knn(self, cos, pair_ok) -> dict:
-        a, b = self.a[pair_ok], self.b[pair_ok]
-        dist = 1.0 - cos[pair_ok] + _DISTANCE_SHIFT
-        rows, cols, dist = np.r_[a, b], np.r_[b, a], np.r_[dist, dist]
-        # Each row's entries sorted by distance, then by usage_id: the neighbour search keeps this order
-        # (it is already sorted by value), so a tie goes to the smallest usage_id.
-        order = np.lexsort((cols, dist, rows))
-        indptr = np.r_[0, np.cumsum(np.bincount(rows, minlength=self.n))]
-        graph = sp.csr_matrix((dist[order], cols[order], indptr), shape=(self.n, self.n))
-        has = np.flatnonzero(np.diff(indptr) > 0)
-        if has.size == 0:
-            return {"knn_accuracy": np.nan, "knn_majority": np.nan, "knn_chance": np.nan, "knn_ceiling": np.nan,
-                    "knn_ci_low": np.nan, "knn_ci_high": np.nan, "n_knn": 0}
-        nn = NearestNeighbors(n_neighbors=1, metric="precomputed").fit(graph)
-        query = graph if has.size == self.n else graph[has]
-        neighbour = nn.kneighbors(query, n_neighbors=1, return_distance=False)[:, 0]
-        hits = self.sense[neighbour] == self.sense[has]
-        majority, chance = self._baselines(has)
-        # The ceiling: a usage can be right only if another usable usage of its word has its sense.
-        cell = pd.Series(self.word[has] * (int(self.sense.max()) + 1) + self.sense[has])
-        ceiling = float(np.mean(cell.map(cell.value_counts()).to_numpy() >= 2))
-        lemma_hits = np.bincount(self.lemma[has], weights=hits.astype(np.float64), minlength=self.n_lemmas)
-        lemma_n = np.bincount(self.lemma[has], minlength=self.n_lemmas).astype(np.float64)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            low, high = _interval((self.boot_lemma_counts @ lemma_hits) / (self.boot_lemma_counts @ lemma_n))
-        return {"knn_accuracy": float(np.mean(hits)), "knn_majority": majority, "knn_chance": chance,
-                "knn_ceiling": ceiling, "knn_ci_low": low, "knn_ci_high": high, "n_knn": int(has.size)}
-
-    def _baselines(self, used: np.ndarray) -> tuple[float, float]:
-        """Leave-one-out majority sense and exact chance over the usages ``used`` (all usable in their words).
-
-        Majority: the sense most frequent among the word's other usages; a tie goes to the sense whose first
-        usage (smallest usage_id in the word) comes first.
-        """
-        t = pd.DataFrame({"word": self.word[used], "sense": self.sense[used], "id": used})
-        cells = t.groupby(["word", "sense"], sort=False)["id"].agg(["size", "min"]).reset_index()
-        cells = cells.sort_values(["word", "size", "min"], ascending=[True, False, True])
-        rank = cells.groupby("word").cumcount().to_numpy()
-        top = cells[rank == 0].set_index("word")[["sense", "size", "min"]].add_suffix("_1")
-        second = cells[rank == 1].set_index("word")[["size", "min"]].add_suffix("_2")
-        t = t.join(top, on="word").join(second, on="word")
-        # Leaving i out only lowers its own sense's count, so the prediction is the top sense unless i
-        # belongs to it and the runner-up then wins; i is right only if it belongs to the top sense.
-        n1 = t["size_1"] - 1
-        wins = t["size_2"].isna() | (n1 > t["size_2"]) | ((n1 == t["size_2"]) & (t["min_1"] < t["min_2"]))
-        majority = float(np.mean((t["sense"] == t["sense_1"]) & wins))
-        n_w = t.groupby("word")["id"].transform("size").to_numpy(np.float64)
-        cells["pairs"] = cells["size"] * (cells["size"] - 1.0)
-        same = cells.groupby("word")["pairs"].sum()
-        chance = float(np.mean(same.reindex(t["word"]).to_numpy() / (n_w * (n_w - 1))))
-        return majority, chance
-
-    def _ari(self, unit, valid, seed) -> dict:
-        """C5: mean ARI of k-means (K = the word's senses) against the gold senses, over words with ≥ 2
-        senses and ≥ 4 usable usages (a k-means fit per word: ~4 ms each)."""
-        t = pd.DataFrame({"word": self.word, "sense": self.sense})[valid]
-        groups = [g for _, g in t.groupby("word", sort=True) if len(g) >= 4 and g["sense"].nunique() >= 2]
-        scores = []
-        with threadpool_limits(1):  # a multi-threaded BLAS costs ~10x per tiny k-means fit here
-            for g in groups:
-                km = KMeans(n_clusters=g["sense"].nunique(), n_init=3, random_state=seed)
-                scores.append(adjusted_rand_score(g["sense"].to_numpy(), km.fit_predict(unit[g.index.to_numpy()])))
-        return {"ari": float(np.mean(scores)) if scores else np.nan, "n_words_ari": len(scores)}
-
-
-def _auc(score, pos, neg) -> float:
-    """scikit-learn's AUROC of positive against negative pairs (NaN without both)."""
-    if not pos.any() or not neg.any():
-        return np.nan
-    keep = pos | neg
-    return float(roc_auc_score(pos[keep], score[keep]))
-
-
-def _stratified_auc(score, pos, neg, strata) -> float:
-    """Σ_s U_s / Σ_s P_s·N_s: positives compared with the negatives of their own stratum only."""
-    count = total = 0.0
-    for stratum in np.unique(strata[pos | neg]):
-        p, q = pos & (strata == stratum), neg & (strata == stratum)
-        if p.any() and q.any():
-            weight = float(p.sum()) * float(q.sum())
-            count, total = count + _auc(score, p, q) * weight, total + weight
-    return count / total if total > 0 else np.nan
-
-
-def _interval(values) -> tuple[float, float]:
-    """The 95% percentile interval of bootstrap values (NaN when none is finite)."""
-    values = np.asarray(values, dtype=np.float64)
-    values = values[np.isfinite(values)]
-    if values.size == 0:
-        return np.nan, np.nan
-    return float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))
-
-
-def _best_threshold(y: np.ndarray, score: np.ndarray) -> float:
-    """The cut t of "positive if score ≥ t" with the best balanced accuracy on (y, score): max TPR − FPR."""
-    if y.all() or not y.any():  # one class in the training folds: no cut is better than another
-        return np.inf if not y.any() else -np.inf
-    fpr, tpr, thresholds = roc_curve(y, score)
-    return float(thresholds[int(np.argmax(tpr - fpr))])
-
-
-def _heldout_scores(features: np.ndarray, y: np.ndarray, groups: np.ndarray, folds) -> np.ndarray:
-    """A standardised logistic regression's decision values, each pair predicted by the folds without its lemma."""
-    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
-    with threadpool_limits(1):
-        return cross_val_predict(model, features, y, groups=groups, cv=folds, method="decision_function")

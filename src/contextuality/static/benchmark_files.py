@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from contextuality.paper import TABLE1_TASKS
 
@@ -43,18 +44,28 @@ def semeval_files(benchmark_root: str | os.PathLike, which: str = "all") -> list
     ]
 
 
-# Task name (contextuality.static.scoring) -> the files its loader reads, as its loader is called there.
-_FIXED_FILES = {
-    "SimLex999": [SIMLEX999], "MEN": [MEN["lemma"]], "WS353": [WS353], "RW": [RW], "Google": [GOOGLE], "MSR": [MSR],
-    "BLESS": [BLESS], "AP": [AP], "RG65": [RG65], "MTurk": [MTURK287], "WS353R": [WS353_RELATEDNESS],
-    "WS353S": [WS353_SIMILARITY], "Battig": [BATTIG], "ESSLI_2c": [ESSLI_2C],
-}
+class Task(NamedTuple):
+    """One word benchmark as the scoring knows it (``contextuality.static.scoring`` adds its loader and scorer)."""
+
+    metric: str  # what its score is
+    files: tuple[str, ...]  # the files its loader reads, as its loader is called there (SemEval's: semeval_files)
+
+
+# Every task the scoring knows: Table 1's (contextuality.paper.TABLE1_TASKS) first, then the fork's others.
+TASKS: dict[str, Task] = {
+    "SimLex999": Task("spearman", (SIMLEX999,)), "MEN": Task("spearman", (MEN["lemma"],)),
+    "WS353": Task("spearman", (WS353,)), "RW": Task("spearman", (RW,)), "Google": Task("accuracy", (GOOGLE,)),
+    "MSR": Task("accuracy", (MSR,)), "SemEval2012_2": Task("spearman", ()), "BLESS": Task("purity", (BLESS,)),
+    "AP": Task("purity", (AP,)), "RG65": Task("spearman", (RG65,)), "MTurk": Task("spearman", (MTURK287,)),
+    "WS353R": Task("spearman", (WS353_RELATEDNESS,)), "WS353S": Task("spearman", (WS353_SIMILARITY,)),
+    "Battig": Task("purity", (BATTIG,)), "ESSLI_2c": Task("purity", (ESSLI_2C,)),
+}  # fmt: skip
 
 
 def benchmark_files(benchmark_root: str | os.PathLike, tasks: Sequence[str] = TABLE1_TASKS) -> list[str]:
     """Every file the scoring of ``tasks`` reads under ``benchmark_root`` (the scoring rules' inputs), sorted."""
     root = Path(benchmark_root)
-    files = {str(root / name) for task in tasks for name in _FIXED_FILES.get(task, [])}
+    files = {str(root / name) for task in tasks for name in (TASKS[task].files if task in TASKS else ())}
     if "SemEval2012_2" in tasks:
         files |= {str(path) for _, _, gold, question in semeval_files(root) for path in (gold, question)}
     return sorted(files)

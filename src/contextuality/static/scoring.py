@@ -47,6 +47,7 @@ from contextuality.static.benchmarks import (
     load_simlex999, load_men, load_ws353, load_rw, load_rg65, load_mturk287, load_ws353_relatedness, load_ws353_similarity, load_google, load_msr, SemEval2012, load_semeval2012_2, load_bless, load_ap, load_battig, load_essli_2c,
 )
 from contextuality.paper import TABLE1_TASKS
+from contextuality.static.benchmark_files import TASKS
 from contextuality.static.embeddings import StaticEmbedding, load_embedding_text
 
 # --------------------------------------------------------------------------- scoring
@@ -141,36 +142,38 @@ def score_categorization(emb: StaticEmbedding, items: pd.DataFrame, seed: int) -
     return TaskScore(purity, float(np.mean(known)), len(items))
 
 
-# Task name -> (metric, loader, scorer(emb, data, seed)).
-_TASKS: dict[str, tuple[str, Callable, Callable]] = {
-    "SimLex999": ("spearman", load_simlex999, lambda e, d, s: score_similarity(e, d)),
-    "MEN": ("spearman", load_men, lambda e, d, s: score_similarity(e, d)),
-    "WS353": ("spearman", load_ws353, lambda e, d, s: score_similarity(e, d)),
-    "RW": ("spearman", load_rw, lambda e, d, s: score_similarity(e, d)),
-    "Google": ("accuracy", load_google, lambda e, d, s: score_analogy(e, d)),
-    "MSR": ("accuracy", load_msr, lambda e, d, s: score_analogy(e, d)),
-    "SemEval2012_2": ("spearman", load_semeval2012_2, lambda e, d, s: score_semeval2012(e, d)),
-    "BLESS": ("purity", load_bless, score_categorization),
-    "AP": ("purity", load_ap, score_categorization),
-    "RG65": ("spearman", load_rg65, lambda e, d, s: score_similarity(e, d)),
-    "MTurk": ("spearman", load_mturk287, lambda e, d, s: score_similarity(e, d)),
-    "WS353R": ("spearman", load_ws353_relatedness, lambda e, d, s: score_similarity(e, d)),
-    "WS353S": ("spearman", load_ws353_similarity, lambda e, d, s: score_similarity(e, d)),
-    "Battig": ("purity", load_battig, score_categorization),
-    "ESSLI_2c": ("purity", load_essli_2c, score_categorization),
+# Task name (benchmark_files.TASKS: its metric and files) -> (loader, scorer(emb, data, seed)).
+_SCORING: dict[str, tuple[Callable, Callable]] = {
+    "SimLex999": (load_simlex999, lambda e, d, s: score_similarity(e, d)),
+    "MEN": (load_men, lambda e, d, s: score_similarity(e, d)),
+    "WS353": (load_ws353, lambda e, d, s: score_similarity(e, d)),
+    "RW": (load_rw, lambda e, d, s: score_similarity(e, d)),
+    "Google": (load_google, lambda e, d, s: score_analogy(e, d)),
+    "MSR": (load_msr, lambda e, d, s: score_analogy(e, d)),
+    "SemEval2012_2": (load_semeval2012_2, lambda e, d, s: score_semeval2012(e, d)),
+    "BLESS": (load_bless, score_categorization),
+    "AP": (load_ap, score_categorization),
+    "RG65": (load_rg65, lambda e, d, s: score_similarity(e, d)),
+    "MTurk": (load_mturk287, lambda e, d, s: score_similarity(e, d)),
+    "WS353R": (load_ws353_relatedness, lambda e, d, s: score_similarity(e, d)),
+    "WS353S": (load_ws353_similarity, lambda e, d, s: score_similarity(e, d)),
+    "Battig": (load_battig, score_categorization),
+    "ESSLI_2c": (load_essli_2c, score_categorization),
 }
+# one task list: benchmark_files.TASKS's (the workflow's inputs and the metrics)
+assert tuple(_SCORING) == tuple(TASKS), (tuple(_SCORING), tuple(TASKS))
 
 # The fork's other benchmarks, not in the paper's Table 1 (contextuality.paper.TABLE1_TASKS): scored when asked for.
-EXTRA_TASKS = tuple(task for task in _TASKS if task not in TABLE1_TASKS)
-TASK_METRIC = {task: metric for task, (metric, _, _) in _TASKS.items()}
+EXTRA_TASKS = tuple(task for task in TASKS if task not in TABLE1_TASKS)
+TASK_METRIC = {task: spec.metric for task, spec in TASKS.items()}
 
 
 def load_benchmarks(benchmark_root: str | os.PathLike, tasks: Sequence[str] = TABLE1_TASKS) -> dict[str, object]:
     """Load each task's data once, to score many embeddings without re-reading the files."""
-    unknown = set(tasks) - set(_TASKS)
+    unknown = set(tasks) - set(TASKS)
     if unknown:
-        raise ValueError(f"unknown tasks {sorted(unknown)}; known: {list(_TASKS)}")
-    return {task: _TASKS[task][1](benchmark_root) for task in tasks}
+        raise ValueError(f"unknown tasks {sorted(unknown)}; known: {list(TASKS)}")
+    return {task: _SCORING[task][0](benchmark_root) for task in tasks}
 
 
 def evaluate_embedding(emb: StaticEmbedding, benchmark_root: str | os.PathLike | Mapping[str, object],
@@ -183,7 +186,7 @@ def evaluate_embedding(emb: StaticEmbedding, benchmark_root: str | os.PathLike |
             else load_benchmarks(benchmark_root, tasks))
     rows = []
     for task in tasks:
-        metric, _, scorer = _TASKS[task]
+        metric, scorer = TASK_METRIC[task], _SCORING[task][1]
         result = scorer(emb, data[task], seed)
         rows.append({"task": task, "metric": metric, "score": result.score,
                      "coverage": result.coverage, "n_items": result.n_items})

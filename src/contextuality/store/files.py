@@ -24,6 +24,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from contextuality.core.layout import layer_label
+
 # Rows per HDF5 chunk: 1,024 rows of a 576-dim float16 layer are 1.2 MB, checksummed as one.
 CHUNK_ROWS = 1024
 # Elements read from HDF5 per slice while converting to another dtype (bounds the temporary copy, and keeps
@@ -52,8 +54,8 @@ def open_complete(path: str | Path) -> h5py.File:
 
 
 def layer_name(layer: int) -> str:
-    """Name of a layer's dataset in a shard file (two digits, or more)."""
-    return f"layer_{layer:02d}"
+    """Name of a layer's dataset in a shard file (``layout.layer_label``'s digits, as the layer files' names)."""
+    return f"layer_{layer_label(layer)}"
 
 
 def chunk_rows(n_rows: int) -> int:

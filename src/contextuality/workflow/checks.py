@@ -54,7 +54,7 @@ def check_settings(settings: Settings) -> None:
             )
         elif model.tokenization == "faithful" and source.layers_in_config:  # built from the config: its architecture is known
             problems += filter(None, [encoder_problem(key, model.build.architecture)])
-        if model.build.head and (model.source != "random" or model.build.architecture != "bert"):
+        if model.build.head and (not source.builds_head or model.build.architecture != "bert"):
             problems.append(f"models.{key}.head: '{model.build.head}' is built only on a random 'bert'; remove it "
                             "(a downloaded model's head is read from its own weights)")
         if source.reads_words and model.indexing == "subword":
@@ -147,7 +147,7 @@ def hub_revision_problems(settings: Settings) -> list[str]:
     problems = []
     for key, model in settings.models.items():
         revision = model.build.download.revision
-        if model.source == "hub" and revision and not _COMMIT_HASH.fullmatch(str(revision)):
+        if SOURCES[model.source].pinned_revision and revision and not _COMMIT_HASH.fullmatch(str(revision)):
             problems.append(f"models.{key}.revision: {revision!r} is not a commit hash; {needed}")
     for year, revision in settings.corpus.hub_revisions.items():
         if not _COMMIT_HASH.fullmatch(str(revision)):

@@ -31,7 +31,7 @@ import json
 from pathlib import Path
 
 from contextuality.core.settings import (
-    WINDOW_BATCHES, CorpusSettings, MeasureSettings, MetricsSettings, ModelSettings, shard_bounds,
+    SENSE_LAYER_DTYPE, WINDOW_BATCHES, CorpusSettings, MeasureSettings, MetricsSettings, ModelSettings, shard_bounds,
 )
 from contextuality.models.loading import record_shape, record_weights_bytes
 
@@ -50,15 +50,18 @@ MEASURE_WORD_BATCHES_MB = 6 * 64  # batches of words (about 64 MB each, a few at
 
 
 def shard_sentences(model: ModelSettings, corpus: CorpusSettings, tokens_path: str | Path | None = None) -> int:
-    """Sentences in the largest shard of a model: the plan's (``tokens.parquet``, one row per sentence) once it
-    exists, as any corpus may be read; before it, the STS corpus's (or ``corpus.max_sentences``)."""
+    """Sentences in the largest shard of a model, cut as the shard jobs cut them (``shard_bounds``: between
+    windows of WINDOW_BATCHES x batch_size sentences), of the plan's sentences (``tokens.parquet``, one row per
+    sentence) once it exists, as any corpus may be read; before it, the STS corpus's (or ``corpus.max_sentences``)."""
     if tokens_path is not None and Path(tokens_path).is_file():
         import pyarrow.parquet as pq  # the footer only: no pandas in the Snakefile's process
 
         n_sentences = pq.read_metadata(tokens_path).num_rows
     else:
         n_sentences = corpus.max_sentences or STS_SENTENCES
-    return -(-n_sentences // model.n_shards)
+    window = WINDOW_BATCHES * model.batch_size
+    return max(last - first for first, last in
+               (shard_bounds(n_sentences, model.n_shards, shard, window) for shard in range(model.n_shards)))
 
 
 def batch_tokens(model: ModelSettings, longest: int = MAX_SENTENCE_TOKENS) -> int:
@@ -148,13 +151,14 @@ def measure_mem_mb(measure: MeasureSettings, manifest_path: str | Path, attempt:
     return int(measure.memory_mb * attempt)
 
 
-def whole_layer_mem_mb(measure: MeasureSettings, manifest_path: str | Path, attempt: int = 1) -> int:
-    """MB of a job holding one whole layer in ``metrics.compute_dtype`` (the sense job: its layers are read
-    one at a time, whole): the layer, batches of words, 1 GiB for the interpreter and the rest; x attempt.
+def whole_layer_mem_mb(manifest_path: str | Path, attempt: int = 1) -> int:
+    """MB of the sense job, which holds one whole layer at a time in ``core.settings.SENSE_LAYER_DTYPE`` (not
+    ``metrics.compute_dtype``, which it never reads): the layer, batches of words, 1 GiB for the interpreter
+    and the rest; x attempt.
 
     rows x dim come from the model's manifest; before it exists, the paper's largest layer is assumed.
     """
-    work_bytes = 8 if measure.compute_dtype == "float64" else 4
+    work_bytes = int(SENSE_LAYER_DTYPE.removeprefix("float")) // 8
     try:
         shape = json.loads(Path(manifest_path).read_text())
         elements = shape["rows"] * shape["dim"]
