@@ -167,7 +167,7 @@ def sts_release_inputs(wildcards):
 
 
 def corpus_inputs(wildcards):
-    """Input function: what the corpus rule reads of the wildcards' corpus. A bundled STS corpus: its parsed
+    """Input function: what the `corpus` job reads of the wildcards' corpus. A bundled STS corpus: its parsed
     pairs and (for the record's digests) the release files; any other: its file, or a dataset folder's files
     (each is read and digested, and editing one leaves the folder's time alone)."""
     corpus = SETTINGS.corpora[wildcards.corpus]
