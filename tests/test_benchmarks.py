@@ -60,7 +60,7 @@ def has_lines(out: str, *starts: str) -> None:
 def test_bench_metrics_on_the_smoke_layers_with_both_backends(smoke):
     """``--embeddings`` (the smoke run's tiny-gpt2: layer files viewing four shards) ``--cold`` (the shards
     found from the virtual datasets' mapping), both backends twice, alternating, and the original loops."""
-    out = python("bench_metrics.py", "--embeddings", smoke / "results/embeddings/tiny-gpt2", "--cold", "--reads", "1",
+    out = python("bench_metrics.py", "--embeddings", smoke / "results/embeddings/sts/tiny-gpt2", "--cold", "--reads", "1",
                  "--original-words", "3", "--backends", "numpy,torch", "--repeats", "2", "--jobs", "2")  # fmt: skip
     has_lines(out, "(a) measurement step, all layers:", "(a) on torch's CPU backend:", "(b) sequential read",
               "(b') the same read", "(f) the products alone", "per layer, CPU s", "(a) torch/numpy = ", "(a)/(b) = ",
@@ -171,6 +171,6 @@ def test_device_check_on_the_cpu(tmp_path):
 def test_self_similarity_check_on_the_smoke_store(smoke):
     """benchmarks/self_similarity_check.py on the smoke run's store: every word of every layer within 1e-5 of its
     float64 brute force, the engine's and the run's own tables."""
-    printed = python("self_similarity_check.py", "--embeddings", smoke / "results/embeddings/tiny-gpt2", "--metrics",
-                     smoke / "results/metrics/tiny-gpt2")  # fmt: skip
+    printed = python("self_similarity_check.py", "--embeddings", smoke / "results/embeddings/sts/tiny-gpt2", "--metrics",
+                     smoke / "results/metrics/sts/tiny-gpt2")  # fmt: skip
     assert "0 word-layers above 1e-05" in printed and "the run's tables: largest difference" in printed

@@ -121,7 +121,7 @@ def test_a_text_corpus_plans_no_sts_step_and_claims_say_why(tmp_path, base_confi
     done = run_snakemake(tmp_path, "-n", "--cores", "1", configfile=write_config(tmp_path / "c.yaml", config))
     counts = job_counts(done.stdout)
     assert counts.get("corpus") == 1 and "sts_pairs" not in counts, counts
-    assert "results/corpus/corpus.json" in done.stdout
+    assert "results/corpora/corpus/corpus.json" in done.stdout
 
 
 def test_corpus_section_of_claims():

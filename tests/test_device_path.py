@@ -44,22 +44,22 @@ def test_the_device_path_writes_no_store_and_gives_the_store_paths_tables(runs):
     store, device = runs
     assert list((store / "results").rglob("*.h5"))
     assert not list((device / "results").rglob("*.h5")), "a run with extraction.store: false wrote HDF5 files"
-    assert not (device / "results" / "embeddings" / "tiny-gpt2" / "manifest.json").exists()
+    assert not (device / "results" / "embeddings" / "sts" / "tiny-gpt2" / "manifest.json").exists()
     for model in MODELS:
-        a = pd.read_parquet(store / layout.path(layout.LAYERS_PARQUET, model=model))
-        b = pd.read_parquet(device / layout.path(layout.LAYERS_PARQUET, model=model))
+        a = pd.read_parquet(store / layout.path(layout.LAYERS_PARQUET, corpus="sts", model=model))
+        b = pd.read_parquet(device / layout.path(layout.LAYERS_PARQUET, corpus="sts", model=model))
         assert list(a.columns) == list(b.columns) and len(a) == len(b)
         for column in a.columns:
             if column in HOST_SAMPLED or not pd.api.types.is_numeric_dtype(a[column]):
                 pd.testing.assert_series_equal(b[column], a[column], check_exact=True, obj=f"{model} {column}")
             else:
                 np.testing.assert_allclose(b[column], a[column], atol=1e-5, rtol=0, err_msg=f"{model} {column}")
-        words_a = pd.read_parquet(store / layout.path(layout.WORDS, model=model))
-        words_b = pd.read_parquet(device / layout.path(layout.WORDS, model=model))
+        words_a = pd.read_parquet(store / layout.path(layout.WORDS, corpus="sts", model=model))
+        words_b = pd.read_parquet(device / layout.path(layout.WORDS, corpus="sts", model=model))
         pd.testing.assert_frame_equal(words_b, words_a, check_exact=False, atol=1e-5, rtol=0)
         for layer in range(len(a)):
-            rows_a = json.loads((store / layout.path(layout.LAYER_RECORD, model=model, layer=layer)).read_text())
-            rows_b = json.loads((device / layout.path(layout.LAYER_RECORD, model=model, layer=layer)).read_text())
+            rows_a = json.loads((store / layout.path(layout.LAYER_RECORD, corpus="sts", model=model, layer=layer)).read_text())
+            rows_b = json.loads((device / layout.path(layout.LAYER_RECORD, corpus="sts", model=model, layer=layer)).read_text())
             for row_a, row_b in zip(rows_a["postprocess"], rows_b["postprocess"]):
                 for key, value in row_a.items():
                     if isinstance(value, float):
@@ -89,10 +89,10 @@ def test_a_rerun_and_one_layer_per_pass_give_the_same_bytes(runs, tmp_path, monk
             model_key=model, shard=settings.shard(model), measure=settings.metrics.measure, requested_device="cpu",
             memory_fraction=0.9, parts=1, part=0, record_path=record,
             model_dir=unpacked(layout.path(layout.MODEL_FOLDER, model=model)),
-            tokens_path=Path(layout.path(layout.TOKENS, model=model)), units_path=Path(layout.path(layout.UNITS, model=model)),
-            occurrences_path=Path(layout.path(layout.OCCURRENCES, model=model)), threads=1, gpus=0,
+            tokens_path=Path(layout.path(layout.TOKENS, corpus="sts", model=model)), units_path=Path(layout.path(layout.UNITS, corpus="sts", model=model)),
+            occurrences_path=Path(layout.path(layout.OCCURRENCES, corpus="sts", model=model)), threads=1, gpus=0,
         )  # fmt: skip
-        expected = _members(Path(layout.path(layout.DEVICE_PART, model=model, part=0)))
+        expected = _members(Path(layout.path(layout.DEVICE_PART, corpus="sts", model=model, part=0)))
         assert len(expected) == 3 * shape["n_layers"]
         rerun = device_job.run_measure_model_job(**inputs, out_tar=tmp_path / model / "a" / "part_0.tar",
                                                  out_record=tmp_path / model / "a" / "part_0.json")  # fmt: skip
@@ -115,7 +115,7 @@ def test_a_rerun_and_one_layer_per_pass_give_the_same_bytes(runs, tmp_path, monk
         assert split["groups"] == [[layer] for layer in range(shape["n_layers"])]
         assert any(f"{shape['n_layers']} group(s) of <= 1 layers" in line for line in records)
         assert _members(tmp_path / model / "b" / "part_0.tar") == expected
-        run_record = Path(layout.path(layout.DEVICE_RECORD, model=model, part=0)).read_bytes()
+        run_record = Path(layout.path(layout.DEVICE_RECORD, corpus="sts", model=model, part=0)).read_bytes()
         assert (tmp_path / model / "a" / "part_0.json").read_bytes() == (tmp_path / model / "b" / "part_0.json").read_bytes() == run_record
 
 
@@ -200,7 +200,7 @@ def test_measure_model_declares_a_gpu_exactly_when_the_run_has_gpus(tmp_path):
         workdir.mkdir()
         config = smoke_config(**DEVICE_SMOKE)
         config["metrics"]["device"] = device
-        result = run_snakemake(workdir, "results/metrics/tiny-gpt2/device/part_0.tar", "-n", "--cores", "2", *resources,
+        result = run_snakemake(workdir, "results/metrics/sts/tiny-gpt2/device/part_0.tar", "-n", "--cores", "2", *resources,
                                configfile=write_config(workdir / "c.yaml", config))  # fmt: skip
         assert result.returncode == 0, result.stderr[-2000:]
         block = result.stdout[result.stdout.index("rule measure_model:"):].split("\n\n")[0]

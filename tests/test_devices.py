@@ -106,7 +106,7 @@ def test_extraction_declares_a_gpu_exactly_when_the_run_has_gpus(tmp_path):
     for device, resources, expected in cases:
         workdir = tmp_path / f"{device}-{len(resources)}"
         workdir.mkdir()
-        result = run_snakemake(workdir, "results/embeddings/tiny-gpt2/shards/shard_0.h5", "-n", "--cores", "2",
+        result = run_snakemake(workdir, "results/embeddings/sts/tiny-gpt2/shards/shard_0.h5", "-n", "--cores", "2",
                                *resources, configfile=write_config(workdir / "c.yaml", _config(workdir, device)))
         assert result.returncode == 0, result.stderr[-2000:]
         block = result.stdout[result.stdout.index("rule extract:"):].split("\n\n")[0]
@@ -115,7 +115,7 @@ def test_extraction_declares_a_gpu_exactly_when_the_run_has_gpus(tmp_path):
 
 @pytest.mark.slow
 def test_a_local_run_with_two_gpus_never_puts_two_shards_on_one_device(tmp_path):
-    targets = [f"results/embeddings/tiny-gpt2/shards/shard_{shard}.h5" for shard in range(4)]
+    targets = [f"results/embeddings/sts/tiny-gpt2/shards/shard_{shard}.h5" for shard in range(4)]
     # 8 cores: cores alone would let all 4 shard jobs run at once; gpu=2 must hold it to 2
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(HOOKS), os.environ.get("PYTHONPATH")])), "TEST_FAKE_GPUS": "4"}
     result = run_snakemake(

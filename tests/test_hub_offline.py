@@ -180,7 +180,7 @@ def test_hub_models_run_the_whole_pipeline_offline_from_the_cache_at_the_pinned_
     config["extraction"]["n_shards"] = 1  # what is proven is the loading from the cache, not the sharding
     config = write_config(tmp_path / "hub.yaml", config)
     # up to every layer file of both models: what comes after reads the same files as in any other run
-    layer_files = [f"results/embeddings/{key}/layers/layer_{layer:02d}.h5"
+    layer_files = [f"results/embeddings/sts/{key}/layers/layer_{layer:02d}.h5"
                    for key, n_layers in (("tiny-bert", 3), ("tiny-gpt2", 4)) for layer in range(n_layers)]
     result = run_snakemake(tmp_path, *layer_files, "--cores", "2", configfile=config, env=offline_env(hf_home))
     assert result.returncode == 0, failure(result)
@@ -353,10 +353,10 @@ def bundled_sentences(tmp_path: Path, years: list[int], include_2012_train: bool
 def test_hub_corpus_rule_runs_offline_from_the_cache_and_gives_the_bundled_sentences(hf_home, tmp_path):
     years = [2012, 2013, 2014, 2015, 2016]
     config = hub_smoke_config(source="hub", years=years, include_2012_train=True, max_sentences=None)
-    result = run_snakemake(tmp_path, "results/corpus/sentences.parquet", "--cores", "1",
+    result = run_snakemake(tmp_path, "results/corpora/sts/sentences.parquet", "--cores", "1",
                            configfile=write_config(tmp_path / "c.yaml", config), env=offline_env(hf_home))
     assert result.returncode == 0, failure(result)
-    hub = pd.read_parquet(tmp_path / "results/corpus/sentences.parquet")
+    hub = pd.read_parquet(tmp_path / "results/corpora/sts/sentences.parquet")
     bundled = bundled_sentences(tmp_path, years, include_2012_train=True)
     same = ["sentence_id", "year", "split", "side", "score", "text"]
     pd.testing.assert_frame_equal(hub[same], bundled[same])  # same sentences, scores and order
@@ -365,8 +365,8 @@ def test_hub_corpus_rule_runs_offline_from_the_cache_and_gives_the_bundled_sente
     assert set(hub["domain"]) == {"all"}
     for (year, split), group in hub[hub["side"] == 1].groupby(["year", "split"]):
         assert group["pair_id"].tolist() == list(range(len(group)))
-    assert not (tmp_path / "results/corpus/sts_pairs.jsonl").exists()  # the release files were not read
-    log = (tmp_path / "logs/corpus/corpus.log").read_text()
+    assert not (tmp_path / "results/corpora/sts/sts_pairs.jsonl").exists()  # the release files were not read
+    log = (tmp_path / "logs/corpus/sts.log").read_text()
     assert "total:" in log
 
 

@@ -26,8 +26,8 @@ def test_every_table_and_figure_exists(smoke_run):
     results = smoke_run / "results"
     for model in ("tiny-bert", "tiny-gpt2"):
         for name in ("words.parquet", "layers.parquet", "layers.csv", "context_specific_words.csv"):
-            assert (results / "metrics" / model / name).stat().st_size > 0
-        assert len(list((results / "metrics" / model / "pcs").glob("layer_*.txt"))) >= 3
+            assert (results / "metrics" / "sts" / model / name).stat().st_size > 0
+        assert len(list((results / "metrics" / "sts" / model / "pcs").glob("layer_*.txt"))) >= 3
     for name in ("anisotropy", "self_similarity", "intra_sentence", "mev", "table1_by_layer"):
         assert (results / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
         assert (results / "figures" / f"{name}.pdf").read_bytes()[:4] == b"%PDF"
@@ -36,12 +36,12 @@ def test_every_table_and_figure_exists(smoke_run):
 
 
 def test_layer_files_have_the_expected_shapes(smoke_run):
-    layers = sorted((smoke_run / "results/embeddings/tiny-gpt2/layers").glob("layer_*.h5"))
+    layers = sorted((smoke_run / "results/embeddings/sts/tiny-gpt2/layers").glob("layer_*.h5"))
     assert len(layers) == 3 + 1  # 3 hidden layers + the input layer
-    units = pd.read_parquet(smoke_run / "results/embeddings/tiny-gpt2/units.parquet")
-    words = pd.read_parquet(smoke_run / "results/corpus/spacy_words.parquet")
+    units = pd.read_parquet(smoke_run / "results/embeddings/sts/tiny-gpt2/units.parquet")
+    words = pd.read_parquet(smoke_run / "results/corpora/sts/spacy_words.parquet")
     # word indexing: one unit per spaCy word, but for the words cut off by tiny-gpt2's max_length
-    cut = json.loads((smoke_run / "results/embeddings/tiny-gpt2/losses.json").read_text())["words_lost"]["truncated"]
+    cut = json.loads((smoke_run / "results/embeddings/sts/tiny-gpt2/losses.json").read_text())["words_lost"]["truncated"]
     assert cut > 0 and len(units) == len(words) - cut
     with h5py.File(layers[0]) as first:
         assert first["vectors"].shape == (len(units), 32)
@@ -51,8 +51,8 @@ def test_layer_files_have_the_expected_shapes(smoke_run):
 
 def test_values_are_in_range(smoke_run):
     for model in ("tiny-bert", "tiny-gpt2"):
-        words = pd.read_parquet(smoke_run / f"results/metrics/{model}/words.parquet")
-        layers = pd.read_parquet(smoke_run / f"results/metrics/{model}/layers.parquet")
+        words = pd.read_parquet(smoke_run / f"results/metrics/sts/{model}/words.parquet")
+        layers = pd.read_parquet(smoke_run / f"results/metrics/sts/{model}/layers.parquet")
         assert words["self_similarity"].between(-1, 1).all()
         assert words["mev"].dropna().between(0, 1).all()
         assert layers["baseline_cosine"].between(-1, 1).all()

@@ -42,8 +42,8 @@ def _python_values() -> dict[str, tuple]:
     from contextuality.paper import PAPER_MODELS
 
     return {
-        "corpus.source": corpus_sources.SOURCES,
-        "corpus.years.items": tuple(sorted({year for year, _ in RELEASES})),
+        "$defs.corpus.source": corpus_sources.SOURCES,
+        "$defs.corpus.years.items": tuple(sorted({year for year, _ in RELEASES})),
         "words.count": COUNT_MODES,
         "metrics.self_similarity": SELF_SIMILARITY_MODES,
         "metrics.postprocess.items": VARIANTS,

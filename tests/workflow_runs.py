@@ -99,10 +99,10 @@ def smoke_output() -> str:
 
 KILLED_MODEL = "tiny-gpt2"
 KILLED_TARGETS = [
-    f"results/embeddings/{KILLED_MODEL}/manifest.json",
-    f"results/metrics/{KILLED_MODEL}/layers.csv",
-    f"results/metrics/{KILLED_MODEL}/context_specific_words.csv",
-    f"results/metrics/{KILLED_MODEL}/senses/layers.csv",
+    f"results/embeddings/sts/{KILLED_MODEL}/manifest.json",
+    f"results/metrics/sts/{KILLED_MODEL}/layers.csv",
+    f"results/metrics/sts/{KILLED_MODEL}/context_specific_words.csv",
+    f"results/metrics/sts/{KILLED_MODEL}/senses/layers.csv",
 ]
 
 
@@ -118,7 +118,7 @@ def _kill_mid_shard(workdir: Path, config: Path) -> tuple[set[int], set[int]]:
     command = [sys.executable, "-m", "snakemake", *KILLED_TARGETS, "--snakefile", str(PROJECT / "Snakefile"),
                "--directory", str(workdir), "--cores", "2", "--configfile", str(config)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **hook_env(GUARANTEES_SLOW_EXTRACT="3")}
-    shards = workdir / "results" / "embeddings" / KILLED_MODEL / "shards"
+    shards = workdir / "results" / "embeddings" / "sts" / KILLED_MODEL / "shards"
     with open(workdir / "killed-run.out", "w") as out:
         run = subprocess.Popen(command, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 300
@@ -149,7 +149,7 @@ def interrupted_run(tmp_path_factory) -> dict:
         config = smoke_config_path()
         workdir = tmp_path_factory.mktemp("guarantees-interrupted")
         finished, half_written = _kill_mid_shard(workdir, config)
-        shards = workdir / "results" / "embeddings" / KILLED_MODEL / "shards"
+        shards = workdir / "results" / "embeddings" / "sts" / KILLED_MODEL / "shards"
         before = _shard_snapshot(shards)
         leftovers = sorted(path.name for path in shards.glob(".shard_*.tmp-*.h5"))
         unlock = run_snakemake(workdir, *KILLED_TARGETS, "--unlock", configfile=config)

@@ -54,7 +54,7 @@ def _run_stops_before_any_job(tmp_path, configfile, *targets: str) -> str:
 CONFIG_CASES = {
     "unknown_key": (
         lambda c: c["corpus"].update(yeers=[2012]),
-        "corpus: unknown key(s) 'yeers'; allowed: bundled_dir, dataset, group_column, hub_revisions, id_column, include_2012_train, max_sentences, path, revision, source, split, text_column, years",
+        "corpus: unknown key(s) 'yeers'; allowed: bundled_dir, dataset, group_column, hub_revisions, id_column, include_2012_train, max_sentences, name, path, revision, source, split, text_column, years",
     ),
     "unknown_model_field": (
         lambda c: c["models"]["tiny-bert"].update(layers=4),
@@ -141,6 +141,24 @@ CONFIG_CASES = {
         lambda c: c["models"].update(baselines=c["models"].pop("tiny-gpt2")),
         "models.baselines: 'baselines' is a reserved name (results/static/baselines/ holds other files beside the "
         "model folders); rename the model; reserved: baselines",
+    ),
+    # results/corpora/usages/ is the WordNet usages' corpus, which the sense rules make
+    "corpus_named_like_the_usages": (
+        lambda c: c.update(corpora={"usages": {"source": "text", "path": "x.txt"}}),
+        "corpus 'usages': a reserved name (results/corpora/usages/ holds the layout's own files)",
+    ),
+    # two corpora in one folder
+    "second_corpus_named_like_the_first": (
+        lambda c: c.update(corpora={"sts": {"source": "text", "path": "x.txt"}}),
+        "corpora.sts: the study's corpus is named 'sts' too; rename one of them",
+    ),
+    "second_corpus_with_a_name_other_than_its_key": (
+        lambda c: c.update(corpora={"glosses": {"name": "other", "source": "text", "path": "x.txt"}}),
+        "corpora.glosses.name: 'other' is not its key",
+    ),
+    "second_corpus_naming_a_path": (
+        lambda c: c.update(corpora={"../x": {"source": "text", "path": "x.txt"}}),
+        "corpora: corpus name '../x' is not allowed; it names files and folders",
     ),
     "baseline_label_that_is_a_model_key": (
         lambda c: c["static"].update(baselines={"tiny-bert": "glove.txt"}),
@@ -296,17 +314,21 @@ def test_nothing_to_measure_stops_at_the_word_index_before_any_extraction_with_i
 
 TARGET_CASES = {
     "unknown_model_key": (
-        "results/metrics/nosuch/layers.csv",
-        "target results/metrics/nosuch/layers.csv: model key 'nosuch' is not configured; "
+        "results/metrics/sts/nosuch/layers.csv",
+        "target results/metrics/sts/nosuch/layers.csv: model key 'nosuch' is not configured; "
         "configured models: tiny-bert, tiny-gpt2",
     ),
     "layer_out_of_range": (
-        "results/metrics/tiny-bert/pcs/layer_99.txt",
-        "target results/metrics/tiny-bert/pcs/layer_99.txt: layer 99 is out of range; model 'tiny-bert' has layers 0-2",
+        "results/metrics/sts/tiny-bert/pcs/layer_99.txt",
+        "target results/metrics/sts/tiny-bert/pcs/layer_99.txt: layer 99 is out of range; model 'tiny-bert' has layers 0-2",
     ),
     "layer_file_out_of_range": (
-        "results/embeddings/tiny-gpt2/layers/layer_04.h5",
+        "results/embeddings/sts/tiny-gpt2/layers/layer_04.h5",
         "layer 4 is out of range; model 'tiny-gpt2' has layers 0-3",
+    ),
+    "unknown_corpus": (
+        "results/metrics/glosses/tiny-bert/layers.csv",
+        "target results/metrics/glosses/tiny-bert/layers.csv: corpus 'glosses' is not configured; configured corpora: sts",
     ),
     "unknown_static_baseline": (
         "results/static/baselines/GloVe.csv",
@@ -330,7 +352,7 @@ def test_a_target_mistake_on_the_command_line_stops_the_run_before_any_job(tmp_p
     assert message in output, output
 
 
-VALID_TARGETS = ["results/metrics/tiny-bert/layers.csv", "results/embeddings/tiny-gpt2/layers/layer_03.h5",
+VALID_TARGETS = ["results/metrics/sts/tiny-bert/layers.csv", "results/embeddings/sts/tiny-gpt2/layers/layer_03.h5",
                  "results/figures/tiny-gpt2/geometry.png", "results/figures/anisotropy.png"]
 
 

@@ -122,14 +122,14 @@ def test_a_disk_that_fills_mid_write_gives_one_line_and_leaves_nothing(tmp_path,
 def test_workflow_stops_an_extraction_that_does_not_fit_on_disk(tmp_path):
     config = smoke_config(corpus={"max_sentences": 40}, extraction={"min_free_disk_factor": 1e15, "n_shards": 1})
     config["models"] = {"tiny-gpt2": config["models"]["tiny-gpt2"]}
-    target = "results/embeddings/tiny-gpt2/shards/shard_0.h5"
+    target = "results/embeddings/sts/tiny-gpt2/shards/shard_0.h5"
     result = run_snakemake(tmp_path, target, "--cores", "2", configfile=write_config(tmp_path / "c.yaml", config))
     assert result.returncode != 0, failure(result)
-    log = (tmp_path / "logs" / "extract" / "tiny-gpt2" / "shard_0.log").read_text()
-    assert "not enough disk for results/embeddings/tiny-gpt2/shards/shard_0.h5: it needs " in log
+    log = (tmp_path / "logs" / "extract" / "sts" / "tiny-gpt2" / "shard_0.log").read_text()
+    assert "not enough disk for results/embeddings/sts/tiny-gpt2/shards/shard_0.h5: it needs " in log
     assert "x margin 1e+15 (extraction.min_free_disk_factor) = " in log
     first = result.stderr.strip().splitlines()
-    assert any(line.startswith("not enough disk for results/embeddings/tiny-gpt2/shards/shard_0.h5") for line in first)
+    assert any(line.startswith("not enough disk for results/embeddings/sts/tiny-gpt2/shards/shard_0.h5") for line in first)
     # only the plan's small tables (written before extraction) exist: no shard, layer or temporary file
     embeddings = tmp_path / "results" / "embeddings" / "tiny-gpt2"
     assert sorted(path.name for path in embeddings.rglob("*") if path.is_file()) == [
@@ -175,8 +175,8 @@ def _declared_by(path: str, outputs: set[str]) -> bool:
 def test_no_rule_writes_outside_its_declared_outputs(smoke):
     workdir, outputs, logs, files, _ = smoke
     assert {
-        "results/tables/summary.md", "results/metrics/tiny-bert/pcs/layer_00.txt", "resources/models/tiny-bert/model.tar",
-        "resources/models/tiny-bert/source.json", "results/embeddings/tiny-bert/layers/layer_02.h5",
+        "results/tables/summary.md", "results/metrics/sts/tiny-bert/pcs/layer_00.txt", "resources/models/tiny-bert/model.tar",
+        "resources/models/tiny-bert/source.json", "results/embeddings/sts/tiny-bert/layers/layer_02.h5",
     } <= outputs
     undeclared = sorted(path for path in files if not path.startswith("logs/") and not _declared_by(path, outputs))
     assert undeclared == []

@@ -117,7 +117,7 @@ def test_a_dataset_folder_edited_in_place_reruns_the_corpus(tmp_path):
     configfile = write_config(tmp_path / "config.yaml", config)
     workdir = tmp_path / "run"
     workdir.mkdir()
-    target = "results/corpus/corpus.json"
+    target = "results/corpora/sts/corpus.json"
     done = run_snakemake(workdir, target, "--cores", "1", configfile=configfile)
     assert done.returncode == 0, failure(done)
     first = json.loads((workdir / target).read_text())

@@ -172,7 +172,7 @@ def test_a_layer_without_zero_vectors_counts_every_word(layer):
 # The workflow's jobs (a copy of the shared smoke run)
 
 MODEL = "tiny-gpt2"  # float16 storage, 4 shards
-EMBEDDINGS = Path("results") / "embeddings" / MODEL
+EMBEDDINGS = Path("results") / "embeddings" / "sts" / MODEL
 
 
 @pytest.fixture
@@ -189,13 +189,13 @@ def test_a_nan_in_a_shard_ends_the_measure_layer_job_with_one_line(scratch):
     with h5py.File(shard, "a") as handle:
         handle["layer_02"][5, 3] = np.nan
         row = int(handle.attrs["first_row"]) + 5
-    target = f"results/metrics/{MODEL}/per_layer/layer_02.json"
+    target = f"results/metrics/sts/{MODEL}/per_layer/layer_02.json"
     result = run_snakemake(scratch, target, "--cores", "1", "--forcerun", "measure_layer", configfile=smoke_config_path())
     assert result.returncode != 0, failure(result)
     line = (rf"{EMBEDDINGS}/layers/layer_02\.h5: layer 2, row {row} \(sentence \d+(, word '[^']+')?\) holds nan \(1 of "
             r"the layer's \d+ rows hold NaN or infinity\); the measures need finite vectors: delete the model's shards")
     assert re.search(line, result.stderr), failure(result)
-    log = (scratch / "logs" / "metrics" / MODEL / "layer_02.log").read_text()
+    log = (scratch / "logs" / "measure_layer" / "sts" / MODEL / "layer_02.log").read_text()
     assert re.search(line, log) and "Traceback" not in log, log
 
 
@@ -210,6 +210,6 @@ def test_a_nan_from_the_model_ends_the_extraction_job_with_one_line_and_keeps_no
     line = (rf"{target}: model '{MODEL}', shard 0, layer 0, sentence \d+ \(unit '[^']+', row 0 of the shard\): the "
             r"vector holds nan from the model's forward pass; nothing was stored")
     assert re.search(line, result.stderr), failure(result)
-    log = (scratch / "logs" / "extract" / MODEL / "shard_0.log").read_text()
+    log = (scratch / "logs" / "extract" / "sts" / MODEL / "shard_0.log").read_text()
     assert re.search(line, log) and "Traceback" not in log, log
     assert not (scratch / target).exists() and not list((scratch / target).parent.glob(".shard_0.tmp-*"))

@@ -25,7 +25,7 @@ from workflow_runs import KILLED_MODEL, failure, interrupted_run
 pytestmark = pytest.mark.slow
 
 MODEL = KILLED_MODEL
-EMBEDDINGS = f"results/embeddings/{MODEL}"
+EMBEDDINGS = f"results/embeddings/sts/{MODEL}"
 TARGET = f"{EMBEDDINGS}/manifest.json"
 N_SHARDS = 4  # config/smoke.yaml
 
@@ -37,17 +37,17 @@ def interrupted_then_resumed(tmp_path_factory):
 
 def test_sigkill_mid_shard_then_rerun_incomplete_recomputes_only_unfinished_shards(interrupted_then_resumed):
     run = interrupted_then_resumed
-    # the STS corpus's shard jobs (rule extract; the usages' shards, rule senses_extract, have the same wildcards)
+    # the STS corpus's shard jobs (the usages' shards are the same rule's, with corpus=usages)
     jobs = re.split(r"\n(?:local)?rule ", run["rerun"])
     recomputed = {int(shard) for job in jobs if job.startswith("extract:")
-                  for shard in re.findall(rf"wildcards: model={MODEL}, shard=(\d+)", job)}
+                  for shard in re.findall(rf"wildcards: corpus=sts, model={MODEL}, shard=(\d+)", job)}
     assert recomputed == set(range(N_SHARDS)) - run["finished"], run["rerun"]
     assert run["half_written"] and run["half_written"] <= recomputed
     assert run["leftovers"], "the kill left no half-written shard: it did not happen mid-shard"
     for shard in run["finished"]:  # finished shards untouched: same file (inode) and time
         name = f"shard_{shard}.h5"
         assert run["after"][name] == run["before"][name], name
-    shards = run["workdir"] / "results" / "embeddings" / MODEL / "shards"
+    shards = run["workdir"] / EMBEDDINGS / "shards"
     assert not list(shards.glob(".*.tmp-*")), "the rerun left the killed job's temporary file behind"
 
 
@@ -115,10 +115,10 @@ def test_truncated_shard_in_a_run_stops_the_manifest_naming_the_file(interrupted
     run = interrupted_then_resumed
     workdir = tmp_path / "copy"
     shutil.copytree(run["workdir"], workdir, symlinks=True)  # the shared run stays intact for other tests
-    shard = Path("results") / "embeddings" / MODEL / "shards" / "shard_2.h5"
+    shard = Path(EMBEDDINGS) / "shards" / "shard_2.h5"
     _truncate(workdir / shard)  # newer than the gathered layers: Snakemake gathers again
     result = run_snakemake(workdir, TARGET, "--cores", "2", configfile=run["config"])
     assert result.returncode != 0, failure(result)
-    log = (workdir / "logs" / "extract" / MODEL / "manifest.log").read_text()
+    log = (workdir / "logs" / "manifest" / "sts" / f"{MODEL}.log").read_text()
     assert f"{shard}: not a readable HDF5 file" in log and "Traceback" not in log
     assert not (workdir / TARGET).exists()  # removed by Snakemake as the failed job's output

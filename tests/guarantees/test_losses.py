@@ -17,12 +17,12 @@ pytestmark = pytest.mark.slow
 def test_truncation_losses_are_counted_and_shown_in_tables_reports_and_the_runs_output(tmp_path_factory):
     """The smoke config cuts tiny-gpt2's longest sentences (``max_length: 88``): the shared smoke run shows the losses."""
     workdir = audited_smoke_run(tmp_path_factory)
-    losses = json.loads((workdir / "results/embeddings/tiny-gpt2/losses.json").read_text())
+    losses = json.loads((workdir / "results/embeddings/sts/tiny-gpt2/losses.json").read_text())
     lost = losses["indexed_occurrences_lost"]
     assert losses["sentences_truncated"] > 0 and lost["truncated"] > 0 and losses["sentences_skipped"] == 0
     # the words' own index and the occurrences measured differ by exactly what was lost
-    index = pd.read_parquet(workdir / "results/corpus/word_index.parquet")
-    units = pd.read_parquet(workdir / "results/embeddings/tiny-gpt2/units.parquet")
+    index = pd.read_parquet(workdir / "results/corpora/sts/word_index.parquet")
+    units = pd.read_parquet(workdir / "results/embeddings/sts/tiny-gpt2/units.parquet")
     stored = index.merge(units.rename(columns={"word_position": "position", "position": "unit_position"}),
                          on=["sentence_id", "position"])
     assert losses["indexed_occurrences"] == len(index)

@@ -81,12 +81,12 @@ def test_settings_that_do_not_change_the_vectors_re_extract_nothing(tmp_path_fac
 @pytest.mark.slow
 def test_a_batch_size_re_extracts_the_shards_it_cuts_and_no_single_shard(tmp_path_factory, tmp_path):
     """Shards are cut between windows of 4 x batch_size sentences, so a new batch size re-extracts a model's shards
-    (tiny-gpt2's 4, of the corpus and of the usages); tiny-bert's one shard holds every sentence whatever it is."""
+    (tiny-gpt2's 4, of the corpus and of the usages: 8 jobs of rule extract); tiny-bert's one shard holds every sentence whatever it is."""
     config = copy.deepcopy(smoke_config())
     config["extraction"]["batch_size"] = 5
     planned = _planned(tmp_path_factory, tmp_path, config)
-    assert planned.get("extract") == 4 and planned.get("senses_extract") == 4, planned
-    assert not {"materialise_model", "download_model", "plan", "senses_plan", "words"} & set(planned), planned
+    assert planned.get("extract") == 8, planned
+    assert not {"materialise_model", "download_model", "plan", "words"} & set(planned), planned
 
 
 def test_the_batches_are_a_shards_param_only_where_they_change_it():

@@ -31,9 +31,9 @@ from workflow_runs import audited_smoke_run, failure, smoke_config_path
 pytestmark = pytest.mark.slow
 
 MODEL = "tiny-gpt2"  # 4 shards, pooling 'last' (config/smoke.yaml)
-EMBEDDINGS = Path("results") / "embeddings" / MODEL
-METRICS_TARGET = f"results/metrics/{MODEL}/layers.csv"
-MANIFEST_LOG = Path("logs") / "extract" / MODEL / "manifest.log"
+EMBEDDINGS = Path("results") / "embeddings" / "sts" / MODEL
+METRICS_TARGET = f"results/metrics/sts/{MODEL}/layers.csv"
+MANIFEST_LOG = Path("logs") / "manifest" / "sts" / f"{MODEL}.log"
 
 
 @pytest.fixture(scope="module")
@@ -156,14 +156,14 @@ def test_a_layer_file_whose_provenance_differs_from_the_manifest_is_refused(scra
 
 
 def test_a_per_layer_record_of_another_manifest_is_not_combined(scratch):
-    record = scratch / "results" / "metrics" / MODEL / "per_layer" / "layer_01.json"
+    record = scratch / "results" / "metrics" / "sts" / MODEL / "per_layer" / "layer_01.json"
     other = hashlib.sha256(b"another manifest's provenance").hexdigest()
     content = json.loads(record.read_text())
     content["provenance_sha256"] = other  # as a record measured against another manifest carries
     record.write_text(json.dumps(content, indent=1) + "\n")
     result = run_snakemake(scratch, METRICS_TARGET, "--cores", "1", configfile=smoke_config_path())
     assert result.returncode != 0, failure(result)
-    log = (scratch / "logs" / "metrics" / MODEL / "combine.log").read_text()
+    log = (scratch / "logs" / "combine_layers" / "sts" / f"{MODEL}.log").read_text()
     assert f"per_layer/layer_01.json: provenance_sha256 is '{other}', but the manifest has" in log
     assert "Traceback" not in log
 

@@ -33,9 +33,9 @@ from workflow_runs import audited_smoke_run, failure, smoke_config_path
 pytestmark = pytest.mark.slow
 
 MODEL = "tiny-gpt2"  # 3 hidden layers + the input layer, indexing by word
-EMBEDDINGS = Path("results") / "embeddings" / MODEL
+EMBEDDINGS = Path("results") / "embeddings" / "sts" / MODEL
 # the model's measurements, what the rebuild tests compare (what is drawn from them: the dry runs' concern)
-METRICS_TARGET = f"results/metrics/{MODEL}/layers.csv"
+METRICS_TARGET = f"results/metrics/sts/{MODEL}/layers.csv"
 REPORTING_RULES = {"figures", "model_figures", "senses_figures", "summary", "table1", "all"}
 
 
@@ -90,7 +90,7 @@ def test_deleting_one_layer_file_plans_exactly_its_rebuild_and_what_depends_on_i
         "figures": 1, "model_figures": 1, "senses_figures": 1, "summary": 1, "table1": 1, "all": 1,
     }, output
     assert _planned_layers(output, "layer_file") == {"02"} and _planned_layers(output, "measure_layer") == {"02"}
-    assert f"wildcards: model={MODEL}" in output and "model=tiny-bert" not in output
+    assert f"model={MODEL}" in output and "model=tiny-bert" not in output
 
 
 def test_every_layer_file_is_rebuilt_and_measured_after_a_deletion(scratch):
@@ -119,10 +119,10 @@ def test_a_flipped_byte_in_a_stored_vector_fails_the_reading_job_naming_the_file
     with pytest.raises(StoreError, match=rf"{re.escape(str(scratch / shard))}: dataset layer_02 fails its checksum"):
         read_layer(scratch / EMBEDDINGS / "layers" / "layer_02.h5")
     # the job that reads the layer (forced: its output is up to date), not every layer's
-    target = f"results/metrics/{MODEL}/per_layer/layer_02.json"
+    target = f"results/metrics/sts/{MODEL}/per_layer/layer_02.json"
     result = run_snakemake(scratch, target, "--cores", "1", "--forcerun", "measure_layer", configfile=smoke_config_path())
     assert result.returncode != 0, failure(result)
-    log = (scratch / "logs" / "metrics" / MODEL / "layer_02.log").read_text()
+    log = (scratch / "logs" / "measure_layer" / "sts" / MODEL / "layer_02.log").read_text()
     assert f"{shard}: dataset layer_02 fails its checksum or cannot be read" in log and "Traceback" not in log
     assert "the file is damaged; delete it and rerun snakemake, which rebuilds it and everything that depends on it" in log
 
@@ -152,10 +152,10 @@ def test_a_deleted_shard_is_never_read_and_only_it_is_extracted_again(scratch):
 def test_a_layer_file_that_is_not_the_manifests_layer_stops_its_measurement(scratch):
     layers = scratch / EMBEDDINGS / "layers"
     shutil.copy2(layers / "layer_01.h5", layers / "layer_02.h5")  # newer than its inputs: Snakemake trusts it
-    target = f"results/metrics/{MODEL}/per_layer/layer_02.json"
+    target = f"results/metrics/sts/{MODEL}/per_layer/layer_02.json"
     result = run_snakemake(scratch, target, "--cores", "1", "--force", configfile=smoke_config_path())
     assert result.returncode != 0, failure(result)
-    log = (scratch / "logs" / "metrics" / MODEL / "layer_02.log").read_text()
+    log = (scratch / "logs" / "measure_layer" / "sts" / MODEL / "layer_02.log").read_text()
     assert "layer_02.h5: holds layer 1 with" in log and "but the manifest expects layer 2" in log
 
 
@@ -233,7 +233,7 @@ def test_a_run_without_a_shared_filesystem_equals_a_local_run(smoke, tmp_path):
     assert result.returncode == 0, failure(result)
     assert not (workdir / "results").exists() and not (workdir / "resources").exists()  # all went to the storage
     # the model's own files equal the shared local run's (the tables across models hold one model here)
-    model_files = [Path("results") / part / MODEL for part in ("embeddings", "metrics", "static")] + [Path("results/corpus")]
+    model_files = [Path("results") / part / MODEL for part in ("embeddings/sts", "metrics/sts", "static")] + [Path("results/corpora")]
     local = {p.relative_to(smoke) for folder in model_files for p in (smoke / folder).rglob("*") if p.is_file()}
     remote = {p.relative_to(storage) for folder in model_files for p in (storage / folder).rglob("*") if p.is_file()}
     assert remote == local

@@ -84,7 +84,7 @@ def main() -> None:
         limits = spec["containers"][0].get("resources", {}).get("limits", {})
         if limits.get("nvidia.com/gpu") == "1":
             gpu_pods += 1
-    extraction_jobs = sum(rule_job_of(job).split(":")[0] in ("extract", "senses_extract") for job in jobs)
+    extraction_jobs = sum(rule_job_of(job).split(":")[0] == "extract" for job in jobs)
     if gpu_pods != extraction_jobs:
         fail(f"{gpu_pods} pods with limits nvidia.com/gpu: 1, {extraction_jobs} extraction pods")
     before = sum(job["metadata"]["creationTimestamp"] < run2_start for job in everything)

@@ -242,7 +242,7 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export SNAKEMAKE_STORAGE_S3_ACCESS_KEY=testing SNAKEMAKE_STORAGE_S3_SECRET_KEY=testing
 K8S_ARGS=(--profile "$PROJECT/profiles/kubernetes" --workflow-profile none --configfile smoke.yaml
   --container-image "$IMAGE" --default-storage-prefix "$BUCKET" --storage-s3-endpoint-url "$MOTO_URL"
-  --jobs 2 --set-threads extract=1 senses_extract=1 --kubernetes-omit-job-cleanup)
+  --jobs 2 --set-threads extract=1 --kubernetes-omit-job-cleanup)
 
 "$PY" "$HERE/netwatch.py" "$WORK/netwatch.txt" $$ &
 NETWATCH_PID=$!

@@ -123,7 +123,7 @@ def main() -> None:
     args = parser.parse_args()
     job_ids = check_sbatch(args.slurm_log, args.sacct)
     stats = job_stats(args.slurm_log.read_text())  # the STS shards and the usages' shards both extract on a GPU
-    check_devices(args.slurm, job_ids, stats["extract"] + stats.get("senses_extract", 0))
+    check_devices(args.slurm, job_ids, stats["extract"])
     check_outputs(args.local, args.slurm)
 
 

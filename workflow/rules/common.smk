@@ -36,10 +36,17 @@ os.environ.setdefault("HDF5_USE_FILE_LOCKING", "FALSE")
 prepend_python_path(Path(workflow.basedir) / "src")
 
 MODELS = list(SETTINGS.models)
+# The corpora: the study's (its figures, tables, Table 1 and senses), then the config's `corpora`; the rules of
+# a corpus (sts_pairs, corpus, words) make the configured ones, the sense rules the WordNet usages' corpus.
+MAIN_CORPUS = SETTINGS.corpus.name
+CORPORA = list(SETTINGS.corpora)
+CONFIGURED_CORPORA = "|".join(CORPORA)
+USAGES = layout.USAGES_CORPUS
 
 
 wildcard_constraints:
     model="|".join(MODELS) if MODELS else "(?!)",
+    corpus="|".join(CORPORA + ([USAGES] if SETTINGS.senses.enabled else [])),
     shard=r"\d+",
     layer=r"\d+",
 
@@ -53,9 +60,11 @@ def final_outputs(wildcards):
     there. So every deliverable is a target, taken from the rules' own outputs; the stored vectors too, so a
     deleted shard or layer file is rebuilt (with what depends on it) instead of passing behind newer tables.
     """
-    targets = [*rules.corpus.output, *rules.words.output, *rules.figures.output, *rules.summary.output]
-    if is_sts(SETTINGS.corpus.source):  # pairs and gold scores are the STS corpus's only
-        targets = [*rules.sts_pairs.output, *targets]
+    targets = [*rules.figures.output, *rules.summary.output]
+    for name, corpus in SETTINGS.corpora.items():
+        targets += filled(rules.corpus.output, corpus=[name]) + filled(rules.words.output, corpus=[name])
+        if is_sts(corpus.source):  # the STS corpus's pairs and gold scores
+            targets += filled(rules.sts_pairs.output, corpus=[name])
     if SETTINGS.static.enabled:
         targets += [*rules.table1.output]
         targets += filled(rules.static_baseline_scores.output, baseline=SETTINGS.static.baselines)
@@ -69,27 +78,37 @@ def final_outputs(wildcards):
 
 
 def model_outputs(model):
-    """Every file under results/ of one model: its plan, vectors (when the run stores them), measurements,
-    figures, scores and export."""
-    per_model = [rules.plan, rules.combine_layers, rules.model_figures]
-    per_model += [rules.manifest] if SETTINGS.stores else []
-    per_model += [rules.static_scores] if SETTINGS.static.enabled else []
-    per_model += [rules.export_classic] if SETTINGS.extraction.export_classic else []
-    per_model += [rules.senses_plan, rules.senses_manifest, rules.measure_senses] if SETTINGS.senses.enabled else []
-    targets = [path for rule in per_model for path in filled(rule.output, model=[model])]
-    if SETTINGS.metrics.device.on_device:
-        targets += filled(rules.measure_model.output, model=[model], part=range(SETTINGS.metrics.device.device_parts))
+    """Every file under results/ of one model: of each corpus its plan, vectors (when the run stores them) and
+    measurements; of the study's corpus its figures, scores and sense measures; and the usages' plan and store."""
+    targets = filled(rules.model_figures.output, model=[model])
+    targets += filled(rules.static_scores.output, model=[model]) if SETTINGS.static.enabled else []
+    for corpus in CORPORA:
+        targets += corpus_model_outputs(corpus, model, measured=True)
+    if SETTINGS.senses.enabled:
+        targets += filled(rules.measure_senses.output, corpus=[MAIN_CORPUS], model=[model])
+        targets += corpus_model_outputs(USAGES, model, measured=False)
+    return targets
+
+
+def corpus_model_outputs(corpus, model, measured):
+    """One model's files of one corpus: its plan and store (when the run stores them, or for the usages' corpus,
+    which the sense measures read), and when ``measured`` its per-layer measures, tables and export."""
+    stores = SETTINGS.stores or not measured
+    per_model = [rules.plan] + ([rules.manifest] if stores else [])
+    per_model += [rules.combine_layers] if measured else []
+    per_model += [rules.export_classic] if measured and SETTINGS.extraction.export_classic else []
+    targets = [path for rule in per_model for path in filled(rule.output, corpus=[corpus], model=[model])]
+    if measured and SETTINGS.metrics.device.on_device:
+        parts = range(SETTINGS.metrics.device.device_parts)
+        targets += filled(rules.measure_model.output, corpus=[corpus], model=[model], part=parts)
     layers = stored_layers(model)
     if layers is None:
         return targets
     shards, labels = range(SETTINGS.models[model].n_shards), [layout.layer_label(layer) for layer in layers]
-    targets += filled(per_layer_rule().output, model=[model], layer=labels)
-    if SETTINGS.stores:
-        targets += filled(rules.extract.output, model=[model], shard=shards)
-        targets += filled(rules.layer_file.output, model=[model], layer=labels)
-    if SETTINGS.senses.enabled:
-        targets += filled(rules.senses_extract.output, model=[model], shard=shards)
-        targets += filled(rules.senses_layer_file.output, model=[model], layer=labels)
+    targets += filled(per_layer_rule().output, corpus=[corpus], model=[model], layer=labels) if measured else []
+    if stores:
+        targets += filled(rules.extract.output, corpus=[corpus], model=[model], shard=shards)
+        targets += filled(rules.layer_file.output, corpus=[corpus], model=[model], layer=labels)
     return targets
 
 
@@ -125,14 +144,41 @@ def needs_corpus_for_model(wildcards):
     return SOURCES[SETTINGS.models[wildcards.model].source].needs_corpus
 
 
-def expand_shards(pattern):
-    """Input function: ``pattern`` for every shard of the wildcards' model."""
+def expand_shards(pattern, corpus=None):
+    """Input function: ``pattern`` for every shard of the wildcards' model, of the wildcards' corpus (or ``corpus``)."""
 
     def shard_files(wildcards):
-        model = SETTINGS.models[wildcards.model]
-        return [layout.path(pattern, model=model.key, shard=shard) for shard in range(model.n_shards)]
+        model, name = SETTINGS.models[wildcards.model], corpus or wildcards.corpus
+        return [layout.path(pattern, corpus=name, model=model.key, shard=shard) for shard in range(model.n_shards)]
 
     return shard_files
+
+
+def in_corpus(pattern, corpus):
+    """``pattern`` of ``corpus``, its other wildcards left for the rule's (``{model}``)."""
+    return pattern.replace("{corpus}", corpus)
+
+
+def sts_release_inputs(wildcards):
+    """Input function: the bundled release folder of the wildcards' corpus and each file sts_pairs reads in it."""
+    corpus = SETTINGS.corpora[wildcards.corpus]
+    files = bundled_release_paths(corpus.bundled_dir, corpus.years, corpus.include_2012_train)
+    return {"release_dir": corpus.bundled_dir, "release_files": files}
+
+
+def corpus_inputs(wildcards):
+    """Input function: what the `corpus` job reads of the wildcards' corpus. A bundled STS corpus: its parsed
+    pairs and (for the record's digests) the release files; any other: its file, or a dataset folder's files
+    (each is read and digested, and editing one leaves the folder's time alone)."""
+    corpus = SETTINGS.corpora[wildcards.corpus]
+    inputs = {"pairs": [], "release_files": [], "corpus": [], "files": []}
+    if corpus.source == "bundled":
+        inputs["pairs"] = layout.path(layout.STS_PAIRS, corpus=corpus.name)
+        inputs["release_files"] = sts_release_inputs(wildcards)["release_files"]
+    elif not is_sts(corpus.source):
+        inputs["corpus"] = corpus.path if corpus.path is not None else []
+        inputs["files"] = dataset_folder_files(corpus)
+    return inputs
 
 
 # The GPUs of this machine the run may use: Snakemake's own `gpu` resource (--resources gpu=N, or a profile).
@@ -216,18 +262,21 @@ def stored_layers(model):
 def store_files(wildcards):
     """Input function: every model's store (`snakemake store`): shards, manifest and layer files."""
     files = []
-    for model in MODELS:
-        files += expand_shards(layout.SHARD)(SimpleNamespace(model=model))
-        files += [layout.path(layout.MANIFEST, model=model)]
-        files += every_layer(layout.LAYER_FILE)(SimpleNamespace(model=model))
+    for corpus, model in itertools.product(CORPORA, MODELS):
+        wildcards = SimpleNamespace(corpus=corpus, model=model)
+        files += expand_shards(layout.SHARD)(wildcards)
+        files += [layout.path(layout.MANIFEST, corpus=corpus, model=model)]
+        files += every_layer(layout.LAYER_FILE)(wildcards)
     return files
 
 
-def every_layer(pattern):
-    """Input function: ``pattern`` for every layer of the wildcards' model."""
+def every_layer(pattern, corpus=None):
+    """Input function: ``pattern`` for every layer of the wildcards' model, of the wildcards' corpus (or ``corpus``)."""
 
     def files(wildcards):
-        return [layout.path(pattern, model=wildcards.model, layer=layer) for layer in range(n_layers_of(wildcards.model))]
+        name = corpus or getattr(wildcards, "corpus", None)
+        return [layout.path(pattern, corpus=name, model=wildcards.model, layer=layer)
+                for layer in range(n_layers_of(wildcards.model))]
 
     return files
 
@@ -273,22 +322,23 @@ def device_part_of_layer(wildcards):
     layers, parts = n_layers_of(wildcards.model), SETTINGS.metrics.device.device_parts
     layer = int(wildcards.layer)
     part = next(p for p in range(parts) if p * layers // parts <= layer < (p + 1) * layers // parts)
-    return layout.path(layout.DEVICE_PART, model=wildcards.model, part=part)
+    return layout.path(layout.DEVICE_PART, corpus=wildcards.corpus, model=wildcards.model, part=part)
 
 
 def measured_on(wildcards):
     """Input function: what a model's layers were measured on: its manifest, or every device part's record."""
     if SETTINGS.metrics.device.on_device:
         parts = range(SETTINGS.metrics.device.device_parts)
-        return [layout.path(layout.DEVICE_RECORD, model=wildcards.model, part=part) for part in parts]
-    return [layout.path(layout.MANIFEST, model=wildcards.model)]
+        return [layout.path(layout.DEVICE_RECORD, corpus=wildcards.corpus, model=wildcards.model, part=part)
+                for part in parts]
+    return [layout.path(layout.MANIFEST, corpus=wildcards.corpus, model=wildcards.model)]
 
 
 def store_manifest_beside_device(wildcards):
     """Input function: the manifest, when the layers were measured on the device and the run stores them too
     (the combining step checks that the two were made from the same)."""
     if SETTINGS.metrics.device.on_device and SETTINGS.stores:
-        return layout.path(layout.MANIFEST, model=wildcards.model)
+        return layout.path(layout.MANIFEST, corpus=wildcards.corpus, model=wildcards.model)
     return []
 
 

@@ -1,4 +1,4 @@
-# Every layer's vectors of every sentence: the model's plan, one extraction job per shard (the
+# Every layer's vectors of every sentence of a corpus (results/embeddings/{corpus}/{model}/): the model's plan, one extraction job per shard (the
 # only copy of the vectors), the manifest, and one small virtual file per layer over the shards. The store is
 # built when the run reads it or keeps it (extraction.store), or on demand: `snakemake store`.
 
@@ -10,9 +10,9 @@ rule plan:
     input:
         model=rules.materialise_model.output.model,
         record=rules.materialise_model.output.record,
-        sentences=rules.corpus.output.sentences,
-        words=rules.words.output.words,
-        word_index=rules.words.output.index,
+        sentences=layout.SENTENCES,
+        words=layout.SPACY_WORDS,
+        word_index=layout.WORD_INDEX,
     output:
         tokens=layout.TOKENS,
         units=layout.UNITS,
@@ -21,7 +21,7 @@ rule plan:
     params:
         plan=lambda wildcards: as_params(SETTINGS.plan(wildcards.model)),
     log:
-        "logs/extract/{model}/plan.log",
+        layout.PLAN_LOG,
     benchmark:
         layout.PLAN_BENCHMARK
     conda:
@@ -49,7 +49,7 @@ rule extract:
         mem_mb=extraction_mem_mb,
         runtime=extraction_runtime_min,
     log:
-        "logs/extract/{model}/shard_{shard}.log",
+        layout.EXTRACT_LOG,
     benchmark:
         layout.EXTRACT_BENCHMARK
     conda:
@@ -71,7 +71,7 @@ rule manifest:
     params:
         shard=lambda wildcards: stored_params(SETTINGS.shard(wildcards.model)),
     log:
-        "logs/extract/{model}/manifest.log",
+        layout.MANIFEST_LOG,
     benchmark:
         layout.MANIFEST_BENCHMARK
     conda:
@@ -89,7 +89,7 @@ rule layer_file:
     output:
         layer=layout.LAYER_FILE,
     log:
-        "logs/extract/{model}/layer_{layer}.log",
+        layout.LAYER_FILE_LOG,
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -103,12 +103,12 @@ rule export_classic:
         shards=expand_shards(layout.SHARD),
         manifest=rules.manifest.output.manifest,
         occurrences=rules.plan.output.occurrences,
-        sentences=rules.corpus.output.sentences,
+        sentences=layout.SENTENCES,
     output:
         embeddings=layout.EXPORT_EMBEDDINGS,
         word2sent=layout.EXPORT_WORD2SENT,
     log:
-        "logs/export/{model}.log",
+        layout.EXPORT_CLASSIC_LOG,
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -116,6 +116,6 @@ rule export_classic:
 
 
 rule store:
-    # Target: every model's store (its shards, manifest and layer files), whether or not the run's measures read it.
+    # Target: every model's store of every configured corpus (its shards, manifest and layer files), whether or not the run's measures read it.
     input:
         store_files,

@@ -1,4 +1,4 @@
-# The measurements: every layer of each model, then the model's tables. Either each layer is read from the
+# The measurements of a corpus (results/metrics/{corpus}/{model}/): every layer of each model, then the model's tables. Either each layer is read from the
 # HDF5 store by its own job (measure_layer), or every layer is measured where the model's forward passes leave
 # it, on the device (metrics.on_device: measure_model, then device_layer takes each layer's files out of its
 # part's tar). Each per-layer file has one producer, so combine_layers and everything after it are the same.
@@ -33,7 +33,7 @@ if SETTINGS.metrics.device.on_device:
             mem_mb=device_measure_mem_mb,
             runtime=device_measure_runtime_min,
         log:
-            "logs/metrics/{model}/measure_model_{part}.log",
+            layout.MEASURE_MODEL_LOG,
         benchmark:
             layout.MEASURE_MODEL_BENCHMARK
         conda:
@@ -50,7 +50,7 @@ if SETTINGS.metrics.device.on_device:
             words=layout.LAYER_WORDS,
             pcs=layout.PCS,
         log:
-            "logs/metrics/{model}/layer_{layer}.log",
+            layout.DEVICE_LAYER_LOG,
         conda:
             "../../envs/analysis.yaml"
         script:
@@ -78,7 +78,7 @@ else:
         resources:
             mem_mb=measure_mem_mb,
         log:
-            "logs/metrics/{model}/layer_{layer}.log",
+            layout.MEASURE_LAYER_LOG,
         benchmark:
             layout.MEASURE_BENCHMARK
         conda:
@@ -102,7 +102,7 @@ rule combine_layers:
             caption="../report/layers_table.rst",
             category="Tables",
             subcategory="Per-layer measurements",
-            labels={"model": "{model}", "table": "per layer"},
+            labels={"corpus": "{corpus}", "model": "{model}", "table": "per layer"},
         ),
         layers_parquet=layout.LAYERS_PARQUET,
         postprocess=report(
@@ -110,7 +110,7 @@ rule combine_layers:
             caption="../report/postprocess_table.rst",
             category="Tables",
             subcategory="Post-processed variants",
-            labels={"model": "{model}", "table": "post-processing"},
+            labels={"corpus": "{corpus}", "model": "{model}", "table": "post-processing"},
         ),
         rogue=layout.ROGUE,
         context_words=report(
@@ -118,12 +118,12 @@ rule combine_layers:
             caption="../report/context_words.rst",
             category="Tables",
             subcategory="Context-specific words",
-            labels={"model": "{model}", "table": "words"},
+            labels={"corpus": "{corpus}", "model": "{model}", "table": "words"},
         ),
     params:
         top_k=SETTINGS.metrics.top_k_words,
     log:
-        "logs/metrics/{model}/combine.log",
+        layout.COMBINE_LAYERS_LOG,
     benchmark:
         layout.COMBINE_BENCHMARK
     conda:

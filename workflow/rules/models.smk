@@ -17,7 +17,7 @@ rule download_model:
     params:
         download=model_params(lambda model: model.build.download),
     log:
-        "logs/models/{model}.download.log",
+        layout.DOWNLOAD_MODEL_LOG,
     conda:
         "../../envs/models.yaml"
     script:
@@ -29,14 +29,14 @@ checkpoint materialise_model:
     input:
         download=download_for_model,
         # only a model built from the corpus (random: its tokenizer is trained on the sentences) needs it
-        sentences=branch(needs_corpus_for_model, then=rules.corpus.output.sentences, otherwise=[]),
+        sentences=branch(needs_corpus_for_model, then=layout.path(layout.SENTENCES, corpus=MAIN_CORPUS), otherwise=[]),
     output:
         model=layout.MODEL_FOLDER,
         record=layout.MODEL_RECORD,
     params:
         build=model_params(lambda model: model.build),
     log:
-        "logs/models/{model}.log",
+        layout.MATERIALISE_MODEL_LOG,
     conda:
         "../../envs/models.yaml"
     script:

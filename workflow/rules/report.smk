@@ -7,7 +7,7 @@ from contextuality.report.inert import inert_json
 rule figures:
     # Figures 1-4 of the paper, every model in each.
     input:
-        layers=expand(layout.LAYERS_PARQUET, model=MODELS),
+        layers=expand(layout.LAYERS_PARQUET, corpus=MAIN_CORPUS, model=MODELS),
     output:
         **{
             f"{name}_{ext}": report(
@@ -24,7 +24,7 @@ rule figures:
         labels=inert_json(MODEL_LABELS),
         x_axis=SETTINGS.figures.x_axis,
     log:
-        "logs/figures/figures.log",
+        layout.FIGURES_LOG,
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -34,9 +34,9 @@ rule figures:
 rule model_figures:
     # One model's geometry dashboard and its rogue dimensions across layers.
     input:
-        layers=rules.combine_layers.output.layers_parquet,
-        postprocess=rules.combine_layers.output.postprocess,
-        rogue=rules.combine_layers.output.rogue,
+        layers=in_corpus(layout.LAYERS_PARQUET, MAIN_CORPUS),
+        postprocess=in_corpus(layout.POSTPROCESS, MAIN_CORPUS),
+        rogue=in_corpus(layout.ROGUE, MAIN_CORPUS),
     output:
         **{
             f"{name}_{ext}": report(
@@ -53,7 +53,7 @@ rule model_figures:
         label=lambda wildcards: inert_json(MODEL_LABELS[wildcards.model]),
         x_axis=SETTINGS.figures.x_axis,
     log:
-        "logs/figures/{model}/figures.log",
+        layout.MODEL_FIGURES_LOG,
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -63,13 +63,13 @@ rule model_figures:
 rule summary:
     # This run beside the paper, and the paper's claims (Table 1's ordering, claim A9, from Table 1's scores).
     input:
-        layers=expand(layout.LAYERS_PARQUET, model=MODELS),
-        words=expand(layout.WORDS, model=MODELS),
-        losses=expand(layout.LOSSES, model=MODELS),
+        layers=expand(layout.LAYERS_PARQUET, corpus=MAIN_CORPUS, model=MODELS),
+        words=expand(layout.WORDS, corpus=MAIN_CORPUS, model=MODELS),
+        losses=expand(layout.LOSSES, corpus=MAIN_CORPUS, model=MODELS),
         table1=[layout.path(layout.TABLE, name="table1", ext="csv")] if SETTINGS.static.enabled else [],
-        senses=expand(layout.SENSE_LAYERS, model=MODELS) if SETTINGS.senses.enabled else [],
+        senses=expand(layout.SENSE_LAYERS, corpus=MAIN_CORPUS, model=MODELS) if SETTINGS.senses.enabled else [],
         # a corpus other than STS: claims.md says that the paper measured STS, and why pairs and gold are absent
-        corpus=branch(is_sts(SETTINGS.corpus.source), then=[], otherwise=layout.CORPUS_RECORD),
+        corpus=branch(is_sts(SETTINGS.corpus.source), then=[], otherwise=layout.path(layout.CORPUS_RECORD, corpus=MAIN_CORPUS)),
     output:
         summary_md=report(
             layout.path(layout.TABLE, name="summary", ext="md"),
@@ -100,7 +100,7 @@ rule summary:
         paper_models=STANDS_FOR,
         sources=inert_json(MODEL_SOURCES),
     log:
-        "logs/figures/summary.log",
+        layout.SUMMARY_LOG,
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -132,7 +132,7 @@ rule table1:
         # display names are applied here, so renaming a model re-scores nothing
         labels=inert_json(MODEL_LABELS),
     log:
-        "logs/static/table1.log",
+        layout.TABLE1_LOG,
     conda:
         "../../envs/analysis.yaml"
     script:

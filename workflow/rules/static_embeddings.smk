@@ -6,8 +6,8 @@
 rule static_scores:
     # One model's PC embeddings (every layer, layer 0 = the model's own static baseline) scored.
     input:
-        pcs=every_layer(layout.PCS),
-        word_index=rules.words.output.index,
+        pcs=every_layer(layout.PCS, corpus=MAIN_CORPUS),
+        word_index=layout.path(layout.WORD_INDEX, corpus=MAIN_CORPUS),
         benchmarks=SETTINGS.static.benchmark_dir,
         benchmark_files=benchmark_files(SETTINGS.static.benchmark_dir),
     output:
@@ -15,7 +15,7 @@ rule static_scores:
     params:
         seed=SETTINGS.seed,
     log:
-        "logs/static/{model}/scores.log",
+        layout.STATIC_SCORES_LOG,
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -26,7 +26,7 @@ rule static_baseline_scores:
     # A user-supplied static embedding (e.g. GloVe, FastText), trimmed to the same vocabulary.
     input:
         embedding=lambda wildcards: SETTINGS.static.baselines[wildcards.baseline],
-        word_index=rules.words.output.index,
+        word_index=layout.path(layout.WORD_INDEX, corpus=MAIN_CORPUS),
         benchmarks=SETTINGS.static.benchmark_dir,
         benchmark_files=benchmark_files(SETTINGS.static.benchmark_dir),
     output:
@@ -34,7 +34,7 @@ rule static_baseline_scores:
     params:
         seed=SETTINGS.seed,
     log:
-        "logs/static/baselines/{baseline}.log",
+        layout.STATIC_BASELINE_SCORES_LOG,
     conda:
         "../../envs/analysis.yaml"
     script:

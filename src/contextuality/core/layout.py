@@ -14,13 +14,18 @@ import re
 
 RESULTS = "results"
 
-# The corpus
-STS_PAIRS = f"{RESULTS}/corpus/sts_pairs.jsonl"
-SENTENCES = f"{RESULTS}/corpus/sentences.parquet"
-CORPUS_RECORD = f"{RESULTS}/corpus/corpus.json"  # the corpus's source, its inputs' sha256 and counts
-WORDNET_GLOSSES = f"{RESULTS}/corpus/wordnet_glosses.parquet"  # WordNet's definitions and examples, as a table
-SPACY_WORDS = f"{RESULTS}/corpus/spacy_words.parquet"
-WORD_INDEX = f"{RESULTS}/corpus/word_index.parquet"
+# A corpus (``{corpus}``: the config's corpus, each of ``corpora``, and the WordNet usages when senses are on):
+# its sentences and word index, each in its own folder; the STS release's pairs beside an STS corpus's sentences
+CORPUS = f"{RESULTS}/corpora/{{corpus}}"
+STS_PAIRS = f"{CORPUS}/sts_pairs.jsonl"
+SENTENCES = f"{CORPUS}/sentences.parquet"
+CORPUS_RECORD = f"{CORPUS}/corpus.json"  # the corpus's source, its inputs' sha256 and counts
+SPACY_WORDS = f"{CORPUS}/spacy_words.parquet"
+WORD_INDEX = f"{CORPUS}/word_index.parquet"
+# WordNet's definitions and examples as a table: the input of a corpus of source 'table' (config/wordnet-corpus.yaml)
+WORDNET_GLOSSES = f"{RESULTS}/corpus/wordnet_glosses.parquet"
+# The corpus the sense rules make of WordNet's usages (its own sentences and word index, no corpus.json)
+USAGES_CORPUS = "usages"
 
 # The models (outside results/: built once, reused by every run)
 MODEL_ROOT = "resources/models/{model}"
@@ -30,8 +35,8 @@ MODEL_DOWNLOAD = f"{MODEL_ROOT}/download.tar"
 MODEL_FOLDER = f"{MODEL_ROOT}/model.tar"
 MODEL_RECORD = f"{MODEL_ROOT}/source.json"
 
-# A model's plan and stored vectors
-EMBEDDINGS = f"{RESULTS}/embeddings/{{model}}"
+# A model's plan and stored vectors of a corpus
+EMBEDDINGS = f"{RESULTS}/embeddings/{{corpus}}/{{model}}"
 TOKENS = f"{EMBEDDINGS}/tokens.parquet"
 UNITS = f"{EMBEDDINGS}/units.parquet"
 OCCURRENCES = f"{EMBEDDINGS}/occurrences.parquet"
@@ -41,8 +46,8 @@ MANIFEST = f"{EMBEDDINGS}/manifest.json"
 LAYER_IN_EMBEDDINGS = "layers/layer_{layer}.h5"
 LAYER_FILE = f"{EMBEDDINGS}/{LAYER_IN_EMBEDDINGS}"
 
-# A model's measurements
-METRICS = f"{RESULTS}/metrics/{{model}}"
+# A model's measurements of a corpus
+METRICS = f"{RESULTS}/metrics/{{corpus}}/{{model}}"
 LAYER_RECORD = f"{METRICS}/per_layer/layer_{{layer}}.json"
 LAYER_WORDS = f"{METRICS}/per_layer/layer_{{layer}}.words.parquet"
 PCS = f"{METRICS}/pcs/layer_{{layer}}.txt"
@@ -63,12 +68,12 @@ STATIC_SCORES = f"{RESULTS}/static/{{model}}/scores.csv"
 BASELINE_SCORES = f"{RESULTS}/static/baselines/{{baseline}}.csv"
 
 # The classic layout (extraction.export_classic)
-EXPORT_EMBEDDINGS = f"{RESULTS}/export/{{model}}/embeddings.hdf5"
-EXPORT_WORD2SENT = f"{RESULTS}/export/{{model}}/word2sent.json"
+EXPORT_EMBEDDINGS = f"{RESULTS}/export/{{corpus}}/{{model}}/embeddings.hdf5"
+EXPORT_WORD2SENT = f"{RESULTS}/export/{{corpus}}/{{model}}/word2sent.json"
 
 # Word senses (issue 25): WordNet 3.0 (outside results/: fetched once, reused by every run), the sense
-# inventory of the corpus's words, the WordNet usages and pairs, and the usages as a second corpus that goes
-# through the same plan, extraction and store as the STS corpus (its own embeddings folder per model)
+# inventory of the corpus's words, the WordNet usages and pairs (their sentences are the corpus USAGES_CORPUS,
+# through the same plan, extraction and store as any corpus), and a model's sense measures of a corpus
 WORDNET_ROOT = "resources/wordnet"
 WORDNET_RECORD = f"{WORDNET_ROOT}/wordnet.json"
 WORDNET_FILE = f"{WORDNET_ROOT}/nltk_data/corpora/wordnet/{{name}}"
@@ -77,17 +82,6 @@ SENSE_INVENTORY = f"{SENSES}/inventory.parquet"
 SENSE_USAGES = f"{SENSES}/usages.parquet"
 SENSE_PAIRS = f"{SENSES}/pairs.parquet"
 CONTEXT_DIVERSITY = f"{SENSES}/context_diversity.parquet"
-SENSES_SENTENCES = f"{SENSES}/corpus/sentences.parquet"
-SENSES_SPACY_WORDS = f"{SENSES}/corpus/spacy_words.parquet"
-SENSES_WORD_INDEX = f"{SENSES}/corpus/word_index.parquet"
-SENSES_EMBEDDINGS = f"{SENSES}/embeddings/{{model}}"
-SENSES_TOKENS = f"{SENSES_EMBEDDINGS}/tokens.parquet"
-SENSES_UNITS = f"{SENSES_EMBEDDINGS}/units.parquet"
-SENSES_OCCURRENCES = f"{SENSES_EMBEDDINGS}/occurrences.parquet"
-SENSES_LOSSES = f"{SENSES_EMBEDDINGS}/losses.json"
-SENSES_SHARD = f"{SENSES_EMBEDDINGS}/shards/shard_{{shard}}.h5"
-SENSES_MANIFEST = f"{SENSES_EMBEDDINGS}/manifest.json"
-SENSES_LAYER_FILE = f"{SENSES_EMBEDDINGS}/{LAYER_IN_EMBEDDINGS}"
 SENSE_LAYERS = f"{METRICS}/senses/layers.csv"
 SENSE_WORDS = f"{METRICS}/senses/words.parquet"
 # The tagger of the content-word polysemy regression (issue 36): spaCy's en_core_web_sm wheel, fetched once
@@ -102,20 +96,50 @@ MODEL_FIGURE = f"{RESULTS}/figures/{{model}}/{{name}}.{{ext}}"
 TABLE = f"{RESULTS}/tables/{{name}}.{{ext}}"
 
 # Each heavy job's own timings (Snakemake's benchmark files)
-EXTRACT_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/extract_shard_{{shard}}.tsv"
-MEASURE_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/measure_layer_{{layer}}.tsv"
-MEASURE_MODEL_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/measure_model_{{part}}.tsv"
-SENSES_EXTRACT_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/senses_extract_shard_{{shard}}.tsv"
-SENSES_MEASURE_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/measure_senses.tsv"
-CORPUS_BENCHMARK = f"{RESULTS}/benchmarks/corpus.tsv"
-WORDS_BENCHMARK = f"{RESULTS}/benchmarks/words.tsv"
-WORDNET_GLOSSES_BENCHMARK = f"{RESULTS}/benchmarks/wordnet_glosses.tsv"
-PLAN_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/plan.tsv"
-MANIFEST_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/manifest.tsv"
-COMBINE_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/combine_layers.tsv"
-SENSES_PLAN_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/senses_plan.tsv"
-SENSES_MANIFEST_BENCHMARK = f"{RESULTS}/benchmarks/{{model}}/senses_manifest.tsv"
-SENSE_TAGS_BENCHMARK = f"{RESULTS}/benchmarks/sense_tags.tsv"
+BENCHMARKS = f"{RESULTS}/benchmarks"
+CORPUS_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/corpus.tsv"
+WORDS_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/words.tsv"
+PLAN_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/plan.tsv"
+EXTRACT_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/extract_shard_{{shard}}.tsv"
+MANIFEST_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/manifest.tsv"
+MEASURE_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/measure_layer_{{layer}}.tsv"
+MEASURE_MODEL_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/measure_model_{{part}}.tsv"
+COMBINE_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/combine_layers.tsv"
+MEASURE_SENSES_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/measure_senses.tsv"
+WORDNET_GLOSSES_BENCHMARK = f"{BENCHMARKS}/wordnet_glosses.tsv"
+SENSE_TAGS_BENCHMARK = f"{BENCHMARKS}/sense_tags.tsv"
+
+# Every rule's log (outside results/): logs/{rule}, then the rule's wildcards
+LOGS = "logs"
+STS_PAIRS_LOG = f"{LOGS}/sts_pairs/{{corpus}}.log"
+CORPUS_LOG = f"{LOGS}/corpus/{{corpus}}.log"
+WORDS_LOG = f"{LOGS}/words/{{corpus}}.log"
+DOWNLOAD_MODEL_LOG = f"{LOGS}/download_model/{{model}}.log"
+MATERIALISE_MODEL_LOG = f"{LOGS}/materialise_model/{{model}}.log"
+PLAN_LOG = f"{LOGS}/plan/{{corpus}}/{{model}}.log"
+EXTRACT_LOG = f"{LOGS}/extract/{{corpus}}/{{model}}/shard_{{shard}}.log"
+MANIFEST_LOG = f"{LOGS}/manifest/{{corpus}}/{{model}}.log"
+LAYER_FILE_LOG = f"{LOGS}/layer_file/{{corpus}}/{{model}}/layer_{{layer}}.log"
+EXPORT_CLASSIC_LOG = f"{LOGS}/export_classic/{{corpus}}/{{model}}.log"
+MEASURE_MODEL_LOG = f"{LOGS}/measure_model/{{corpus}}/{{model}}/part_{{part}}.log"
+DEVICE_LAYER_LOG = f"{LOGS}/device_layer/{{corpus}}/{{model}}/layer_{{layer}}.log"
+MEASURE_LAYER_LOG = f"{LOGS}/measure_layer/{{corpus}}/{{model}}/layer_{{layer}}.log"
+COMBINE_LAYERS_LOG = f"{LOGS}/combine_layers/{{corpus}}/{{model}}.log"
+STATIC_SCORES_LOG = f"{LOGS}/static_scores/{{model}}.log"
+STATIC_BASELINE_SCORES_LOG = f"{LOGS}/static_baseline_scores/{{baseline}}.log"
+FIGURES_LOG = f"{LOGS}/figures.log"
+MODEL_FIGURES_LOG = f"{LOGS}/model_figures/{{model}}.log"
+SUMMARY_LOG = f"{LOGS}/summary.log"
+TABLE1_LOG = f"{LOGS}/table1.log"
+WORDNET_LOG = f"{LOGS}/wordnet.log"
+WORDNET_GLOSSES_LOG = f"{LOGS}/wordnet_glosses.log"
+SENSE_INVENTORY_LOG = f"{LOGS}/sense_inventory.log"
+SENSE_USAGES_LOG = f"{LOGS}/sense_usages.log"
+TAGGER_LOG = f"{LOGS}/tagger.log"
+SENSE_TAGS_LOG = f"{LOGS}/sense_tags.log"
+CONTEXT_DIVERSITY_LOG = f"{LOGS}/context_diversity.log"
+MEASURE_SENSES_LOG = f"{LOGS}/measure_senses/{{corpus}}/{{model}}.log"
+SENSES_FIGURES_LOG = f"{LOGS}/senses_figures.log"
 
 # Every path of the layout by name (LAYER_IN_EMBEDDINGS is relative to a model's embeddings folder).
 PATTERNS = {name: value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)
@@ -150,9 +174,35 @@ def _regex(pattern: str) -> re.Pattern:
 
 
 _REGEXES = {name: _regex(pattern) for name, pattern in PATTERNS.items()}
-# The folders that hold one model's files each: a target inside one names a model key.
-_MODEL_FOLDERS = sorted({pattern.split("{model}")[0] for pattern in PATTERNS.values() if "{model}" in pattern})
+
+
+def _folders(wildcard: str) -> list[str]:
+    """The folders (as patterns, ``results/metrics/{corpus}/``) whose every child folder is one ``wildcard``'s."""
+    return sorted({pattern.split("{%s}" % wildcard)[0] for pattern in PATTERNS.values() if "{%s}" % wildcard in pattern})
+
+
+def _prefix(folder: str) -> re.Pattern:
+    """A regex of ``folder``'s pattern at the start of a path, each wildcard in it one path component."""
+    return re.compile("".join(re.escape(part) if i % 2 == 0 else "[^/]+" for i, part in enumerate(re.split(r"\{(\w+)\}", folder))))
+
+
+# The folders that hold one model's files each (one corpus's files each): a target inside one names a model
+# key (a corpus name).
+_MODEL_FOLDERS = _folders("model")
+_CORPUS_FOLDERS = _folders("corpus")
+_MODEL_PREFIXES = [_prefix(folder) for folder in _MODEL_FOLDERS]
 _BASELINES_FOLDER = BASELINE_SCORES.split("{baseline}")[0]
+
+
+def _reserved(folders: list[str]) -> dict[str, str]:
+    """Fixed folder names beside the wildcard's folders of one parent, each with its folder."""
+    reserved = {}
+    for folder in folders:
+        for pattern in PATTERNS.values():
+            name = pattern[len(folder):].split("/", 1)[0] if pattern.startswith(folder) else ""
+            if "/" in pattern[len(folder):] and name and "{" not in name:
+                reserved[name] = folder + name + "/"
+    return dict(sorted(reserved.items()))
 
 
 def reserved_model_keys() -> dict[str, str]:
@@ -162,13 +212,13 @@ def reserved_model_keys() -> dict[str, str]:
     ``results/static/{model}/``) would be a model's folder too: a model keyed ``baselines`` would mix its
     scores with the static baselines' (and ``model_of`` would not see it as a model).
     """
-    reserved = {}
-    for folder in _MODEL_FOLDERS:
-        for pattern in PATTERNS.values():
-            name = pattern[len(folder):].split("/", 1)[0] if pattern.startswith(folder) else ""
-            if "/" in pattern[len(folder):] and name and "{" not in name:
-                reserved[name] = folder + name + "/"
-    return dict(sorted(reserved.items()))
+    return _reserved(_MODEL_FOLDERS)
+
+
+def reserved_corpus_names() -> dict[str, str]:
+    """Names no configured corpus may take: fixed folders beside the corpus folders, and the usages' corpus
+    (the sense rules make it)."""
+    return _reserved(_CORPUS_FOLDERS) | {USAGES_CORPUS: path(CORPUS, corpus=USAGES_CORPUS) + "/"}
 
 
 def parse(target: str) -> tuple[str, dict[str, str]] | None:
@@ -182,14 +232,21 @@ def parse(target: str) -> tuple[str, dict[str, str]] | None:
 
 
 def model_of(target: str) -> str | None:
-    """The model key of a path inside a model's folder (``results/metrics/{model}/...``), or None."""
+    """The model key of a path inside a model's folder (``results/metrics/{corpus}/{model}/...``), or None."""
     target = target.removeprefix("./")
     if target.startswith(_BASELINES_FOLDER):
         return None
-    for folder in _MODEL_FOLDERS:
-        if target.startswith(folder) and "/" in target[len(folder):]:
-            return target[len(folder):].split("/", 1)[0]
+    for prefix in _MODEL_PREFIXES:
+        match = prefix.match(target)
+        if match and "/" in target[match.end():]:
+            return target[match.end():].split("/", 1)[0]
     return None
+
+
+def corpus_of(target: str) -> str | None:
+    """The corpus name of a path of the layout inside a corpus's folder, or None."""
+    parsed = parse(target)
+    return parsed[1].get("corpus") if parsed else None
 
 
 def layer_of(target: str) -> int | None:

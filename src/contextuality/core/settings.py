@@ -174,8 +174,12 @@ def stateful_batches(model: ModelSettings) -> dict | None:
 # The config's sections
 
 
+STS_SOURCES = ("bundled", "hub")  # the corpus sources that are the STS sentences (corpus.sources.is_sts)
+
+
 @dataclass(frozen=True, kw_only=True)
 class CorpusSettings:
+    name: str  # its folder in the layout (results/corpora/{name}/, ...)
     source: str
     bundled_dir: str
     years: tuple[int, ...]
@@ -287,7 +291,8 @@ class Settings:
     """Every setting of a run."""
 
     seed: int
-    corpus: CorpusSettings
+    corpus: CorpusSettings  # the study's corpus: the figures, tables, Table 1 and the word senses are its
+    corpora: dict[str, CorpusSettings]  # every corpus measured by name, the study's first, then the config's corpora
     words: WordSettings
     models: dict[str, ModelSettings]  # in key order
     extraction: ExtractionSettings
@@ -300,14 +305,13 @@ class Settings:
     def from_config(cls, config: dict) -> Settings:
         """The settings of a config validated against the schema (so every key is present)."""
         extraction = _take(ExtractionSettings, config["extraction"])
-        corpus = config["corpus"]
+        corpus = _corpus(config["corpus"], config["corpus"]["name"])
         metrics = config["metrics"]
         static = config["static"]
         return cls(
             seed=config["seed"],
-            corpus=_take(CorpusSettings, corpus, years=tuple(corpus["years"]),
-                         hub_revisions={int(year): corpus["hub_revisions"][year]
-                                        for year in sorted(corpus["hub_revisions"], key=int)}),
+            corpus=corpus,
+            corpora={corpus.name: corpus} | {key: _corpus(entry, entry["name"] or key) for key, entry in config["corpora"].items()},
             words=_take(WordSettings, config["words"]),
             models={key: _model(key, config["models"][key], extraction, config["seed"]) for key in sorted(config["models"])},
             extraction=extraction,
@@ -353,6 +357,13 @@ class Settings:
             n_shards=model.n_shards, stateful=model.stateful, allow_pickle=model.build.download.allow_pickle,
             device=extraction.device, compute_dtype=extraction.compute_dtype, storage_dtype=extraction.storage_dtype,
         )
+
+
+def _corpus(entry: dict, name: str | None) -> CorpusSettings:
+    """A corpus's settings; unnamed, it is 'sts' for the STS sources and 'corpus' for any other."""
+    name = name or ("sts" if entry["source"] in STS_SOURCES else "corpus")
+    return _take(CorpusSettings, entry, name=name, years=tuple(entry["years"]),
+                 hub_revisions={int(year): entry["hub_revisions"][year] for year in sorted(entry["hub_revisions"], key=int)})
 
 
 def _model(key: str, entry: dict, extraction: ExtractionSettings, seed: int) -> ModelSettings:

@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from contextuality.core.settings import STS_SOURCES
 from contextuality.corpus.sts import SENTENCE_COLUMNS, CorpusError, clean_sentence, hub_snapshot
 
 if TYPE_CHECKING:
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STS_SOURCES = ("bundled", "hub")
 SOURCES = (*STS_SOURCES, "text", "table", "datasets")
 # The sentence table's columns for a corpus of any source: the STS columns, then each sentence's own id.
 OTHER_COLUMNS = [*SENTENCE_COLUMNS, "source_id"]

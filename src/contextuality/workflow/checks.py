@@ -68,7 +68,8 @@ def check_settings(settings: Settings) -> None:
             f"extraction.compute_dtype: {extraction.compute_dtype} needs a CUDA device; on device 'cpu' use float32"
         )
     problems += store_problems(settings)
-    problems += hub_revision_problems(settings) + name_problems(settings) + corpus_problems(settings.corpus)
+    problems += hub_revision_problems(settings) + name_problems(settings)
+    problems += [problem for corpus in settings.corpora.values() for problem in corpus_problems(corpus)]
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 
@@ -101,6 +102,23 @@ def name_problems(settings: Settings) -> list[str]:
         f"static.baselines.{label}: '{label}' is also a model key; Table 1 would show two rows of that name, so "
         "give the baseline another label"
         for label in settings.static.baselines if label in settings.models
+    ]
+    return problems + corpus_name_problems(settings)
+
+
+def corpus_name_problems(settings: Settings) -> list[str]:
+    """One line per corpus named like a folder the layout reserves, like the study's corpus, or unlike its key."""
+    reserved = layout.reserved_corpus_names()
+    problems = [
+        f"corpus '{name}': a reserved name ({reserved[name]} holds the layout's own files); name the corpus otherwise"
+        for name in settings.corpora if name in reserved
+    ]
+    if settings.corpora[settings.corpus.name] is not settings.corpus:
+        problems.append(f"corpora.{settings.corpus.name}: the study's corpus is named '{settings.corpus.name}' too; "
+                        "rename one of them (corpus.name names the study's corpus)")
+    problems += [
+        f"corpora.{key}.name: '{corpus.name}' is not its key; a corpus of corpora is named by its key, so drop the name"
+        for key, corpus in settings.corpora.items() if corpus.name != key
     ]
     return problems
 

@@ -88,7 +88,7 @@ def check_duplicate_keys(paths) -> None:
 
 
 # What the keys of a mapping whose key names must match a pattern are, for its message.
-_NAMED_KEYS = {"models": "model key", "static.baselines": "baseline label"}
+_NAMED_KEYS = {"models": "model key", "static.baselines": "baseline label", "corpora": "corpus name"}
 
 
 def _key_path(error) -> str:

@@ -47,7 +47,8 @@ def layer_count(settings: Settings, key: str) -> int | None:
 def check_targets(targets: list[str], settings: Settings) -> None:
     """Raise ConfigError for a requested target that no configured model (or static baseline) can produce.
 
-    A target inside a model's folder must name a configured model; a single layer's file must name a
+    A target inside a corpus's folder must name a configured corpus (or the usages'), one inside a model's folder
+    a configured model; a single layer's file must name a
     layer in the model's range (when the range is known); a static baseline's scores a configured one.
     """
     problems = []
@@ -59,6 +60,11 @@ def check_targets(targets: list[str], settings: Settings) -> None:
         if baseline is not None and baseline not in settings.static.baselines:
             allowed = ", ".join(settings.static.baselines) or "none"
             problems.append(f"target {target}: static baseline '{baseline}' is not in static.baselines; configured: {allowed}")
+        corpus = layout.corpus_of(target)
+        if corpus is not None and corpus not in settings.corpora and corpus != layout.USAGES_CORPUS:
+            problems.append(f"target {target}: corpus '{corpus}' is not configured; configured corpora: "
+                            f"{', '.join(settings.corpora)}")
+            continue
         key = layout.model_of(target)
         if key is None:
             continue

@@ -1,0 +1,53 @@
+"""A second corpus beside the study's (config key ``corpora``): the same rules over ``{corpus}``, a config change."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import job_counts, run_snakemake, write_config
+from contextuality.core import layout
+from workflow_runs import failure, smoke_config
+
+MODELS = {"tiny-bert": 3, "tiny-gpt2": 4}  # layers, the input layer included
+# WordNet's glosses (the wordnet_glosses rule's table, as config/wordnet-corpus.yaml reads them), their first 150
+GLOSSES = {"source": "table", "path": layout.WORDNET_GLOSSES, "id_column": "id", "group_column": "kind",
+           "max_sentences": 150}  # fmt: skip
+
+
+def _config(tmp_path, **overrides):
+    return write_config(tmp_path / "two-corpora.yaml", smoke_config(corpora={"glosses": GLOSSES}, **overrides))
+
+
+def test_a_second_corpus_is_planned_through_the_same_rules(tmp_path):
+    result = run_snakemake(tmp_path, "-n", "--cores", "2", configfile=_config(tmp_path))
+    assert result.returncode == 0, failure(result)
+    counts = job_counts(result.stdout)
+    # sts, glosses and (senses on) the usages: each model's plan and manifest per corpus
+    assert counts["plan"] == counts["manifest"] == 3 * len(MODELS), counts
+    assert counts["corpus"] == counts["words"] == 2 and counts["sts_pairs"] == 1, counts
+    assert counts["combine_layers"] == 2 * len(MODELS) and counts["measure_senses"] == len(MODELS), counts
+    assert counts["measure_layer"] == 2 * sum(MODELS.values()), counts
+    assert "results/metrics/glosses/tiny-gpt2/layers.csv" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_smoke_run_with_a_second_corpus_beside_sts_measures_both(tmp_path):
+    config = _config(tmp_path, senses={"enabled": False})
+    result = run_snakemake(tmp_path, "--cores", "2", configfile=config, timeout=1800)
+    assert result.returncode == 0, failure(result)
+    record = json.loads((tmp_path / layout.path(layout.CORPUS_RECORD, corpus="glosses")).read_text())
+    assert record["source"] == "table" and record["n_sentences"] == 150
+    for corpus in ("sts", "glosses"):
+        for model, n_layers in MODELS.items():
+            layers = pd.read_csv(tmp_path / layout.path(layout.LAYERS_CSV, corpus=corpus, model=model))
+            assert sorted(layers["layer"]) == list(range(n_layers)), (corpus, model)
+            manifest = json.loads((tmp_path / layout.path(layout.MANIFEST, corpus=corpus, model=model)).read_text())
+            assert manifest["n_layers"] == n_layers
+    # the study's tables are the study corpus's: one row per model, as with STS alone
+    losses = pd.read_csv(tmp_path / layout.path(layout.TABLE, name="losses", ext="csv"))
+    assert sorted(losses["model"]) == sorted(MODELS)
+    again = run_snakemake(tmp_path, "-n", "--cores", "2", configfile=config)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, failure(again)
