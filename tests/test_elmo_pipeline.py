@@ -72,6 +72,6 @@ def test_paper_config_plans_elmo_next_to_bert_and_gpt2(tmp_path):
     # ELMo, BERT, and GPT-2 twice: its own tokenization and the paper's (gpt2-faithful)
     assert counts["download_model"] == 4 and counts["materialise_model"] == 4
     # the per-layer jobs follow once each model is built (its layer count is a checkpoint's output)
-    # ELMo (stateful) in one shard, the others in 8
-    assert counts["extract"] == 1 + 3 * 8 and counts["combine_layers"] == 4 and "measure_layer" not in counts
+    # ELMo (stateful) in one shard, the others in 8; once over STS and once over the senses' usages corpus
+    assert counts["extract"] == 2 * (1 + 3 * 8) and counts["combine_layers"] == 4 and "measure_layer" not in counts
     assert "resources/models/elmo/source.json" in result.stdout
