@@ -25,7 +25,8 @@ from contextuality.workflow.targets import command_line_targets
 # Every setting, resolved once from the validated config (the rules' params are taken from it), after
 # every check that can stop the run before any job: one line per problem, no traceback.
 try:
-    SETTINGS = checked_settings(config, configfiles=workflow.configfiles, targets=command_line_targets())
+    SETTINGS = checked_settings(config, configfiles=workflow.configfiles, targets=command_line_targets(),
+                                overrides=workflow.config_settings.overwrite_config)
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 

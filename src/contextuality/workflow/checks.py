@@ -20,15 +20,16 @@ from contextuality.workflow.targets import check_targets
 _COMMIT_HASH = re.compile(r"[0-9a-f]{40}")
 
 
-def checked_settings(config: dict, *, configfiles=(), targets=()) -> Settings:
+def checked_settings(config: dict, *, configfiles=(), targets=(), overrides=None) -> Settings:
     """The run's settings, after every check the Snakefile runs before any job, in its order.
 
     ``config`` is validated and its defaults filled in place (as Snakemake's ``validate`` does);
-    ``configfiles`` are the files it was read from (duplicate keys), ``targets`` the requested ones.
+    ``configfiles`` are the files it was read from (duplicate keys), ``targets`` the requested ones,
+    ``overrides`` the values given with ``--config``.
     """
     check_duplicate_keys(configfiles)  # a key given twice: YAML would keep the last silently
     # One clear line per problem first; Snakemake's validate then fills in the schema's defaults.
-    validate_against_schema(config, SCHEMA)
+    validate_against_schema(config, SCHEMA, overrides)
     check_corpus_keys_read(config.get("corpus") or {})  # on the keys as given: a default is never "unused"
     settings = Settings.from_config(fill_defaults(config))
     check_settings(settings)
