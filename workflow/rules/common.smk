@@ -17,6 +17,7 @@ from contextuality.corpus.sts import bundled_release_paths
 from contextuality.extraction.devices import LOCAL_GPUS_ENV, gpu_line, visible_gpus
 from contextuality.models.sources import SOURCES
 from contextuality.paper import FIGURES
+from contextuality.report.html import CATEGORIES
 from contextuality.static.benchmark_files import benchmark_files
 from contextuality.workflow import estimates
 from contextuality.core.diskspace import free_bytes
@@ -58,7 +59,8 @@ def final_outputs(wildcards):
     there. So every deliverable is a target, taken from the rules' own outputs; the stored vectors too, so a
     deleted shard or layer file is rebuilt (with what depends on it) instead of passing behind newer tables.
     """
-    targets = [*rules.corpus.output, *rules.words.output, *rules.figures.output, *rules.summary.output]
+    targets = [*rules.corpus.output, *rules.words.output, *rules.figures.output, *rules.summary.output,
+               *rules.report_pages.output]
     if is_sts(SETTINGS.corpus.source):  # pairs and gold scores are the STS corpus's only
         targets = [*rules.sts_pairs.output, *targets]
     if SETTINGS.static.enabled:
@@ -76,7 +78,7 @@ def final_outputs(wildcards):
 def model_outputs(model):
     """Every file under results/ of one model: its plan, vectors (when the run stores them), measurements,
     figures, scores and export."""
-    per_model = [rules.plan, rules.combine_layers, rules.model_figures]
+    per_model = [rules.plan, rules.combine_layers, rules.model_figures, rules.model_pages]
     per_model += [rules.manifest] if SETTINGS.stores else []
     per_model += [rules.static_scores] if SETTINGS.static.enabled else []
     per_model += [rules.export_classic] if SETTINGS.extraction.export_classic else []

@@ -228,8 +228,7 @@ rule measure_senses:
         layers=report(
             layout.SENSE_LAYERS,
             caption="../report/senses_table.rst",
-            category="Tables",
-            subcategory="Word senses",
+            category=CATEGORIES["senses_layers"],
             labels={"model": "{model}", "table": "senses per layer"},
         ),
         words=layout.SENSE_WORDS,
@@ -258,8 +257,7 @@ rule senses_figures:
             f"{name}_{ext}": report(
                 layout.path(layout.FIGURE, name=name, ext=ext),
                 caption=f"../report/fig_{name}.rst",
-                category="Figures",
-                subcategory="Word senses",
+                category=CATEGORIES[name],
                 labels={"figure": name, "format": ext},
             )
             for name in SENSE_FIGURES

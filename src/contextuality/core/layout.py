@@ -49,6 +49,7 @@ PCS = f"{METRICS}/pcs/layer_{{layer}}.txt"
 WORDS = f"{METRICS}/words.parquet"
 LAYERS_CSV = f"{METRICS}/layers.csv"
 LAYERS_PARQUET = f"{METRICS}/layers.parquet"
+LAYERS_HTML = f"{METRICS}/layers.html"  # layers.csv (and the senses' by layer) as a page of the report
 POSTPROCESS = f"{METRICS}/postprocess.csv"
 ROGUE = f"{METRICS}/rogue_dimensions.csv"
 CONTEXT_WORDS = f"{METRICS}/context_specific_words.csv"
