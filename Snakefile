@@ -23,7 +23,7 @@ report: "workflow/report/workflow.rst"
 
 # The image every job runs in with --software-deployment-method apptainer (ignored otherwise): the job image of
 # profiles/kubernetes/image (this project and its pinned dependencies), built and pushed by its build.sh, or an
-# apptainer image file made from it; CONTEXTUALITY_IMAGE names yours (README, "Containers").
+# apptainer image file made from it; CONTEXTUALITY_IMAGE names yours (docs/usage.md, "Scale out").
 container: os.environ.get("CONTEXTUALITY_IMAGE", "docker://ghcr.io/YOUR_ORG/contextuality:0.1")
 
 
