@@ -70,3 +70,66 @@ def test_every_report_item_is_filed_under_the_question_it_answers():
         assert (report / caption).is_file(), caption
     for name in ("claims", "summary", "table1"):  # the answers' pages (rule report_pages)
         assert (report / f"{name}.rst").is_file() and name in CATEGORIES
+
+
+# --------------------------------------------------------------------------------------------------
+# The report of a real run: `snakemake --report report.zip`, and a headless browser on it
+
+import shutil  # noqa: E402
+import zipfile  # noqa: E402
+
+import pytest  # noqa: E402
+
+from conftest import run_snakemake  # noqa: E402
+from workflow_runs import audited_smoke_run, failure  # noqa: E402
+
+BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """The smoke run's report.zip, made without --configfile (the run's recorded config), unpacked."""
+    workdir = audited_smoke_run(tmp_path_factory)
+    result = run_snakemake(workdir, "--report", "report.zip")
+    assert result.returncode == 0, failure(result)
+    assert "the report is of the last run here" in result.stderr
+    folder = tmp_path_factory.mktemp("report")
+    with zipfile.ZipFile(workdir / "report.zip") as archive:
+        archive.extractall(folder)
+    return folder / "report"
+
+
+@pytest.mark.slow
+def test_the_report_holds_the_answers_as_pages_filed_by_question(report):
+    pages = {path.name: path for path in (report / "data").rglob("*.html")}
+    assert {"claims.html", "summary.html", "table1.html", "layers.html"} <= set(pages)
+    claims = pages["claims.html"].read_text()
+    assert claims.count('<span class="verdict HOLDS">') > 3 and '<span class="verdict FAILS">' in claims
+    assert "<table>" in pages["summary.html"].read_text() and "<table>" in pages["table1.html"].read_text()
+    index = (report / "report.html").read_text()
+    for question in set(CATEGORIES.values()):
+        assert question in index
+
+
+@pytest.mark.slow
+def test_a_headless_browser_shows_the_claims_page_of_the_report_with_its_verdicts(report, tmp_path):
+    """Opened as a reader opens it: the report's page, its first category, the claims' eye icon."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    browser = next(filter(None, map(shutil.which, BROWSERS)), None)
+    if browser is None:
+        pytest.skip("no Chromium on this machine (Debian: apt-get install chromium-headless-shell)")
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=browser, args=["--no-sandbox"])
+        page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto((report / "report.html").as_uri())
+        page.get_by_text("1. The answers").click()
+        page.locator("tr", has_text="the paper's claims, checked").locator("a").first.click()
+        frame = page.frame_locator("iframe")
+        frame.locator("table").first.wait_for(timeout=20_000)
+        rows = frame.locator("tr", has=frame.locator("span.verdict"))
+        text = rows.all_inner_texts()
+        page.screenshot(path=str(tmp_path / "claims.png"))
+        chromium.close()
+    assert len(text) > 10 and any("HOLDS" in row for row in text) and any("FAILS" in row for row in text)
+    assert any(row.startswith("A1b") for row in text)
+    assert (tmp_path / "claims.png").stat().st_size > 50_000  # a page of table, not a blank one

@@ -132,7 +132,7 @@ rule report_pages:
                 layout.path(layout.TABLE, name=name, ext="html"),
                 caption=f"../report/{name}.rst",
                 category=CATEGORIES[name],
-                labels={"page": title},
+                labels={"table": title, "format": "page"},
             )
             for name, title in (("claims", "the paper's claims, checked"), ("summary", "this run beside the paper"))
             + ((("table1", "Table 1"),) if SETTINGS.static.enabled else ())
@@ -155,7 +155,7 @@ rule model_pages:
             layout.LAYERS_HTML,
             caption="../report/layers_table.rst",
             category=CATEGORIES["layers"],
-            labels={"model": "{model}", "page": "every layer's measurements"},
+            labels={"model": "{model}", "table": "every layer's measurements", "format": "page"},
         ),
     params:
         label=lambda wildcards: MODEL_LABELS[wildcards.model],
