@@ -84,14 +84,12 @@ def record_run_config(config: dict) -> None:
     """Write the run's config (as given, before the schema's defaults) to RUN_CONFIG, for ``report_config``."""
     import yaml
 
-    import os
+    from contextuality.core.atomic import atomic_path
 
-    Path(RUN_CONFIG).parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(f"{RUN_CONFIG}.tmp-{os.getpid()}")
-    partial.write_text("# The config of the last run here (contextuality.workflow.targets.RUN_CONFIG): "
-                                "`snakemake --report` reads it when given no --configfile\n"
-                                + yaml.safe_dump(config, sort_keys=False))
-    partial.replace(RUN_CONFIG)
+    with atomic_path(RUN_CONFIG) as partial:  # the project's one way to write: a temporary name, then rename
+        Path(partial).write_text("# The config of the last run here (contextuality.workflow.targets.RUN_CONFIG): "
+                                 "`snakemake --report` reads it when given no --configfile\n"
+                                 + yaml.safe_dump(config, sort_keys=False))
 
 
 def layer_count(settings: Settings, key: str) -> int | None:
