@@ -1,19 +1,30 @@
 # contextuality: how contextual are a model's word representations? (Ethayarajh, EMNLP 2019, for any model)
 # Thin entry point: configuration, validation and helpers live in workflow/rules/common.smk,
 # one rule family per file in workflow/rules/, the logic in the contextuality package (src/).
+import os
+
 from snakemake.utils import min_version
+
+from contextuality.workflow.targets import report_config
 
 min_version("9.6")
 
 
 # The default run, unless --configfile names another (which then replaces it rather than merging
-# into it: a paper run must not inherit the default's models).
+# into it: a paper run must not inherit the default's models; `--configfile config/config.yaml my.yaml` adds to
+# it). `--report` without --configfile reports the last run here, with its config (.snakemake/contextuality/run_config.yaml).
 if not workflow.overwrite_configfiles:
 
-    configfile: "config/config.yaml"
+    configfile: report_config() or "config/config.yaml"
 
 
 report: "workflow/report/workflow.rst"
+
+
+# The image every job runs in with --software-deployment-method apptainer (ignored otherwise): the job image of
+# profiles/kubernetes/image (this project and its pinned dependencies), built and pushed by its build.sh, or an
+# apptainer image file made from it; CONTEXTUALITY_IMAGE names yours (docs/usage.md, "Scale out").
+container: os.environ.get("CONTEXTUALITY_IMAGE", "docker://ghcr.io/YOUR_ORG/contextuality:0.1")
 
 
 include: "workflow/rules/common.smk"

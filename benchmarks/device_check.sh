@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device check (issue 34): the study measured on one GPU beside its forward passes, against the passes
+# The device check: the study measured on one GPU beside its forward passes, against the passes
 # alone, one command, at most 8 minutes. From the repository root:
 #
 #   benchmarks/device_check.sh                  # every STS sentence (25,088), BERT-base size and SmolLM2's

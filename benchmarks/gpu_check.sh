@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (issue 13): extraction throughput and stored-vector accuracy on a CUDA machine, one command,
+# The GPU check: extraction throughput and stored-vector accuracy on a CUDA machine, one command,
 # at most 10 minutes. From the repository root:
 #
 #   benchmarks/gpu_check.sh                 # every STS sentence (25,088)

@@ -1,4 +1,4 @@
-"""The README's rule graph: the smoke run's (random models, so every layer file is known before any build),
+"""The rule graph of docs/architecture.md: the smoke run's (random models, so every layer file is known before any build),
 with the download that a packaged, hub, folder or ELMo model adds, taken from the default run's graph.
 
     snakemake --rulegraph > /tmp/default.dot

@@ -1,4 +1,4 @@
-"""Every script in benchmarks/ run by its command line on tiny inputs, with the flags the README documents: a
+"""Every script in benchmarks/ run by its command line on tiny inputs, with the flags docs/benchmarks.md documents: a
 shipped benchmark that no test runs rots. Each runs on the shared smoke run's outputs (its layer files,
 corpus and models) or a tiny synthetic model, must exit 0 and print the rows and ratios it promises. The
 numbers themselves mean nothing at these sizes. ``bench_scaling.py`` is run by tests/test_bench_scaling.py

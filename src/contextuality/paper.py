@@ -4,8 +4,8 @@ per-layer reference numbers, Table 1, the claims, and the titles and y ranges of
 This module imports nothing from the rest of the package (it is at the bottom of the import order) and
 loads no pandas: the Snakefile imports it.
 
-Per-layer values come from the statistics files the author released ([STATS] in docs/paper-spec
-§6.1–6.4). They are close to, but not exactly, what the paper's figures show, so ``reference_value``
+Per-layer values come from the statistics files the author released with the paper's code
+(github.com/kawine/contextual). They are close to, but not exactly, what the paper's figures show, so ``reference_value``
 marks them approximate. The one value the paper states in its text (ELMo's input layer has
 self-similarity 1) is marked exact. Column names match ``results/metrics/{model}/layers.parquet`` so a
 run's table and the paper's line up by name.
@@ -170,50 +170,50 @@ class Claim:
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("A1a", "ELMo's input layer (layer 0) is nearly isotropic: baseline cosine below 0.05.",
-          ("elmo",), "§6.1; §7 A1"),
+          ("elmo",), "§4.1, Fig. 1"),
     Claim("A1b", "Every layer except ELMo's input layer is anisotropic: baseline cosine above 0.1.",
-          (), "§6.1; §7 A1"),
+          (), "§4.1, Fig. 1"),
     Claim("A2", "GPT-2's baseline cosine is 0.5-0.7 in layers 2-8, rises monotonically from layer 8 to 12 "
-                "and exceeds 0.95 at layer 12.", ("gpt2",), "§6.1; §7 A2"),
+                "and exceeds 0.95 at layer 12.", ("gpt2",), "§4.1, Fig. 1"),
     Claim("A3", "BERT's penultimate layer is much more anisotropic than its last: baseline at layer 11 "
-                "exceeds layer 12 by more than 0.1.", ("bert",), "§6.1; §7 A3"),
-    Claim("A4", "ELMo's input layer has raw self-similarity 1.0 (within 0.001).", ("elmo",), "§6.2; §7 A4"),
-    Claim("A5a", "Adjusted self-similarity is lower in the top layer than in layer 1.", (), "§6.2; §7 A5"),
+                "exceeds layer 12 by more than 0.1.", ("bert",), "§4.1, Fig. 1"),
+    Claim("A4", "ELMo's input layer has raw self-similarity 1.0 (within 0.001).", ("elmo",), "§4.2, Fig. 2"),
+    Claim("A5a", "Adjusted self-similarity is lower in the top layer than in layer 1.", (), "§4.2, Fig. 2"),
     Claim("A5b", "GPT-2's last layer is almost maximally context-specific: adjusted self-similarity below 0.05.",
-          ("gpt2",), "§6.2; §7 A5"),
+          ("gpt2",), "§4.2, Fig. 2"),
     Claim("A6", "ELMo's five words with the lowest self-similarity (averaged over layers) include most of "
-                "{and, of, 's, the, to}.", ("elmo",), "§6.2; §7 A6"),
+                "{and, of, 's, the, to}.", ("elmo",), "§4.2"),
     Claim("A7a", "ELMo's adjusted intra-sentence similarity rises with depth: layer 0 < layer 1 < layer 2.",
-          ("elmo",), "§6.3; §7 A7"),
-    Claim("A7b", "BERT's adjusted intra-sentence similarity is above 0 in every layer.", ("bert",), "§6.3; §7 A7"),
+          ("elmo",), "§4.2, Fig. 3"),
+    Claim("A7b", "BERT's adjusted intra-sentence similarity is above 0 in every layer.", ("bert",), "§4.2, Fig. 3"),
     Claim("A7c", "GPT-2's adjusted intra-sentence similarity is within ±0.07 of 0 in layers 2-12, "
-                 "and layer 0 has the largest value.", ("gpt2",), "§6.3; §7 A7"),
+                 "and layer 0 has the largest value.", ("gpt2",), "§4.2, Fig. 3"),
     Claim("A8a", "Raw MEV averages below 0.05 in every layer (≥ 1) of ELMo and BERT.", ("elmo", "bert"),
-          "§6.4; §7 A8"),
-    Claim("A8b", "GPT-2's raw MEV averages about 0.30 (0.2-0.4) over layers 2-11.", ("gpt2",), "§6.4; §7 A8"),
+          "§4.3, Fig. 4"),
+    Claim("A8b", "GPT-2's raw MEV averages about 0.30 (0.2-0.4) over layers 2-11.", ("gpt2",), "§4.3, Fig. 4"),
     Claim("A9a", "Table 1: BERT's first two layers give the best static embeddings on SimLex999, RW, Google, MSR and "
                  "SemEval2012(2) (the best of its layers 1-2 within 0.03 of the best row of the table).", ("bert",),
-          "§6.5; §7 A9"),
+          "§4.3, Table 1"),
     Claim("A9b", "Table 1: FastText is best on MEN and WS353 (it scores at least as high as every row of the model's "
-                 "PC embeddings, within 0.03).", ("elmo", "bert", "gpt2"), "§6.5; §7 A9"),
+                 "PC embeddings, within 0.03).", ("elmo", "bert", "gpt2"), "§4.3, Table 1"),
     Claim("A9c", "Table 1: GPT-2's rows are the worst: on at least 8 of the 9 tasks each of its rows scores below every "
                  "row of the other models and baselines (within 0.03; the paper's GPT-2 is not worst on RW).",
-          ("gpt2",), "§6.5; §7 A9"),
+          ("gpt2",), "§4.3, Table 1"),
     Claim("A9d", "Table 1: the scores of the model's rows lie within ±0.03 of the paper's.", ("elmo", "bert", "gpt2"),
-          "§6.5; §7 A9"),
+          "§4.3, Table 1"),
     Claim("A10", "Per-layer values lie within ±0.05 of the released statistics.",
-          ("elmo", "bert", "gpt2"), "§6.1-6.4; §7 A10"),
+          ("elmo", "bert", "gpt2"), "Figs. 1-4 (released statistics)"),
     Claim("S1", "No layer of the contextualizing model is isotropic: baseline cosine clearly above 0 "
-                "(> 0.05) in every layer ≥ 1.", (), "abstract; §6.6"),
+                "(> 0.05) in every layer ≥ 1.", (), "abstract"),
     Claim("S2", "A word's representations are still more similar to each other than to other words': "
-                "self-similarity exceeds the baseline on average in every layer.", (), "abstract; §6.6"),
+                "self-similarity exceeds the baseline on average in every layer.", (), "abstract"),
     Claim("S3", "Upper layers are more context-specific: adjusted self-similarity falls (almost "
-                "monotonically) with depth.", (), "§6.2; §6.6"),
+                "monotonically) with depth.", (), "abstract; §4.2, Fig. 2"),
     Claim("S4", "Under 5% of the variance in a word's representations is explained by a static embedding, "
                 "on average, in every layer ≥ 1 (adjusted MEV < 0.05; the adjusted part of A8).", (),
-          "abstract; §6.4; §6.6; §7 A8"),
+          "abstract; §4.3, Fig. 4"),
     Claim("S5", "Stopwords are among the most context-specific words: 'the', 'of', 'to' and 'and' have a "
-                "mean self-similarity below that of the median word.", (), "§6.2"),
+                "mean self-similarity below that of the median word.", (), "§4.2"),
 )
 
 

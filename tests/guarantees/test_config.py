@@ -252,6 +252,22 @@ def test_duplicate_keys_are_found_at_any_level_and_merge_keys_are_not_duplicates
     check_duplicate_keys([tmp_path / "ok.yaml"])
 
 
+def test_a_value_nested_in_command_line_config_names_the_yaml_overlay_that_gives_it_its_type(tmp_path):
+    """Snakemake keeps a value nested in ``--config`` a string: the message says so and names the way out."""
+    config = _broken(lambda c: c["extraction"].update(batch_size="32"))
+    with pytest.raises(ConfigError) as raised:
+        checked_settings(config, overrides={"extraction": {"batch_size": "32"}})
+    assert str(raised.value).splitlines()[1] == (
+        "  extraction.batch_size: '32' has the wrong type; expected integer (Snakemake passes a value nested in "
+        "--config, such as 'extraction={batch_size: 32}', as a string: put it in a YAML file and add that file after "
+        "the default config, --configfile config/config.yaml mine.yaml)")
+    assert "--config" not in _problems(config)  # the same string from a YAML file: no word of --config
+    # the real command line, as a user types it (a dry run: the check runs before any job either way)
+    result = run_snakemake(tmp_path, "-n", "--cores", "1", "--config", "extraction={batch_size: 32}",
+                           configfile=write_config(tmp_path / "config.yaml", smoke_config()))
+    assert result.returncode != 0 and "as a string: put it in a YAML file" in result.stdout + result.stderr, failure(result)
+
+
 # --------------------------------------------------------------------------------------------------
 # Settings that leave nothing to measure stop at the word index, before any extraction
 

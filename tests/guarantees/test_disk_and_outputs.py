@@ -27,7 +27,12 @@ from workflow_runs import audited_smoke_run, failure, smoke_audit, smoke_config,
 TEXTS = ["The dog runs.", "A cat sleeps on the mat.", "The dog sleeps."]
 
 
-def test_extraction_that_does_not_fit_on_disk_stops_with_the_numbers_before_writing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("dtype, ways", [
+    ("float32", "free space, set extraction.storage_dtype: float16 (half the bytes of float32), or set corpus.max_sentences"),
+    ("float16", "free space, or set corpus.max_sentences (the vectors are float16 already)"),
+])
+def test_extraction_that_does_not_fit_on_disk_stops_with_the_numbers_before_writing(tmp_path, monkeypatch, dtype, ways):
+    """The numbers and the ways out; float16 storage is suggested only where the vectors are not float16 already."""
     sentences = pd.DataFrame({"sentence_id": range(len(TEXTS)), "text": TEXTS})
     sentences.to_parquet(tmp_path / "sentences.parquet")
     spec = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 100}
@@ -44,14 +49,13 @@ def test_extraction_that_does_not_fit_on_disk_stops_with_the_numbers_before_writ
     out.mkdir()
     words = word_table(sentences)
     plan = plan_model(loaded, sentences, words, indexing="word", tokenization="natural", policy="truncate")
-    needed = len(plan.units) * 2 * 16 * 4  # units x layers (input + 1) x dims x float32 bytes
+    needed = len(plan.units) * 2 * 16 * (4 if dtype == "float32" else 2)  # units x layers (input + 1) x dims x bytes
     with pytest.raises(DiskSpaceError) as caught:
-        extract_shard(loaded, plan, out / "shard.h5", pooling="first", batch_size=2, storage_dtype="float32",
+        extract_shard(loaded, plan, out / "shard.h5", pooling="first", batch_size=2, storage_dtype=dtype,
                       device="cpu", disk_factor=1.5, attrs={})
     assert str(caught.value) == (
-        f"not enough disk for {out / 'shard.h5'}: it needs {needed / 1000:.2f} kB x margin 1.5 "
-        f"(extraction.min_free_disk_factor) = {needed * 1.5 / 1000:.2f} kB, and 1.00 kB are free; "
-        "free space, use storage_dtype float16, or set corpus.max_sentences"
+        f"not enough disk for {out / 'shard.h5'}: it needs {diskspace._size(needed)} x margin 1.5 "
+        f"(extraction.min_free_disk_factor) = {diskspace._size(needed * 1.5)}, and 1.00 kB are free; {ways}"
     )
     assert asked == [out]
     assert [path.name for path in out.iterdir()] == [".disk-reservations"]  # nothing written, not even a temporary file
@@ -113,7 +117,8 @@ def test_a_disk_that_fills_mid_write_gives_one_line_and_leaves_nothing(tmp_path,
                       device="cpu", disk_factor=1.0, attrs={})
     message = str(caught.value)
     assert message.startswith(f"{out / 'shard_0.h5'}: the disk filled up while writing it: it needs {needed:,} bytes and ")
-    assert message.endswith("are free; nothing partial was kept (free space, or use storage_dtype float16)")
+    assert message.endswith("are free; nothing partial was kept (free space, set extraction.storage_dtype: float16 (half "
+                            "the bytes of float32), or set corpus.max_sentences)")
     assert "\n" not in message
     assert [path for path in out.iterdir()] == []  # no shard, no temporary file
 

@@ -1,4 +1,6 @@
 # Configuration checks, the run's settings and the helpers every rule file uses.
+import copy
+import yaml
 import itertools
 import os
 import sys
@@ -16,17 +18,21 @@ from contextuality.extraction.devices import LOCAL_GPUS_ENV, gpu_line, visible_g
 from contextuality.models.sources import SOURCES
 from contextuality.paper import FIGURES
 from contextuality.report.figure_files import FORMATS as FIGURE_FORMATS, MODEL_FIGURES
+from contextuality.report.html import CATEGORIES
 from contextuality.static.benchmark_files import benchmark_files
 from contextuality.workflow import estimates
-from contextuality.workflow.checks import check_half_precision_has_a_gpu, checked_settings
+from contextuality.core.diskspace import free_bytes
+from contextuality.workflow.checks import check_half_precision_has_a_gpu, checked_settings, default_comparison_line
 from contextuality.workflow.schema import ConfigError
-from contextuality.workflow.targets import command_line_targets
+from contextuality.workflow.targets import command_kind, command_line_targets, record_run_config
 
 
 # Every setting, resolved once from the validated config (the rules' params are taken from it), after
 # every check that can stop the run before any job: one line per problem, no traceback.
+GIVEN_CONFIG = copy.deepcopy(config)  # as given (files and --config), before the schema's defaults
 try:
-    SETTINGS = checked_settings(config, configfiles=workflow.configfiles, targets=command_line_targets())
+    SETTINGS = checked_settings(config, configfiles=workflow.configfiles, targets=command_line_targets(),
+                                overrides=workflow.config_settings.overwrite_config)
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 
@@ -60,7 +66,7 @@ def final_outputs(wildcards):
     there. So every deliverable is a target, taken from the rules' own outputs; the stored vectors too, so a
     deleted shard or layer file is rebuilt (with what depends on it) instead of passing behind newer tables.
     """
-    targets = [*rules.figures.output, *rules.summary.output]
+    targets = [*rules.figures.output, *rules.summary.output, *rules.report_pages.output]
     for name, corpus in SETTINGS.corpora.items():
         targets += filled(rules.corpus.output, corpus=[name]) + filled(rules.words.output, corpus=[name])
         if is_sts(corpus.source):  # the STS corpus's pairs and gold scores
@@ -81,6 +87,7 @@ def model_outputs(model):
     """Every file under results/ of one model: of each corpus its plan, vectors (when the run stores them) and
     measurements; of the study's corpus its figures, scores and sense measures; and the usages' plan and store."""
     targets = filled(rules.model_figures.output, model=[model])
+    targets += filled(rules.model_pages.output, corpus=[MAIN_CORPUS], model=[model])
     targets += filled(rules.static_scores.output, model=[model]) if SETTINGS.static.enabled else []
     for corpus in CORPORA:
         targets += corpus_model_outputs(corpus, model, measured=True)
@@ -234,6 +241,33 @@ if workflow.is_main_process:
         check_half_precision_has_a_gpu(SETTINGS, extract_job_gpus(), given_gpus("measure_model", gpus_for_device_measure(None)))
     except ConfigError as err:
         raise WorkflowError(str(err)) from None
+
+
+# Before any job of a run (or a dry run), one line each: whether the config leaves the default comparison, and
+# what the whole run needs (its vectors' disk against the free space, its jobs and time); a run whose vectors
+# cannot fit stops here, not at its first shard (contextuality.workflow.estimates.check_fits). A run that builds
+# records its config, for `snakemake --report` given none.
+COMMAND = command_kind() if workflow.is_main_process else None
+if COMMAND in ("run", "dry-run"):
+    DEFAULT_CONFIG = Path(workflow.basedir) / "config" / "config.yaml"
+    with open(DEFAULT_CONFIG) as handle:
+        comparison = default_comparison_line(GIVEN_CONFIG, yaml.safe_load(handle), workflow.overwrite_configfiles,
+                                             os.path.relpath(DEFAULT_CONFIG))
+    if comparison:
+        print(comparison, file=sys.stderr)
+    NEED = estimates.run_need(SETTINGS)
+    FREE = free_bytes(Path(layout.RESULTS))
+    print(estimates.estimate_line(SETTINGS, NEED, workflow.resource_settings.cores, FREE, LOCAL_GPUS), file=sys.stderr)
+    if COMMAND == "run" and not command_line_targets():  # the whole run: a target may need a part of it
+        try:
+            estimates.check_fits(SETTINGS, NEED, FREE, layout.RESULTS)
+        except ConfigError as err:
+            raise WorkflowError(str(err)) from None
+    if COMMAND == "run":
+        record_run_config(GIVEN_CONFIG)
+elif COMMAND == "report" and MODELS and not Path(layout.path(layout.LAYERS_CSV, model=MODELS[0])).is_file():
+    raise WorkflowError(f"the report needs the run's results, and {layout.path(layout.LAYERS_CSV, model=MODELS[0])} "
+                        "is not there: pass the run's config (snakemake --report --configfile <its files>), or run it first")
 
 
 def n_layers_of(model):

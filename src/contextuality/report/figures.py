@@ -221,6 +221,16 @@ VARIANT_STYLES = {"standardize": {"color": "tab:orange", "linestyle": "--"}, "ab
 NULL_STYLES = {"gaussian": {"color": "0.45", "linestyle": ":", "linewidth": 1.4},
                "permuted": {"color": "0.6", "linestyle": (0, (5, 2)), "linewidth": 1.2}}  # fmt: skip
 NULL_LABELS = {"gaussian": "null: isotropic Gaussian", "permuted": "null: dimensions permuted"}
+# Plain names in the figures for the code names of the tables' columns and variants.
+VARIANT_LABELS = {"standardize": "standardised", "abtt": "all-but-the-top removed"}
+MEASURE_LABELS = {"isoscore": "IsoScore", "isoscore_star": "IsoScore*", "effective_rank": "effective rank",
+                  "twonn_dimension": "intrinsic dimension"}
+
+
+def legend_below(ax, fontsize: float = 9, ncol: int = 1) -> None:
+    """The axes' legend below it, outside the data, in text a report page can read (none without labels)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=fontsize, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=ncol)
 
 
 def _col(table: pd.DataFrame, column: str) -> np.ndarray:
@@ -270,14 +280,13 @@ def plot_geometry_dashboard(layers: pd.DataFrame, postprocess: pd.DataFrame | No
     t = layers.sort_values("layer").reset_index(drop=True)
     depth = int(t["layer"].max()) if len(t) else 1
     x = _x(t["layer"].to_numpy(), depth, relative_depth)
-    fig, axes = plt.subplots(2, 4, figsize=(17, 7.5), layout="constrained")
+    fig, axes = plt.subplots(2, 4, figsize=(17, 13), layout="constrained")
     top, bottom = axes
     _paper_measures_row(top, t, _variants(postprocess, t["layer"]), x, relative_depth, depth)
     _geometry_row(bottom, t, x, relative_depth, depth)
     _mark_final_norm(axes.ravel(), t, x)
     for ax in axes.ravel():
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, frameon=False, loc="best")
+        legend_below(ax, fontsize=10)
     fig.suptitle(f"{plain_text(label)}: geometry per layer (the paper's measures, rogue dimensions, isotropy; "
                  "grey: null controls)")
     return _save(fig, png, pdf)
@@ -314,9 +323,9 @@ def _paper_measures_row(axes, t: pd.DataFrame, variants: dict[str, pd.DataFrame]
     """The dashboard's top row: the anisotropy baselines, then the three adjusted measures."""
     ax = axes[0]
     ax.plot(x, _col(t, "baseline_cosine"), label="sampled (paper)", **_MAIN)
-    ax.plot(x, _col(t, "baseline_cosine_exact"), color="black", linestyle=":", linewidth=1.4, label="exact A_p")
+    ax.plot(x, _col(t, "baseline_cosine_exact"), color="black", linestyle=":", linewidth=1.4, label="exact (every row)")
     for name, v in variants.items():
-        ax.plot(x, _col(v, "baseline_cosine_exact"), label=f"{name} (exact)", **VARIANT_STYLES[name])
+        ax.plot(x, _col(v, "baseline_cosine_exact"), label=f"{VARIANT_LABELS[name]} (exact)", **VARIANT_STYLES[name])
     ax.axhline(0.0, color="black", linewidth=0.6)
     _axis(ax, relative_depth, depth, "Anisotropy (mean cosine of random words)", "cosine")
     for ax, (value, ci, baseline, title) in zip(axes[1:], _ADJUSTED_PANELS):
@@ -325,7 +334,7 @@ def _paper_measures_row(axes, t: pd.DataFrame, variants: dict[str, pd.DataFrame]
         _band(ax, x, _col(t, f"{ci}_ci_low") - shift, _col(t, f"{ci}_ci_high") - shift, _MAIN["color"])
         ax.plot(x, _col(t, f"{value}_exact"), color="black", linestyle=":", linewidth=1.4, label="against exact baseline")
         for name, v in variants.items():
-            ax.plot(x, _col(v, value), label=name, **VARIANT_STYLES[name])
+            ax.plot(x, _col(v, value), label=VARIANT_LABELS[name], **VARIANT_STYLES[name])
         ax.axhline(0.0, color="black", linewidth=0.6)
         if value == "adjusted_mev":
             ax.axhline(MEV_THRESHOLD, color="black", linestyle="--", linewidth=0.8)
@@ -337,16 +346,17 @@ def _geometry_row(axes, t: pd.DataFrame, x: np.ndarray, relative_depth: bool, de
     each with its null controls."""
     ax = axes[0]
     for k, marker in ((1, "o"), (3, "s"), (10, "^")):
-        ax.plot(x, _col(t, f"rogue_top{k}_share"), marker=marker, markersize=4, linewidth=1.4, label=f"top {k}")
+        ax.plot(x, _col(t, f"rogue_top{k}_share"), marker=marker, markersize=4, linewidth=1.4,
+                label="largest dimension" if k == 1 else f"largest {k} dimensions")
     for null in NULL_STYLES:
-        ax.plot(x, _col(t, f"null_{null}_rogue_top1_share"), label=f"{NULL_LABELS[null]} (top 1)", **NULL_STYLES[null])
-    _axis(ax, relative_depth, depth, "Rogue dimensions: share of the anisotropy", "share of A_p")
+        ax.plot(x, _col(t, f"null_{null}_rogue_top1_share"), label=f"{NULL_LABELS[null]} (largest)", **NULL_STYLES[null])
+    _axis(ax, relative_depth, depth, "Rogue dimensions: share of the anisotropy", "share of the anisotropy")
     for ax, (columns, title, ylabel) in zip(axes[1:], _ISOTROPY_PANELS):
         for column, marker in zip(columns, ("o", "s")):
-            ax.plot(x, _col(t, column), marker=marker, markersize=4, linewidth=1.4, label=column.replace("_", " "))
+            ax.plot(x, _col(t, column), marker=marker, markersize=4, linewidth=1.4, label=MEASURE_LABELS.get(column, column))
             for null in NULL_STYLES:
-                ax.plot(x, _col(t, f"null_{null}_{column}"), label=f"{NULL_LABELS[null]}" + (f" ({column})" if len(columns) > 1 else ""),
-                        **NULL_STYLES[null])  # fmt: skip
+                shown = f" ({MEASURE_LABELS.get(column, column)})" if len(columns) > 1 else ""
+                ax.plot(x, _col(t, f"null_{null}_{column}"), label=f"{NULL_LABELS[null]}{shown}", **NULL_STYLES[null])
         _axis(ax, relative_depth, depth, title, ylabel)
 
 
@@ -374,7 +384,7 @@ def plot_rogue_dimensions(rogue: pd.DataFrame, layers: pd.DataFrame, label: str,
     fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5), layout="constrained")
     dims = top_rogue_dimensions(rogue, per_layer, limit)
     total = _col(t, "rogue_anisotropy")
-    left.plot(layer_x, total, color="black", linewidth=2.0, marker="o", markersize=4, label="A_p (all dimensions)")
+    left.plot(layer_x, total, color="black", linewidth=2.0, marker="o", markersize=4, label="the anisotropy (all dimensions)")
     followed = np.zeros(len(t))
     for i, dim in enumerate(dims):
         series = rogue[rogue["dimension"] == dim].set_index("layer").reindex(t["layer"])
@@ -385,12 +395,12 @@ def plot_rogue_dimensions(rogue: pd.DataFrame, layers: pd.DataFrame, label: str,
         right.plot(layer_x, series["share"].to_numpy(float), linewidth=1.4, markersize=4, label=f"dim {dim}", **style)
     if dims:
         left.plot(layer_x, total - followed, color="0.5", linestyle="--", linewidth=1.2, label="all other dimensions")
-    right.plot(layer_x, _col(t, "null_permuted_rogue_top1_share"), label=NULL_LABELS["permuted"] + " (top 1)",
+    right.plot(layer_x, _col(t, "null_permuted_rogue_top1_share"), label=NULL_LABELS["permuted"] + " (largest dimension)",
                **NULL_STYLES["permuted"])  # fmt: skip
     for ax in (left, right):
         ax.axhline(0.0, color="black", linewidth=0.6)
-    _axis(left, relative_depth, depth, "Contribution of each dimension to the anisotropy", "C_k (sums to A_p)")
-    _axis(right, relative_depth, depth, "Share of the anisotropy", "C_k / A_p")
+    _axis(left, relative_depth, depth, "Contribution of each dimension to the anisotropy", "contribution (the dimensions sum to the anisotropy)")
+    _axis(right, relative_depth, depth, "Share of the anisotropy", "share of the anisotropy")
     _mark_final_norm((left, right), t, layer_x)
     if not dims:
         left.text(0.5, 0.5, "no rogue dimensions measured", transform=left.transAxes, ha="center", color="grey")

@@ -1,6 +1,6 @@
 """The sense measures for people: each model's tables combined, the three figures, and the claims rows.
 
-``contextuality.senses.combine`` joins each model's per-layer rows. The question (README, "Word senses"): every occurrence of a word passes through one output layer in
+``contextuality.senses.combine`` joins each model's per-layer rows. The question (docs/findings.md, "Word senses"): every occurrence of a word passes through one output layer in
 pretraining, so how does a model keep a polysemous word's senses apart? Three parts of the usual answer and
 the paper's own reading are checked on each model, each HOLDS, FAILS or N/A with its numbers.
 """
@@ -37,18 +37,29 @@ def sense_figures(tables: dict[str, pd.DataFrame], labels: dict[str, str], outpu
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from contextuality.report.figures import plain_text
+    from contextuality.report.figures import legend_below, plain_text
 
     drawers = _drawers()
     for name in SENSE_FIGURES:
-        fig, axes = plt.subplots(1, max(len(tables), 1), figsize=(5 * max(len(tables), 1), 3.8), squeeze=False)
-        for ax, (model, table) in zip(axes[0], tables.items()):
+        drawn, left_out = tables, {}
+        if name == "logit_lens":  # a panel only for a model with an output layer; the others named below the figure
+            drawn = {model: table for model, table in tables.items() if _has_lens(table)}
+            left_out = {model: table for model, table in tables.items() if model not in drawn}
+            drawn = drawn or tables  # none has one: their notes in the panels
+            left_out = {} if drawn is tables else left_out
+        panels = max(len(drawn), 1)
+        fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.8), squeeze=False, layout="constrained")
+        for ax, (model, table) in zip(axes[0], drawn.items()):
             depth = max(int(table["layer"].max()), 1)
             scale = (lambda s: s.index / depth) if x_axis == "relative_depth" else (lambda s: s.index)
             drawers[name](ax, table, scale)
+            legend_below(ax, fontsize=8, ncol=1)
             ax.set_title(plain_text(labels.get(model, model)))
             ax.set_xlabel("relative depth" if x_axis == "relative_depth" else "layer")
-        fig.tight_layout()
+        if left_out:
+            fig.supxlabel("Not drawn, without an output layer: " + "; ".join(
+                f"{plain_text(labels.get(model, model))} ({_lens_note(table)})" for model, table in left_out.items()),
+                fontsize=8, wrap=True)
         save_figure(fig, {ext: outputs[f"{name}_{ext}"] for ext in FORMATS}, dpi=120)
         plt.close(fig)
 
@@ -70,7 +81,6 @@ def _draw_separation(ax, table: pd.DataFrame, scale) -> None:
             ax.plot(scale(auroc)[:1], auroc.iloc[:1], "ks", ms=6, label="layer 0 (surface-form control)" if kind == "centred" else None)
     ax.axhline(0.5, color="grey", lw=1, label="chance (label-permutation null)")
     ax.set_ylabel("same- vs different-sense AUROC")
-    ax.legend(fontsize=7)
 
 
 def _draw_baselines(ax, table: pd.DataFrame, scale) -> None:
@@ -92,8 +102,16 @@ def _draw_baselines(ax, table: pd.DataFrame, scale) -> None:
             ax.fill_between(scale(value), low, high, alpha=0.12, color=line.get_color())
     ax.axhline(0.5, color="grey", lw=1, label="chance")
     ax.set_ylabel("AUROC / balanced accuracy (centred)")
-    if drawn:
-        ax.legend(fontsize=7)
+
+
+def _has_lens(table: pd.DataFrame) -> bool:
+    """Whether a model's sense table holds logit-lens ranks (a model with an output layer)."""
+    return any(_series(table, f"{name}_median_rank", "hidden").notna().any() for name in ("next_token", "own_token"))
+
+
+def _lens_note(table: pd.DataFrame) -> str:
+    notes = table[table["family"] == "output_layer"]["note"].dropna() if "note" in table else []
+    return notes.iloc[0] if len(notes) else "not measured"
 
 
 def _draw_lens(ax, table: pd.DataFrame, scale) -> None:
@@ -107,15 +125,13 @@ def _draw_lens(ax, table: pd.DataFrame, scale) -> None:
             null = _series(table, f"{name}_median_rank", "hidden", "null") + 1
             ax.plot(scale(null), null, ":", color=line.get_color(), label=f"{name.replace('_', ' ')}: unigram baseline")
     if not drawn:
-        notes = table[table["family"] == "output_layer"]["note"].dropna()
-        ax.text(0.5, 0.5, (notes.iloc[0] if len(notes) else "not measured").replace(": ", ":\n", 1), ha="center",
+        ax.text(0.5, 0.5, _lens_note(table).replace(": ", ":\n", 1), ha="center",
                 va="center", transform=ax.transAxes, fontsize=8, wrap=True)
         ax.set_xticks([])
         ax.set_yticks([])
         return
     ax.set_yscale("log")
     ax.set_ylabel("median rank + 1 (logit lens)")
-    ax.legend(fontsize=7)
 
 
 def _draw_polysemy(ax, table: pd.DataFrame, scale) -> None:
@@ -130,7 +146,6 @@ def _draw_polysemy(ax, table: pd.DataFrame, scale) -> None:
             ax.fill_between(scale(beta), low, high, alpha=0.2)
     ax.axhline(0, color="grey", lw=1)
     ax.set_ylabel("standardised beta on self-similarity (centred)")
-    ax.legend(fontsize=7)
 
 
 # --------------------------------------------------------------------------------------------------

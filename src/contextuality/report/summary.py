@@ -59,8 +59,8 @@ def summary_table(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str],
     frame = _summary_frame(layer_tables, labels, paper_models)
     md = ["# This run's per-layer numbers beside the paper's", "",
           "Each run value is followed by the paper's value for the paper model the run's model stands for "
-          "(column `paper`). `≈` marks values read off the author's released statistics (approximate, "
-          "paper-spec §6.1-6.4); `–` marks no value. *Adj* = raw measure minus the layer's anisotropy "
+          "(column `paper`). `≈` marks values read off the statistics the author released with the paper's "
+          "code (approximate: github.com/kawine/contextual); `–` marks no value. *Adj* = raw measure minus the layer's anisotropy "
           "baseline (MEV: minus the MEV baseline). For a model of another depth than its paper model the "
           "paper value is taken at the nearest relative depth (`Paper layer`).", ""]
     # the module named in the first line is where this table was first written; kept, so the file stays as it was

@@ -36,7 +36,7 @@ def export_classic(layer_paths: list[Path], occurrences: pd.DataFrame, out_h5: P
                 check_layer(path, manifest, layer)
             readers.append(LayerReader(path, manifest))
         needed = sum(reader.shape[0] * reader.shape[1] * reader.dtype.itemsize for reader in readers)
-        stack.enter_context(diskspace.reserve(out_h5, needed, disk_factor))
+        stack.enter_context(diskspace.reserve(out_h5, needed, disk_factor, ways=diskspace.ways_out(readers[0].dtype.name)))
         offsets = readers[0].offsets
         ids = read_checked(readers[0].handle["sentence_ids"], readers[0].path)
         with atomic_path(out_h5) as tmp, h5py.File(tmp, "w") as out:

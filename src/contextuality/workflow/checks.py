@@ -20,15 +20,16 @@ from contextuality.workflow.targets import check_targets
 _COMMIT_HASH = re.compile(r"[0-9a-f]{40}")
 
 
-def checked_settings(config: dict, *, configfiles=(), targets=()) -> Settings:
+def checked_settings(config: dict, *, configfiles=(), targets=(), overrides=None) -> Settings:
     """The run's settings, after every check the Snakefile runs before any job, in its order.
 
     ``config`` is validated and its defaults filled in place (as Snakemake's ``validate`` does);
-    ``configfiles`` are the files it was read from (duplicate keys), ``targets`` the requested ones.
+    ``configfiles`` are the files it was read from (duplicate keys), ``targets`` the requested ones,
+    ``overrides`` the values given with ``--config``.
     """
     check_duplicate_keys(configfiles)  # a key given twice: YAML would keep the last silently
     # One clear line per problem first; Snakemake's validate then fills in the schema's defaults.
-    validate_against_schema(config, SCHEMA)
+    validate_against_schema(config, SCHEMA, overrides)
     check_corpus_keys_read(config.get("corpus") or {})  # on the keys as given: a default is never "unused"
     settings = Settings.from_config(fill_defaults(config))
     check_settings(settings)
@@ -231,3 +232,61 @@ def check_bundled_corpus(corpus: CorpusSettings) -> None:
         check_bundled_release_files(root, list(corpus.years), corpus.include_2012_train)
     except CorpusError as err:
         raise ConfigError(str(err)) from None
+
+
+def _leaves(section: dict, prefix: str = ""):
+    for key, value in section.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _lookup(config: dict, dotted: str):
+    value = config
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(dotted)
+        value = value[part]
+    return value
+
+
+def _shown(value) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def default_comparison_line(given: dict, default: dict, configfiles, default_file: str) -> str | None:
+    """One line when a config read instead of the default one leaves settings of the default study to the schema.
+
+    ``given``: the config as the user gave it (their files and --config, before the schema's defaults);
+    ``default``: the default study's (config/config.yaml). Snakemake reads a --configfile instead of the
+    Snakefile's own, so a key the default sets and ``given`` omits takes the schema's default, which may differ
+    (senses.max_lemmas: null, all 2,206 types, instead of 800): the run is then not the default comparison, and
+    its numbers are not comparable with the default run's. The models are the user's choice and not compared.
+    """
+    import copy
+
+    configfiles = [str(path) for path in configfiles]
+    if not configfiles or any(Path(path).resolve() == Path(default_file).resolve() for path in configfiles):
+        return None
+    filled = fill_defaults(copy.deepcopy(given))
+    differ = []
+    for dotted, value in _leaves({key: value for key, value in default.items() if key != "models"}):
+        try:
+            _lookup(given, dotted)
+            continue  # the user set it
+        except KeyError:
+            pass
+        try:
+            schema_value = _lookup(filled, dotted)
+        except KeyError:
+            continue
+        if schema_value != value:
+            differ.append(f"{dotted}: {_shown(schema_value)}, not {_shown(value)}")
+    if not differ:
+        return None
+    shown = "; ".join(differ[:3]) + (f"; and {len(differ) - 3} more" if len(differ) > 3 else "")
+    files = " ".join(configfiles)
+    return (f"contextuality: {files} replaces {default_file} rather than adding to it, and leaves {len(differ)} of its "
+            f"settings to the schema's defaults ({shown}): this run is not the default comparison; to add to the "
+            f"default study instead: --configfile {default_file} {files}")

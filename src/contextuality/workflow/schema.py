@@ -95,8 +95,12 @@ def _key_path(error) -> str:
     return ".".join(str(part) for part in error.absolute_path) or "(top level)"
 
 
-def _describe(error) -> str:
-    """One sentence for one jsonschema error: the key, what is wrong, what is allowed."""
+def _describe(error, overrides: dict | None = None) -> str:
+    """One sentence for one jsonschema error: the key, what is wrong, what is allowed.
+
+    ``overrides``: the values given with ``--config``; a string there, nested in a section, is a value Snakemake
+    passed as a string, and the message says how to give it its type (a YAML overlay).
+    """
     key = _key_path(error)
     schema = error.schema
     if error.validator == "additionalProperties":
@@ -113,6 +117,10 @@ def _describe(error) -> str:
         hint = ""
         if isinstance(error.instance, float) and "integer" in _as_list(schema["type"]) and error.instance.is_integer():
             hint = f" (write {int(error.instance)}, not {error.instance!r})"
+        if _nested_command_line_string(error, overrides):
+            hint = (f" (Snakemake passes a value nested in --config, such as {_nested_example(error)}, as a string: put "
+                    "it in a YAML file and add that file after the default config, --configfile config/config.yaml "
+                    "mine.yaml)")
         return f"{key}: {error.instance!r} has the wrong type; expected {expected}{hint}"
     if error.validator in ("oneOf", "anyOf"):
         expected = " or ".join(_alternative(option) for option in error.validator_value)
@@ -129,6 +137,31 @@ def _describe(error) -> str:
     if error.validator == "pattern":
         return f"{key}: {error.instance!r} does not match the allowed pattern {schema['pattern']!r}"
     return f"{key}: {error.message}"
+
+
+def _nested_command_line_string(error, overrides: dict | None) -> bool:
+    """Whether the error's value is a string given with --config inside a section (``extraction={batch_size: 32}``).
+
+    Snakemake reads a top-level ``--config key=value`` with YAML's types, but keeps every value nested in a mapping
+    a string, so such a value never has the type the schema wants unless that type is a string.
+    """
+    path = list(error.absolute_path)
+    if not overrides or len(path) < 2 or not isinstance(error.instance, str):
+        return False
+    value = overrides
+    for part in path:
+        if not isinstance(value, dict) or part not in value:
+            return False
+        value = value[part]
+    return value == error.instance
+
+
+def _nested_example(error) -> str:
+    path = [str(part) for part in error.absolute_path]
+    inner = path[-1] + ": " + error.instance
+    for part in reversed(path[1:-1]):
+        inner = f"{part}: {{{inner}}}"
+    return f"'{path[0]}={{{inner}}}'"
 
 
 def _as_list(value) -> list:
@@ -161,13 +194,16 @@ def strict_validator_class():
     return validators.extend(Draft202012Validator, type_checker=checker)
 
 
-def validate_against_schema(config: dict, schema_path: str | Path) -> None:
-    """Raise ConfigError listing every schema violation, one line each (no schema dump)."""
+def validate_against_schema(config: dict, schema_path: str | Path, overrides: dict | None = None) -> None:
+    """Raise ConfigError listing every schema violation, one line each (no schema dump).
+
+    ``overrides``: the values given with ``--config`` (Snakemake's ``overwrite_config``), which some messages name.
+    """
     schema = yaml.safe_load(Path(schema_path).read_text())
     validator = strict_validator_class()(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(_describe(error) for error in errors))
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(_describe(error, overrides) for error in errors))
 
 
 def fill_defaults(config: dict) -> dict:

@@ -11,27 +11,85 @@ from contextuality.models.sources import SOURCES
 from contextuality.workflow.schema import ConfigError
 
 
-def command_line_targets(argv: list[str] | None = None) -> list[str]:
-    """The targets of this ``snakemake`` command, as Snakemake's own argument parser reads them.
-
-    Snakemake hands its parsed targets to the workflow only after the Snakefile is parsed (its DAG
-    settings are set after the include), so the target check, which must run before any job, asks
-    Snakemake's parser instead of matching words by hand. None for a job Snakemake spawns itself
-    (``--target-jobs``: planned from checked targets) or a process that is not the snakemake CLI.
-    """
+def command_line_args(argv: list[str] | None = None):
+    """This ``snakemake`` command's arguments, as Snakemake's own argument parser reads them; None for a job
+    Snakemake spawns itself (``--target-jobs``), a process that is not the snakemake CLI, or a bad command line
+    (Snakemake itself reports it)."""
     import sys
 
     argv = sys.argv if argv is None else argv
     program = Path(argv[0]) if argv else Path()
     if not (program.name.startswith("snakemake") or program.parent.name == "snakemake"):  # `python -m snakemake`
-        return []
+        return None
     from snakemake.cli import get_argument_parser
 
     try:
         args, _ = get_argument_parser().parse_known_args(argv[1:])
-    except SystemExit:  # Snakemake itself will report the bad command line
-        return []
-    return [] if args.target_jobs else [str(target) for target in args.targets]
+    except SystemExit:
+        return None
+    return None if args.target_jobs else args
+
+
+def command_line_targets(argv: list[str] | None = None) -> list[str]:
+    """The targets of this ``snakemake`` command, as Snakemake's own argument parser reads them.
+
+    Snakemake hands its parsed targets to the workflow only after the Snakefile is parsed (its DAG
+    settings are set after the include), so the target check, which must run before any job, asks
+    Snakemake's parser instead of matching words by hand. [] for a job Snakemake spawns itself
+    (``--target-jobs``: planned from checked targets) or a process that is not the snakemake CLI.
+    """
+    args = command_line_args(argv)
+    return [] if args is None else [str(target) for target in args.targets]
+
+
+# Commands that build nothing: no estimate, no disk check (each is an option of Snakemake's command line).
+_NOT_A_RUN = ("lint", "generate_unit_tests", "containerize", "export_cwl", "list_rules", "list_target_rules", "dag",
+              "rulegraph", "filegraph", "d3dag", "summary", "detailed_summary", "archive", "cleanup_metadata",
+              "cleanup_shadow", "unlock", "list_changes", "list_input_changes", "list_params_changes", "list_untracked",
+              "delete_all_output", "delete_temp_output", "touch", "print_compilation", "conda_create_envs_only")
+
+
+def command_kind(argv: list[str] | None = None) -> str | None:
+    """"run", "dry-run" or "report" for such a ``snakemake`` command; None for anything else (another command,
+    a spawned job, not the snakemake CLI)."""
+    args = command_line_args(argv)
+    if args is None:
+        return None
+    if getattr(args, "report", None):
+        return "report"
+    if any(getattr(args, option, None) for option in _NOT_A_RUN):
+        return None
+    return "dry-run" if args.dryrun else "run"
+
+
+# The config of the last run that built something here (its files and --config merged, before the schema's
+# defaults), so that `snakemake --report` without them reports that run instead of the default study's.
+RUN_CONFIG = ".snakemake/contextuality/run_config.yaml"  # Snakemake's own folder: no rule's output, no job's log
+
+
+def report_config(argv: list[str] | None = None) -> str | None:
+    """The config a ``--report`` command given no --configfile reads: the last run's (RUN_CONFIG), told in one
+    line; None when there is none, or for any other command."""
+    import sys
+
+    args = command_line_args(argv)
+    if command_kind(argv) != "report" or args.configfile or not Path(RUN_CONFIG).is_file():
+        return None
+    print(f"contextuality: the report is of the last run here, whose config is {RUN_CONFIG}; "
+          "--configfile names another", file=sys.stderr)
+    return RUN_CONFIG
+
+
+def record_run_config(config: dict) -> None:
+    """Write the run's config (as given, before the schema's defaults) to RUN_CONFIG, for ``report_config``."""
+    import yaml
+
+    from contextuality.core.atomic import atomic_path
+
+    with atomic_path(RUN_CONFIG) as partial:  # the project's one way to write: a temporary name, then rename
+        Path(partial).write_text("# The config of the last run here (contextuality.workflow.targets.RUN_CONFIG): "
+                                 "`snakemake --report` reads it when given no --configfile\n"
+                                 + yaml.safe_dump(config, sort_keys=False))
 
 
 def layer_count(settings: Settings, key: str) -> int | None:

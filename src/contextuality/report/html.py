@@ -1,0 +1,162 @@
+"""The answers as pages Snakemake's report displays: its report shows images, HTML and PDF, and offers anything
+else (Markdown, csv) only as a download, so claims.md, summary.md, Table 1 and the per-layer tables are also
+written as HTML (``report_pages`` rule).
+
+``markdown_html`` reads the Markdown this project writes (headings, paragraphs, lists, pipe tables, bold,
+italics, code and links), not Markdown at large: no third-party parser is needed in the jobs' environments.
+Verdicts (HOLDS, FAILS, N/A, ...) are coloured wherever they appear in a table cell.
+
+The report's categories by question (``CATEGORIES``) are here too: the rules file every figure and table
+under the question it answers.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+# The question each report item answers: its category in Snakemake's report, by figure or table name.
+ANSWERS = "1. The answers"
+CATEGORIES = {
+    "claims": ANSWERS,
+    "summary": ANSWERS,
+    "losses": ANSWERS,
+    "anisotropy": "2. Anisotropy",
+    "self_similarity": "3. Context-specificity",
+    "intra_sentence": "3. Context-specificity",
+    "mev": "3. Context-specificity",
+    "layers": "3. Context-specificity",
+    "context_words": "3. Context-specificity",
+    "sense_separation": "4. Word senses",
+    "sense_baselines": "4. Word senses",
+    "logit_lens": "4. Word senses",
+    "polysemy": "4. Word senses",
+    "senses_layers": "4. Word senses",
+    "geometry": "5. Geometry",
+    "rogue_dimensions": "5. Geometry",
+    "postprocess": "5. Geometry",
+    "table1": "6. Static embeddings",
+    "table1_by_layer": "6. Static embeddings",
+}
+
+_VERDICT = re.compile(r"\b(HOLDS|FAILS|PARTLY|MIXED|INCONCLUSIVE|N/A)(?![\w/])")
+_STYLE = """
+body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; font-size: 15px; line-height: 1.45;
+       margin: 1.5em; color: #1d1d1f; max-width: 80em; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.25em; margin-top: 1.6em; } h3 { font-size: 1.1em; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.92em; }
+th, td { border: 1px solid #d0d0d5; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
+th { background: #f0f0f4; } tr:nth-child(even) td { background: #fafafc; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+code { background: #f0f0f4; padding: 0 0.2em; border-radius: 3px; }
+.verdict { font-weight: 600; padding: 0 0.3em; border-radius: 3px; white-space: nowrap; }
+.HOLDS { background: #d7f2dc; color: #12602a; } .FAILS { background: #fbdada; color: #8a1414; }
+.PARTLY, .MIXED, .INCONCLUSIVE { background: #fdf0c8; color: #6b4e00; } .NA { background: #ececef; color: #555; }
+blockquote { border-left: 3px solid #d0d0d5; margin-left: 0; padding-left: 1em; color: #444; }
+"""
+
+
+def _inline(text: str) -> str:
+    """Escape, then code spans, links, bold and italics."""
+    parts = re.split(r"(`[^`]*`)", text)
+    out = []
+    for part in parts:
+        if part.startswith("`") and part.endswith("`") and len(part) > 1:
+            out.append(f"<code>{html.escape(part[1:-1])}</code>")
+            continue
+        part = html.escape(part, quote=False)
+        part = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", lambda m: f'<a href="{html.escape(m.group(2))}">{m.group(1)}</a>', part)
+        part = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", part)
+        part = re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", r"<em>\1</em>", part)
+        out.append(part)
+    return "".join(out)
+
+
+def _verdicts(cell_html: str) -> str:
+    return _VERDICT.sub(lambda m: f'<span class="verdict {m.group(1).replace("/", "")}">{m.group(1)}</span>', cell_html)
+
+
+def _cells(line: str) -> list[str]:
+    line = line.strip()
+    line = line[1:] if line.startswith("|") else line
+    line = line[:-1] if line.endswith("|") and not line.endswith("\\|") else line
+    return [cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", line)]
+
+
+def _is_number(text: str) -> bool:
+    return bool(re.fullmatch(r"[-+−]?[\d.,]+(e[-+]?\d+)?%?", text.strip().lstrip("≈")))
+
+
+def _table(lines: list[str]) -> str:
+    header, rows = _cells(lines[0]), [_cells(line) for line in lines[2:]]
+    head = "".join(f"<th>{_inline(cell)}</th>" for cell in header)
+    body = "".join(
+        "<tr>" + "".join(
+            f'<td{" class=num" if _is_number(cell) else ""}>{_verdicts(_inline(cell))}</td>' for cell in row
+        ) + "</tr>\n"
+        for row in rows
+    )
+    return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>"
+
+
+def markdown_html(text: str) -> str:
+    """The body HTML of the Markdown this project writes."""
+    lines, blocks, i = text.splitlines(), [], 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        if not stripped:
+            i += 1
+        elif stripped.startswith("#"):
+            level = min(len(stripped) - len(stripped.lstrip("#")), 6)
+            blocks.append(f"<h{level}>{_inline(stripped[level:].strip())}</h{level}>")
+            i += 1
+        elif stripped.startswith("|") and i + 1 < len(lines) and re.fullmatch(r"\|?[\s:|-]+\|?", lines[i + 1].strip()):
+            end = i + 2
+            while end < len(lines) and lines[end].strip().startswith("|"):
+                end += 1
+            blocks.append(_table(lines[i:end]))
+            i = end
+        elif re.match(r"[-*+] |\d+\. ", stripped):
+            tag = "ol" if stripped[0].isdigit() else "ul"
+            items = []
+            while i < len(lines) and lines[i].strip():
+                item = lines[i].strip()
+                if re.match(r"[-*+] |\d+\. ", item):
+                    items.append(re.sub(r"^([-*+]|\d+\.) ", "", item))
+                elif items:
+                    items[-1] += " " + item  # a wrapped item
+                i += 1
+            blocks.append(f"<{tag}>" + "".join(f"<li>{_verdicts(_inline(item))}</li>" for item in items) + f"</{tag}>")
+        elif stripped.startswith(">"):
+            quote = []
+            while i < len(lines) and lines[i].strip().startswith(">"):
+                quote.append(lines[i].strip()[1:].strip())
+                i += 1
+            blocks.append(f"<blockquote><p>{_inline(' '.join(quote))}</p></blockquote>")
+        else:
+            paragraph = []
+            while i < len(lines) and lines[i].strip() and not re.match(r"#|\||[-*+] |\d+\. |>", lines[i].strip()):
+                paragraph.append(lines[i].strip())
+                i += 1
+            blocks.append(f"<p>{_inline(' '.join(paragraph))}</p>")
+    return "\n".join(blocks)
+
+
+def frame_markdown(frame, digits: int = 3) -> str:
+    """A table (pandas DataFrame) as a Markdown pipe table, floats to ``digits`` decimals."""
+    def cell(value) -> str:
+        if isinstance(value, float):
+            return "" if value != value else f"{value:.{digits}f}"
+        return str(value).replace("|", "\\|")
+
+    header = "| " + " | ".join(map(str, frame.columns)) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    rows = ["| " + " | ".join(cell(value) for value in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *rows])
+
+
+def page(title: str, body_html: str) -> str:
+    """A whole HTML document: its own styles, no script, nothing fetched."""
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
+            f"<style>{_STYLE}</style>\n</head>\n<body>\n{body_html}\n</body>\n</html>\n")

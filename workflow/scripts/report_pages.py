@@ -1,0 +1,31 @@
+"""Snakemake entry point: the answers (claims, summary, Table 1) and each model's per-layer tables as HTML pages
+that Snakemake's report displays (contextuality.report.html)."""
+from pathlib import Path
+
+import pandas as pd
+
+from contextuality.core.atomic import atomic_path
+from contextuality.core.runtime import setup_job_logging
+from contextuality.report.html import frame_markdown, markdown_html, page
+
+setup_job_logging(snakemake.log[0])
+
+
+def write(path, title, markdown):
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(page(title, markdown_html(markdown)), encoding="utf-8")
+
+
+if snakemake.rule == "model_pages":
+    label = snakemake.params.label
+    parts = [f"# {label}: every layer's measurements", "", frame_markdown(pd.read_csv(snakemake.input.layers))]
+    if snakemake.input.senses:
+        parts += ["", f"## {label}: word senses by layer", "", frame_markdown(pd.read_csv(snakemake.input.senses[0]))]
+    write(snakemake.output.layers, f"{label}: per layer", "\n".join(parts))
+else:
+    for name, title in (("claims", "The paper's claims, checked"), ("summary", "This run beside the paper"),
+                        ("table1", "Table 1: static embeddings")):
+        sources = snakemake.input.get(name)
+        if sources:
+            source = sources if isinstance(sources, str) else sources[0]
+            write(snakemake.output[name], title, Path(source).read_text(encoding="utf-8"))
