@@ -123,6 +123,7 @@ def test_the_products_floor_takes_every_route():
     on float32 rows; ``products_flops`` counts them (its arithmetic: tests/test_bench_scaling.py)."""
     sys.path.insert(0, str(BENCHMARKS))
     from floor import products, products_flops
+
     from contextuality.measure.word_stats import STACK_MAX
 
     d = 16

@@ -106,7 +106,7 @@ def test_a_rerun_and_one_layer_per_pass_give_the_same_bytes(runs, tmp_path, monk
         plan_log.setLevel(logging.INFO)
         plan_log.propagate = False
         handler = logging.Handler()
-        handler.emit = lambda record: records.append(record.getMessage())
+        handler.emit = lambda record, records=records: records.append(record.getMessage())
         plan_log.addHandler(handler)
         split = device_job.run_measure_model_job(**inputs, out_tar=tmp_path / model / "b" / "part_0.tar",
                                                  out_record=tmp_path / model / "b" / "part_0.json", log=plan_log)  # fmt: skip

@@ -12,14 +12,14 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import extract_planned, gather_layers, job_counts, run_snakemake, write_config, materialise, load_model
+from conftest import extract_planned, gather_layers, job_counts, load_model, materialise, run_snakemake, write_config
+from contextuality.corpus.words import word_index, word_table
 from contextuality.extraction import extract
 from contextuality.extraction.extract import shard_bounds
 from contextuality.extraction.finite import NonFiniteError
 from contextuality.extraction.plan import build_occurrences
 from contextuality.store.export import export_classic
 from contextuality.store.files import open_complete
-from contextuality.corpus.words import word_index, word_table
 
 SENTENCES = [
     "The unbelievably quick dog jumps.",
@@ -147,7 +147,7 @@ def test_a_token_cap_bounds_every_forward_pass_and_a_long_sentence_runs_alone(ti
     for cap in (None, 32):
         passes = []
 
-        def recording(ids, mask):
+        def recording(ids, mask, passes=passes):
             hidden = forward(ids, mask)
             passes.append((ids.shape, sum(h.numel() for h in hidden)))
             return hidden

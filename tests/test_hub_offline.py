@@ -33,9 +33,8 @@ import yaml
 
 from conftest import PROJECT, STS_DIR, run_snakemake, with_absolute_data_paths, write_config
 from contextuality.corpus import sts
-from contextuality.workflow.schema import load_settings
 from contextuality.workflow.checks import check_settings
-from contextuality.workflow.schema import ConfigError
+from contextuality.workflow.schema import ConfigError, load_settings
 
 BERT_ID, BERT_REV = "tiny-org/bert-tiny", "0123456789abcdef0123456789abcdef01234567"
 GPT2_ID, GPT2_REV = "tiny-org/gpt2-tiny", "89abcdef0123456789abcdef0123456789abcdef"
@@ -363,7 +362,7 @@ def test_hub_corpus_rule_runs_offline_from_the_cache_and_gives_the_bundled_sente
     assert len(hub) == len(bundled) > 25_000
     # what the MTEB copies do not carry: the sub-dataset, and so its line numbers
     assert set(hub["domain"]) == {"all"}
-    for (year, split), group in hub[hub["side"] == 1].groupby(["year", "split"]):
+    for _, group in hub[hub["side"] == 1].groupby(["year", "split"]):
         assert group["pair_id"].tolist() == list(range(len(group)))
     assert not (tmp_path / "results/corpus/sts_pairs.jsonl").exists()  # the release files were not read
     log = (tmp_path / "logs/corpus/corpus.log").read_text()

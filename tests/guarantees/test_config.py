@@ -365,11 +365,11 @@ def test_more_shards_than_sentence_windows_gives_empty_shards_not_a_crash(tmp_pa
     import numpy as np
     import pandas as pd
 
+    from conftest import extract_planned, gather_layers
+    from contextuality.corpus.words import word_table
     from contextuality.extraction.extract import WINDOW_BATCHES, shard_bounds
     from contextuality.extraction.plan import plan_model
-    from conftest import extract_planned, gather_layers
     from contextuality.store.files import open_complete
-    from contextuality.corpus.words import word_table
 
     sentences = pd.DataFrame({"sentence_id": range(5), "text": ["The dog runs.", "A cat.", "Dogs run.", "", "The end."]})
     sentences.to_parquet(tmp_path / "sentences.parquet")
@@ -450,8 +450,8 @@ def test_a_seed_at_the_top_of_its_range_runs_the_clustering():
     """4294967295, the schema's maximum, is a seed Table 1's clustering (scikit-learn's KMeans) takes."""
     import numpy as np
 
-    from contextuality.static.scoring import score_categorization
     from contextuality.static.embeddings import StaticEmbedding
+    from contextuality.static.scoring import score_categorization
 
     words = ["cat", "dog", "car", "bus"]
     emb = StaticEmbedding._build(words, np.array([[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9]], dtype=np.float32))

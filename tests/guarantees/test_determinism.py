@@ -13,12 +13,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import PROJECT, STS_DIR, materialise, load_model
+from conftest import (
+    PROJECT,
+    STS_DIR,
+    extract_planned,
+    gather_layers,
+    load_model,
+    materialise,
+    measure_model,
+    measure_settings,
+)
 from contextuality.corpus.sts import read_release, release_files
+from contextuality.corpus.words import word_index, word_table
 from contextuality.extraction.plan import build_occurrences
 from contextuality.store.files import open_complete
-from contextuality.corpus.words import word_index, word_table
-from conftest import extract_planned, gather_layers, measure_model, measure_settings
 from workflow_runs import KILLED_MODEL, audited_smoke_run, interrupted_run
 
 

@@ -13,15 +13,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import PROJECT, run_snakemake, write_config, materialise, load_model
-from contextuality.core import layout
-from contextuality.models import loading
-from contextuality.core import diskspace
+from conftest import PROJECT, load_model, materialise, run_snakemake, write_config
+from contextuality.core import diskspace, layout
 from contextuality.core.diskspace import DiskSpaceError
+from contextuality.corpus.words import word_table
 from contextuality.extraction.extract import extract_shard
 from contextuality.extraction.plan import plan_model
 from contextuality.extraction.writer import DiskFullError
-from contextuality.corpus.words import word_table
+from contextuality.models import loading
 from workflow_runs import audited_smoke_run, failure, smoke_audit, smoke_config, smoke_config_path
 
 TEXTS = ["The dog runs.", "A cat sleeps on the mat.", "The dog sleeps."]
@@ -246,7 +245,7 @@ def test_every_deliverable_deleted_from_a_finished_run_is_rebuilt(smoke, tmp_pat
             kinds.setdefault(name if kind in ("TABLE", "FIGURE") else kind, name)  # each table and figure file
     assert len(kinds) >= 25, sorted(kinds)
     not_rebuilt = []
-    for kind, name in kinds.items():
+    for name in kinds.values():
         (scratch / name).unlink()
         result = run_snakemake(scratch, "-n", "--cores", "2", configfile=smoke_config_path())
         shutil.copy2(workdir / name, scratch / name)

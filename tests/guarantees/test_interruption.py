@@ -18,8 +18,8 @@ import pytest
 
 from conftest import run_snakemake
 from contextuality.store.files import StoreError, open_complete
-from contextuality.store.views import write_manifest
 from contextuality.store.reader import read_layer
+from contextuality.store.views import write_manifest
 from workflow_runs import KILLED_MODEL, failure, interrupted_run
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from jinja2 import Environment
 from conftest import PROJECT, job_counts, run_snakemake, write_config
 from contextuality.report import figures
 from contextuality.report.summary import summary_table
-from workflow_runs import audited_smoke_run, failure, smoke_config, smoke_config_path
+from workflow_runs import audited_smoke_run, failure, smoke_config
 
 SCRIPT = "<script>alert(1)</script>"
 SECRET = "INCLUDED-FILE-CONTENT-5c1e"

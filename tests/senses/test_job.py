@@ -7,10 +7,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from contextuality.senses.job import (
-    Rows, self_similarity_by_form, sts_occurrences, token_ids_of, usage_row_numbers, word_seed,
-)
 from contextuality.report.senses import FAILS, HOLDS, NA, sense_claims
+from contextuality.senses.job import (
+    Rows,
+    self_similarity_by_form,
+    sts_occurrences,
+    token_ids_of,
+    usage_row_numbers,
+    word_seed,
+)
 
 
 def test_self_similarity_by_form_is_the_brute_force_mean_over_ordered_pairs():

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from contextuality.measure.combine import combine_layers, measured_on
-from contextuality.measure.layer_result import read_layer_results
 from contextuality.core.atomic import atomic_path
 from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.measure.combine import combine_layers, measured_on
+from contextuality.measure.layer_result import read_layer_results
 from contextuality.store.files import StoreError
 
 setup_job_logging(snakemake.log[0])

@@ -3,9 +3,9 @@ import json
 from pathlib import Path
 
 from contextuality.core.atomic import atomic_path
+from contextuality.core.runtime import setup_job_logging
 from contextuality.corpus.sources import sts_record
 from contextuality.corpus.sts import build_corpus
-from contextuality.core.runtime import setup_job_logging
 
 setup_job_logging(snakemake.log[0])
 sentences = build_corpus(

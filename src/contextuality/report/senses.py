@@ -45,7 +45,7 @@ def sense_figures(tables: dict[str, pd.DataFrame], labels: dict[str, str], outpu
         fig, axes = plt.subplots(1, max(len(tables), 1), figsize=(5 * max(len(tables), 1), 3.8), squeeze=False)
         for ax, (model, table) in zip(axes[0], tables.items()):
             depth = max(int(table["layer"].max()), 1)
-            scale = (lambda s: s.index / depth) if x_axis == "relative_depth" else (lambda s: s.index)
+            scale = (lambda s, depth=depth: s.index / depth) if x_axis == "relative_depth" else (lambda s: s.index)
             drawers[name](ax, table, scale)
             ax.set_title(plain_text(labels.get(model, model)))
             ax.set_xlabel("relative depth" if x_axis == "relative_depth" else "layer")
@@ -264,7 +264,7 @@ def _w3a(table, t):
     passing = list(ok[ok].index)
     best = int(upper["value"].idxmax())
     row = lambda name: _rows(table, name).loc[best]  # noqa: E731
-    same_token, knn, acc = row("auroc_same_token"), row("knn_accuracy"), row("heldout_balanced_accuracy")
+    knn, acc = row("knn_accuracy"), row("heldout_balanced_accuracy")
     control = auroc["value"].iloc[0]
     control_token = _rows(table, "auroc_same_token")["value"].iloc[0]
     chance, ceiling = row("knn_chance")["value"], row("knn_ceiling")["value"]
