@@ -21,7 +21,7 @@ from contextuality.extraction.extract import extract_shard
 from contextuality.extraction.plan import plan_model
 from contextuality.extraction.writer import DiskFullError
 from contextuality.models import loading
-from workflow_runs import audited_smoke_run, failure, smoke_audit, smoke_config, smoke_config_path
+from workflow_runs import failure, smoke_audit, smoke_config, smoke_config_path
 
 TEXTS = ["The dog runs.", "A cat sleeps on the mat.", "The dog sleeps."]
 
@@ -141,8 +141,8 @@ def test_workflow_stops_an_extraction_that_does_not_fit_on_disk(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    workdir = audited_smoke_run(tmp_path_factory)
+def smoke(smoke_run):
+    workdir = smoke_run
     summary = run_snakemake(workdir, "--summary", configfile=smoke_config_path())
     assert summary.returncode == 0, failure(summary)
     rows = [line.split("\t") for line in summary.stdout.splitlines()[1:] if "\t" in line]
