@@ -48,12 +48,12 @@ import torch
 import yaml
 
 from contextuality.core import layout
-from contextuality.workflow.schema import load_settings
+from contextuality.corpus.words import is_punct
 from contextuality.extraction import extract
 from contextuality.extraction.heap import keep_freed_memory
-from contextuality.models import loading
 from contextuality.extraction.plan import plan_model, read_plan, write_plan
-from contextuality.corpus.words import is_punct
+from contextuality.models import loading
+from contextuality.workflow.schema import load_settings
 
 
 def synchronize(device: str) -> None:

@@ -61,10 +61,10 @@ from threadpoolctl import threadpool_limits
 from floor import products  # the products floor (f), shared with bench_scaling.py
 from measure_layers import layer_files  # the child of --against-commit
 
-from contextuality.workflow.schema import load_settings
 from contextuality.measure.combine import combine_layers
 from contextuality.measure.layer_job import COMPUTE_DTYPES, OccurrenceIndex, RowsInMemory, measure_layer, measure_rows
 from contextuality.store.reader import LayerReader, mapped_sources, read_layer
+from contextuality.workflow.schema import load_settings
 
 PROJECT = Path(__file__).resolve().parents[1]
 BACKENDS = ("numpy", "torch")

@@ -54,9 +54,8 @@ from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cost_model import (  # noqa: E402  (benchmarks/ is not a package)
-    MB, MIN_OCCURRENCES, ROWS_PER_TYPE, UNINDEXED_SHARE, measure_cost, zipf_weights,
-)  # fmt: skip
+# benchmarks/ is not a package: its modules import each other from sys.path
+from cost_model import MB, MIN_OCCURRENCES, ROWS_PER_TYPE, UNINDEXED_SHARE, measure_cost, zipf_weights  # noqa: E402
 from floor import products, products_flops  # noqa: E402
 
 from contextuality.core import layout  # noqa: E402

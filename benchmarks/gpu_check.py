@@ -39,12 +39,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from contextuality.extraction import alignment
-from contextuality.extraction import extract
-from contextuality.models import loading
-from contextuality.models import randommodels
 from contextuality.corpus.sts import read_release, release_files  # noqa: E402
+from contextuality.extraction import alignment, extract  # noqa: E402
 from contextuality.extraction.plan import plan_model  # noqa: E402
+from contextuality.models import loading, randommodels  # noqa: E402
 
 COSINE_FLOOR = 0.999
 YEARS_DOMAINS = None  # every bundled release file

@@ -159,6 +159,32 @@ def measure_model(layer_paths: dict, occurrences, out_words: Path, out_layers: P
                    out_rogue=out_rogue)  # fmt: skip
 
 
+# The shared workflow runs (tests/workflow_runs.py): each once per session, for every test file that needs it.
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory) -> Path:
+    """The finished smoke run's folder: the smoke config through the real command line, every write audited.
+    Tests that damage it work on a copy."""
+    from workflow_runs import audited_smoke_run
+
+    return audited_smoke_run(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def device_run(tmp_path_factory) -> Path:
+    """The smoke config measured on the device (``workflow_runs.DEVICE_SMOKE``): the finished run's folder."""
+    from workflow_runs import device_smoke_run
+
+    return device_smoke_run(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def interrupted_smoke_run(smoke_run, tmp_path_factory) -> dict:
+    """The smoke config again, SIGKILLed mid-shard and resumed (``workflow_runs.interrupted_run``)."""
+    from workflow_runs import interrupted_run
+
+    return interrupted_run(tmp_path_factory)
+
+
 # The WordNet 3.0 copy the senses tests share: fetched once per session (a 31.6 MB download, about 15 s).
 @pytest.fixture(scope="session")
 def wordnet_root(tmp_path_factory):

@@ -3,16 +3,15 @@ cannot be stored (truncation, skipping, pieces spanning words) is counted, never
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 import pytest
 
-from contextuality.extraction import alignment
-from contextuality.models import loading
 from conftest import materialise
-from contextuality.extraction.plan import build_occurrences, count_losses, loss_warning
 from contextuality.corpus.words import word_index, word_table
+from contextuality.extraction import alignment
+from contextuality.extraction.plan import build_occurrences, count_losses, loss_warning
+from contextuality.models import loading
 
 SENTENCES = [
     "The unbelievably quick dog jumps.",

@@ -10,12 +10,7 @@ import pandas as pd
 import pytest
 
 from conftest import measure_model, measure_settings
-from contextuality.measure import combine
-from contextuality.measure import layer_finish
-from contextuality.measure import layer_job
-from contextuality.measure import layer_result
-from contextuality.measure import panel
-from contextuality.measure import reference
+from contextuality.measure import combine, layer_finish, layer_job, layer_result, panel, reference
 from contextuality.measure.exact_baseline import exact_baseline
 from contextuality.measure.postprocess import abtt
 from contextuality.measure.word_pcs import pc_stats_by_word

@@ -14,6 +14,7 @@ from conftest import PROJECT
 
 sys.path.insert(0, str(PROJECT / "benchmarks"))
 import bench_scaling  # noqa: E402
+
 import cost_model  # noqa: E402
 from floor import products_flops  # noqa: E402
 

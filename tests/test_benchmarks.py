@@ -18,16 +18,11 @@ import numpy as np
 import pytest
 
 from conftest import PROJECT
-from workflow_runs import audited_smoke_run, failure, smoke_config_path
+from workflow_runs import failure, smoke_config_path
 
 pytestmark = pytest.mark.slow
 
 BENCHMARKS = PROJECT / "benchmarks"
-
-
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    return audited_smoke_run(tmp_path_factory)
 
 
 def run(command: list, *, cwd=PROJECT, env=None, timeout: int = 300) -> str:
@@ -57,10 +52,10 @@ def has_lines(out: str, *starts: str) -> None:
         assert any(line.startswith(start) for line in lines), f"no line starting {start!r} in:\n{out}"
 
 
-def test_bench_metrics_on_the_smoke_layers_with_both_backends(smoke):
+def test_bench_metrics_on_the_smoke_layers_with_both_backends(smoke_run):
     """``--embeddings`` (the smoke run's tiny-gpt2: layer files viewing four shards) ``--cold`` (the shards
     found from the virtual datasets' mapping), both backends twice, alternating, and the original loops."""
-    out = python("bench_metrics.py", "--embeddings", smoke / "results/embeddings/sts/tiny-gpt2", "--cold", "--reads", "1",
+    out = python("bench_metrics.py", "--embeddings", smoke_run / "results/embeddings/sts/tiny-gpt2", "--cold", "--reads", "1",
                  "--original-words", "3", "--backends", "numpy,torch", "--repeats", "2", "--jobs", "2")  # fmt: skip
     has_lines(out, "(a) measurement step, all layers:", "(a) on torch's CPU backend:", "(b) sequential read",
               "(b') the same read", "(f) the products alone", "per layer, CPU s", "(a) torch/numpy = ", "(a)/(b) = ",
@@ -98,11 +93,11 @@ def test_bench_metrics_refuses_an_unknown_backend():
     ("tiny-gpt2", ["--naive-sentences", "5", "--repeats", "2"]),
     ("tiny-bert", ["--skip-naive", "--repeats", "1", "--max-batch-tokens", "256"]),
 ])  # fmt: skip
-def test_bench_extract_on_the_smoke_models(smoke, model, flags):
+def test_bench_extract_on_the_smoke_models(smoke_run, model, flags):
     """The smoke config's model (its materialised folder), the smoke corpus, a few sentences; a tiny naive run
     (``(c)``), or ``--skip-naive``."""
     out = python("bench_extract.py", "--model", model, "--config", smoke_config_path(), "--model-dir",
-                 smoke / "resources/models" / model, "--sentences", "24", "--threads", "1", *flags, cwd=smoke)  # fmt: skip
+                 smoke_run / "resources/models" / model, "--sentences", "24", "--threads", "1", *flags, cwd=smoke_run)  # fmt: skip
     has_lines(out, f"model {model}, 24 sentences", "(a) pipeline", "(b) forward only", "(c) naive, batch 1",
               "(d) all but the model", "    the plan job", "    plan job + shard job", "(e) raw h5py write",
               "(f) plain writes (dd)", "(a)/(b) = ", "(a)/(c) = ", "(d)     = ", "(d)/(e) = ", "(d)/(f) = ")  # fmt: skip
@@ -123,6 +118,7 @@ def test_the_products_floor_takes_every_route():
     on float32 rows; ``products_flops`` counts them (its arithmetic: tests/test_bench_scaling.py)."""
     sys.path.insert(0, str(BENCHMARKS))
     from floor import products, products_flops
+
     from contextuality.measure.word_stats import STACK_MAX
 
     d = 16
@@ -134,14 +130,14 @@ def test_the_products_floor_takes_every_route():
     assert products_flops(len(X), d, sizes) == len(X) * d * d + np.sum(sizes * np.minimum(sizes, d) * d)
 
 
-def test_gpu_check_on_the_cpu(smoke, tmp_path):
+def test_gpu_check_on_the_cpu(smoke_run, tmp_path):
     """benchmarks/gpu_check.sh (and so gpu_check.py) with ``--device cpu``: a small random BERT
     (``--bert-size``) and, for SmolLM2, the smoke run's tiny GPT-2 configuration and tokenizer without
     weights (random weights of its configuration, as on a device machine without SmolLM2's weights)."""
     config = tmp_path / "config-only"
     config.mkdir()
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(smoke / "resources/models/tiny-gpt2/model" / name, config / name)
+        shutil.copy(smoke_run / "resources/models/tiny-gpt2/model" / name, config / name)
     out = run([BENCHMARKS / "gpu_check.sh", "--device", "cpu", "--check-sentences", "16", "--batch-size", "8",
                "--bert-size", "2x64", "--smollm2-dir", config, "--out", tmp_path / "gpu_check.json"],
               env={"SENTENCES": "32"})  # fmt: skip
@@ -168,9 +164,9 @@ def test_device_check_on_the_cpu(tmp_path):
     assert "8B-class on STS" in printed and "a_over_b" in printed
 
 
-def test_self_similarity_check_on_the_smoke_store(smoke):
+def test_self_similarity_check_on_the_smoke_store(smoke_run):
     """benchmarks/self_similarity_check.py on the smoke run's store: every word of every layer within 1e-5 of its
     float64 brute force, the engine's and the run's own tables."""
-    printed = python("self_similarity_check.py", "--embeddings", smoke / "results/embeddings/sts/tiny-gpt2", "--metrics",
-                     smoke / "results/metrics/sts/tiny-gpt2")  # fmt: skip
+    printed = python("self_similarity_check.py", "--embeddings", smoke_run / "results/embeddings/sts/tiny-gpt2", "--metrics",
+                     smoke_run / "results/metrics/sts/tiny-gpt2")  # fmt: skip
     assert "0 word-layers above 1e-05" in printed and "the run's tables: largest difference" in printed

@@ -13,8 +13,8 @@ import pytest
 from conftest import job_counts, run_snakemake, write_config
 from contextuality.corpus.sources import OTHER_COLUMNS, load_source
 from contextuality.corpus.sts import CorpusError
-from contextuality.workflow.schema import load_settings
 from contextuality.workflow.checks import ConfigError, check_settings
+from contextuality.workflow.schema import load_settings
 
 
 def corpus(**keys):
@@ -238,8 +238,8 @@ def test_a_dataset_card_naming_a_file_outside_its_folder_is_refused(tmp_path, li
     listed = str(tmp_path / "secret.txt") if listed == "ABSOLUTE" else listed
     (folder / "README.md").write_text(f"---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
                                       f"    path: {listed}\n---\n")  # fmt: skip
-    with pytest.raises(CorpusError, match=rf"data/README.md: its data_files name .*secret.txt, outside the dataset "
-                                          rf"folder .*data; allowed: files inside the folder"):  # fmt: skip
+    with pytest.raises(CorpusError, match=r"data/README.md: its data_files name .*secret.txt, outside the dataset "
+                                          r"folder .*data; allowed: files inside the folder"):  # fmt: skip
         load_source(corpus(source="datasets", path=str(folder)))
 
 

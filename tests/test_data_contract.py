@@ -17,7 +17,6 @@ import pandas as pd
 import pytest
 
 from conftest import PROJECT
-from workflow_runs import audited_smoke_run, device_smoke_run
 
 pytestmark = pytest.mark.slow
 
@@ -71,14 +70,9 @@ def _actual(path: Path, kind: str) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory) -> Path:
-    return audited_smoke_run(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def runs(smoke, tmp_path_factory) -> list[Path]:
+def runs(smoke_run, device_run) -> list[Path]:
     """The smoke run from the store, and the smoke config measured on the device (its files: device/)."""
-    return [smoke, device_smoke_run(tmp_path_factory)]
+    return [smoke_run, device_run]
 
 
 def test_the_contract_lists_fields_for_every_output_format():

@@ -24,7 +24,7 @@ from contextuality.core.archive import unpacked
 from contextuality.measure import device_job
 from contextuality.workflow.checks import check_settings
 from contextuality.workflow.schema import ConfigError, load_settings
-from workflow_runs import DEVICE_SMOKE, audited_smoke_run, device_smoke_run, smoke_config
+from workflow_runs import DEVICE_SMOKE, smoke_config
 
 MODELS = ("tiny-bert", "tiny-gpt2")
 # computed by the same numpy code on rows drawn on the host: the same bytes on either path
@@ -35,8 +35,8 @@ HOST_SAMPLED = ["baseline_cosine", "baseline_mev", "n_baseline_vectors", "norm_m
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> tuple[Path, Path]:
-    return audited_smoke_run(tmp_path_factory), device_smoke_run(tmp_path_factory)
+def runs(smoke_run, device_run) -> tuple[Path, Path]:
+    return smoke_run, device_run
 
 
 @pytest.mark.slow
@@ -106,7 +106,7 @@ def test_a_rerun_and_one_layer_per_pass_give_the_same_bytes(runs, tmp_path, monk
         plan_log.setLevel(logging.INFO)
         plan_log.propagate = False
         handler = logging.Handler()
-        handler.emit = lambda record: records.append(record.getMessage())
+        handler.emit = lambda record, records=records: records.append(record.getMessage())
         plan_log.addHandler(handler)
         split = device_job.run_measure_model_job(**inputs, out_tar=tmp_path / model / "b" / "part_0.tar",
                                                  out_record=tmp_path / model / "b" / "part_0.json", log=plan_log)  # fmt: skip

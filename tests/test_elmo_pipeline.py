@@ -8,18 +8,23 @@ import h5py
 import numpy as np
 import pandas as pd
 import pytest
-
 import yaml
 
-from conftest import PROJECT, job_counts, run_snakemake, with_absolute_data_paths, write_config
-from contextuality.models.elmo import ElmoEmbedder
-from conftest import extract_planned
+from conftest import (
+    PROJECT,
+    extract_planned,
+    job_counts,
+    materialise,
+    run_snakemake,
+    with_absolute_data_paths,
+    write_config,
+)
+from contextuality.corpus.words import word_table
 from contextuality.extraction.extract import load_for_extraction
+from contextuality.models.elmo import ElmoEmbedder
 from contextuality.models.loading import ModelError
 from contextuality.models.sources import write_source_record
 from contextuality.workflow.schema import load_settings
-from conftest import materialise
-from contextuality.corpus.words import word_table
 
 GOLDEN = PROJECT / "tests" / "data" / "elmo-golden"
 SENTENCES = ["The dog runs .", "A cat sleeps on the mat, and the dog runs!", "Dogs run."]
@@ -56,7 +61,7 @@ def test_elmo_extraction_stores_spacy_words_and_three_layers(elmo_record, tmp_pa
         assert shard.attrs["n_layers"] == 3 and shard.attrs["dim"] == 32
         offsets = shard["sentence_offsets"][:]
         stored = np.stack([shard[f"layer_{layer:02d}"][:] for layer in range(3)])
-    for i, text in enumerate(SENTENCES):
+    for i in range(len(SENTENCES)):
         tokens = words[words["sentence_id"] == i]["word"].tolist()
         expected = direct.embed_batch([tokens])[0]
         np.testing.assert_allclose(stored[:, offsets[i]:offsets[i + 1]], expected, atol=1e-5)

@@ -13,7 +13,7 @@ import ast
 import importlib.metadata
 import re
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -82,7 +82,7 @@ def _module_file(name: str) -> Path | None:
     return None  # a name imported from a module (a function, a class), not a module
 
 
-@lru_cache(maxsize=None)
+@cache
 def third_party(path: Path) -> frozenset[str]:
     """Top-level third-party modules a file needs, following the project's own modules."""
     needed = set()
@@ -137,7 +137,7 @@ def test_every_env_is_used_and_every_listed_package_is_needed():
     assert used == set((PROJECT / "envs").glob("*.yaml")) - {PROJECT / "envs" / "constraints.txt"}
     for env in used:
         needed = set()
-        for rule, (rule_env, script) in rules().items():
+        for rule_env, script in rules().values():
             if rule_env == env:
                 needed |= distributions(set(third_party(script)))
         extra = set(pins(env)) - needed - set(RUNTIME_ONLY)

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from contextuality.workflow.schema import load_settings
 from contextuality.workflow import estimates
+from contextuality.workflow.schema import load_settings
 
 
 def _settings(tmp_path, *, batch_size=64, n_shards=2, max_sentences=None, compute_dtype="float32", memory_mb=2048):

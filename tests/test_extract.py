@@ -12,14 +12,14 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import extract_planned, gather_layers, job_counts, run_snakemake, write_config, materialise, load_model
+from conftest import extract_planned, gather_layers, load_model, materialise
+from contextuality.corpus.words import word_index, word_table
 from contextuality.extraction import extract
 from contextuality.extraction.extract import shard_bounds
 from contextuality.extraction.finite import NonFiniteError
 from contextuality.extraction.plan import build_occurrences
 from contextuality.store.export import export_classic
 from contextuality.store.files import open_complete
-from contextuality.corpus.words import word_index, word_table
 
 SENTENCES = [
     "The unbelievably quick dog jumps.",
@@ -147,7 +147,7 @@ def test_a_token_cap_bounds_every_forward_pass_and_a_long_sentence_runs_alone(ti
     for cap in (None, 32):
         passes = []
 
-        def recording(ids, mask):
+        def recording(ids, mask, passes=passes):
             hidden = forward(ids, mask)
             passes.append((ids.shape, sum(h.numel() for h in hidden)))
             return hidden
@@ -352,21 +352,6 @@ def test_float16_overflow_at_the_storage_cast_stops_the_shard(tiny_model, corpus
     )):  # fmt: skip
         _extract_with(loaded, plan, tmp_path / "narrow.h5", forward, "float16")
     assert not (tmp_path / "narrow.h5").exists() and not list(tmp_path.glob(".*.tmp-*"))
-
-
-def test_dry_run_plans_one_extraction_job_per_shard_and_model(tmp_path, base_config):
-    base_config["extraction"]["n_shards"] = 4
-    base_config["extraction"]["threads"] = 3
-    result = run_snakemake(
-        tmp_path, "-n", "--cores", "4", "--resources", "gpu=2", configfile=write_config(tmp_path / "c.yaml", base_config)
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    counts = job_counts(result.stdout)
-    assert counts["extract"] == 4 * len(base_config["models"])
-    assert counts["manifest"] == len(base_config["models"])
-    # every shard job asks for extraction.threads threads
-    blocks = [block for block in result.stdout.split("\n\n") if "rule extract:" in block]
-    assert blocks and all("threads: 3" in block for block in blocks), blocks[:1]
 
 
 def test_classic_export_has_one_dataset_per_sentence_and_word2sent(tiny_model, corpus, tmp_path):

@@ -8,11 +8,7 @@ import numpy as np
 import pytest
 from sklearn.decomposition import PCA
 
-from contextuality.measure import isotropy
-from contextuality.measure import panel
-from contextuality.measure import postprocess
-from contextuality.measure import reference
-from contextuality.measure import rogue
+from contextuality.measure import isotropy, panel, postprocess, reference, rogue
 
 
 @pytest.fixture

@@ -12,13 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from contextuality.measure import eigen
-from contextuality.measure import exact_baseline
-from contextuality.measure import layer_pass
-from contextuality.measure import postprocess
-from contextuality.measure import reference
-from contextuality.measure import rogue
-from contextuality.measure import word_pcs
+from contextuality.measure import eigen, exact_baseline, layer_pass, postprocess, reference, rogue, word_pcs
 from contextuality.measure.transforms import Transform
 from contextuality.measure.word_stats import WordStats, word_stats
 

@@ -9,7 +9,6 @@ import pytest
 
 from conftest import PROJECT
 from contextuality.core import layout
-from workflow_runs import audited_smoke_run
 
 
 def test_patterns_are_filled_with_two_digit_layers():
@@ -44,8 +43,8 @@ def test_a_static_baselines_scores_name_its_baseline():
 
 
 @pytest.mark.slow
-def test_every_file_of_the_smoke_run_is_a_file_of_the_layout_and_the_manifest_names_its_layer_files(tmp_path_factory):
-    workdir = audited_smoke_run(tmp_path_factory)
+def test_every_file_of_the_smoke_run_is_a_file_of_the_layout_and_the_manifest_names_its_layer_files(smoke_run):
+    workdir = smoke_run
     written = [path.relative_to(workdir).as_posix() for root in ("results", "resources/models")
                for path in (workdir / root).rglob("*") if path.is_file()]
     # the model folders' own files (weights, tokenizer) are whatever the model ships: only the folder is named

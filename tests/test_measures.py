@@ -6,9 +6,7 @@ import numpy as np
 import pytest
 from sklearn.decomposition import PCA, TruncatedSVD
 
-from contextuality.measure import exact_baseline
-from contextuality.measure import reference
-from contextuality.measure import word_pcs
+from contextuality.measure import exact_baseline, reference, word_pcs
 
 SKLEARN_TOL = 1e-8  # absolute agreement with sklearn / float64 SVD asked of every MEV variant
 

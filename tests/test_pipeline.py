@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import h5py
 import numpy as np
@@ -11,15 +10,9 @@ import pandas as pd
 import pytest
 
 from conftest import run_snakemake
-from workflow_runs import audited_smoke_run, smoke_config_path
+from workflow_runs import smoke_config_path
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory) -> Path:
-    """The smoke run shared by the test session (tests/workflow_runs.py)."""
-    return audited_smoke_run(tmp_path_factory)
 
 
 def test_every_table_and_figure_exists(smoke_run):

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from contextuality import paper
+from contextuality.report import table1
 from contextuality.static import embeddings
 from contextuality.static import scoring as st
-from contextuality.report import table1
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "resources" / "benchmarks"
 

@@ -18,7 +18,13 @@ from conftest import measure_settings
 from contextuality.measure import layer_job
 from contextuality.measure.layer_job import OccurrenceIndex
 from contextuality.measure.streaming import (
-    BASE_MB, MemoryPlan, OccurrenceSpill, plan_memory, read_chunks, sentence_chunks, word_groups,
+    BASE_MB,
+    MemoryPlan,
+    OccurrenceSpill,
+    plan_memory,
+    read_chunks,
+    sentence_chunks,
+    word_groups,
 )  # fmt: skip
 from contextuality.store.reader import LayerReader
 

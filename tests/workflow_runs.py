@@ -1,13 +1,14 @@
-"""Workflow runs shared by the guarantee tests (each whole run happens once per test session).
+"""Workflow runs shared by the tests (each whole run happens once per test session).
 
 The smoke config (two tiny random models, 120 sentences) runs through the real Snakemake command line
-in a temporary directory, with the test hooks of ``tests/hooks/sitecustomize.py`` on PYTHONPATH.
+in a temporary directory, with the test hooks of ``tests/hooks/sitecustomize.py`` on PYTHONPATH. Tests take
+the runs as the session fixtures of conftest.py (``smoke_run``, ``device_run``); a run that failed is not
+started again by the next test that needs it: each gets the first failure.
 """
 
 from __future__ import annotations
 
 import base64
-
 import json
 import os
 import re
@@ -45,8 +46,22 @@ def failure(result) -> str:
     return f"exit {result.returncode}\n--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}"
 
 
+def _once(name: str) -> None:
+    """Raise the failure of run ``name`` again where an earlier test saw it fail (minutes, not again)."""
+    if f"{name}-failed" in _RUNS:
+        raise AssertionError(f"the shared {name} run failed earlier in this session:\n{_RUNS[f'{name}-failed']}")
+
+
+def _check(name: str, result) -> None:
+    if result.returncode != 0:
+        _RUNS[f"{name}-failed"] = failure(result)
+        raise AssertionError(_RUNS[f"{name}-failed"])
+
+
 def audited_smoke_run(tmp_path_factory) -> Path:
-    """The whole smoke pipeline, every file write and rename of every process recorded in audit/."""
+    """The whole smoke pipeline, every file write and rename of every process recorded in audit/
+    (the session fixture ``smoke_run``)."""
+    _once("smoke")
     if "smoke" not in _RUNS:
         workdir = tmp_path_factory.mktemp("guarantees-smoke")
         audit = tmp_path_factory.mktemp("guarantees-audit")
@@ -54,7 +69,7 @@ def audited_smoke_run(tmp_path_factory) -> Path:
         result = run_snakemake(
             workdir, "--cores", "2", configfile=config, env=hook_env(GUARANTEES_AUDIT_DIR=str(audit))
         )
-        assert result.returncode == 0, failure(result)
+        _check("smoke", result)
         _RUNS["smoke"] = workdir
         _RUNS["smoke-output"] = result.stdout + result.stderr
         _RUNS["smoke-audit"] = audit
@@ -68,13 +83,15 @@ DEVICE_SMOKE = {"metrics": {"on_device": True, "device": "cpu"}, "extraction": {
 
 
 def device_smoke_run(tmp_path_factory) -> Path:
-    """The whole smoke pipeline with every layer measured where the forward passes leave it (``DEVICE_SMOKE``)."""
+    """The whole smoke pipeline with every layer measured where the forward passes leave it (``DEVICE_SMOKE``;
+    the session fixture ``device_run``)."""
+    _once("device")
     if "device" not in _RUNS:
         workdir = tmp_path_factory.mktemp("guarantees-device")
         config = write_config(tmp_path_factory.mktemp("guarantees-device-config") / "smoke.yaml",
                               smoke_config(**DEVICE_SMOKE))  # fmt: skip
         result = run_snakemake(workdir, "--cores", "2", configfile=config)
-        assert result.returncode == 0, failure(result)
+        _check("device", result)
         _RUNS["device"] = workdir
         _RUNS["device-output"] = result.stdout + result.stderr
     return _RUNS["device"]

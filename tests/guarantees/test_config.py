@@ -309,9 +309,31 @@ NOTHING_TO_MEASURE = {
 
 
 @pytest.mark.parametrize("case", sorted(NOTHING_TO_MEASURE))
-def test_nothing_to_measure_stops_at_the_word_index_before_any_extraction_with_its_line_first(tmp_path, case):
+def test_nothing_to_measure_is_one_line_of_the_word_index_naming_the_settings(tmp_path, case):
+    """What the corpus and words jobs do with the config, in process: the word index's one line names the
+    settings to change, and writes nothing. (The command line: the test below, with one of the cases.)"""
+    from contextuality.corpus.sources import settings_for_more_sentences
+    from contextuality.corpus.sts import build_corpus, write_bundled_pairs
+
+    overrides, message, named = NOTHING_TO_MEASURE[case]
+    settings = checked_settings(smoke_config(**overrides))
+    corpus, sentences = settings.corpus, tmp_path / "sentences.parquet"
+    write_bundled_pairs(corpus.bundled_dir, list(corpus.years), corpus.include_2012_train, tmp_path / "pairs.jsonl")
+    build_corpus(sentences, source=corpus.source, pairs_jsonl=tmp_path / "pairs.jsonl", years=list(corpus.years),
+                 include_2012_train=corpus.include_2012_train, max_sentences=corpus.max_sentences,
+                 hub_revisions=corpus.hub_revisions)  # fmt: skip
+    out = (tmp_path / "words.parquet", tmp_path / "word_index.parquet")
+    with pytest.raises(WordIndexError) as raised:
+        build_word_index(sentences, *out, min_occurrences=settings.words.min_occurrences, count=settings.words.count,
+                         corpus_settings=settings_for_more_sentences(corpus))  # fmt: skip
+    line = str(raised.value).splitlines()[0]
+    assert line.startswith(message) and named in line, str(raised.value)
+    assert not any(path.exists() for path in out)
+
+
+def test_nothing_to_measure_stops_at_the_word_index_before_any_extraction_with_its_line_first(tmp_path):
     """It used to run every extraction and only then fail in measure with an IndexError."""
-    overrides, message, settings = NOTHING_TO_MEASURE[case]
+    overrides, message, settings = NOTHING_TO_MEASURE["min_occurrences_too_high"]
     config = smoke_config(**overrides)
     configfile = write_config(tmp_path / "config.yaml", config)
     result = run_snakemake(tmp_path, "--cores", "1", configfile=configfile, timeout=600)
@@ -403,11 +425,11 @@ def test_more_shards_than_sentence_windows_gives_empty_shards_not_a_crash(tmp_pa
     import numpy as np
     import pandas as pd
 
+    from conftest import extract_planned, gather_layers
+    from contextuality.corpus.words import word_table
     from contextuality.extraction.extract import WINDOW_BATCHES, shard_bounds
     from contextuality.extraction.plan import plan_model
-    from conftest import extract_planned, gather_layers
     from contextuality.store.files import open_complete
-    from contextuality.corpus.words import word_table
 
     sentences = pd.DataFrame({"sentence_id": range(5), "text": ["The dog runs.", "A cat.", "Dogs run.", "", "The end."]})
     sentences.to_parquet(tmp_path / "sentences.parquet")
@@ -488,8 +510,8 @@ def test_a_seed_at_the_top_of_its_range_runs_the_clustering():
     """4294967295, the schema's maximum, is a seed Table 1's clustering (scikit-learn's KMeans) takes."""
     import numpy as np
 
-    from contextuality.static.scoring import score_categorization
     from contextuality.static.embeddings import StaticEmbedding
+    from contextuality.static.scoring import score_categorization
 
     words = ["cat", "dog", "car", "bus"]
     emb = StaticEmbedding._build(words, np.array([[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9]], dtype=np.float32))

@@ -11,11 +11,10 @@ import h5py
 import pandas as pd
 import pytest
 
-from conftest import STS_DIR, run_snakemake, write_config, materialise, load_model
+from conftest import STS_DIR, extract_planned, load_model, materialise, run_snakemake, write_config
 from contextuality.corpus.sts import CorpusError, ReleaseFiles, build_corpus, read_release, write_bundled_pairs
-from conftest import extract_planned
-from contextuality.extraction.alignment import AlignmentError
 from contextuality.corpus.words import build_word_index, word_table
+from contextuality.extraction.alignment import AlignmentError
 from workflow_runs import failure, smoke_config
 
 

@@ -13,13 +13,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import PROJECT, STS_DIR, materialise, load_model
+from conftest import (
+    PROJECT,
+    STS_DIR,
+    extract_planned,
+    gather_layers,
+    load_model,
+    materialise,
+    measure_model,
+    measure_settings,
+)
 from contextuality.corpus.sts import read_release, release_files
+from contextuality.corpus.words import word_index, word_table
 from contextuality.extraction.plan import build_occurrences
 from contextuality.store.files import open_complete
-from contextuality.corpus.words import word_index, word_table
-from conftest import extract_planned, gather_layers, measure_model, measure_settings
-from workflow_runs import KILLED_MODEL, audited_smoke_run, interrupted_run
+from workflow_runs import KILLED_MODEL
 
 
 def _digests(folder: Path) -> dict[str, str]:
@@ -30,10 +38,10 @@ def _digests(folder: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_two_runs_with_the_same_seed_give_byte_identical_metric_tables(tmp_path_factory):
+def test_two_runs_with_the_same_seed_give_byte_identical_metric_tables(smoke_run, interrupted_smoke_run):
     """Two whole runs in separate directories (the second one even killed mid-shard and resumed)."""
-    first = audited_smoke_run(tmp_path_factory) / "results" / "metrics" / KILLED_MODEL
-    second = interrupted_run(tmp_path_factory)["workdir"] / "results" / "metrics" / KILLED_MODEL
+    first = smoke_run / "results" / "metrics" / KILLED_MODEL
+    second = interrupted_smoke_run["workdir"] / "results" / "metrics" / KILLED_MODEL
     want = _digests(first)
     assert {"layers.csv", "layers.parquet", "words.parquet", "context_specific_words.csv"} <= set(want)
     assert any(name.startswith("pcs/") for name in want)

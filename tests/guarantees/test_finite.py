@@ -26,7 +26,7 @@ from conftest import measure_settings, run_snakemake
 from contextuality.measure import exact_baseline, reference, word_pcs
 from contextuality.measure.layer_job import measure_layer
 from contextuality.store.files import StoreError
-from workflow_runs import audited_smoke_run, failure, hook_env, smoke_config_path
+from workflow_runs import failure, hook_env, smoke_config_path
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon"]
 DIM = 12
@@ -176,10 +176,10 @@ EMBEDDINGS = Path("results") / "embeddings" / "sts" / MODEL
 
 
 @pytest.fixture
-def scratch(tmp_path_factory, tmp_path) -> Path:
+def scratch(smoke_run, tmp_path) -> Path:
     """A copy of the finished smoke run (times kept) that a test may damage."""
     workdir = tmp_path / "run"
-    shutil.copytree(audited_smoke_run(tmp_path_factory), workdir, symlinks=True)
+    shutil.copytree(smoke_run, workdir, symlinks=True)
     return workdir
 
 

@@ -18,9 +18,9 @@ import pytest
 
 from conftest import run_snakemake
 from contextuality.store.files import StoreError, open_complete
-from contextuality.store.views import write_manifest
 from contextuality.store.reader import read_layer
-from workflow_runs import KILLED_MODEL, failure, interrupted_run
+from contextuality.store.views import write_manifest
+from workflow_runs import KILLED_MODEL, failure
 
 pytestmark = pytest.mark.slow
 
@@ -30,13 +30,8 @@ TARGET = f"{EMBEDDINGS}/manifest.json"
 N_SHARDS = 4  # config/smoke.yaml
 
 
-@pytest.fixture(scope="module")
-def interrupted_then_resumed(tmp_path_factory):
-    return interrupted_run(tmp_path_factory)
-
-
-def test_sigkill_mid_shard_then_rerun_incomplete_recomputes_only_unfinished_shards(interrupted_then_resumed):
-    run = interrupted_then_resumed
+def test_sigkill_mid_shard_then_rerun_incomplete_recomputes_only_unfinished_shards(interrupted_smoke_run):
+    run = interrupted_smoke_run
     # the STS corpus's shard jobs (the usages' shards are the same rule's, with corpus=usages)
     jobs = re.split(r"\n(?:local)?rule ", run["rerun"])
     recomputed = {int(shard) for job in jobs if job.startswith("extract:")
@@ -51,8 +46,8 @@ def test_sigkill_mid_shard_then_rerun_incomplete_recomputes_only_unfinished_shar
     assert not list(shards.glob(".*.tmp-*")), "the rerun left the killed job's temporary file behind"
 
 
-def test_resumed_run_stores_the_same_vectors_as_an_uninterrupted_run(interrupted_then_resumed):
-    run = interrupted_then_resumed
+def test_resumed_run_stores_the_same_vectors_as_an_uninterrupted_run(interrupted_smoke_run):
+    run = interrupted_smoke_run
     resumed = run["workdir"] / EMBEDDINGS
     reference = run["reference"] / EMBEDDINGS
     names = sorted(path.name for path in (reference / "layers").glob("layer_*.h5"))
@@ -82,8 +77,8 @@ def _truncate(path: Path) -> None:
     path.write_bytes(data[: len(data) // 2])
 
 
-def test_truncated_shard_left_by_hand_is_detected_not_read(interrupted_then_resumed, tmp_path):
-    embeddings = interrupted_then_resumed["workdir"] / EMBEDDINGS
+def test_truncated_shard_left_by_hand_is_detected_not_read(interrupted_smoke_run, tmp_path):
+    embeddings = interrupted_smoke_run["workdir"] / EMBEDDINGS
     copies = []
     for shard in range(N_SHARDS):
         copy = tmp_path / f"shard_{shard}.h5"
@@ -95,8 +90,8 @@ def test_truncated_shard_left_by_hand_is_detected_not_read(interrupted_then_resu
     assert not (tmp_path / "manifest.json").exists()
 
 
-def test_hdf5_without_completion_marker_is_detected_not_read(interrupted_then_resumed, tmp_path):
-    reference = interrupted_then_resumed["workdir"] / EMBEDDINGS / "layers" / "layer_01.h5"
+def test_hdf5_without_completion_marker_is_detected_not_read(interrupted_smoke_run, tmp_path):
+    reference = interrupted_smoke_run["workdir"] / EMBEDDINGS / "layers" / "layer_01.h5"
     unmarked = tmp_path / "layers" / "layer_01.h5"
     unmarked.parent.mkdir()
     unmarked.write_bytes(reference.read_bytes())
@@ -111,8 +106,8 @@ def test_hdf5_without_completion_marker_is_detected_not_read(interrupted_then_re
         read_layer(unmarked)
 
 
-def test_truncated_shard_in_a_run_stops_the_manifest_naming_the_file(interrupted_then_resumed, tmp_path):
-    run = interrupted_then_resumed
+def test_truncated_shard_in_a_run_stops_the_manifest_naming_the_file(interrupted_smoke_run, tmp_path):
+    run = interrupted_smoke_run
     workdir = tmp_path / "copy"
     shutil.copytree(run["workdir"], workdir, symlinks=True)  # the shared run stays intact for other tests
     shard = Path(EMBEDDINGS) / "shards" / "shard_2.h5"

@@ -9,14 +9,14 @@ import pandas as pd
 import pytest
 
 from conftest import run_snakemake, write_config
-from workflow_runs import audited_smoke_run, smoke_config, smoke_output
+from workflow_runs import smoke_config, smoke_output
 
 pytestmark = pytest.mark.slow
 
 
-def test_truncation_losses_are_counted_and_shown_in_tables_reports_and_the_runs_output(tmp_path_factory):
+def test_truncation_losses_are_counted_and_shown_in_tables_reports_and_the_runs_output(smoke_run):
     """The smoke config cuts tiny-gpt2's longest sentences (``max_length: 88``): the shared smoke run shows the losses."""
-    workdir = audited_smoke_run(tmp_path_factory)
+    workdir = smoke_run
     losses = json.loads((workdir / "results/embeddings/sts/tiny-gpt2/losses.json").read_text())
     lost = losses["indexed_occurrences_lost"]
     assert losses["sentences_truncated"] > 0 and lost["truncated"] > 0 and losses["sentences_skipped"] == 0

@@ -12,79 +12,81 @@ import pytest
 import yaml
 
 from conftest import job_counts, run_snakemake, write_config
-from workflow_runs import audited_smoke_run, failure, smoke_config
+from workflow_runs import failure, smoke_config
 
 LAYERS = {"tiny-bert": 3, "tiny-gpt2": 4}  # the smoke models' layers, input layer included
 
 
-def _planned(tmp_path_factory, tmp_path, config: dict) -> dict[str, int]:
-    workdir = audited_smoke_run(tmp_path_factory)
+def _planned(workdir, tmp_path, config: dict) -> dict[str, int]:
     result = run_snakemake(workdir, "-n", "--cores", "1", configfile=write_config(tmp_path / "edited.yaml", config))
     assert result.returncode == 0, failure(result)
     return {rule: count for rule, count in job_counts(result.stdout).items() if rule != "total"}
 
 
 @pytest.mark.slow
-def test_the_finished_smoke_run_plans_nothing(tmp_path_factory, tmp_path):
-    assert _planned(tmp_path_factory, tmp_path, smoke_config()) == {}
+def test_the_finished_smoke_run_plans_nothing(smoke_run, tmp_path):
+    assert _planned(smoke_run, tmp_path, smoke_config()) == {}
 
 
 @pytest.mark.slow
-def test_reordered_metrics_keys_and_top_k_words_rerun_no_layer_measurement(tmp_path_factory, tmp_path):
+def test_reordered_metrics_keys_and_top_k_words_rerun_no_layer_measurement(smoke_run, tmp_path):
     """The metrics section was passed whole: the same keys in another order, or a new top_k_words (which only
     the combining step reads), reran every layer of every model."""
     config = smoke_config()
     metrics = dict(reversed(list({**config["metrics"], "postprocess": ["abtt", "standardize", "none"]}.items())))
     config["metrics"] = {**metrics, "top_k_words": 5}
-    planned = _planned(tmp_path_factory, tmp_path, config)
+    planned = _planned(smoke_run, tmp_path, config)
     assert "measure_layer" not in planned, planned
     assert planned["combine_layers"] == 2, planned  # the context-specific words, and what is drawn from them
 
 
 @pytest.mark.slow
-def test_a_new_label_redraws_the_reports_only(tmp_path_factory, tmp_path):
+def test_a_new_label_redraws_the_reports_only(smoke_run, tmp_path):
+    """A model's label, or the paper model it stands for, is no job's input but the reporting rules'."""
     config = smoke_config()
     config["models"]["tiny-gpt2"]["label"] = "renamed GPT-2"
-    planned = _planned(tmp_path_factory, tmp_path, config)
-    assert set(planned) <= {"figures", "model_figures", "senses_figures", "summary", "table1", "all"}, planned
+    config["models"]["tiny-bert"]["label"] = "a renamed tiny BERT"
+    config["models"]["tiny-gpt2"]["stands_for"] = None
+    planned = _planned(smoke_run, tmp_path, config)
+    assert set(planned) == {"figures", "model_figures", "senses_figures", "summary", "table1", "all"}, planned
     assert planned["figures"] == planned["summary"] == planned["table1"] == 1, planned
 
 
 @pytest.mark.slow
-def test_a_measurement_setting_reruns_every_layer_and_nothing_upstream(tmp_path_factory, tmp_path):
+def test_a_measurement_setting_reruns_every_layer_and_nothing_upstream(smoke_run, tmp_path):
     config = copy.deepcopy(smoke_config())
     config["metrics"]["bootstrap_resamples"] = 50
-    planned = _planned(tmp_path_factory, tmp_path, config)
+    planned = _planned(smoke_run, tmp_path, config)
     assert planned.get("measure_layer") == sum(LAYERS.values()), planned
     assert not {"extract", "plan", "materialise_model", "words", "corpus"} & set(planned), planned
 
 
 @pytest.mark.slow
-def test_a_pooling_change_re_extracts_that_model_only(tmp_path_factory, tmp_path):
+def test_a_pooling_change_re_extracts_that_model_only(smoke_run, tmp_path):
     config = smoke_config()
     config["models"]["tiny-gpt2"]["pooling"] = "mean"
-    planned = _planned(tmp_path_factory, tmp_path, config)
+    planned = _planned(smoke_run, tmp_path, config)
     assert planned["extract"] == 4 and planned["measure_layer"] == LAYERS["tiny-gpt2"], planned
     assert not {"materialise_model", "download_model", "plan", "words"} & set(planned), planned
     assert yaml.safe_dump(config)  # the edited config is a valid one
 
 
 @pytest.mark.slow
-def test_settings_that_do_not_change_the_vectors_re_extract_nothing(tmp_path_factory, tmp_path):
+def test_settings_that_do_not_change_the_vectors_re_extract_nothing(smoke_run, tmp_path):
     """max_batch_tokens, device and batch_size say how a shard job runs, not what it stores (issue 35: lowering
     max_batch_tokens after one shard ran out of memory re-extracted every finished shard)."""
     config = copy.deepcopy(smoke_config())
     config["extraction"] |= {"max_batch_tokens": 64, "device": "auto"}
-    assert _planned(tmp_path_factory, tmp_path, config) == {}
+    assert _planned(smoke_run, tmp_path, config) == {}
 
 
 @pytest.mark.slow
-def test_a_batch_size_re_extracts_the_shards_it_cuts_and_no_single_shard(tmp_path_factory, tmp_path):
+def test_a_batch_size_re_extracts_the_shards_it_cuts_and_no_single_shard(smoke_run, tmp_path):
     """Shards are cut between windows of 4 x batch_size sentences, so a new batch size re-extracts a model's shards
     (tiny-gpt2's 4, of the corpus and of the usages: 8 jobs of rule extract); tiny-bert's one shard holds every sentence whatever it is."""
     config = copy.deepcopy(smoke_config())
     config["extraction"]["batch_size"] = 5
-    planned = _planned(tmp_path_factory, tmp_path, config)
+    planned = _planned(smoke_run, tmp_path, config)
     assert planned.get("extract") == 8, planned
     assert not {"materialise_model", "download_model", "plan", "words"} & set(planned), planned
 

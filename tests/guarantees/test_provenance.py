@@ -26,7 +26,7 @@ from conftest import measure_settings, run_snakemake
 from contextuality.measure.layer_job import measure_layer
 from contextuality.store.files import StoreError
 from contextuality.store.reader import read_layer, read_manifest
-from workflow_runs import audited_smoke_run, failure, smoke_config_path
+from workflow_runs import failure, smoke_config_path
 
 pytestmark = pytest.mark.slow
 
@@ -36,16 +36,11 @@ METRICS_TARGET = f"results/metrics/sts/{MODEL}/layers.csv"
 MANIFEST_LOG = Path("logs") / "manifest" / "sts" / f"{MODEL}.log"
 
 
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory) -> Path:
-    return audited_smoke_run(tmp_path_factory)
-
-
 @pytest.fixture
-def scratch(smoke, tmp_path) -> Path:
+def scratch(smoke_run, tmp_path) -> Path:
     """A copy of the finished smoke run (times kept) that a test may change."""
     workdir = tmp_path / "run"
-    shutil.copytree(smoke, workdir, symlinks=True)
+    shutil.copytree(smoke_run, workdir, symlinks=True)
     return workdir
 
 
@@ -181,10 +176,10 @@ def test_the_classic_export_checks_its_layer_files_against_the_manifest(scratch,
     assert not (tmp_path / "classic.h5").exists()
 
 
-def test_the_manifest_wants_shards_0_to_n_minus_1_of_n(smoke, tmp_path):
+def test_the_manifest_wants_shards_0_to_n_minus_1_of_n(smoke_run, tmp_path):
     from contextuality.store.views import write_manifest
 
-    embeddings = smoke / EMBEDDINGS
+    embeddings = smoke_run / EMBEDDINGS
     recorded = read_manifest(embeddings / "manifest.json")["provenance"]
     shards = [embeddings / "shards" / f"shard_{shard}.h5" for shard in (0, 1, 1, 3)]  # shard 1 standing as shard 2
     with pytest.raises(StoreError, match=r"shard_1\.h5: records shard 1 of 4, but it stands as shard 2 of the 4 shard files given"):

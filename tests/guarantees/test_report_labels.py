@@ -16,7 +16,7 @@ from jinja2 import Environment
 from conftest import PROJECT, job_counts, run_snakemake, write_config
 from contextuality.report import figures
 from contextuality.report.summary import summary_table
-from workflow_runs import audited_smoke_run, failure, smoke_config, smoke_config_path
+from workflow_runs import failure, smoke_config
 
 SCRIPT = "<script>alert(1)</script>"
 SECRET = "INCLUDED-FILE-CONTENT-5c1e"
@@ -108,10 +108,9 @@ def test_figures_draw_a_label_with_dollars_and_backslashes_as_text(tmp_path):
 
 
 @pytest.mark.slow
-def test_report_html_shows_hostile_labels_as_text(tmp_path_factory, tmp_path):
-    smoke = audited_smoke_run(tmp_path_factory)
+def test_report_html_shows_hostile_labels_as_text(smoke_run, tmp_path):
     workdir = tmp_path / "run"
-    shutil.copytree(smoke, workdir, symlinks=True)
+    shutil.copytree(smoke_run, workdir, symlinks=True)
     secret = tmp_path / "secret.txt"
     secret.write_text(SECRET)
     config = smoke_config()

@@ -7,7 +7,12 @@ import pandas as pd
 import pytest
 
 from contextuality.senses.clusters import (
-    batched_cluster_index, cluster_contrast, cluster_index, gaussian_null_p, matched_mono_poly, word_cluster_index,
+    batched_cluster_index,
+    cluster_contrast,
+    cluster_index,
+    gaussian_null_p,
+    matched_mono_poly,
+    word_cluster_index,
 )
 
 

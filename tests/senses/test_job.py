@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from contextuality.report.senses import FAILS, HOLDS, NA, sense_claims
 from contextuality.senses.job import sts_occurrences, token_ids_of, usage_row_numbers
 from contextuality.senses.rows import Rows
 from contextuality.senses.sts_measures import self_similarity_by_form, word_seed
-from contextuality.report.senses import FAILS, HOLDS, NA, sense_claims
 
 
 def test_self_similarity_by_form_is_the_brute_force_mean_over_ordered_pairs():

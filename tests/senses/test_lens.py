@@ -208,8 +208,8 @@ def test_b5_finds_the_row_of_the_token_that_follows():
     """B5 (issue 36): positions followed by token v hold e_v plus noise, and their own token is unrelated; the
     prediction centroid then ranks v's row first, B4's own-token centroid does not."""
     from contextuality.core.settings import SenseSettings
-    from contextuality.senses.rows import Rows
     from contextuality.senses.output_layer import _prediction_alignment
+    from contextuality.senses.rows import Rows
 
     rng = np.random.default_rng(3)
     head = hand_head(rng.normal(size=(200, 16)))

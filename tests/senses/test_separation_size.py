@@ -9,10 +9,9 @@ import pandas as pd
 import pytest
 from sklearn.metrics import balanced_accuracy_score, roc_auc_score
 from sklearn.model_selection import GroupKFold
+from test_separation import make_usages, word_key
 
 from contextuality.senses.separation import LENGTH_STRATA_CAP, SeparationDesign
-
-from test_separation import make_usages, word_key
 
 
 def shaped(n_words=60, seed=0, repeat=2, sense_sets_length=False):

@@ -88,7 +88,7 @@ def test_forms_get_their_majority_pos_its_purity_and_exact_senses(nlp, wordnet, 
 
 def exact_by_nltk(wordnet, lemma, pos):
     """Brute force: NLTK's lookup applies morphy, so keep the synsets that hold the lemma itself."""
-    return sum(lemma in {l.name().lower() for l in s.lemmas()} for s in wordnet.synsets(lemma, pos))
+    return sum(lemma in {lemma_.name().lower() for lemma_ in s.lemmas()} for s in wordnet.synsets(lemma, pos))
 
 
 def test_index_counts_are_the_synsets_of_exactly_the_lemma(wordnet, wordnet_root):

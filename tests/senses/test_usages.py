@@ -6,8 +6,14 @@ import pandas as pd
 import pytest
 
 from contextuality.corpus.words import word_table
-from contextuality.senses.usages import (PAIR_COLUMNS, USAGE_COLUMNS, UsageError, build_usages, check_targets,
-                                        write_senses_corpus)
+from contextuality.senses.usages import (
+    PAIR_COLUMNS,
+    USAGE_COLUMNS,
+    UsageError,
+    build_usages,
+    check_targets,
+    write_senses_corpus,
+)
 
 
 @dataclass

@@ -102,8 +102,8 @@ def test_sense_inventory_bank(wordnet):
     bank = table.loc["bank"]
     assert (bank["n"], bank["lemma"], bank["pos"], bank["n_synsets_pos"], bank["n_tagged_senses"]) == (2, "bank", "n", 10, 4)
     assert bank["n_synsets"] == 18 and bank["polysemy"] == "poly"
-    counts = [wordnet.lemma_from_key(l.key()).count() for s in wordnet.synsets("bank", "n") for l in s.lemmas()
-              if l.name() == "bank"]
+    counts = [wordnet.lemma_from_key(lm.key()).count() for s in wordnet.synsets("bank", "n") for lm in s.lemmas()
+              if lm.name() == "bank"]
     p = pd.Series([c for c in counts if c > 0], dtype=float)
     p /= p.sum()
     assert bank["semcor_entropy"] == pytest.approx(float(-(p * __import__("numpy").log2(p)).sum()))

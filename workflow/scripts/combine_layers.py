@@ -2,9 +2,9 @@
 context-specific words."""
 from pathlib import Path
 
+from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.measure.combine import combine_layers, measured_on
 from contextuality.measure.layer_result import read_layer_results
-from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.store.files import StoreError
 
 setup_job_logging(snakemake.log[0])

@@ -1,5 +1,4 @@
 """Snakemake entry point: one model's download settings -> resources/models/{model}/download.tar (what its source needs)."""
-from pathlib import Path
 
 from contextuality.core.archive import folder_of, pack
 from contextuality.core.runtime import expected_errors, setup_job_logging

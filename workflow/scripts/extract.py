@@ -1,8 +1,8 @@
 """Snakemake entry point: one shard of a model's planned sentences -> shard HDF5 (every layer's vectors)."""
 from pathlib import Path
 
-from contextuality.core.diskspace import DiskSpaceError
 from contextuality.core.archive import unpacked
+from contextuality.core.diskspace import DiskSpaceError
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.core.settings import Settings
 from contextuality.extraction.devices import DeviceError

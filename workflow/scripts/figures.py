@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from contextuality.report.figures import plot_all
 from contextuality.core.runtime import setup_job_logging
+from contextuality.report.figures import plot_all
 from contextuality.report.inert import from_inert_json
 
 setup_job_logging(snakemake.log[0])

@@ -1,11 +1,11 @@
 """Snakemake entry point: one layer of one model -> its record, its words table and its PC vectors."""
 from pathlib import Path
 
+from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.core.settings import MeasureSettings, from_params
 from contextuality.measure.layer_job import OccurrenceIndex, measure_layer, read_units
 from contextuality.measure.layer_result import write_layer_results
 from contextuality.measure.streaming import sweep_stale_spills
-from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.store.files import StoreError
 from contextuality.store.reader import read_manifest
 

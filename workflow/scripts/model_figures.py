@@ -1,8 +1,8 @@
 """Snakemake entry point: one model's tables -> its geometry dashboard and rogue-dimension figures."""
 import pandas as pd
 
-from contextuality.report.figures import plot_geometry_dashboard, plot_rogue_dimensions
 from contextuality.core.runtime import setup_job_logging
+from contextuality.report.figures import plot_geometry_dashboard, plot_rogue_dimensions
 from contextuality.report.inert import from_inert_json
 
 setup_job_logging(snakemake.log[0])

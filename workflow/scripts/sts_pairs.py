@@ -1,8 +1,8 @@
 """Snakemake entry point: bundled STS release files -> scored pairs (JSON lines)."""
 from pathlib import Path
 
-from contextuality.corpus.sts import CorpusError, write_bundled_pairs
 from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.corpus.sts import CorpusError, write_bundled_pairs
 
 setup_job_logging(snakemake.log[0])
 with expected_errors(CorpusError):

@@ -5,12 +5,12 @@ from pathlib import Path
 import pandas as pd
 
 from contextuality.core.atomic import atomic_path
-from contextuality.report.claims import claims_report
-from contextuality.report.losses import losses_frame
-from contextuality.report.summary import summary_table
 from contextuality.core.runtime import setup_job_logging
+from contextuality.report.claims import claims_report
 from contextuality.report.inert import from_inert_json
+from contextuality.report.losses import losses_frame
 from contextuality.report.senses import sense_claims, sense_claims_section, sensitivity
+from contextuality.report.summary import summary_table
 
 setup_job_logging(snakemake.log[0])
 models = snakemake.params.models

@@ -181,7 +181,8 @@ _REGEXES = {name: _regex(pattern) for name, pattern in PATTERNS.items()}
 
 def _folders(wildcard: str) -> list[str]:
     """The folders (as patterns, ``results/metrics/{corpus}/``) whose every child folder is one ``wildcard``'s."""
-    return sorted({pattern.split("{%s}" % wildcard)[0] for pattern in PATTERNS.values() if "{%s}" % wildcard in pattern})
+    braced = "{" + wildcard + "}"
+    return sorted({pattern.split(braced)[0] for pattern in PATTERNS.values() if braced in pattern})
 
 
 def _prefix(folder: str) -> re.Pattern:

@@ -214,7 +214,7 @@ def read_dataset(path: str | None, dataset: str | None, revision: str | None, sp
             raise CorpusError(f"corpus.dataset {dataset!r} at revision {revision}: {type(err).__name__}: "
                               f"{reason.rstrip('.')}; without network, fill the Hugging Face cache on a machine that "
                               f"can reach the hub (hf download {dataset} --repo-type dataset --revision {revision}) "
-                              "or give corpus.path a local dataset folder")  # fmt: skip
+                              "or give corpus.path a local dataset folder") from err  # fmt: skip
         name = f"{dataset}@{revision}"
     else:
         folder, name = Path(path), str(path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import pandas as pd
@@ -47,7 +47,7 @@ def english_tokenizer():
     return spacy.blank("en").tokenizer
 
 
-@lru_cache(maxsize=None)  # called once per stored unit: a few hundred thousand times per model
+@cache  # called once per stored unit: a few hundred thousand times per model
 def is_punct(text: str) -> bool:
     """The lexeme flag the paper's code used (``nlp.vocab[token].is_punct``)."""
     return bool(english_tokenizer().vocab[text].is_punct)

@@ -181,20 +181,20 @@ def _measure(rows: LayerRows, data: SampledLayer, index: OccurrenceIndex, settin
         geometry_rows = np.arange(n) if drawn is None else drawn
     G = np.empty((len(geometry_rows), d), dtype=data.stored_dtype)
     first = rows.first_rows(SHIFT_ROWS)
-    shift = _checked(lambda: layer_shift(first), rows, data, index, layer, first, 0)
+    shift = _checked(lambda: layer_shift(first), rows, data, index, layer, first, 0)  # noqa: F821  (called at once)
     tol = _tolerance(data, backend.to_host(first[:TOLERANCE_ROWS, :]))
     del first
     sums = LayerPassSums(int(np.count_nonzero(np.diff(offsets))), shift, work, rows.block_rows, rogue=settings.geometry)
     any_above, read_dtype = False, None
     for chunk in rows.passes(desc=f"layer {layer}: moments"):
-        _checked(lambda: sums.add(chunk.rows, chunk.offsets, chunk.first_row), rows, data, index, layer, chunk.rows,
+        _checked(lambda: sums.add(chunk.rows, chunk.offsets, chunk.first_row), rows, data, index, layer, chunk.rows,  # noqa: B023
                  chunk.first_row)  # fmt: skip
         rows.keep(chunk)
         gather(z_rows, chunk, Z)
         gather(geometry_rows, chunk, G)
         read_dtype = chunk.rows.dtype
         if settings.geometry and not any_above:  # the same test in any dtype that holds the values
-            any_above = largest_magnitude(lambda: [(chunk.first_row, chunk.rows)], chunk.rows.dtype)
+            any_above = largest_magnitude(lambda: [(chunk.first_row, chunk.rows)], chunk.rows.dtype)  # noqa: B023
     passed = sums.result()
     transforms = _transforms(passed, settings)
     cosine_sums = CosinePassSums(passed.n_sentences, d, transforms[1:], work, rows.block_rows)

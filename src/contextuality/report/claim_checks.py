@@ -8,8 +8,8 @@ contextuality.paper.CLAIMS; the checks of Table 1's claims (A9a-d) are in ``repo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pandas as pd

@@ -10,7 +10,7 @@ has another depth, layer ranges are mapped by relative depth and the report says
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd

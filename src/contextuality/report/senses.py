@@ -51,7 +51,7 @@ def sense_figures(tables: dict[str, pd.DataFrame], labels: dict[str, str], outpu
         fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.8), squeeze=False, layout="constrained")
         for ax, (model, table) in zip(axes[0], drawn.items()):
             depth = max(int(table["layer"].max()), 1)
-            scale = (lambda s: s.index / depth) if x_axis == "relative_depth" else (lambda s: s.index)
+            scale = (lambda s, depth=depth: s.index / depth) if x_axis == "relative_depth" else (lambda s: s.index)
             drawers[name](ax, table, scale)
             legend_below(ax, fontsize=8, ncol=1)
             ax.set_title(plain_text(labels.get(model, model)))
@@ -86,7 +86,6 @@ def _draw_separation(ax, table: pd.DataFrame, scale) -> None:
 def _draw_baselines(ax, table: pd.DataFrame, scale) -> None:
     """W3a at its real size (centred): the cosine AUROC, within strata of the length difference, the shape-only and
     cosine + shape AUROCs held out by lemma, and the held-out balanced accuracy, each with its 95% interval."""
-    drawn = False
     for measure, label, style, band in (("auroc_same_sense", "cosine AUROC", "-", True),
                                         ("auroc_stratified", "cosine AUROC within |ΔL| strata", "-", False),
                                         ("auroc_cosine_shape", "cosine + shape AUROC (held out)", "-", False),
@@ -95,7 +94,6 @@ def _draw_baselines(ax, table: pd.DataFrame, scale) -> None:
         value = _series(table, measure, "centred")
         if not value.notna().any():
             continue
-        drawn = True
         line = ax.plot(scale(value), value, style, marker="o" if style == "-" else None, ms=3, label=label)[0]
         if band:  # the intervals of the three that answer the question: the cosine, the shape, the accuracy
             low, high = _series(table, measure, "centred", "ci_low"), _series(table, measure, "centred", "ci_high")
@@ -282,7 +280,7 @@ def _w3a(table, t):
     passing = list(ok[ok].index)
     best = int(upper["value"].idxmax())
     row = lambda name: _rows(table, name).loc[best]  # noqa: E731
-    same_token, knn, acc = row("auroc_same_token"), row("knn_accuracy"), row("heldout_balanced_accuracy")
+    knn, acc = row("knn_accuracy"), row("heldout_balanced_accuracy")
     control = auroc["value"].iloc[0]
     control_token = _rows(table, "auroc_same_token")["value"].iloc[0]
     chance, ceiling = row("knn_chance")["value"], row("knn_ceiling")["value"]

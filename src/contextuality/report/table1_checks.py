@@ -3,7 +3,7 @@ shows (every static baseline, each model's layers 1, 2, L-1 and L), and the scor
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd

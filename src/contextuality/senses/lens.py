@@ -11,7 +11,7 @@ batches of rows and ranks inside each batch, so memory stays at ``batch_rows``×
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 

@@ -32,9 +32,9 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
