@@ -66,8 +66,10 @@ def stand_in_forward(loaded, plan, batch_size: int, device: str, dtype):
     width = int(np.diff(plan.token_offsets).max())
     dim = loaded.model.config.hidden_size
     generator = torch.Generator().manual_seed(0)
-    buffers = [torch.randn(batch_size * width * dim, generator=generator).to(device=device, dtype=dtype)
-               for _ in range(loaded.n_layers)]
+    buffers = [
+        torch.randn(batch_size * width * dim, generator=generator).to(device=device, dtype=dtype)
+        for _ in range(loaded.n_layers)
+    ]
 
     def forward(ids, mask):
         size = ids.shape[0] * ids.shape[1] * dim
@@ -82,10 +84,17 @@ def main() -> None:
     parser.add_argument("--config", default="config/config.yaml")
     parser.add_argument("--sentences", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--max-batch-tokens", type=int,
-                        help="padded tokens per forward pass at most (default: the model's max_batch_tokens in the config)")
-    parser.add_argument("--host-threads", type=int, default=1,
-                        help="torch threads in (d), where the selection and cast of rows stand for the device's work")
+    parser.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        help="padded tokens per forward pass at most (default: the model's max_batch_tokens in the config)",
+    )
+    parser.add_argument(
+        "--host-threads",
+        type=int,
+        default=1,
+        help="torch threads in (d), where the selection and cast of rows stand for the device's work",
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--compute-dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--storage-dtype", default="float16", choices=["float16", "float32"])
@@ -103,15 +112,28 @@ def main() -> None:
     max_batch_tokens = args.max_batch_tokens or model.max_batch_tokens
     root = args.model_dir or Path(layout.path(layout.MODEL_ROOT, model=args.model))
     record = json.loads((root / "source.json").read_text())
-    loaded = loading.load(record, root / "model", args.device, args.compute_dtype, max_length=model.max_length,
-                          allow_pickle=model.build.allow_pickle)
+    loaded = loading.load(
+        record,
+        root / "model",
+        args.device,
+        args.compute_dtype,
+        max_length=model.max_length,
+        allow_pickle=model.build.allow_pickle,
+    )
     sentences = pd.read_parquet(layout.SENTENCES, columns=["sentence_id", "text"]).iloc[: args.sentences]
     words = pd.read_parquet(layout.SPACY_WORDS)
     words = words[words["sentence_id"].isin(sentences["sentence_id"])]
     indexing, pooling, tokenization = model.indexing, model.pooling, model.tokenization
     is_punct("warm-up")  # one-time spaCy start (about 1 s), like the model load: not part of any rate
-    options = dict(pooling=pooling, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
-                   storage_dtype=args.storage_dtype, device=args.device, disk_factor=1.0, attrs={})
+    options = dict(
+        pooling=pooling,
+        batch_size=batch_size,
+        max_batch_tokens=max_batch_tokens,
+        storage_dtype=args.storage_dtype,
+        device=args.device,
+        disk_factor=1.0,
+        attrs={},
+    )
 
     def forward_only(plan) -> float:
         """Seconds of (b): the pipeline's forward passes (same windows, same batches), nothing stored."""
@@ -121,15 +143,18 @@ def main() -> None:
         started = time.perf_counter()
         for first in range(0, len(plan.sentence_ids), window):
             last = min(first + window, len(plan.sentence_ids))
-            for _, ids, mask in extract.padded_batches(plan, first, last, batch_size, loaded.tokenizer, max_batch_tokens):
+            for _, ids, mask in extract.padded_batches(
+                plan, first, last, batch_size, loaded.tokenizer, max_batch_tokens
+            ):
                 with torch.inference_mode():
                     forward(torch.from_numpy(ids).to(args.device), torch.from_numpy(mask).to(args.device))
         synchronize(args.device)
         return time.perf_counter() - started
 
     # (w) the warm-up: (b) once, on the cold process
-    warm_up_s = forward_only(plan_model(loaded, sentences, words, indexing=indexing, tokenization=tokenization,
-                                        policy=policy))
+    warm_up_s = forward_only(
+        plan_model(loaded, sentences, words, indexing=indexing, tokenization=tokenization, policy=policy)
+    )
 
     def pipeline():
         """(a), end to end for one shard: the plan, then the extraction; (plan, seconds, of which the plan's)."""
@@ -144,7 +169,7 @@ def main() -> None:
     # (a) and (b) in the order a b, b a, a b, ...: a machine whose speed drifts slows both alike
     runs = {"a": [], "b": [], "plan": []}
     for repeat in range(args.repeats):
-        for step in ("ab" if repeat % 2 == 0 else "ba"):
+        for step in "ab" if repeat % 2 == 0 else "ba":
             if step == "a":
                 plan, seconds, plan_s = pipeline()
                 runs["a"].append(seconds)
@@ -167,13 +192,20 @@ def main() -> None:
         synchronize(args.device)
         torch.set_num_threads(args.host_threads)
         started = time.perf_counter()
-        extract.extract_shard(loaded, read_plan(tmp / "tokens.parquet", tmp / "units.parquet"), tmp / "shard.h5",
-                              forward=stand_in, **options)
+        extract.extract_shard(
+            loaded,
+            read_plan(tmp / "tokens.parquet", tmp / "units.parquet"),
+            tmp / "shard.h5",
+            forward=stand_in,
+            **options,
+        )
         host_s = time.perf_counter() - started
         torch.set_num_threads(args.threads)
 
     # (e) the same bytes written raw: one contiguous dataset per layer, no chunks, no checksums
-    block = np.random.default_rng(0).standard_normal((n_units, loaded.model.config.hidden_size)).astype(args.storage_dtype)
+    block = (
+        np.random.default_rng(0).standard_normal((n_units, loaded.model.config.hidden_size)).astype(args.storage_dtype)
+    )
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         with h5py.File(Path(tmp) / "raw.h5", "w") as out:
@@ -201,30 +233,51 @@ def main() -> None:
                 encoding = loaded.tokenizer(text, return_tensors="pt").to(args.device)
                 with torch.no_grad():
                     output = loaded.model(**encoding, output_hidden_states=True)
-                out.create_dataset(str(i), data=np.stack([layer[0].float().cpu().numpy() for layer in output.hidden_states]))
+                out.create_dataset(
+                    str(i), data=np.stack([layer[0].float().cpu().numpy() for layer in output.hidden_states])
+                )
             naive_s = time.perf_counter() - started
 
-    rate = {"a": n_tokens / pipeline_s, "b": n_tokens / ceiling_s, "c": naive_tokens / naive_s if naive_tokens else float("nan"),
-            "d": n_tokens / host_s, "e": n_tokens / write_s, "f": n_tokens / plain_s, "p": n_tokens / plan_job_s,
-            "p+d": n_tokens / (plan_job_s + host_s)}
-    print(f"model {args.model}, {len(sentences)} sentences, {n_tokens} tokens, {n_units} stored units, "
-          f"{loaded.n_layers} layers x {loaded.model.config.hidden_size}, batch size {batch_size}, "
-          f"max batch tokens {max_batch_tokens}, device {args.device}, "
-          f"compute {args.compute_dtype}, storage {args.storage_dtype}, {args.threads} threads")
+    rate = {
+        "a": n_tokens / pipeline_s,
+        "b": n_tokens / ceiling_s,
+        "c": naive_tokens / naive_s if naive_tokens else float("nan"),
+        "d": n_tokens / host_s,
+        "e": n_tokens / write_s,
+        "f": n_tokens / plain_s,
+        "p": n_tokens / plan_job_s,
+        "p+d": n_tokens / (plan_job_s + host_s),
+    }
+    print(
+        f"model {args.model}, {len(sentences)} sentences, {n_tokens} tokens, {n_units} stored units, "
+        f"{loaded.n_layers} layers x {loaded.model.config.hidden_size}, batch size {batch_size}, "
+        f"max batch tokens {max_batch_tokens}, device {args.device}, "
+        f"compute {args.compute_dtype}, storage {args.storage_dtype}, {args.threads} threads"
+    )
     each = {key: ", ".join(f"{seconds:.2f}" for seconds in runs[key]) for key in ("a", "b")}
-    print(f"(a) pipeline            {rate['a']:10.0f} tokens/s  ({pipeline_s:.2f} s, of which the plan {plan_s:.2f} s; "
-          f"the mean of {each['a']} s)")
-    print(f"(b) forward only        {rate['b']:10.0f} tokens/s  ({ceiling_s:.2f} s, the mean of {each['b']} s; (w), the same "
-          f"on the cold process: {warm_up_s:.2f} s)")
+    print(
+        f"(a) pipeline            {rate['a']:10.0f} tokens/s  ({pipeline_s:.2f} s, of which the plan {plan_s:.2f} s; "
+        f"the mean of {each['a']} s)"
+    )
+    print(
+        f"(b) forward only        {rate['b']:10.0f} tokens/s  ({ceiling_s:.2f} s, the mean of {each['b']} s; (w), the same "
+        f"on the cold process: {warm_up_s:.2f} s)"
+    )
     print(f"(c) naive, batch 1      {rate['c']:10.0f} tokens/s  ({naive_s:.2f} s on {len(naive)} sentences)")
-    print(f"(d) all but the model   {rate['d']:10.0f} tokens/s  ({host_s:.2f} s: the shard job, stand-in forward "
-          f"pass, {args.host_threads} torch thread(s))")
-    print(f"    the plan job          {rate['p']:10.0f} tokens/s  ({plan_job_s:.2f} s: once per model, before the shards)")
+    print(
+        f"(d) all but the model   {rate['d']:10.0f} tokens/s  ({host_s:.2f} s: the shard job, stand-in forward "
+        f"pass, {args.host_threads} torch thread(s))"
+    )
+    print(
+        f"    the plan job          {rate['p']:10.0f} tokens/s  ({plan_job_s:.2f} s: once per model, before the shards)"
+    )
     print(f"    plan job + shard job  {rate['p+d']:10.0f} tokens/s  (one shard, one after the other)")
     stored_mb = block.nbytes * loaded.n_layers / 1e6
     print(f"(e) raw h5py write      {rate['e']:10.0f} tokens/s  ({write_s:.2f} s, {stored_mb:.0f} MB)")
-    print(f"(f) plain writes (dd)   {rate['f']:10.0f} tokens/s  ({plain_s:.2f} s: {stored_mb / plain_s:.0f} MB/s; the store "
-          f"in (d): {stored_mb / host_s:.0f} MB/s)")
+    print(
+        f"(f) plain writes (dd)   {rate['f']:10.0f} tokens/s  ({plain_s:.2f} s: {stored_mb / plain_s:.0f} MB/s; the store "
+        f"in (d): {stored_mb / host_s:.0f} MB/s)"
+    )
     print(f"(a)/(b) = {rate['a'] / rate['b']:.2f}  (target >= 0.9)")
     print(f"(a)/(c) = {rate['a'] / rate['c']:.2f}")
     print(f"(d)     = {rate['d']:.0f} tokens/s  (target >= 100,000)")

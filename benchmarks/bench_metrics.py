@@ -70,7 +70,9 @@ PROJECT = Path(__file__).resolve().parents[1]
 BACKENDS = ("numpy", "torch")
 
 
-def make_synthetic_model(folder: Path, *, n_layers=7, n_sentences=25_000, mean_length=12, dim=384, n_words=5_000, seed=0):
+def make_synthetic_model(
+    folder: Path, *, n_layers=7, n_sentences=25_000, mean_length=12, dim=384, n_words=5_000, seed=0
+):
     """Write layer files and occurrences.parquet shaped like a small real model.
 
     Sentences have 4-20 units (mean about 12). About 80% of units are occurrences of words whose counts
@@ -188,8 +190,16 @@ def _measure_one(args):
     return result, time.process_time() - started
 
 
-def time_pipeline(paths: dict[int, Path], occurrences: pd.DataFrame, units: pd.DataFrame | None, out: Path, *,
-                  jobs: int, settings, backend: str = "numpy") -> tuple[float, list[float], list]:
+def time_pipeline(
+    paths: dict[int, Path],
+    occurrences: pd.DataFrame,
+    units: pd.DataFrame | None,
+    out: Path,
+    *,
+    jobs: int,
+    settings,
+    backend: str = "numpy",
+) -> tuple[float, list[float], list]:
     """Wall seconds of the measurement step (``jobs`` layers at once), each layer's CPU seconds (read and
     measures: its process's, one thread) and the layers' results, on ``backend`` (numpy: ``measure_layer``,
     the workflow's job; torch: ``measure_layer_torch``).
@@ -243,7 +253,9 @@ def measure_in_child(src: Path, folder: Path, metrics: dict) -> dict:
     done = subprocess.run([sys.executable, str(script), str(folder), "--metrics", json.dumps(metrics)], env=env,
                           stdout=subprocess.PIPE, text=True, check=False)  # fmt: skip
     if done.returncode:
-        raise RuntimeError(f"measure_layers.py failed with the package of {src} (exit {done.returncode}); its stderr is above")
+        raise RuntimeError(
+            f"measure_layers.py failed with the package of {src} (exit {done.returncode}); its stderr is above"
+        )
     found = json.loads(done.stdout.strip().splitlines()[-1])
     if Path(found["package"]) != (src / "contextuality").resolve():
         raise RuntimeError(f"the child imported contextuality from {found['package']}, not from {src}")
@@ -256,7 +268,7 @@ def time_against(folder: Path, metrics: dict, commit: str, scratch: Path, rounds
     sources = {"this checkout": PROJECT / "src", commit: export_source(commit, scratch / "against")}
     runs = {name: [] for name in sources}
     for number in range(rounds):
-        for name in (list(sources) if number % 2 == 0 else list(sources)[::-1]):
+        for name in list(sources) if number % 2 == 0 else list(sources)[::-1]:
             runs[name].append(measure_in_child(sources[name], folder, metrics)["layers"])
     return runs
 
@@ -272,7 +284,9 @@ def original_word(datasets: list, rows: list[int], n_pairs: int = 1000) -> None:
     flat = random.sample(range(n * (n - 1)), n_pairs) if n * (n - 1) > n_pairs else range(n * (n - 1))
     pairs = [(k // (n - 1), k % (n - 1) + (k % (n - 1) >= k // (n - 1))) for k in flat]
     for dataset in datasets:
-        similarities = [1 - cosine(dataset[rows[i]].astype(np.float32), dataset[rows[j]].astype(np.float32)) for i, j in pairs]
+        similarities = [
+            1 - cosine(dataset[rows[i]].astype(np.float32), dataset[rows[j]].astype(np.float32)) for i, j in pairs
+        ]
         np.nanmean(similarities)
     for dataset in datasets[1:]:
         embeddings = [dataset[row].astype(np.float32).tolist() for row in rows]
@@ -313,22 +327,34 @@ def time_original(paths: dict[int, Path], occurrences: pd.DataFrame, n_words: in
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--embeddings", type=Path, help="a model folder: results/embeddings/MODEL (layers/ and occurrences.parquet)")
+    source.add_argument(
+        "--embeddings", type=Path, help="a model folder: results/embeddings/MODEL (layers/ and occurrences.parquet)"
+    )
     source.add_argument("--synthetic", action="store_true", help="generate a realistic model in a temporary folder")
-    parser.add_argument("--synthetic-sentences", type=int, default=25_000, help="sentences of the synthetic model (about 12 rows each)")
+    parser.add_argument(
+        "--synthetic-sentences", type=int, default=25_000, help="sentences of the synthetic model (about 12 rows each)"
+    )
     parser.add_argument("--synthetic-layers", type=int, default=7, help="layers of the synthetic model")
     parser.add_argument("--original-words", type=int, default=40, help="words timed for (c) before extrapolating")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cold", action="store_true", help="evict the layer files from the page cache before (a) and (b)")
+    parser.add_argument(
+        "--cold", action="store_true", help="evict the layer files from the page cache before (a) and (b)"
+    )
     parser.add_argument("--reads", type=int, default=3, help="reads timed for (b) and (b'); their median is printed")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="layers measured at once in (a) (snakemake --cores)")
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count(), help="layers measured at once in (a) (snakemake --cores)"
+    )
     parser.add_argument("--backends", default=",".join(BACKENDS), help="(a) on these backends, comma-separated (numpy: "
                         "the workflow's job; torch: the same code on torch's CPU backend); the first one's (a) is the ratios'")  # fmt: skip
-    parser.add_argument("--repeats", type=int, default=1, help="(a) on each backend this often, alternating the order; means compared")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="(a) on each backend this often, alternating the order; means compared"
+    )
     parser.add_argument("--against-commit", metavar="COMMIT", help="also time this checkout's measure_layer against COMMIT's "
                         "(git archive of its src/), each in a fresh child, one thread, at least twice in the order a b b a")  # fmt: skip
     parser.add_argument("--no-geometry", action="store_true", help="leave the geometry panel out of (a)")
-    parser.add_argument("--postprocess", default="none,standardize,abtt", help="post-processing variants measured in (a)")
+    parser.add_argument(
+        "--postprocess", default="none,standardize,abtt", help="post-processing variants measured in (a)"
+    )
     parser.add_argument("--compute-dtype", default="float32", choices=["float32", "float64"])
     args = parser.parse_args(argv)
     backends = args.backends.split(",")
@@ -338,7 +364,11 @@ def main(argv=None) -> None:
         import torch  # here, before any worker is forked: no job's time includes importing torch
 
         torch.set_num_threads(1)
-    metrics = {"geometry": not args.no_geometry, "postprocess": args.postprocess.split(","), "compute_dtype": args.compute_dtype}
+    metrics = {
+        "geometry": not args.no_geometry,
+        "postprocess": args.postprocess.split(","),
+        "compute_dtype": args.compute_dtype,
+    }
     settings = load_settings({"models": {}, "seed": 0, "metrics": metrics}).metrics
 
     with tempfile.TemporaryDirectory(prefix="bench_metrics_") as scratch:
@@ -348,7 +378,9 @@ def main(argv=None) -> None:
             folder = scratch / "model"
             folder.mkdir()
             started = time.perf_counter()
-            make_synthetic_model(folder, n_layers=args.synthetic_layers, n_sentences=args.synthetic_sentences, seed=args.seed)
+            make_synthetic_model(
+                folder, n_layers=args.synthetic_layers, n_sentences=args.synthetic_sentences, seed=args.seed
+            )
             print(f"synthetic model written in {time.perf_counter() - started:.1f} s")
         paths = layer_files(folder)
         occurrences = pd.read_parquet(folder / "occurrences.parquet")
@@ -378,7 +410,7 @@ def main(argv=None) -> None:
             for backend in backends:
                 _measure_one((paths[min(paths)], min(paths), index, units, settings, backend))
         for repeat in range(args.repeats):
-            for backend in (backends if repeat % 2 == 0 else backends[::-1]):
+            for backend in backends if repeat % 2 == 0 else backends[::-1]:
                 if args.cold:
                     evict_from_page_cache(paths)
                 wall, cpu, results[backend] = time_pipeline(paths, occurrences, units, scratch / "metrics" / backend,
@@ -391,7 +423,11 @@ def main(argv=None) -> None:
         original = timed_words = all_words = None
         if args.original_words > 0:
             original, timed_words, all_words = time_original(paths, occurrences, args.original_words, args.seed)
-        against = time_against(folder, metrics, args.against_commit, scratch, max(2, args.repeats)) if args.against_commit else None
+        against = (
+            time_against(folder, metrics, args.against_commit, scratch, max(2, args.repeats))
+            if args.against_commit
+            else None
+        )
 
     spread = lambda times: ", ".join(f"{t:.2f}" for t in times)  # noqa: E731
     mean_wall = {b: float(np.mean(walls[b])) for b in backends}
@@ -399,17 +435,25 @@ def main(argv=None) -> None:
     what = (f"geometry {'on' if settings.measure.geometry else 'off'}, postprocess {','.join(settings.measure.postprocess)}, "
             f"{settings.measure.compute_dtype}")  # fmt: skip
     for backend in backends:
-        label = {"numpy": "(a) measurement step, all layers:    ", "torch": "(a) on torch's CPU backend:          "}[backend]
+        label = {"numpy": "(a) measurement step, all layers:    ", "torch": "(a) on torch's CPU backend:          "}[
+            backend
+        ]
         print(f"{label} {mean_wall[backend]:9.2f} s  ({args.jobs} at once; {layer_cpu[backend].sum():.2f} CPU s "
               f"{'in measure_layer' if backend == 'numpy' else 'in the read and measure_rows on torch.from_numpy'}; "
               f"{what}{'; the mean of ' + spread(walls[backend]) if args.repeats > 1 else ''})")  # fmt: skip
     pipeline = mean_wall[backends[0]]
-    print(f"(b) sequential read of layer files:   {read:9.2f} s  (median of {spread(reads)}; "
-          f"{'cold: evicted from the page cache first' if args.cold else 'warm page cache'})")
-    print(f"(b') the same read into {args.compute_dtype}:   {read_converted:9.2f} s  (median of {spread(reads_converted)}; every "
-          f"{args.compute_dtype} measure converts each stored value once; numpy converts float16 at about 3 ns a value)")
-    print(f"(f) the products alone:               {products:9.2f} s  ({args.jobs} at once; {products_cpu:.2f} CPU s: each layer "
-          f"read into {args.compute_dtype}, its X^T X and every word's Gram or scatter matrix; nothing else)")
+    print(
+        f"(b) sequential read of layer files:   {read:9.2f} s  (median of {spread(reads)}; "
+        f"{'cold: evicted from the page cache first' if args.cold else 'warm page cache'})"
+    )
+    print(
+        f"(b') the same read into {args.compute_dtype}:   {read_converted:9.2f} s  (median of {spread(reads_converted)}; every "
+        f"{args.compute_dtype} measure converts each stored value once; numpy converts float16 at about 3 ns a value)"
+    )
+    print(
+        f"(f) the products alone:               {products:9.2f} s  ({args.jobs} at once; {products_cpu:.2f} CPU s: each layer "
+        f"read into {args.compute_dtype}, its X^T X and every word's Gram or scatter matrix; nothing else)"
+    )
     if len(backends) > 1:
         print("per layer, CPU s (read and measures, one thread): "
               + "; ".join(f"{layer}: numpy {n:.2f}, torch {t:.2f}" for layer, n, t in
@@ -423,7 +467,9 @@ def main(argv=None) -> None:
     print(f"(f)/(b) = {products / read:.2f}  (what the BLAS products of the exact measures alone cost, in reads)")
     print(f"(a)/(f) = {pipeline / products:.2f}")
     if original is not None:
-        print(f"(c) original per-word loops:          {original:9.2f} s  (extrapolated from {timed_words} of {all_words} words, stratified by count)")
+        print(
+            f"(c) original per-word loops:          {original:9.2f} s  (extrapolated from {timed_words} of {all_words} words, stratified by count)"
+        )
         print(f"(c)/(a) = {original / pipeline:.1f}  (target >= 50)")
     if against is not None:
         this, other = against["this checkout"], against[args.against_commit]

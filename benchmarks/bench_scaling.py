@@ -182,7 +182,7 @@ def write_store(folder: Path, n_rows: int, d: int, *, seed: int = 0, n_shards: i
     written = write_manifest(shards, units, manifest, model="synthetic")
     layer = folder / layout.path(layout.LAYER_IN_EMBEDDINGS, layer=1)
     write_layer_file(shards, 1, layer, written, manifest)
-    sizes = counts[: n_types][counts[: n_types] >= MIN_OCCURRENCES]
+    sizes = counts[:n_types][counts[:n_types] >= MIN_OCCURRENCES]
     return Store(folder, layer, manifest, units, occurrences, n_rows, d, len(lengths), np.sort(sizes)[::-1])
 
 
@@ -287,7 +287,9 @@ def run_case(root: Path, d: int, n_rows: int, budget_mb: int, *, seed: int, full
     started = time.perf_counter()
     store = write_store(folder, n_rows, d, seed=seed)
     written = time.perf_counter() - started
-    log.info("%d x %d written in %.1f s (%d words, %d sentences)", n_rows, d, written, len(store.sizes), store.n_sentences)
+    log.info(
+        "%d x %d written in %.1f s (%d words, %d sentences)", n_rows, d, written, len(store.sizes), store.n_sentences
+    )
     try:
         paper = measure_in_child(store, budget_mb, full=False)
         default = measure_in_child(store, budget_mb, full=True) if full else None
@@ -343,14 +345,18 @@ def summary(table: pd.DataFrame, grid: dict, budget_mb: int) -> list[str]:
         a, f = fitted_exponent(by_d["d"], by_d["a_s"]), fitted_exponent(by_d["d"], by_d["f_s"])
         lines.append(f"time ~ d^{a:.2f} at N = {grid['base_N']} ((f): d^{f:.2f})")
     peak = np.fmax(table["peak_MB"], table["a'_peak_MB"]).max() / budget_mb
-    lines.append(f"peak RSS / budget: max {peak:.2f} over (a) and (a'); target <= 1.1: {'met' if peak <= 1.1 else 'MISSED'}")
+    lines.append(
+        f"peak RSS / budget: max {peak:.2f} over (a) and (a'); target <= 1.1: {'met' if peak <= 1.1 else 'MISSED'}"
+    )
     worst = table["a/f"].max()
     lines.append(f"(a)/(f): max {worst:.2f} (paper's measures); target <= 2: {'met' if worst <= 2 else 'MISSED'}")
     if table["a'/f"].notna().any():
         worst_default = table["a'/f"].max()
         lines.append(f"(a')/(f): max {worst_default:.2f} (default settings; no target)")
     flagged = table[table["flags"] != "-"]
-    lines.append("flagged: " + ("none" if flagged.empty else "; ".join(f"{r.d}x{r.N} {r.flags}" for r in flagged.itertuples())))
+    lines.append(
+        "flagged: " + ("none" if flagged.empty else "; ".join(f"{r.d}x{r.N} {r.flags}" for r in flagged.itertuples()))
+    )
     return lines
 
 
@@ -360,10 +366,18 @@ COLUMNS = ["d", "N", "words", "mode", "a_s", "f_s", "a/f", "a'_s", "a'/f", "peak
 
 def main(argv=None) -> pd.DataFrame:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small sizes (the test's): d in {64, 128}, N in {20k, 40k}")
-    parser.add_argument("--budget-mb", type=int, default=None,
-                        help=f"metrics.memory_mb of every case (default {FULL_BUDGET_MB}; --quick {QUICK_BUDGET_MB})")
-    parser.add_argument("--cases", default=None, help="only these cases, DxN comma-separated (e.g. 768x75000,768x300000)")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes (the test's): d in {64, 128}, N in {20k, 40k}"
+    )
+    parser.add_argument(
+        "--budget-mb",
+        type=int,
+        default=None,
+        help=f"metrics.memory_mb of every case (default {FULL_BUDGET_MB}; --quick {QUICK_BUDGET_MB})",
+    )
+    parser.add_argument(
+        "--cases", default=None, help="only these cases, DxN comma-separated (e.g. 768x75000,768x300000)"
+    )
     parser.add_argument("--no-full", action="store_true", help="leave out (a'), the default settings")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--folder", type=Path, default=None, help="where the layers are written (default: the system's "
@@ -379,19 +393,25 @@ def main(argv=None) -> pd.DataFrame:
     budget = args.budget_mb or (QUICK_BUDGET_MB if args.quick else FULL_BUDGET_MB)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_scaling_", dir=args.folder) as root:
-        chosen = [tuple(int(v) for v in case.split("x")) for case in args.cases.split(",")] if args.cases else cases(grid)
+        chosen = (
+            [tuple(int(v) for v in case.split("x")) for case in args.cases.split(",")] if args.cases else cases(grid)
+        )
         for d, n_rows in chosen:
             rows.append(run_case(Path(root), d, n_rows, budget, seed=args.seed, full=not args.no_full))
     table = pd.DataFrame(rows)
-    print(f"\nmetrics.memory_mb {budget}, one BLAS thread, float16 store, float32 work; (a) the paper's measures, "
-          f"(a') the default settings, (f) the products floor; times in s, memory in MB (2^20 bytes)\n")
+    print(
+        f"\nmetrics.memory_mb {budget}, one BLAS thread, float16 store, float32 work; (a) the paper's measures, "
+        f"(a') the default settings, (f) the products floor; times in s, memory in MB (2^20 bytes)\n"
+    )
     print(table[COLUMNS].to_markdown(index=False, floatfmt=".3g"))
     print()
     for line in summary(table, grid, budget):
         print(line)
     if args.quick:
-        print("(quick sizes: each job's fixed costs (bootstrap, sampled baselines, the small words' solves) dominate, "
-              "which the cost model leaves out; the targets are for the full sizes)")
+        print(
+            "(quick sizes: each job's fixed costs (bootstrap, sampled baselines, the small words' solves) dominate, "
+            "which the cost model leaves out; the targets are for the full sizes)"
+        )
     return table
 
 

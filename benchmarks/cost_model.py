@@ -86,7 +86,9 @@ def gram_rows(sizes: np.ndarray, d: int) -> np.ndarray:
     return np.where(sizes <= min(STACK_MAX, d), sizes, np.where(sizes <= d, padded, d))
 
 
-def extraction_cost(params: float, tokens: int, layers: int, d: int, *, checkpoint_bytes: int = 4, batch: int = 64) -> dict:
+def extraction_cost(
+    params: float, tokens: int, layers: int, d: int, *, checkpoint_bytes: int = 4, batch: int = 64
+) -> dict:
     """FLOPs of the forward passes and the peak host memory (MB, 1e6 bytes) of one shard job."""
     vector_bytes = layers * d * 4 * 2
     peak = (EXTRACT_BASE_MB + 2 * params * checkpoint_bytes / 1e6 + batch * MAX_SENTENCE_TOKENS * vector_bytes / 1e6

@@ -148,11 +148,13 @@ def device_products(X, rows: np.ndarray, group_starts: np.ndarray, work) -> None
         if size <= d:
             per = max(1, (1 << 22) // (int(size) * d))
             for a in range(0, len(words), per):
-                block = Y[torch.as_tensor(rows[group_starts[words[a:a + per], None] + np.arange(size)], device=X.device)]
+                block = Y[
+                    torch.as_tensor(rows[group_starts[words[a : a + per], None] + np.arange(size)], device=X.device)
+                ]
                 _ = block @ block.transpose(1, 2)
         else:
             for word in words:
-                block = Y[torch.as_tensor(rows[group_starts[word]:group_starts[word] + size], device=X.device)]
+                block = Y[torch.as_tensor(rows[group_starts[word] : group_starts[word] + size], device=X.device)]
                 _ = block.T @ block
 
 
@@ -234,7 +236,9 @@ def check_model(name, folder, spec, sentences, words, index, args, tmp: Path) ->
                              "compute_dtype": spec["dtype"] if args.device != "cpu" else "float32",
                              "storage_dtype": "float16"}}  # fmt: skip
     settings = load_settings(config)
-    shard = dataclasses.replace(settings.shard(name), indexing=spec["indexing"], pooling=spec["pooling"], device=args.device)
+    shard = dataclasses.replace(
+        settings.shard(name), indexing=spec["indexing"], pooling=spec["pooling"], device=args.device
+    )
     measure = settings.metrics.measure
     record = json.loads(paths["record"].read_text())
     forward_s, tokens = forward_alone(shard, record, folder, paths, args.device)
@@ -294,8 +298,12 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=25088)
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--max-batch-tokens", type=int, default=32768)
-    parser.add_argument("--host-threads", type=int, default=min(16, os.cpu_count() or 1),
-                        help="threads finishing layers on the host beside the device")
+    parser.add_argument(
+        "--host-threads",
+        type=int,
+        default=min(16, os.cpu_count() or 1),
+        help="threads finishing layers on the host beside the device",
+    )
     parser.add_argument("--shapes", choices=["base", "tiny"], default="base", help="tiny: small models (the test's)")
     parser.add_argument("--models", default="bert-base,smollm2")
     parser.add_argument("--smollm2-dir", type=Path, default=ROOT / "resources" / "models" / "smollm2" / "model")
@@ -316,7 +324,11 @@ def main() -> None:
         texts = sentences["text"].tolist()
         for name in args.models.split(","):
             if name == "bert-base":
-                folder = bert_base_folder(texts, tmp / name) if args.shapes == "base" else tiny_bert_folder(texts, tmp / name)
+                folder = (
+                    bert_base_folder(texts, tmp / name)
+                    if args.shapes == "base"
+                    else tiny_bert_folder(texts, tmp / name)
+                )
                 spec = {"indexing": "subword", "pooling": "first", "dtype": "float16"}
             else:
                 folder = smollm2_folder(texts, tmp / name, args.smollm2_dir, args.shapes)

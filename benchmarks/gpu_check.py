@@ -65,8 +65,11 @@ def corpus(n_sentences: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 
         return sentences, word_table(sentences)
     except ImportError:  # no spaCy on this machine: words and punctuation from the characters
-        rows = [(i, p, m.group(), m.start()) for i, text in enumerate(texts)
-                for p, m in enumerate(re.finditer(r"\w+|[^\w\s]", text))]
+        rows = [
+            (i, p, m.group(), m.start())
+            for i, text in enumerate(texts)
+            for p, m in enumerate(re.finditer(r"\w+|[^\w\s]", text))
+        ]
         words = pd.DataFrame(rows, columns=["sentence_id", "position", "word", "char_start"])
         words["is_punct"] = words["word"].map(lambda w: all(unicodedata.category(c).startswith("P") for c in w))
         alignment.is_punct = lambda text: all(unicodedata.category(c).startswith("P") for c in text)
@@ -103,8 +106,13 @@ def smollm2_folder(given: Path, folder: Path) -> tuple[Path, str]:
 
 def record_of(folder: Path, key: str) -> dict:
     files = loading.weight_files(folder)
-    return {"key": key, "source": "path", "weights": [f.name for f in files], "weights_sha256": loading.weights_digest(files),
-            "files": loading.file_digests(folder)}  # what the build records; every load checks it
+    return {
+        "key": key,
+        "source": "path",
+        "weights": [f.name for f in files],
+        "weights_sha256": loading.weights_digest(files),
+        "files": loading.file_digests(folder),
+    }  # what the build records; every load checks it
 
 
 def stored(path: Path, n_layers: int, rows: slice) -> np.ndarray:
@@ -116,8 +124,17 @@ def shard_job(args) -> None:
     """One shard on one GPU, as a shard job of the workflow would run it (a process of its own)."""
     folder, record, spec, plan, out, device, dtype, batch_size = args
     loaded = loading.load(record, folder, device, dtype, max_length=None, allow_pickle=False)
-    extract.extract_shard(loaded, plan, out, pooling=spec["pooling"], batch_size=batch_size, storage_dtype="float16",
-                          device=device, disk_factor=1.0, attrs={})
+    extract.extract_shard(
+        loaded,
+        plan,
+        out,
+        pooling=spec["pooling"],
+        batch_size=batch_size,
+        storage_dtype="float16",
+        device=device,
+        disk_factor=1.0,
+        attrs={},
+    )
 
 
 def synchronize(device: str) -> None:
@@ -128,11 +145,22 @@ def synchronize(device: str) -> None:
 def check_model(name: str, folder: Path, spec: dict, sentences, words, args, tmp: Path) -> list[dict]:
     record = record_of(folder, name)
     reference_model = loading.load(record, folder, "cpu", "float32", max_length=None, allow_pickle=False)
-    plan = plan_model(reference_model, sentences, words, indexing=spec["indexing"], tokenization="natural", policy="truncate")
+    plan = plan_model(
+        reference_model, sentences, words, indexing=spec["indexing"], tokenization="natural", policy="truncate"
+    )
     check = plan.slice(0, min(args.check_sentences, len(plan.sentence_ids)))
     reference_path = tmp / f"{name}-cpu.h5"
-    extract.extract_shard(reference_model, check, reference_path, pooling=spec["pooling"], batch_size=args.batch_size,
-                          storage_dtype="float32", device="cpu", disk_factor=1.0, attrs={})
+    extract.extract_shard(
+        reference_model,
+        check,
+        reference_path,
+        pooling=spec["pooling"],
+        batch_size=args.batch_size,
+        storage_dtype="float32",
+        device="cpu",
+        disk_factor=1.0,
+        attrs={},
+    )
     n_check = len(check.units)
     results = []
     for dtype in ("float16", "bfloat16"):
@@ -140,9 +168,20 @@ def check_model(name: str, folder: Path, spec: dict, sentences, words, args, tmp
         out = tmp / f"{name}-{dtype}.h5"
         synchronize(args.device)
         started = time.perf_counter()
-        timed_plan = plan_model(loaded, sentences, words, indexing=spec["indexing"], tokenization="natural", policy="truncate")
-        extract.extract_shard(loaded, timed_plan, out, pooling=spec["pooling"], batch_size=args.batch_size,
-                              storage_dtype="float16", device=args.device, disk_factor=1.0, attrs={})
+        timed_plan = plan_model(
+            loaded, sentences, words, indexing=spec["indexing"], tokenization="natural", policy="truncate"
+        )
+        extract.extract_shard(
+            loaded,
+            timed_plan,
+            out,
+            pooling=spec["pooling"],
+            batch_size=args.batch_size,
+            storage_dtype="float16",
+            device=args.device,
+            disk_factor=1.0,
+            attrs={},
+        )
         pipeline_s = time.perf_counter() - started
         forward = extract.model_forward(loaded)
         window = extract.WINDOW_BATCHES * args.batch_size
@@ -155,28 +194,60 @@ def check_model(name: str, folder: Path, spec: dict, sentences, words, args, tmp
                     forward(torch.from_numpy(ids).to(args.device), torch.from_numpy(mask).to(args.device))
         synchronize(args.device)
         forward_s = time.perf_counter() - started
-        got, want = stored(out, loaded.n_layers, slice(0, n_check)), stored(reference_path, loaded.n_layers, slice(0, n_check))
+        got, want = (
+            stored(out, loaded.n_layers, slice(0, n_check)),
+            stored(reference_path, loaded.n_layers, slice(0, n_check)),
+        )
         norms = np.linalg.norm(got, axis=-1) * np.linalg.norm(want, axis=-1)
         cosine = np.where(norms > 0, np.einsum("lrd,lrd->lr", got, want) / np.where(norms > 0, norms, 1), 1.0)
         worst_layer = int(np.argmin(cosine.min(axis=1)))
-        results.append({
-            "model": name, "dtype": dtype, "tokens": plan.n_tokens, "units": len(plan.units),
-            "a_tokens_per_s": plan.n_tokens / pipeline_s, "b_tokens_per_s": plan.n_tokens / forward_s,
-            "a_over_b": forward_s / pipeline_s, "rows_checked": n_check * loaded.n_layers,
-            "min_cosine": float(cosine.min()), "min_cosine_layer": worst_layer,
-            "rows_below_floor": int((cosine < COSINE_FLOOR).sum()),
-        })
+        results.append(
+            {
+                "model": name,
+                "dtype": dtype,
+                "tokens": plan.n_tokens,
+                "units": len(plan.units),
+                "a_tokens_per_s": plan.n_tokens / pipeline_s,
+                "b_tokens_per_s": plan.n_tokens / forward_s,
+                "a_over_b": forward_s / pipeline_s,
+                "rows_checked": n_check * loaded.n_layers,
+                "min_cosine": float(cosine.min()),
+                "min_cosine_layer": worst_layer,
+                "rows_below_floor": int((cosine < COSINE_FLOOR).sum()),
+            }
+        )
         if args.device.startswith("cuda") and torch.cuda.device_count() >= 2 and dtype == "float16":
-            half = len(plan.sentence_ids) // (extract.WINDOW_BATCHES * args.batch_size) // 2 * extract.WINDOW_BATCHES * args.batch_size
-            jobs = [(folder, record, spec, plan.slice(0, half), tmp / f"{name}-gpu0.h5", "cuda:0", dtype, args.batch_size),
-                    (folder, record, spec, plan.slice(half, len(plan.sentence_ids)), tmp / f"{name}-gpu1.h5", "cuda:1",
-                     dtype, args.batch_size)]
+            half = (
+                len(plan.sentence_ids)
+                // (extract.WINDOW_BATCHES * args.batch_size)
+                // 2
+                * extract.WINDOW_BATCHES
+                * args.batch_size
+            )
+            jobs = [
+                (folder, record, spec, plan.slice(0, half), tmp / f"{name}-gpu0.h5", "cuda:0", dtype, args.batch_size),
+                (
+                    folder,
+                    record,
+                    spec,
+                    plan.slice(half, len(plan.sentence_ids)),
+                    tmp / f"{name}-gpu1.h5",
+                    "cuda:1",
+                    dtype,
+                    args.batch_size,
+                ),
+            ]
             started = time.perf_counter()
             with multiprocessing.get_context("spawn").Pool(2) as pool:
                 pool.map(shard_job, jobs)
             two_s = time.perf_counter() - started
-            halves = np.concatenate([stored(tmp / f"{name}-gpu0.h5", loaded.n_layers, slice(None)),
-                                     stored(tmp / f"{name}-gpu1.h5", loaded.n_layers, slice(None))], axis=1)
+            halves = np.concatenate(
+                [
+                    stored(tmp / f"{name}-gpu0.h5", loaded.n_layers, slice(None)),
+                    stored(tmp / f"{name}-gpu1.h5", loaded.n_layers, slice(None)),
+                ],
+                axis=1,
+            )
             one = stored(out, loaded.n_layers, slice(None))
             results[-1]["two_gpus_tokens_per_s"] = plan.n_tokens / two_s  # includes two model loads
             results[-1]["two_gpus_equal_one_gpu"] = bool(np.array_equal(halves, one))
@@ -201,28 +272,51 @@ def main(argv=None) -> None:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit("gpu_check: torch sees no CUDA device")
     torch.set_num_threads(min(8, os.cpu_count() or 1))
-    where = f"{torch.cuda.device_count()} GPU(s): {torch.cuda.get_device_name(0)}" if args.device.startswith("cuda") else "CPU"
+    where = (
+        f"{torch.cuda.device_count()} GPU(s): {torch.cuda.get_device_name(0)}"
+        if args.device.startswith("cuda")
+        else "CPU"
+    )
     print(f"torch {torch.__version__}, {where}", flush=True)
     sentences, words = corpus(args.sentences)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         bert = bert_base_folder(sentences["text"].tolist(), tmp / "bert-base-random", bert_layers, bert_hidden)
-        results += check_model("bert-base-random", bert, {"indexing": "subword", "pooling": "first"}, sentences, words, args, tmp)
+        results += check_model(
+            "bert-base-random", bert, {"indexing": "subword", "pooling": "first"}, sentences, words, args, tmp
+        )
         if (args.smollm2_dir / "config.json").exists():
             smol, kind = smollm2_folder(args.smollm2_dir, tmp / "smollm2-random")
             print(f"SmolLM2: {kind}", flush=True)
-            results += check_model("smollm2", smol, {"indexing": "word", "pooling": "last"}, sentences, words, args, tmp)
+            results += check_model(
+                "smollm2", smol, {"indexing": "word", "pooling": "last"}, sentences, words, args, tmp
+            )
         else:
             print(f"SmolLM2 skipped: no config.json in {args.smollm2_dir}", flush=True)
-    columns = ["model", "dtype", "tokens", "a_tokens_per_s", "b_tokens_per_s", "a_over_b", "min_cosine", "rows_below_floor"]
-    print(pd.DataFrame(results).reindex(columns=columns + ["two_gpus_tokens_per_s", "two_gpus_equal_one_gpu"]).to_string(index=False))
+    columns = [
+        "model",
+        "dtype",
+        "tokens",
+        "a_tokens_per_s",
+        "b_tokens_per_s",
+        "a_over_b",
+        "min_cosine",
+        "rows_below_floor",
+    ]
+    print(
+        pd.DataFrame(results)
+        .reindex(columns=columns + ["two_gpus_tokens_per_s", "two_gpus_equal_one_gpu"])
+        .to_string(index=False)
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1))
     failed = [r for r in results if r["rows_below_floor"]]
     for r in failed:
-        print(f"FAIL {r['model']} {r['dtype']}: {r['rows_below_floor']} rows below cosine {COSINE_FLOOR} "
-              f"(min {r['min_cosine']:.5f} at layer {r['min_cosine_layer']})")
+        print(
+            f"FAIL {r['model']} {r['dtype']}: {r['rows_below_floor']} rows below cosine {COSINE_FLOOR} "
+            f"(min {r['min_cosine']:.5f} at layer {r['min_cosine_layer']})"
+        )
     sys.exit(1 if failed else 0)
 
 

@@ -35,7 +35,9 @@ def layer_files(folder: Path) -> dict[int, Path]:
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", type=Path, help="a model folder: layers/ (or layer_NN.h5) and occurrences.parquet")
-    parser.add_argument("--metrics", default="{}", help="the config's metrics section (JSON); the schema's defaults else")
+    parser.add_argument(
+        "--metrics", default="{}", help="the config's metrics section (JSON); the schema's defaults else"
+    )
     parser.add_argument("--layers", default=None, help="only these layers, comma-separated (default: every layer)")
     args = parser.parse_args(argv)
     settings = load_settings({"models": {}, "seed": 0, "metrics": json.loads(args.metrics)}).metrics.measure

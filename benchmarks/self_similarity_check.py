@@ -95,8 +95,10 @@ def main() -> None:
     print(f"\nengine: largest difference {table['engine_max_diff'].max():.3g} over {len(rows)} layers; "
           f"{int(table['engine_over_tol'].sum())} word-layers above {args.tolerance:g}")  # fmt: skip
     if "run_max_diff" in table:
-        print(f"the run's tables: largest difference {table['run_max_diff'].max():.3g}; "
-              f"{int(table['run_over_tol'].sum())} word-layers above {args.tolerance:g}")
+        print(
+            f"the run's tables: largest difference {table['run_max_diff'].max():.3g}; "
+            f"{int(table['run_over_tol'].sum())} word-layers above {args.tolerance:g}"
+        )
     sys.exit(1 if failed else 0)
 
 

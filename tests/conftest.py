@@ -18,8 +18,14 @@ BENCHMARK_DIR = PROJECT / "resources" / "benchmarks"
 def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 900, env=None):
     """Run the project's Snakefile in ``workdir`` (each test its own, as Snakemake locks directories)."""
     command = [
-        sys.executable, "-m", "snakemake", "--snakefile", str(PROJECT / "Snakefile"),
-        "--directory", str(workdir), *args,
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(PROJECT / "Snakefile"),
+        "--directory",
+        str(workdir),
+        *args,
     ]
     if configfile is not None:
         command += ["--configfile", str(configfile)]
@@ -92,8 +98,9 @@ def materialise(key: str, spec: dict, root: Path, *, sentences_parquet: Path | N
     if sources.SOURCES[build.source].downloads:
         sources.download(key, build.download, download_dir)
     try:
-        return sources.build(key, build, root / "model", download_dir=download_dir, sentences_parquet=sentences_parquet,
-                             disk_factor=1.2)
+        return sources.build(
+            key, build, root / "model", download_dir=download_dir, sentences_parquet=sentences_parquet, disk_factor=1.2
+        )
     finally:
         shutil.rmtree(download_dir, ignore_errors=True)
 
@@ -103,7 +110,9 @@ def load_model(record: dict, folder: Path, spec: dict, device: str = "cpu", dtyp
     from contextuality.models import loading
 
     model = model_settings(spec)
-    return loading.load(record, folder, device, dtype, max_length=model.max_length, allow_pickle=model.build.allow_pickle)
+    return loading.load(
+        record, folder, device, dtype, max_length=model.max_length, allow_pickle=model.build.allow_pickle
+    )
 
 
 def gather_layers(shard_paths: list[Path], units_path: Path, out_dir: Path) -> dict[int, Path]:
@@ -120,9 +129,22 @@ def gather_layers(shard_paths: list[Path], units_path: Path, out_dir: Path) -> d
     return layers
 
 
-def extract_planned(loaded, sentences, words, out_dir: Path, *, indexing: str = "subword", pooling: str = "first",
-                    batch_size: int = 3, policy: str = "truncate", storage_dtype: str = "float32",
-                    tokenization: str = "natural", plan=None, max_batch_tokens: int | None = None, forward=None):
+def extract_planned(
+    loaded,
+    sentences,
+    words,
+    out_dir: Path,
+    *,
+    indexing: str = "subword",
+    pooling: str = "first",
+    batch_size: int = 3,
+    policy: str = "truncate",
+    storage_dtype: str = "float32",
+    tokenization: str = "natural",
+    plan=None,
+    max_batch_tokens: int | None = None,
+    forward=None,
+):
     """What the workflow's plan and extract rules do for one shard holding every sentence:
     ``out_dir/shard.h5`` and ``out_dir/units.parquet``; returns (plan, extraction stats)."""
     from contextuality.extraction import extract
@@ -132,17 +154,36 @@ def extract_planned(loaded, sentences, words, out_dir: Path, *, indexing: str = 
     if plan is None:
         plan = plan_model(loaded, sentences, words, indexing=indexing, tokenization=tokenization, policy=policy)
     stats = extract.extract_shard(
-        loaded, plan, out_dir / "shard.h5", pooling=pooling, batch_size=batch_size, storage_dtype=storage_dtype,
-        device="cpu", disk_factor=1.0, attrs={"model": getattr(loaded, "key", "m")}, max_batch_tokens=max_batch_tokens,
+        loaded,
+        plan,
+        out_dir / "shard.h5",
+        pooling=pooling,
+        batch_size=batch_size,
+        storage_dtype=storage_dtype,
+        device="cpu",
+        disk_factor=1.0,
+        attrs={"model": getattr(loaded, "key", "m")},
+        max_batch_tokens=max_batch_tokens,
         forward=forward,
     )
     plan.units.to_parquet(out_dir / "units.parquet", index=False)
     return plan, stats
 
 
-def measure_model(layer_paths: dict, occurrences, out_words: Path, out_layers: Path, out_pcs_dir: Path,
-                  out_context_words: Path, settings, *, model: str, top_k: int, out_postprocess: Path | None = None,
-                  out_rogue: Path | None = None) -> None:
+def measure_model(
+    layer_paths: dict,
+    occurrences,
+    out_words: Path,
+    out_layers: Path,
+    out_pcs_dir: Path,
+    out_context_words: Path,
+    settings,
+    *,
+    model: str,
+    top_k: int,
+    out_postprocess: Path | None = None,
+    out_rogue: Path | None = None,
+) -> None:
     """What the workflow's measure_layer jobs and combine_layers do for one model, in one process: the same
     tables, and the PC vectors in ``out_pcs_dir/layer_{LL}.txt``."""
     from contextuality.measure.combine import combine_layers

@@ -38,11 +38,17 @@ def reference_alignment(tokenizer, texts, words, indexing):
             piece_word.append(word if not special and begin < end and 0 <= word and begin < ends[word] else -1)
         tokens = tokenizer.convert_ids_to_tokens(encoding["input_ids"])
         if indexing == "subword":
-            units += [(sentence_id, tokens[i], int(group["position"].iloc[w]), i, i) for i, w in enumerate(piece_word) if w >= 0]
+            units += [
+                (sentence_id, tokens[i], int(group["position"].iloc[w]), i, i)
+                for i, w in enumerate(piece_word)
+                if w >= 0
+            ]
         else:
             for w in sorted(set(piece_word) - {-1}):
                 pieces = [i for i, x in enumerate(piece_word) if x == w]
-                units.append((sentence_id, group["word"].iloc[w], int(group["position"].iloc[w]), pieces[0], pieces[-1]))
+                units.append(
+                    (sentence_id, group["word"].iloc[w], int(group["position"].iloc[w]), pieces[0], pieces[-1])
+                )
     return pd.DataFrame(units, columns=["sentence_id", "unit", "word_position", "token_first", "token_last"])
 
 
@@ -51,8 +57,13 @@ def tokenizer(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"tok-{request.param}")
     sentences = pd.DataFrame({"sentence_id": range(len(SENTENCES)), "text": SENTENCES})
     sentences.to_parquet(folder / "sentences.parquet")
-    spec = {"source": "random", "architecture": request.param, "n_hidden_layers": 1, "hidden_size": 16,
-            "vocab_size": 120 if request.param == "bert" else 300}
+    spec = {
+        "source": "random",
+        "architecture": request.param,
+        "n_hidden_layers": 1,
+        "hidden_size": 16,
+        "vocab_size": 120 if request.param == "bert" else 300,
+    }
     record = materialise("m", spec, folder, sentences_parquet=folder / "sentences.parquet", seed=3)
     return loading.load_tokenizer(record, folder / "model", None)[0]
 
@@ -68,7 +79,10 @@ def test_vectorised_alignment_equals_the_token_by_token_loop(tokenizer, indexing
         got, want = got.drop(columns="token_first"), want.drop(columns="token_first")  # to the next word's first piece
     pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True), check_dtype=False)
     assert plan.units["row"].tolist() == list(range(len(plan.units)))
-    assert np.array_equal(np.diff(plan.unit_offsets), plan.units.groupby("sentence_id").size().reindex(range(len(SENTENCES)), fill_value=0))
+    assert np.array_equal(
+        np.diff(plan.unit_offsets),
+        plan.units.groupby("sentence_id").size().reindex(range(len(SENTENCES)), fill_value=0),
+    )
 
 
 class PieceTokenizer:
@@ -108,17 +122,29 @@ def test_a_piece_spanning_two_words_is_counted_as_a_loss_not_dropped_silently():
     sentences = pd.DataFrame({"sentence_id": range(3), "text": texts})
     words = word_table(sentences)
     assert words[words["sentence_id"] == 0]["word"].tolist() == ["I", "can", "not", "go", "."]  # spaCy splits it
-    tokenizer = PieceTokenizer({
-        texts[0]: ["I", "cannot", "go", "."],  # one piece spans spaCy's "can" and "not"
-        texts[1]: ["I", "cannot", "go", "now", ",", "cannot", "I", "?"],
-        texts[2]: ["It", "is", "a", "very", "long", "sentence", "indeed", "."],
-    })
+    tokenizer = PieceTokenizer(
+        {
+            texts[0]: ["I", "cannot", "go", "."],  # one piece spans spaCy's "can" and "not"
+            texts[1]: ["I", "cannot", "go", "now", ",", "cannot", "I", "?"],
+            texts[2]: ["It", "is", "a", "very", "long", "sentence", "indeed", "."],
+        }
+    )
     plan = alignment.plan_pieces(tokenizer, sentences, words, indexing="word", max_length=6, policy="truncate")
     lost = plan.lost.sort_values(["sentence_id", "position"]).reset_index(drop=True)
     spanning = lost[lost["reason"] == "spanning"]
     assert list(zip(spanning["sentence_id"], spanning["position"])) == [(0, 2), (1, 2)]  # "not" after "can"
     truncated = lost[lost["reason"] == "truncated"]  # 6 tokens: [CLS] + 4 pieces + [SEP]
-    assert list(zip(truncated["sentence_id"], truncated["position"])) == [(1, 5), (1, 6), (1, 7), (1, 8), (1, 9), (2, 4), (2, 5), (2, 6), (2, 7)]
+    assert list(zip(truncated["sentence_id"], truncated["position"])) == [
+        (1, 5),
+        (1, 6),
+        (1, 7),
+        (1, 8),
+        (1, 9),
+        (2, 4),
+        (2, 5),
+        (2, 6),
+        (2, 7),
+    ]
     assert plan.truncated.tolist() == [False, True, True]
     index = word_index(words, sentences, min_occurrences=1, count="occurrences")
     occurrences = build_occurrences(plan.units, index, "word", 1, "occurrences", sentences)
@@ -131,7 +157,9 @@ def test_a_piece_spanning_two_words_is_counted_as_a_loss_not_dropped_silently():
     assert warning.startswith("WARNING model m: 2 sentences truncated; 0 skipped; 8 of ")
     assert "indexed occurrences lost (42.1%: 6 truncated, 0 skipped, 2 spanning)" in warning
     skipped = alignment.plan_pieces(tokenizer, sentences, words, indexing="word", max_length=6, policy="skip")
-    skipped_losses = count_losses(skipped, index, build_occurrences(skipped.units, index, "word", 1, "occurrences", sentences), "word")
+    skipped_losses = count_losses(
+        skipped, index, build_occurrences(skipped.units, index, "word", 1, "occurrences", sentences), "word"
+    )
     assert skipped_losses["sentences_skipped"] == 2 and skipped_losses["indexed_occurrences_lost"]["skipped"] == 8 + 7
 
 
@@ -140,7 +168,9 @@ def test_subword_truncation_counts_the_indexed_pieces_cut_off():
     sentences = pd.DataFrame({"sentence_id": range(2), "text": texts})
     words = word_table(sentences)
     tokenizer = PieceTokenizer({texts[0]: ["dog", "dog", "cat"], texts[1]: ["dog", "cat", "dog", "cat", "dog"]})
-    plan = alignment.plan_pieces(tokenizer, sentences, words, indexing="subword", max_length=4, policy="truncate")  # 2 pieces kept
+    plan = alignment.plan_pieces(
+        tokenizer, sentences, words, indexing="subword", max_length=4, policy="truncate"
+    )  # 2 pieces kept
     occurrences = build_occurrences(plan.units, None, "subword", 2, "occurrences", sentences)
     losses = count_losses(plan, word_index(words, sentences, 1, "occurrences"), occurrences, "subword")
     # only "dog" keeps enough occurrences to be indexed: the two cut off in sentence 1 count
@@ -152,10 +182,19 @@ def test_subword_truncation_counts_the_indexed_pieces_cut_off():
 def test_nothing_lost_gives_no_warning():
     sentences = pd.DataFrame({"sentence_id": [0], "text": ["dog cat"]})
     words = word_table(sentences)
-    plan = alignment.plan_pieces(PieceTokenizer({"dog cat": ["dog", "cat"]}), sentences, words, indexing="word", max_length=8,
-                                 policy="truncate")
+    plan = alignment.plan_pieces(
+        PieceTokenizer({"dog cat": ["dog", "cat"]}), sentences, words, indexing="word", max_length=8, policy="truncate"
+    )
     index = word_index(words, sentences, 1, "occurrences")
-    assert loss_warning("m", count_losses(plan, index, build_occurrences(plan.units, index, "word", 1, "occurrences", sentences), "word")) is None
+    assert (
+        loss_warning(
+            "m",
+            count_losses(
+                plan, index, build_occurrences(plan.units, index, "word", 1, "occurrences", sentences), "word"
+            ),
+        )
+        is None
+    )
 
 
 def test_a_shard_plan_is_a_slice_of_the_model_plan(tokenizer):
@@ -165,18 +204,22 @@ def test_a_shard_plan_is_a_slice_of_the_model_plan(tokenizer):
     part = plan.slice(2, 5)
     assert part.first_row == plan.unit_offsets[2] and part.unit_offsets[0] == 0
     assert part.units["row"].tolist() == list(range(plan.unit_offsets[2], plan.unit_offsets[5]))
-    np.testing.assert_array_equal(part.input_ids, plan.input_ids[plan.token_offsets[2]:plan.token_offsets[5]])
+    np.testing.assert_array_equal(part.input_ids, plan.input_ids[plan.token_offsets[2] : plan.token_offsets[5]])
 
 
 def test_plan_round_trips_through_its_files(tokenizer, tmp_path):
     from contextuality.extraction.plan import read_plan, write_plan
 
     sentences = pd.DataFrame({"sentence_id": range(len(SENTENCES)), "text": SENTENCES})
-    plan = alignment.plan_pieces(tokenizer, sentences, word_table(sentences), indexing="subword", max_length=512,
-                                 policy="truncate")
+    plan = alignment.plan_pieces(
+        tokenizer, sentences, word_table(sentences), indexing="subword", max_length=512, policy="truncate"
+    )
     write_plan(plan, tmp_path / "tokens.parquet", tmp_path / "units.parquet")
     for first, last in ((0, len(SENTENCES)), (1, 4), (3, 3)):
-        read, want = read_plan(tmp_path / "tokens.parquet", tmp_path / "units.parquet", first, last), plan.slice(first, last)
+        read, want = (
+            read_plan(tmp_path / "tokens.parquet", tmp_path / "units.parquet", first, last),
+            plan.slice(first, last),
+        )
         np.testing.assert_array_equal(read.input_ids, want.input_ids)
         np.testing.assert_array_equal(read.token_offsets, want.token_offsets)
         np.testing.assert_array_equal(read.unit_offsets, want.unit_offsets)

@@ -79,14 +79,26 @@ def test_measure_model_writes_the_contract(fake_model, tmp_path):
     outputs = run(paths, occurrences, tmp_path / "a", self_similarity="both")
     words = pd.read_parquet(outputs["out_words"])
     layers = pd.read_parquet(outputs["out_layers"])
-    contract_words = ["model", "word", "layer", "n", "self_similarity", "self_similarity_sampled", "mev", "mev_literal", "mev_centered"]
+    contract_words = [
+        "model",
+        "word",
+        "layer",
+        "n",
+        "self_similarity",
+        "self_similarity_sampled",
+        "mev",
+        "mev_literal",
+        "mev_centered",
+    ]
     assert list(words.columns[: len(contract_words)]) == contract_words
     assert set(layer_result.LAYER_COLUMNS[:22]) <= set(layers.columns)
     assert len(words) == len(WORDS) * len(LAYERS) and list(layers["layer"]) == list(LAYERS)
     assert (words.groupby("word")["n"].first() == occurrences.groupby("word").size()).all()
 
     for column in ["self_similarity", "self_similarity_sampled", "baseline_cosine", "intra_sentence"]:
-        values = pd.concat([words.get(column, pd.Series(dtype=float)), layers.get(column, pd.Series(dtype=float))]).dropna()
+        values = pd.concat(
+            [words.get(column, pd.Series(dtype=float)), layers.get(column, pd.Series(dtype=float))]
+        ).dropna()
         assert values.between(-1 - 1e-12, 1 + 1e-12).all(), column
     upper = words[words["layer"] >= 1]
     for column in ["mev", "mev_literal", "mev_centered"]:
@@ -98,7 +110,9 @@ def test_measure_model_writes_the_contract(fake_model, tmp_path):
     np.testing.assert_allclose(static["self_similarity"], 1.0, atol=1e-9)
     np.testing.assert_allclose(static["self_similarity_sampled"], 1.0, atol=1e-9)
     assert (upper.groupby("layer")["self_similarity"].mean().diff().dropna() < 0).all()
-    np.testing.assert_allclose(layers["adjusted_self_similarity"], layers["self_similarity"] - layers["baseline_cosine"])
+    np.testing.assert_allclose(
+        layers["adjusted_self_similarity"], layers["self_similarity"] - layers["baseline_cosine"]
+    )
     np.testing.assert_allclose(layers["adjusted_mev"], layers["mev"] - layers["baseline_mev"])
     assert (layers["self_similarity_ci_low"].iloc[1:] <= layers["self_similarity"].iloc[1:]).all()
     assert (layers["n_sentences_sampled"] <= 20).all() and layers["n_baseline_vectors"].between(100, 110).all()
@@ -153,7 +167,9 @@ def test_incomplete_layer_file_is_refused(fake_model, tmp_path):
     paths, occurrences = fake_model
     with h5py.File(paths[2], "a") as f:
         f.attrs["complete"] = 0
-    with pytest.raises(StoreError, match=r"layer_2\.h5: incomplete \(no 'complete' marker\); delete it and rerun snakemake"):
+    with pytest.raises(
+        StoreError, match=r"layer_2\.h5: incomplete \(no 'complete' marker\); delete it and rerun snakemake"
+    ):
         run(paths, occurrences, tmp_path / "x")
     with pytest.raises(StoreError, match="layer_2.h5"):
         read_layer(paths[2])
@@ -217,8 +233,12 @@ def test_new_columns_against_their_definitions(fake_model):
     vectors, offsets = read_layer(paths[2])
     # exact baselines: exact_baseline of the layer; adjusted values against them
     exact = exact_baseline(vectors, offsets)
-    for column, value in (("baseline_cosine_exact", exact.cosine), ("baseline_cosine_exact_between", exact.cosine_between),
-                          ("baseline_cosine_uniform", exact.cosine_uniform), ("baseline_mev_exact", exact.mev)):
+    for column, value in (
+        ("baseline_cosine_exact", exact.cosine),
+        ("baseline_cosine_exact_between", exact.cosine_between),
+        ("baseline_cosine_uniform", exact.cosine_uniform),
+        ("baseline_mev_exact", exact.mev),
+    ):
         assert record[column] == pytest.approx(value, abs=1e-6), column
     assert record["adjusted_self_similarity_exact"] == pytest.approx(record["self_similarity"] - exact.cosine, abs=1e-6)
     assert record["adjusted_intra_sentence_exact"] == pytest.approx(record["intra_sentence"] - exact.cosine, abs=1e-6)
@@ -247,7 +267,9 @@ def test_degenerate_words_are_counted_and_have_no_mev(fake_model):
     static = layer_job.measure_layer(paths[0], 0, occurrences, settings, model="fake")
     assert static.row["n_degenerate_words"] == len(WORDS)
     assert static.words["mev"].isna().all()
-    moving = layer_job.measure_layer(paths[1], 1, occurrences, dataclasses.replace(settings, mev_layer0=False), model="fake")
+    moving = layer_job.measure_layer(
+        paths[1], 1, occurrences, dataclasses.replace(settings, mev_layer0=False), model="fake"
+    )
     assert moving.row["n_degenerate_words"] == 0 and moving.words["mev"].notna().all()
     assert static.row["rogue_top1_share"] != static.row["rogue_top1_share"]  # no panel: NaN
     assert static.row["rogue_dims"] == "" and np.isnan(static.rogue).all()
@@ -260,19 +282,33 @@ def test_variants_are_the_measures_of_transformed_vectors(fake_model, tmp_path):
                                 postprocess=["none", "abtt"], geometry=False)  # fmt: skip
     result = layer_job.measure_layer(paths[2], 2, occurrences, settings, model="fake")
     none, abtt_row = result.postprocess
-    for column in ("self_similarity", "intra_sentence", "mev", "baseline_cosine", "baseline_mev", "baseline_cosine_exact",
-                   "adjusted_self_similarity", "adjusted_mev_exact", "n_degenerate_words", "mev_ci_low"):
+    for column in (
+        "self_similarity",
+        "intra_sentence",
+        "mev",
+        "baseline_cosine",
+        "baseline_mev",
+        "baseline_cosine_exact",
+        "adjusted_self_similarity",
+        "adjusted_mev_exact",
+        "n_degenerate_words",
+        "mev_ci_low",
+    ):
         assert none[column] == result.row[column], column
     vectors, offsets = read_layer(paths[2])
     transformed = abtt(vectors)
     index = layer_job.OccurrenceIndex(occurrences)
     X = transformed[index.rows]
-    assert abtt_row["self_similarity"] == pytest.approx(np.nanmean(reference.self_similarity_exact(X, index.group_starts)), abs=1e-6)
+    assert abtt_row["self_similarity"] == pytest.approx(
+        np.nanmean(reference.self_similarity_exact(X, index.group_starts)), abs=1e-6
+    )
     assert abtt_row["mev"] == pytest.approx(np.nanmean(pc_stats_by_word(X, index.group_starts).mev), abs=1e-5)
     ids = layer_finish.stream(2, layer_finish.SENTENCE_SAMPLE).permutation(len(offsets) - 1)
     intra = reference.intra_sentence_similarity(transformed, offsets, ids[:20])
     assert abtt_row["intra_sentence"] == pytest.approx(np.nanmean(intra), abs=1e-6)
-    baseline = reference.anisotropy_baseline(transformed, offsets, ids[:110], layer_finish.stream(2, layer_finish.BASELINE, 2), 110)
+    baseline = reference.anisotropy_baseline(
+        transformed, offsets, ids[:110], layer_finish.stream(2, layer_finish.BASELINE, 2), 110
+    )
     assert abtt_row["baseline_cosine"] == pytest.approx(baseline.cosine, abs=1e-6)
     assert abtt_row["baseline_cosine_exact"] == pytest.approx(exact_baseline(transformed, offsets).cosine, abs=1e-6)
     with pytest.raises(ValueError, match="unknown post-processing"):  # for a direct caller (the schema refuses it)
@@ -315,7 +351,9 @@ def test_float64_compute_matches_float32(fake_model):
     paths, occurrences = fake_model
     settings = measure_settings(seed=4, geometry=False, postprocess=["none", "standardize"], compute_dtype="float32")
     a = layer_job.measure_layer(paths[2], 2, occurrences, settings, model="fake")
-    b = layer_job.measure_layer(paths[2], 2, occurrences, dataclasses.replace(settings, compute_dtype="float64"), model="fake")
+    b = layer_job.measure_layer(
+        paths[2], 2, occurrences, dataclasses.replace(settings, compute_dtype="float64"), model="fake"
+    )
     for column in ("self_similarity", "mev", "mev_centered", "baseline_cosine_exact", "baseline_mev_exact"):
         assert a.row[column] == pytest.approx(b.row[column], abs=1e-6), column
     assert a.postprocess[1]["mev"] == pytest.approx(b.postprocess[1]["mev"], abs=1e-6)
@@ -332,7 +370,13 @@ def test_a_layer_drawing_fewer_than_100_baseline_vectors_reports_its_sampled_bas
     settings = measure_settings(seed=5, intra_sentences=20, baseline_samples=30, bootstrap_resamples=0, geometry=False)
     row = layer_job.measure_layer(paths[2], 2, occurrences, settings, model="fake").row
     assert row["n_baseline_vectors"] == 30 < reference.MIN_BASELINE_VECTORS
-    for column in ("baseline_cosine", "baseline_mev", "adjusted_self_similarity", "adjusted_intra_sentence", "adjusted_mev"):
+    for column in (
+        "baseline_cosine",
+        "baseline_mev",
+        "adjusted_self_similarity",
+        "adjusted_intra_sentence",
+        "adjusted_mev",
+    ):
         assert np.isnan(row[column]), column
     for column in ("baseline_cosine_exact", "baseline_mev_exact", "adjusted_self_similarity_exact", "self_similarity"):
         assert np.isfinite(row[column]), column

@@ -1,4 +1,5 @@
 """A folder as one declared file (contextuality.core.archive): the model's form as a workflow output."""
+
 import os
 import shutil
 

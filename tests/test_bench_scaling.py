@@ -74,7 +74,9 @@ def test_the_cost_model_arithmetic():
     # extraction: docs/scaling.md's BERT-base shard job, 3,843 MB; 2 P T FLOPs; the store
     bert = cost_model.extraction_cost(110e6, 330_000, 13, 768)
     assert bert["flops"] == 2 * 110e6 * 330_000
-    assert bert["peak_mb"] == pytest.approx(1000 + 880 + 64 * 128 * 13 * 768 * 8 / 1e6 + 4 * 64 * 64 * 13 * 768 * 8 / 1e6)
+    assert bert["peak_mb"] == pytest.approx(
+        1000 + 880 + 64 * 128 * 13 * 768 * 8 / 1e6 + 4 * 64 * 64 * 13 * 768 * 8 / 1e6
+    )
     assert round(bert["peak_mb"]) == 3843
     assert cost_model.store_bytes(330_000, 13, 768) == 6_589_440_000
     # the corpus model: 1,500 rows -> 100 types, 85% indexed, rank 1 gets 1 / H_100 of them

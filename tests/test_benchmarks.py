@@ -78,7 +78,9 @@ def test_bench_metrics_synthetic_torch_only_against_a_commit():
     has_lines(out, "synthetic model written", "(a) on torch's CPU backend:", "(a)/(b) = ", "(n) numpy measure_layer",
               "(o) the same at HEAD:", "per layer, s: 0: ", "(n)/(o) = ")  # fmt: skip
     assert "geometry off, postprocess none" in out
-    assert not any(line.startswith(("(a) measurement step", "(c) original", "(a) torch/numpy")) for line in out.splitlines())
+    assert not any(
+        line.startswith(("(a) measurement step", "(c) original", "(a) torch/numpy")) for line in out.splitlines()
+    )
     assert value(out, r"\(n\)/\(o\) = ([\d.]+)") > 0
     assert len(re.findall(r"the mean of [\d.]+, [\d.]+;", out)) == 2  # each side twice
 
@@ -158,7 +160,9 @@ def test_device_check_on_the_cpu(tmp_path):
                      "--max-batch-tokens", "2048", "--host-threads", "2", "--out", out, timeout=900)  # fmt: skip
     report = json.loads(out.read_text())
     assert {row["model"] for row in report["models"]} == {"bert-base", "smollm2"}
-    assert all(row["rerun_identical"] and row["split_identical"] and row["split_groups"] == 2 for row in report["models"])
+    assert all(
+        row["rerun_identical"] and row["split_identical"] and row["split_groups"] == 2 for row in report["models"]
+    )
     assert len(report["tolerance"]) == 8 and all(check["ok"] for check in report["tolerance"])
     assert {plan["gpu"] for plan in report["eight_b"]} == {"80 GB", "141 GB"}
     assert "8B-class on STS" in printed and "a_over_b" in printed

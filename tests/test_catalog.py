@@ -24,7 +24,9 @@ def test_a_dry_run_in_the_test_folder_plans_the_smoke_run(tmp_path):
     result = run_snakemake(PROJECT / ".test", "-n", "--cores", "2")
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
-    assert counts["materialise_model"] == 2 and counts["extract"] == 2 * 5, counts  # tiny-bert's 1 shard, tiny-gpt2's 4; over STS and the usages
+    assert counts["materialise_model"] == 2 and counts["extract"] == 2 * 5, (
+        counts
+    )  # tiny-bert's 1 shard, tiny-gpt2's 4; over STS and the usages
 
 
 def test_the_catalog_file_declares_conda_apptainer_and_the_report():

@@ -24,17 +24,32 @@ def layers_table(model, baseline, self_adj, intra_adj, mev, baseline_mev):
     intra_raw = np.asarray(intra_adj, float) + b
     mev = np.asarray(mev, float)
     n = len(b)
-    return pd.DataFrame({
-        "model": model, "layer": np.arange(n), "n_words": 100, "n_sentences_sampled": 50,
-        "self_similarity": self_raw, "self_similarity_ci_low": self_raw - 0.01,
-        "self_similarity_ci_high": self_raw + 0.01,
-        "intra_sentence": intra_raw, "intra_sentence_ci_low": intra_raw - 0.01,
-        "intra_sentence_ci_high": intra_raw + 0.01,
-        "mev": mev, "mev_ci_low": mev - 0.002, "mev_ci_high": mev + 0.002,
-        "mev_literal": mev, "mev_centered": mev, "baseline_cosine": b, "baseline_mev": bm,
-        "adjusted_self_similarity": self_raw - b, "adjusted_intra_sentence": intra_raw - b,
-        "adjusted_mev": mev - bm, "norm_mean": 10.0, "norm_std": 1.0,
-    })
+    return pd.DataFrame(
+        {
+            "model": model,
+            "layer": np.arange(n),
+            "n_words": 100,
+            "n_sentences_sampled": 50,
+            "self_similarity": self_raw,
+            "self_similarity_ci_low": self_raw - 0.01,
+            "self_similarity_ci_high": self_raw + 0.01,
+            "intra_sentence": intra_raw,
+            "intra_sentence_ci_low": intra_raw - 0.01,
+            "intra_sentence_ci_high": intra_raw + 0.01,
+            "mev": mev,
+            "mev_ci_low": mev - 0.002,
+            "mev_ci_high": mev + 0.002,
+            "mev_literal": mev,
+            "mev_centered": mev,
+            "baseline_cosine": b,
+            "baseline_mev": bm,
+            "adjusted_self_similarity": self_raw - b,
+            "adjusted_intra_sentence": intra_raw - b,
+            "adjusted_mev": mev - bm,
+            "norm_mean": 10.0,
+            "norm_std": 1.0,
+        }
+    )
 
 
 def hub(model_id, revision="0" * 40):
@@ -45,8 +60,10 @@ def hub(model_id, revision="0" * 40):
 def paper_yaml_identities():
     """The identity of each model of config/paper.yaml, as workflow/rules/common.smk makes it (MODEL_SOURCES)."""
     models = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "paper.yaml").read_text())["models"]
-    return {key: {"source": entry["source"]} | {name: entry.get(name) for name in SOURCES[entry["source"]].required}
-            for key, entry in models.items()}
+    return {
+        key: {"source": entry["source"]} | {name: entry.get(name) for name in SOURCES[entry["source"]].required}
+        for key, entry in models.items()
+    }
 
 
 PAPER_IDENTITIES = {key: identity for key, identity in paper_yaml_identities().items() if key in paper.PAPER_MODELS}
@@ -54,30 +71,52 @@ PAPER_IDENTITIES = {key: identity for key, identity in paper_yaml_identities().i
 
 def paper_table(pm):
     """The paper's [STATS] values for one paper model as a layers table."""
+
     def col(q):
-        return [np.nan if (r := paper.reference_value(pm, q, layer)) is None else r[0]
-                for layer in range(paper.PAPER_DEPTH[pm] + 1)]
-    return layers_table(pm, col("baseline_cosine"), col("adjusted_self_similarity"),
-                        col("adjusted_intra_sentence"), col("mev"), col("baseline_mev"))
+        return [
+            np.nan if (r := paper.reference_value(pm, q, layer)) is None else r[0]
+            for layer in range(paper.PAPER_DEPTH[pm] + 1)
+        ]
+
+    return layers_table(
+        pm,
+        col("baseline_cosine"),
+        col("adjusted_self_similarity"),
+        col("adjusted_intra_sentence"),
+        col("mev"),
+        col("baseline_mev"),
+    )
 
 
 def violating_gpt2_like():
     """A 6-layer stand-in for GPT-2 built to break most claims."""
     return layers_table(
         "bad",
-        baseline=[0.01, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3],          # flat: breaks A1b (layer 0) and A2
-        self_adj=[0.1, -0.05, 0.3, 0.4, 0.5, 0.6, 0.7],         # rising (A5, S3), below 0 at layer 1 (S2)
-        intra_adj=[0.0, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3],          # far from 0, layer 0 not largest: A7c
-        mev=[np.nan, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5],              # mean 0.5 (A8b) and adjusted 0.4 (S4)
+        baseline=[0.01, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3],  # flat: breaks A1b (layer 0) and A2
+        self_adj=[0.1, -0.05, 0.3, 0.4, 0.5, 0.6, 0.7],  # rising (A5, S3), below 0 at layer 1 (S2)
+        intra_adj=[0.0, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3],  # far from 0, layer 0 not largest: A7c
+        mev=[np.nan, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5],  # mean 0.5 (A8b) and adjusted 0.4 (S4)
         baseline_mev=[0.1] * 7,
     )
 
 
 def words_table(model, ranking):
     """A words.parquet-shaped table whose words have self-similarity in the given order (lowest first)."""
-    rows = [{"model": model, "word": w, "layer": layer, "n": 5, "self_similarity": 0.3 + 0.05 * i,
-             "self_similarity_sampled": np.nan, "mev": np.nan, "mev_literal": np.nan, "mev_centered": np.nan}
-            for i, w in enumerate(ranking) for layer in range(3)]
+    rows = [
+        {
+            "model": model,
+            "word": w,
+            "layer": layer,
+            "n": 5,
+            "self_similarity": 0.3 + 0.05 * i,
+            "self_similarity_sampled": np.nan,
+            "mev": np.nan,
+            "mev_literal": np.nan,
+            "mev_centered": np.nan,
+        }
+        for i, w in enumerate(ranking)
+        for layer in range(3)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -135,8 +174,9 @@ def test_specific_failures_and_isotropy():
     bert = paper_table("bert")
     bert.loc[bert["layer"] == 12, "baseline_cosine"] = 0.7  # last layer now more anisotropic than layer 11
     bert.loc[bert["layer"] == 5, "adjusted_intra_sentence"] = -0.01
-    results = evaluate_claims({"iso": iso, "bert": bert}, None, {"iso": "Iso", "bert": "BERT"},
-                              {"iso": "elmo", "bert": "bert"})
+    results = evaluate_claims(
+        {"iso": iso, "bert": bert}, None, {"iso": "Iso", "bert": "BERT"}, {"iso": "elmo", "bert": "bert"}
+    )
     assert status(results, "iso", "S1") == "FAILS"
     assert status(results, "iso", "A1a") == "HOLDS"
     assert status(results, "iso", "A4") == "FAILS"  # raw self-similarity 0.91 at layer 0
@@ -144,8 +184,7 @@ def test_specific_failures_and_isotropy():
     assert status(results, "bert", "A3") == "FAILS"
     assert status(results, "bert", "A7b") == "FAILS"
     assert status(results, "bert", "A10") == "FAILS"
-    assert "stand-in for BERT" in results.loc[(results["model"] == "bert") & (results["claim"] == "A3"),
-                                              "note"].iloc[0]
+    assert "stand-in for BERT" in results.loc[(results["model"] == "bert") & (results["claim"] == "A3"), "note"].iloc[0]
 
 
 def test_word_claims_hold_and_fail():
@@ -160,10 +199,17 @@ def test_word_claims_hold_and_fail():
 
 def test_relative_depth_mapping_holds_for_shallow_stand_in():
     base = [0.6, 0.6, 0.6, 0.6, 0.62, 0.8, 0.97]
-    ok = layers_table("small", base, [0.3, 0.3, 0.25, 0.2, 0.15, 0.1, 0.01], [0.2, 0.05, 0.0, 0.0, 0.01, 0.02, 0.0],
-                      [np.nan, 0.2, 0.3, 0.3, 0.3, 0.3, 0.7], [0.1, 0.3, 0.9, 0.9, 0.9, 0.9, 0.8])
-    results = evaluate_claims({"small": ok}, None, {"small": "distilgpt2"}, {"small": "gpt2"},
-                              sources={"small": hub("distilbert/distilgpt2")})
+    ok = layers_table(
+        "small",
+        base,
+        [0.3, 0.3, 0.25, 0.2, 0.15, 0.1, 0.01],
+        [0.2, 0.05, 0.0, 0.0, 0.01, 0.02, 0.0],
+        [np.nan, 0.2, 0.3, 0.3, 0.3, 0.3, 0.7],
+        [0.1, 0.3, 0.9, 0.9, 0.9, 0.9, 0.8],
+    )
+    results = evaluate_claims(
+        {"small": ok}, None, {"small": "distilgpt2"}, {"small": "gpt2"}, sources={"small": hub("distilbert/distilgpt2")}
+    )
     for claim_id in ("A2", "A5a", "A5b", "A7c", "A8b", "S1", "S2", "S3", "S4"):
         assert status(results, "small", claim_id) == "HOLDS", claim_id
     assert results["stand_in"].all()
@@ -204,9 +250,13 @@ def test_summary_table_shows_paper_values(tmp_path, paper_run):
 
 def reference_table():
     """Every reference value of the paper, one row per (paper_model, layer, quantity), with ``approximate``."""
-    rows = [{"paper_model": pm, "layer": layer, "quantity": q, "value": ref[0], "approximate": ref[1]}
-            for q in paper.QUANTITIES for pm in paper.PAPER_MODELS for layer in range(paper.PAPER_DEPTH[pm] + 1)
-            if (ref := paper.reference_value(pm, q, layer)) is not None]
+    rows = [
+        {"paper_model": pm, "layer": layer, "quantity": q, "value": ref[0], "approximate": ref[1]}
+        for q in paper.QUANTITIES
+        for pm in paper.PAPER_MODELS
+        for layer in range(paper.PAPER_DEPTH[pm] + 1)
+        if (ref := paper.reference_value(pm, q, layer)) is not None
+    ]
     return pd.DataFrame(rows)
 
 
@@ -240,38 +290,70 @@ def test_only_the_papers_hub_ids_at_their_pinned_revisions_and_elmos_official_fi
         assert paper.is_paper_checkpoint(key.removesuffix("-faithful"), identity), key
     assert paper.is_paper_checkpoint("bert", hub("bert-base-cased", pinned["bert"]))
     assert paper.is_paper_checkpoint("gpt2", hub("gpt2", pinned["gpt2"]))
-    elmo_on_the_other_host = {name: url.replace("https://s3-us-west-2.amazonaws.com/allennlp", "https://allennlp.s3.amazonaws.com")
-                              for name, url in PAPER_IDENTITIES["elmo"].items()}
+    elmo_on_the_other_host = {
+        name: url.replace("https://s3-us-west-2.amazonaws.com/allennlp", "https://allennlp.s3.amazonaws.com")
+        for name, url in PAPER_IDENTITIES["elmo"].items()
+    }
     assert paper.is_paper_checkpoint("elmo", elmo_on_the_other_host)
     not_the_papers = {
-        "bert": [hub("me/bert-base-cased", pinned["bert"]), hub("google-bert/bert-base-cased"),
-                 hub("google-bert/bert-base-cased", None), {"source": "path", "path": "/data/finetuned/bert-base-cased"},
-                 {"source": "pypi", "package": "bert-base-cased", "version": "1.0"}, {"source": "hub", "id": "bert-base-cased"},
-                 {"source": "random", "architecture": "bert"}, None, {}],
-        "gpt2": [hub("me/gpt2", pinned["gpt2"]), hub("openai-community/gpt2-medium", pinned["gpt2"]),
-                 hub("openai-community/gpt2", pinned["bert"]), {"source": "path", "path": "/data/finetuned/gpt2"},
-                 {"source": "path", "path": "openai-community/gpt2"}],
-        "elmo": [{"source": "elmo", "options": "/data/elmo_2x4096_512_2048cnn_2xhighway_options.json",
-                  "weights": "/data/elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5"},
-                 {**PAPER_IDENTITIES["elmo"], "weights": "https://example.org/elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5"},
-                 {"source": "path", "path": "elmo_2x4096_512_2048cnn_2xhighway"}],
+        "bert": [
+            hub("me/bert-base-cased", pinned["bert"]),
+            hub("google-bert/bert-base-cased"),
+            hub("google-bert/bert-base-cased", None),
+            {"source": "path", "path": "/data/finetuned/bert-base-cased"},
+            {"source": "pypi", "package": "bert-base-cased", "version": "1.0"},
+            {"source": "hub", "id": "bert-base-cased"},
+            {"source": "random", "architecture": "bert"},
+            None,
+            {},
+        ],
+        "gpt2": [
+            hub("me/gpt2", pinned["gpt2"]),
+            hub("openai-community/gpt2-medium", pinned["gpt2"]),
+            hub("openai-community/gpt2", pinned["bert"]),
+            {"source": "path", "path": "/data/finetuned/gpt2"},
+            {"source": "path", "path": "openai-community/gpt2"},
+        ],
+        "elmo": [
+            {
+                "source": "elmo",
+                "options": "/data/elmo_2x4096_512_2048cnn_2xhighway_options.json",
+                "weights": "/data/elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5",
+            },
+            {
+                **PAPER_IDENTITIES["elmo"],
+                "weights": "https://example.org/elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5",
+            },
+            {"source": "path", "path": "elmo_2x4096_512_2048cnn_2xhighway"},
+        ],
     }
     for pm, identities in not_the_papers.items():
         for identity in identities:
             assert not paper.is_paper_checkpoint(pm, identity), (pm, identity)
 
 
-@pytest.mark.parametrize("key, identity", [
-    ("gpt2", None),  # a model keyed `gpt2` with no identity: the key names nothing
-    ("gpt2", {"source": "path", "path": "/data/finetuned/gpt2"}),
-    ("bert", hub("me/bert-base-cased", "cd5ef92a9fb2f889e972770a36d4ed042daf221e")),
-])
+@pytest.mark.parametrize(
+    "key, identity",
+    [
+        ("gpt2", None),  # a model keyed `gpt2` with no identity: the key names nothing
+        ("gpt2", {"source": "path", "path": "/data/finetuned/gpt2"}),
+        ("bert", hub("me/bert-base-cased", "cd5ef92a9fb2f889e972770a36d4ed042daf221e")),
+    ],
+)
 def test_a_copy_named_like_the_papers_checkpoint_keeps_its_stand_in_caveat(tmp_path, key, identity):
     pm = key
     table = paper_table(pm)
-    claims = claims_report({key: table}, None, {key: "Mine"}, {key: pm}, tmp_path / "claims.md", sources={key: identity})
-    summary_table({key: table}, {key: "Mine"}, {key: pm}, tmp_path / "summary.md", tmp_path / "summary.tex",
-                  sources={key: identity})
+    claims = claims_report(
+        {key: table}, None, {key: "Mine"}, {key: pm}, tmp_path / "claims.md", sources={key: identity}
+    )
+    summary_table(
+        {key: table},
+        {key: "Mine"},
+        {key: pm},
+        tmp_path / "summary.md",
+        tmp_path / "summary.tex",
+        sources={key: identity},
+    )
     assert claims["stand_in"].all()
     about_pm = claims[claims["about"] == paper.PAPER_LABELS[pm]]
     assert len(about_pm) and about_pm["note"].str.contains(f"stand-in for {paper.PAPER_LABELS[pm]}").all()
@@ -290,7 +372,13 @@ def paper_table1(changes=None, drop=()):
         if label in drop:
             continue
         model, _, layer = label.partition(", Layer ")
-        row = {"source": "this run", "method": label, "model": model, "layer": float(layer) if layer else np.nan, **values}
+        row = {
+            "source": "this run",
+            "method": label,
+            "model": model,
+            "layer": float(layer) if layer else np.nan,
+            **values,
+        }
         row.update((changes or {}).get(label, {}))
         rows.append(row)
     return pd.DataFrame(rows)
@@ -345,8 +433,12 @@ def test_a9_is_not_applicable_without_what_it_needs(paper_run):
     # a stand-in of another depth: rows mapped to its own layers 1, 2, L-1, L; no row-by-row comparison
     small = violating_gpt2_like()
     table1 = paper_table1()
-    table1 = pd.concat([table1[~table1["model"].eq("GPT-2")],
-                        table1[table1["model"].eq("GPT-2")].assign(model="Small", layer=[1.0, 2.0, 5.0, 6.0])])
+    table1 = pd.concat(
+        [
+            table1[~table1["model"].eq("GPT-2")],
+            table1[table1["model"].eq("GPT-2")].assign(model="Small", layer=[1.0, 2.0, 5.0, 6.0]),
+        ]
+    )
     results = evaluate_claims({"small": small}, None, {"small": "Small"}, {"small": "gpt2"}, table1=table1)
     assert status(results, "small", "A9d") == "N/A"
     assert status(results, "small", "A9c") == "HOLDS"  # its rows at layers 1, 2, 5, 6 are the paper's GPT-2 rows
@@ -421,12 +513,25 @@ def _full_run():
     pms.update(minilm="bert", **{"other/v1.0": None})
     sources.update(minilm=hub("sentence-transformers/all-MiniLM-L6-v2"))
     losses = {
-        "bert": {"sentences_truncated": 3, "sentences_skipped": 0, "indexed_occurrences": 1089,
-                 "indexed_occurrences_lost": {"truncated": 4, "skipped": 0, "spanning": 2}, "misaligned_words": 1},
-        "minilm": {"sentences_truncated": 0, "sentences_skipped": 2, "indexed_occurrences": 700,
-                   "indexed_occurrences_lost": {"truncated": 0, "skipped": 7, "spanning": 0}},
-        "other/v1.0": {"sentences_truncated": 0, "sentences_skipped": 0, "indexed_occurrences": 0,
-                       "indexed_occurrences_lost": {"truncated": 0, "skipped": 0, "spanning": 0}},
+        "bert": {
+            "sentences_truncated": 3,
+            "sentences_skipped": 0,
+            "indexed_occurrences": 1089,
+            "indexed_occurrences_lost": {"truncated": 4, "skipped": 0, "spanning": 2},
+            "misaligned_words": 1,
+        },
+        "minilm": {
+            "sentences_truncated": 0,
+            "sentences_skipped": 2,
+            "indexed_occurrences": 700,
+            "indexed_occurrences_lost": {"truncated": 0, "skipped": 7, "spanning": 0},
+        },
+        "other/v1.0": {
+            "sentences_truncated": 0,
+            "sentences_skipped": 0,
+            "indexed_occurrences": 0,
+            "indexed_occurrences_lost": {"truncated": 0, "skipped": 0, "spanning": 0},
+        },
     }
     table1 = paper_table1({"BERT, Layer 1": {"SimLex999": 0.20}, "FastText": {"MEN": 0.10}})
     return tables, words, labels, pms, sources, losses, table1
@@ -449,8 +554,7 @@ def _write_reports(out: Path, run) -> None:
     """What workflow/scripts/summary.py writes, from one run's tables."""
     tables, words, labels, pms, sources, losses, table1 = run
     summary_table(tables, labels, pms, out / "summary.md", out / "summary.tex", sources=sources, losses=losses)
-    claims = claims_report(tables, words, labels, pms, out / "claims.md", sources=sources, losses=losses,
-                           table1=table1)
+    claims = claims_report(tables, words, labels, pms, out / "claims.md", sources=sources, losses=losses, table1=table1)
     claims.to_csv(out / "claims.csv", index=False)
     losses_frame(losses or {}, labels).to_csv(out / "losses.csv", index=False)
 
@@ -467,9 +571,11 @@ def test_reports_are_written_byte_for_byte_as_before(tmp_path, name, run):
     assert written == ["claims.csv", "claims.md", "losses.csv", "summary.md", "summary.tex"]
     for file in written:
         got, expected = (tmp_path / file).read_bytes(), (expected_dir / file).read_bytes()
-        assert got == expected, "".join(difflib.unified_diff(expected.decode().splitlines(True),
-                                                             got.decode().splitlines(True),
-                                                             f"expected/{file}", f"written/{file}"))
+        assert got == expected, "".join(
+            difflib.unified_diff(
+                expected.decode().splitlines(True), got.decode().splitlines(True), f"expected/{file}", f"written/{file}"
+            )
+        )
 
 
 def test_pipe_table_aligns_and_escapes_its_cells():
@@ -482,13 +588,33 @@ def test_pipe_table_aligns_and_escapes_its_cells():
 
 
 def test_latex_table_groups_escapes_and_marks():
-    text = tables.latex_table(["Layer", "run", "paper"], [["12†", "0.5", "≈0.4"], ["1", "–", "x_1 & 50%"]], "rrr",
-                              caption="A \\& B.", label="tab:x", groups=["", ("Base_line", 2)])
+    text = tables.latex_table(
+        ["Layer", "run", "paper"],
+        [["12†", "0.5", "≈0.4"], ["1", "–", "x_1 & 50%"]],
+        "rrr",
+        caption="A \\& B.",
+        label="tab:x",
+        groups=["", ("Base_line", 2)],
+    )
     assert text.split("\n") == [
-        r"\begin{table}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{3pt}", r"\begin{tabular}{rrr}",
-        r"\toprule", r" & \multicolumn{2}{c}{Base\_line} \\", r"\cmidrule(lr){2-3}", r"Layer & run & paper \\",
-        r"\midrule", r"12$^\dagger$ & 0.5 & $\approx$0.4 \\", r"1 & -- & x\_1 \& 50\% \\", r"\bottomrule",
-        r"\end{tabular}", r"\caption{A \& B.}", r"\label{tab:x}", r"\end{table}"]
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\small",
+        r"\setlength{\tabcolsep}{3pt}",
+        r"\begin{tabular}{rrr}",
+        r"\toprule",
+        r" & \multicolumn{2}{c}{Base\_line} \\",
+        r"\cmidrule(lr){2-3}",
+        r"Layer & run & paper \\",
+        r"\midrule",
+        r"12$^\dagger$ & 0.5 & $\approx$0.4 \\",
+        r"1 & -- & x\_1 \& 50\% \\",
+        r"\bottomrule",
+        r"\end{tabular}",
+        r"\caption{A \& B.}",
+        r"\label{tab:x}",
+        r"\end{table}",
+    ]
     assert tables.latex_escape("≈ † – $") == r"≈ † -- \$"  # the marks stay as they are in free text
 
 
@@ -498,16 +624,33 @@ def test_claims_on_a_tiny_corpus_are_judged_with_the_exact_baselines():
     sampled baselines N/A (NaN), and each claim is judged with the exact ones, saying why."""
     table = layers_table("tiny", baseline=[0.07] * 4, self_adj=[0.5, 0.4, 0.3, 0.2], intra_adj=[0.2] * 4,
                          mev=[np.nan, 0.2, 0.2, 0.2], baseline_mev=[0.3] * 4)  # fmt: skip
-    exact = {f"{column}_exact": table[column] for column in
-             ("baseline_cosine", "baseline_mev", "adjusted_self_similarity", "adjusted_intra_sentence", "adjusted_mev")}
+    exact = {
+        f"{column}_exact": table[column]
+        for column in (
+            "baseline_cosine",
+            "baseline_mev",
+            "adjusted_self_similarity",
+            "adjusted_intra_sentence",
+            "adjusted_mev",
+        )
+    }
     table = table.assign(**exact, n_baseline_vectors=1)
-    for column in ("baseline_cosine", "baseline_mev", "adjusted_self_similarity", "adjusted_intra_sentence", "adjusted_mev"):
+    for column in (
+        "baseline_cosine",
+        "baseline_mev",
+        "adjusted_self_similarity",
+        "adjusted_intra_sentence",
+        "adjusted_mev",
+    ):
         table[column] = np.nan  # as the measurement writes a layer's sampled baselines from 1 vector
     claims = evaluate_claims({"tiny": table}, None, {"tiny": "tiny"}, {"tiny": "bert"}).set_index("claim")
     for claim in ("A1b", "S1", "S2"):
         row = claims.loc[claim]
         assert (row["status"], row["evidence"]) == (row["status_exact"], row["evidence_exact"]), claim
-        assert "judged with the exact baselines: the sampled ones are N/A, drawn from 1 vectors, fewer than 100" in row["note"]
+        assert (
+            "judged with the exact baselines: the sampled ones are N/A, drawn from 1 vectors, fewer than 100"
+            in row["note"]
+        )
     assert claims.loc["A1b", "status"] == "FAILS" and "min 0.070" in claims.loc["A1b", "evidence"]
     enough = table.assign(n_baseline_vectors=100, baseline_cosine=0.07)
     claims = evaluate_claims({"tiny": enough}, None, {"tiny": "tiny"}, {"tiny": "bert"}).set_index("claim")

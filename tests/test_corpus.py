@@ -22,8 +22,15 @@ TEST_YEARS = [2012, 2013, 2014, 2015, 2016]
 def bundled_sentences(tmp_path_factory) -> pd.DataFrame:
     folder = tmp_path_factory.mktemp("corpus")
     write_bundled_pairs(STS_DIR, TEST_YEARS, False, folder / "pairs.jsonl")
-    return build_corpus(folder / "sentences.parquet", source="bundled", pairs_jsonl=folder / "pairs.jsonl", years=TEST_YEARS,
-                        include_2012_train=False, max_sentences=None, hub_revisions={})
+    return build_corpus(
+        folder / "sentences.parquet",
+        source="bundled",
+        pairs_jsonl=folder / "pairs.jsonl",
+        years=TEST_YEARS,
+        include_2012_train=False,
+        max_sentences=None,
+        hub_revisions={},
+    )
 
 
 def test_scored_pairs_per_year_match_the_releases(bundled_sentences):
@@ -70,12 +77,15 @@ def _release(tmp_path, year, input_text: bytes, gold_text: bytes, domain="toy") 
     prefix = "STS2016" if year == 2016 else "STS"
     (folder / f"{prefix}.input.{domain}.txt").write_bytes(input_text)
     (folder / f"{prefix}.gs.{domain}.txt").write_bytes(gold_text)
-    return ReleaseFiles(year, "test", domain, folder / f"{prefix}.input.{domain}.txt", folder / f"{prefix}.gs.{domain}.txt")
+    return ReleaseFiles(
+        year, "test", domain, folder / f"{prefix}.input.{domain}.txt", folder / f"{prefix}.gs.{domain}.txt"
+    )
 
 
 def test_unscored_pairs_are_skipped_and_quotes_removed(tmp_path):
     files = _release(
-        tmp_path, 2015,
+        tmp_path,
+        2015,
         b'He said "hi.\tShe said hi.\nA dog runs.\tA cat runs.\nOne.\tTwo.\n',
         b"4.5\n\n1\n",
     )

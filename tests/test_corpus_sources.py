@@ -27,7 +27,11 @@ def test_text_source_cleans_numbers_and_records(tmp_path):
     sentences, record = load_source(corpus(source="text", path=str(path)))
     assert list(sentences.columns) == OTHER_COLUMNS
     assert sentences["text"].tolist() == ["The bank rose.", "A river bank.", "Ünïcode works"]
-    assert sentences["sentence_id"].tolist() == [0, 1, 2] and sentences["source_id"].tolist() == ["line 1", "line 2", "line 3"]
+    assert sentences["sentence_id"].tolist() == [0, 1, 2] and sentences["source_id"].tolist() == [
+        "line 1",
+        "line 2",
+        "line 3",
+    ]
     assert (sentences["year"] == 0).all() and sentences["score"].isna().all() and (sentences["pair_id"] == -1).all()
     import hashlib
 
@@ -52,7 +56,9 @@ def test_text_source_refuses_malformed_lines(tmp_path, content, message):
 
 
 def test_table_source_csv_and_parquet(tmp_path):
-    frame = pd.DataFrame({"sid": ["a1", "b7", "c3"], "topic": ["x", "y", "x"], "sentence": ["One.", "Two, too.", "Three"]})
+    frame = pd.DataFrame(
+        {"sid": ["a1", "b7", "c3"], "topic": ["x", "y", "x"], "sentence": ["One.", "Two, too.", "Three"]}
+    )
     frame.to_csv(tmp_path / "t.csv", index=False)
     frame.to_parquet(tmp_path / "t.parquet")
     for name in ("t.csv", "t.parquet"):
@@ -71,7 +77,9 @@ def test_table_source_refuses_malformed_tables(tmp_path):
     path.write_text("id,text\na,One.\nb,Two.\na,Three.\n")
     with pytest.raises(CorpusError, match=r"t.csv:4: id 'a' \('id'\) appears again; allowed: one row per id"):
         load_source(corpus(source="table", path=str(path), id_column="id"))
-    with pytest.raises(CorpusError, match=r"t.csv: no column 'sentence' \(corpus.text_column\); the table has \['id', 'text'\]"):
+    with pytest.raises(
+        CorpusError, match=r"t.csv: no column 'sentence' \(corpus.text_column\); the table has \['id', 'text'\]"
+    ):
         load_source(corpus(source="table", path=str(path), text_column="sentence"))
     pd.DataFrame({"text": ["a", None]}).to_parquet(tmp_path / "t.parquet")
     with pytest.raises(CorpusError, match=r"t.parquet row 2: 'text' is (None|nan), not text"):
@@ -91,7 +99,9 @@ def test_datasets_source_reads_a_saved_folder_and_a_data_folder(tmp_path):
     assert len(record["sha256"]) == 64
     folder = tmp_path / "files"
     folder.mkdir()
-    (folder / "test.jsonl").write_text("\n".join(json.dumps({"sentence": t, "k": i}) for i, t in enumerate(rows["text"])))
+    (folder / "test.jsonl").write_text(
+        "\n".join(json.dumps({"sentence": t, "k": i}) for i, t in enumerate(rows["text"]))
+    )
     sentences, _ = load_source(corpus(source="datasets", path=str(folder), split="test", text_column="sentence",
                                       id_column="k"))  # fmt: skip
     assert sentences["text"].tolist() == rows["text"] and sentences["source_id"].tolist() == ["0", "1"]
@@ -109,7 +119,9 @@ def test_corpus_settings_are_checked_before_any_job():
 
     assert "corpus.path: missing; corpus.source 'text'" in problems(source="text")
     assert "a hub dataset is read only at a pinned commit" in problems(source="datasets", dataset="org/name")
-    assert "exactly one of a local dataset folder" in problems(source="datasets", path="x", dataset="org/name", revision="0" * 40)
+    assert "exactly one of a local dataset folder" in problems(
+        source="datasets", path="x", dataset="org/name", revision="0" * 40
+    )
     assert "unused with corpus.source 'bundled'" in problems(path="mine.txt")
 
 
@@ -129,7 +141,9 @@ def test_corpus_section_of_claims():
 
     assert corpus_section(None) == []
     lines = corpus_section({"source": "text", "path": "mine.txt", "sha256": "ab" * 32, "n_sentences": 1234})
-    assert "1,234 sentences from `mine.txt`" in "\n".join(lines) and "There are no STS pairs or gold" in "\n".join(lines)
+    assert "1,234 sentences from `mine.txt`" in "\n".join(lines) and "There are no STS pairs or gold" in "\n".join(
+        lines
+    )
 
 
 @pytest.mark.slow
@@ -248,7 +262,9 @@ def test_a_data_file_linking_out_of_the_dataset_folder_is_refused(tmp_path):
     folder = tmp_path / "data"
     folder.mkdir()
     (folder / "train.txt").symlink_to(tmp_path / "secret.txt")
-    with pytest.raises(CorpusError, match=r"data/train.txt is a symbolic link to .*secret.txt, outside the dataset folder"):
+    with pytest.raises(
+        CorpusError, match=r"data/train.txt is a symbolic link to .*secret.txt, outside the dataset folder"
+    ):
         load_source(corpus(source="datasets", path=str(folder)))
 
 

@@ -61,7 +61,11 @@ def _files(workdir: Path, pattern: str) -> list[Path]:
 
 def _actual(path: Path, kind: str) -> set[str]:
     if kind == "Columns":
-        table = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path, sep="\t" if path.suffix == ".tsv" else ",")
+        table = (
+            pd.read_parquet(path)
+            if path.suffix == ".parquet"
+            else pd.read_csv(path, sep="\t" if path.suffix == ".tsv" else ",")
+        )
         return set(table.columns)
     if kind == "Keys":
         return set(json.loads(path.read_text()))
@@ -84,8 +88,12 @@ def test_the_contract_lists_fields_for_every_output_format():
 
 def test_every_table_and_store_file_of_the_smoke_run_is_in_the_contract(runs):
     patterns = [re.sub(r"\{[^}]+\}", "*", pattern) for pattern in named_paths()]
-    written = [path.relative_to(run) for run in runs for path in (run / "results").rglob("*")
-               if path.suffix in {".h5", ".parquet", ".csv", ".json", ".tsv", ".tar"}]
+    written = [
+        path.relative_to(run)
+        for run in runs
+        for path in (run / "results").rglob("*")
+        if path.suffix in {".h5", ".parquet", ".csv", ".json", ".tsv", ".tar"}
+    ]
     assert written
     unnamed = [str(path) for path in written if not any(path.match(pattern) for pattern in patterns)]
     assert unnamed == [], f"files the run writes but docs/data-contract.md does not describe: {unnamed}"
@@ -102,4 +110,6 @@ def test_every_file_of_the_contract_has_exactly_its_fields(runs, pattern):
             actual = _actual(path, kind)
             if kind == "Datasets" and any("{LL}" in name for name in listed):  # one dataset per layer
                 actual = {re.sub(r"^layer_\d+$", "layer_00", name) for name in actual}
-            assert actual == expected, f"{path.relative_to(smoke)}: {kind.lower()} {sorted(actual ^ expected)} differ from the contract"
+            assert actual == expected, (
+                f"{path.relative_to(smoke)}: {kind.lower()} {sorted(actual ^ expected)} differ from the contract"
+            )

@@ -58,8 +58,12 @@ def test_the_device_path_writes_no_store_and_gives_the_store_paths_tables(runs):
         words_b = pd.read_parquet(device / layout.path(layout.WORDS, corpus="sts", model=model))
         pd.testing.assert_frame_equal(words_b, words_a, check_exact=False, atol=1e-5, rtol=0)
         for layer in range(len(a)):
-            rows_a = json.loads((store / layout.path(layout.LAYER_RECORD, corpus="sts", model=model, layer=layer)).read_text())
-            rows_b = json.loads((device / layout.path(layout.LAYER_RECORD, corpus="sts", model=model, layer=layer)).read_text())
+            rows_a = json.loads(
+                (store / layout.path(layout.LAYER_RECORD, corpus="sts", model=model, layer=layer)).read_text()
+            )
+            rows_b = json.loads(
+                (device / layout.path(layout.LAYER_RECORD, corpus="sts", model=model, layer=layer)).read_text()
+            )
             for row_a, row_b in zip(rows_a["postprocess"], rows_b["postprocess"]):
                 for key, value in row_a.items():
                     if isinstance(value, float):
@@ -116,7 +120,11 @@ def test_a_rerun_and_one_layer_per_pass_give_the_same_bytes(runs, tmp_path, monk
         assert any(f"{shape['n_layers']} group(s) of <= 1 layers" in line for line in records)
         assert _members(tmp_path / model / "b" / "part_0.tar") == expected
         run_record = Path(layout.path(layout.DEVICE_RECORD, corpus="sts", model=model, part=0)).read_bytes()
-        assert (tmp_path / model / "a" / "part_0.json").read_bytes() == (tmp_path / model / "b" / "part_0.json").read_bytes() == run_record
+        assert (
+            (tmp_path / model / "a" / "part_0.json").read_bytes()
+            == (tmp_path / model / "b" / "part_0.json").read_bytes()
+            == run_record
+        )
 
 
 @pytest.mark.parametrize("architecture", ["bert", "gpt2", "llama"])
@@ -203,5 +211,5 @@ def test_measure_model_declares_a_gpu_exactly_when_the_run_has_gpus(tmp_path):
         result = run_snakemake(workdir, "results/metrics/sts/tiny-gpt2/device/part_0.tar", "-n", "--cores", "2", *resources,
                                configfile=write_config(workdir / "c.yaml", config))  # fmt: skip
         assert result.returncode == 0, result.stderr[-2000:]
-        block = result.stdout[result.stdout.index("rule measure_model:"):].split("\n\n")[0]
+        block = result.stdout[result.stdout.index("rule measure_model:") :].split("\n\n")[0]
         assert f"gpu={expected}" in block, (device, resources, block)

@@ -50,7 +50,10 @@ def test_a_job_computes_on_a_gpu_only_when_its_rule_gave_it_one(cuda, tmp_path):
     assert choose_device("auto", 0, 0, tmp_path) == ("cpu", None)  # CUDA present, but no gpu resource
     assert choose_device("cpu", 1, 0, tmp_path) == ("cpu", None)
     assert choose_device("cuda:1", 1, 0, tmp_path) == ("cuda:1", None)
-    with pytest.raises(DeviceError, match=r"extraction.device is 'cuda' but this extraction job was given no GPU: run with --resources gpu=N"):
+    with pytest.raises(
+        DeviceError,
+        match=r"extraction.device is 'cuda' but this extraction job was given no GPU: run with --resources gpu=N",
+    ):
         choose_device("cuda", 0, 0, tmp_path)
     cuda(0)
     with pytest.raises(DeviceError, match="torch sees no CUDA device"):
@@ -102,28 +105,52 @@ def test_extraction_declares_a_gpu_exactly_when_the_run_has_gpus(tmp_path):
     """The defaults (device auto, the machine's GPUs: none here) on any machine: no GPU is declared; with
     --resources gpu=2 every shard job declares one; device cuda asks for one, which a run without GPUs
     cannot give (the job then stops with the DeviceError tested above)."""
-    cases = (("auto", [], 0), ("auto", ["--resources", "gpu=2"], 1), ("cuda", ["--resources", "gpu=1"], 1), ("cuda", [], 0))
+    cases = (
+        ("auto", [], 0),
+        ("auto", ["--resources", "gpu=2"], 1),
+        ("cuda", ["--resources", "gpu=1"], 1),
+        ("cuda", [], 0),
+    )
     for device, resources, expected in cases:
         workdir = tmp_path / f"{device}-{len(resources)}"
         workdir.mkdir()
-        result = run_snakemake(workdir, "results/embeddings/sts/tiny-gpt2/shards/shard_0.h5", "-n", "--cores", "2",
-                               *resources, configfile=write_config(workdir / "c.yaml", _config(workdir, device)))
+        result = run_snakemake(
+            workdir,
+            "results/embeddings/sts/tiny-gpt2/shards/shard_0.h5",
+            "-n",
+            "--cores",
+            "2",
+            *resources,
+            configfile=write_config(workdir / "c.yaml", _config(workdir, device)),
+        )
         assert result.returncode == 0, result.stderr[-2000:]
-        block = result.stdout[result.stdout.index("rule extract:"):].split("\n\n")[0]
-        assert (f"gpu={expected}" in block), (device, resources, block)
+        block = result.stdout[result.stdout.index("rule extract:") :].split("\n\n")[0]
+        assert f"gpu={expected}" in block, (device, resources, block)
 
 
 @pytest.mark.slow
 def test_a_local_run_with_two_gpus_never_puts_two_shards_on_one_device(tmp_path):
     targets = [f"results/embeddings/sts/tiny-gpt2/shards/shard_{shard}.h5" for shard in range(4)]
     # 8 cores: cores alone would let all 4 shard jobs run at once; gpu=2 must hold it to 2
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(HOOKS), os.environ.get("PYTHONPATH")])), "TEST_FAKE_GPUS": "4"}
+    env = {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(HOOKS), os.environ.get("PYTHONPATH")])),
+        "TEST_FAKE_GPUS": "4",
+    }
     result = run_snakemake(
-        tmp_path, *targets, "--cores", "8", "--resources", "gpu=2",
-        configfile=write_config(tmp_path / "devices.yaml", _config(tmp_path, "auto")), env=env, timeout=600,
+        tmp_path,
+        *targets,
+        "--cores",
+        "8",
+        "--resources",
+        "gpu=2",
+        configfile=write_config(tmp_path / "devices.yaml", _config(tmp_path, "auto")),
+        env=env,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    records = [json.loads(line) for line in (tmp_path / "resources/.gpu-leases/fake-devices.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line) for line in (tmp_path / "resources/.gpu-leases/fake-devices.jsonl").read_text().splitlines()
+    ]
     assert len(records) == len(targets)
     assert {record["device"] for record in records} == {"cuda:0", "cuda:1"}  # the run's 2 of the machine's 4
     for device in ("cuda:0", "cuda:1"):

@@ -29,20 +29,31 @@ def _planned_inputs(tmp_path: Path, architecture: str) -> tuple[dict, Path]:
     paths = {name: tmp_path / f"{name}.parquet" for name in ("sentences", "words", "index")}
     sentences.to_parquet(paths["sentences"])
     build_word_index(paths["sentences"], paths["words"], paths["index"], min_occurrences=2, count="occurrences")
-    record = materialise("m", {**TINY, "architecture": architecture}, tmp_path / "model",
-                         sentences_parquet=paths["sentences"], seed=1)
+    record = materialise(
+        "m", {**TINY, "architecture": architecture}, tmp_path / "model", sentences_parquet=paths["sentences"], seed=1
+    )
     (tmp_path / "source.json").write_text(json.dumps(record))
     return paths, tmp_path / "model" / "model"
 
 
 def _plan(tmp_path: Path, settings, paths: dict, model_dir: Path) -> dict:
-    out = {name: tmp_path / "plan" / f"{name}.{ext}" for name, ext in
-           [("tokens", "parquet"), ("units", "parquet"), ("occurrences", "parquet"), ("losses", "json")]}
+    out = {
+        name: tmp_path / "plan" / f"{name}.{ext}"
+        for name, ext in [("tokens", "parquet"), ("units", "parquet"), ("occurrences", "parquet"), ("losses", "json")]
+    }
     (tmp_path / "plan").mkdir(exist_ok=True)
     run_plan_job(
-        model_key="m", settings=settings.plan("m"), record_path=tmp_path / "source.json", model_dir=model_dir,
-        sentences_path=paths["sentences"], words_path=paths["words"], word_index_path=paths["index"],
-        out_tokens=out["tokens"], out_units=out["units"], out_occurrences=out["occurrences"], out_losses=out["losses"],
+        model_key="m",
+        settings=settings.plan("m"),
+        record_path=tmp_path / "source.json",
+        model_dir=model_dir,
+        sentences_path=paths["sentences"],
+        words_path=paths["words"],
+        word_index_path=paths["index"],
+        out_tokens=out["tokens"],
+        out_units=out["units"],
+        out_occurrences=out["occurrences"],
+        out_losses=out["losses"],
     )
     return out
 
@@ -62,8 +73,19 @@ def test_faithful_tokenization_of_an_encoder_stops_the_plan_job_naming_the_key(t
     assert not (tmp_path / "plan" / "tokens.parquet").exists()
 
 
-@pytest.mark.parametrize("model_type, decoder", [("gpt2", True), ("llama", True), ("qwen2", True), ("bert", False),
-                                                 ("roberta", False), ("t5", False), ("electra", False), (None, False)])
+@pytest.mark.parametrize(
+    "model_type, decoder",
+    [
+        ("gpt2", True),
+        ("llama", True),
+        ("qwen2", True),
+        ("bert", False),
+        ("roberta", False),
+        ("t5", False),
+        ("electra", False),
+        (None, False),
+    ],
+)
 def test_decoders_are_the_model_types_with_a_causal_head_only(model_type, decoder):
     from contextuality.models.kind import is_decoder
 
@@ -79,9 +101,18 @@ def test_half_precision_on_a_job_computing_on_the_cpu_stops_before_loading(tmp_p
     planned = _plan(tmp_path, settings, paths, model_dir)
     with pytest.raises(DeviceError) as raised:
         run_extraction_job(
-            model_key="m", settings=settings.shard("m"), record_path=tmp_path / "source.json", model_dir=model_dir,
-            tokens_path=planned["tokens"], units_path=planned["units"], shard=0, out_h5=tmp_path / "shard_0.h5",
-            threads=1, disk_factor=1.0, gpus=0, seed=0,
+            model_key="m",
+            settings=settings.shard("m"),
+            record_path=tmp_path / "source.json",
+            model_dir=model_dir,
+            tokens_path=planned["tokens"],
+            units_path=planned["units"],
+            shard=0,
+            out_h5=tmp_path / "shard_0.h5",
+            threads=1,
+            disk_factor=1.0,
+            gpus=0,
+            seed=0,
         )
     assert str(raised.value) == (
         f"extraction.compute_dtype: {dtype} computes only on CUDA, but this extraction job computes on the CPU "

@@ -29,6 +29,7 @@ def single_thread():
     yield
     torch.set_num_threads(threads)
 
+
 SENTENCES = [
     ["The", "naïve", "café", "owner", "smiled", "."],
     ["a" + "é" * 30, "x"],  # 61 UTF-8 bytes: the 48-byte cut splits a two-byte character
@@ -69,12 +70,20 @@ def write_random_elmo(
 
     options = {
         "lstm": {
-            "projection_dim": proj, "dim": cell_dim, "n_layers": 2, "cell_clip": cell_clip,
-            "proj_clip": proj_clip, "use_skip_connections": True,
+            "projection_dim": proj,
+            "dim": cell_dim,
+            "n_layers": 2,
+            "cell_clip": cell_clip,
+            "proj_clip": proj_clip,
+            "use_skip_connections": True,
         },
         "char_cnn": {
-            "activation": activation, "embedding": {"dim": dim}, "filters": [list(f) for f in filters],
-            "n_highway": n_highway, "n_characters": 262, "max_characters_per_token": 50,
+            "activation": activation,
+            "embedding": {"dim": dim},
+            "filters": [list(f) for f in filters],
+            "n_highway": n_highway,
+            "n_characters": 262,
+            "max_characters_per_token": 50,
         },
     }
     directory.mkdir(parents=True, exist_ok=True)

@@ -51,8 +51,9 @@ def test_elmo_extraction_stores_spacy_words_and_three_layers(elmo_record, tmp_pa
     record, spec = elmo_record
     sentences = pd.DataFrame({"sentence_id": range(len(SENTENCES)), "text": SENTENCES})
     words = word_table(sentences)
-    loaded = load_for_extraction("elmo", load_settings({"models": {"elmo": spec}}).shard("elmo"), record,
-                                 tmp_path / "elmo" / "model", "cpu")
+    loaded = load_for_extraction(
+        "elmo", load_settings({"models": {"elmo": spec}}).shard("elmo"), record, tmp_path / "elmo" / "model", "cpu"
+    )
     extract_planned(loaded, sentences, words, tmp_path, indexing="word", batch_size=2)
     units = pd.read_parquet(tmp_path / "units.parquet")
     assert units["unit"].tolist() == words["word"].tolist()
@@ -64,8 +65,8 @@ def test_elmo_extraction_stores_spacy_words_and_three_layers(elmo_record, tmp_pa
     for i in range(len(SENTENCES)):
         tokens = words[words["sentence_id"] == i]["word"].tolist()
         expected = direct.embed_batch([tokens])[0]
-        np.testing.assert_allclose(stored[:, offsets[i]:offsets[i + 1]], expected, atol=1e-5)
-        layer0 = stored[0, offsets[i]:offsets[i + 1]]
+        np.testing.assert_allclose(stored[:, offsets[i] : offsets[i + 1]], expected, atol=1e-5)
+        layer0 = stored[0, offsets[i] : offsets[i + 1]]
         np.testing.assert_array_equal(layer0[:, :16], layer0[:, 16:])  # the token layer, duplicated
 
 

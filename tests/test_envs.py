@@ -117,7 +117,9 @@ def test_each_rule_env_covers_its_scripts_imports(rule):
     env, script = rules()[rule]
     needed = distributions(set(third_party(script)))
     missing = needed - set(pins(env))
-    assert not missing, f"rule {rule}: {env.name} lacks {sorted(missing)} (imported by {script.name} through the package)"
+    assert not missing, (
+        f"rule {rule}: {env.name} lacks {sorted(missing)} (imported by {script.name} through the package)"
+    )
 
 
 @pytest.mark.parametrize("env", sorted((PROJECT / "envs").glob("*.yaml")), ids=lambda path: path.name)
@@ -129,7 +131,9 @@ def test_env_pins_are_exact_and_equal_the_tested_versions(env):
     for name, version in pins(env).items():
         installed = Version(importlib.metadata.version(name)).public  # torch's "+cpu" is a local label
         assert installed == version, f"{env.name}: {name}=={version}, but the tests run with {installed}"
-    assert not any("-e" in line or line.startswith("..") for line in pins(env)), "the project is not installed into envs"
+    assert not any("-e" in line or line.startswith("..") for line in pins(env)), (
+        "the project is not installed into envs"
+    )
 
 
 def test_every_env_is_used_and_every_listed_package_is_needed():
@@ -148,8 +152,11 @@ def test_constraints_pin_what_the_environments_pin():
     """CI installs with envs/constraints.txt, so the versions tested are the environments' versions."""
     constraints = {
         canonical(line.split("==")[0]): line.split("==")[1].strip()
-        for line in (PROJECT / "envs" / "constraints.txt").read_text().splitlines() if "==" in line
+        for line in (PROJECT / "envs" / "constraints.txt").read_text().splitlines()
+        if "==" in line
     }
     for env in (PROJECT / "envs").glob("*.yaml"):
         for name, version in pins(env).items():
-            assert constraints.get(name) == version, f"{env.name}: {name}=={version}, constraints.txt: {constraints.get(name)}"
+            assert constraints.get(name) == version, (
+                f"{env.name}: {name}=={version}, constraints.txt: {constraints.get(name)}"
+            )

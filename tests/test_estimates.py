@@ -34,7 +34,9 @@ def test_extraction_memory_of_bert_base_is_the_documented_sum(tmp_path):
     window = 4 * 64 * 64 * 13 * 768 * 8 / 1e6
     assert batch == pytest.approx(654.3, abs=0.1) and window == pytest.approx(1308.6, abs=0.1)
     assert estimates.extraction_mem_mb(settings.models["m"], record) == int(1000 + 880 + batch + window) == 3842
-    assert estimates.extraction_mem_mb(settings.models["m"], record, attempt=2) == int(2 * (1000 + 880 + batch + window))
+    assert estimates.extraction_mem_mb(settings.models["m"], record, attempt=2) == int(
+        2 * (1000 + 880 + batch + window)
+    )
 
 
 def test_extraction_memory_follows_the_models_own_batch_size_and_an_unbuilt_models_largest_shape(tmp_path):
@@ -50,12 +52,20 @@ def test_extraction_memory_under_a_token_cap_holds_one_pass_of_that_many_tokens(
     model's own cap wins; a cap under one sentence's 128 tokens still leaves room for a sentence running alone."""
     record = _record(tmp_path, 440_000_000, 13, 768)
     window = 4 * 64 * 64 * 13 * 768 * 8 / 1e6
-    capped = load_settings({"models": {"m": {"source": "hub", "id": "org/m", "revision": "0" * 40}},
-                            "extraction": {"max_batch_tokens": 2048}}).models["m"]
+    capped = load_settings(
+        {
+            "models": {"m": {"source": "hub", "id": "org/m", "revision": "0" * 40}},
+            "extraction": {"max_batch_tokens": 2048},
+        }
+    ).models["m"]
     assert estimates.batch_tokens(capped) == 2048
     assert estimates.extraction_mem_mb(capped, record) == int(1000 + 880 + 2048 * 13 * 768 * 8 / 1e6 + window) == 3352
-    own = load_settings({"models": {"m": {"source": "hub", "id": "org/m", "revision": "0" * 40, "max_batch_tokens": 16}},
-                         "extraction": {"max_batch_tokens": 2048}}).models["m"]
+    own = load_settings(
+        {
+            "models": {"m": {"source": "hub", "id": "org/m", "revision": "0" * 40, "max_batch_tokens": 16}},
+            "extraction": {"max_batch_tokens": 2048},
+        }
+    ).models["m"]
     assert own.max_batch_tokens == 16 and estimates.batch_tokens(own) == 128
     assert estimates.batch_tokens(_settings(tmp_path).models["m"]) == 64 * 128  # no cap: batch_size sentences
 
@@ -67,7 +77,11 @@ def test_extraction_runtime_of_smollm2_per_half_corpus_shard(tmp_path):
     assert estimates.shard_sentences(settings.models["m"], settings.corpus) == 12_544
     seconds = 12_544 * 15 * 135 / (1500 * 23)
     assert seconds == pytest.approx(736.3, abs=0.1)
-    assert estimates.extraction_runtime_min(settings.models["m"], settings.corpus, record) == int(10 + 2 * seconds / 60) == 34
+    assert (
+        estimates.extraction_runtime_min(settings.models["m"], settings.corpus, record)
+        == int(10 + 2 * seconds / 60)
+        == 34
+    )
     assert estimates.extraction_runtime_min(settings.models["m"], settings.corpus, record, attempt=2) == 69
 
 
@@ -151,10 +165,15 @@ def test_extraction_memory_takes_the_passes_and_windows_from_the_plan(tmp_path):
     assert estimates.extraction_mem_mb(model, record, tokens_path=paragraphs, shard=0) == expected
     assert estimates.extraction_mem_mb(model, record, tokens_path=paragraphs, shard=0) > 18_723 + sts
     # a token cap bounds a pass, not the windows (4 x batch_size sentences): lower batch_size for those
-    capped = load_settings({"models": {"m": {"source": "hub", "id": "org/m", "revision": "0" * 40}},
-                            "extraction": {"max_batch_tokens": 4096, "n_shards": 2}}).models["m"]
+    capped = load_settings(
+        {
+            "models": {"m": {"source": "hub", "id": "org/m", "revision": "0" * 40}},
+            "extraction": {"max_batch_tokens": 4096, "n_shards": 2},
+        }
+    ).models["m"]
     assert estimates.extraction_mem_mb(capped, record, tokens_path=paragraphs, shard=0) == int(
-        1000 + 2 * 538.090408 + 4096 * vector_bytes / 1e6 + window)
+        1000 + 2 * 538.090408 + 4096 * vector_bytes / 1e6 + window
+    )
     assert estimates.batch_tokens(capped, longest=8192) == 8192  # a longer sentence runs alone
     # shard 1: window 1 (sentences 256-511: 44 paragraphs, 212 short ones) and window 2 (short ones)
     last = estimates.extraction_mem_mb(model, record, tokens_path=paragraphs, shard=1)
@@ -192,7 +211,9 @@ def test_the_default_runs_disk_is_its_rows_times_its_layers_before_any_model_is_
     need = estimates.run_need(_default_settings())
     rows = {key: int(25088 * per) + int(int(6.2 * 800) * per) for key, per in (("minilm", 13.2), ("smollm2", 11.4))}
     expected = {"minilm": rows["minilm"] * 7 * 384 * 2 * 1.002, "smollm2": rows["smollm2"] * 31 * 576 * 2 * 1.002}
-    assert {m.key: m.disk_bytes for m in need.models} == {key: pytest.approx(value, rel=1e-6) for key, value in expected.items()}
+    assert {m.key: m.disk_bytes for m in need.models} == {
+        key: pytest.approx(value, rel=1e-6) for key, value in expected.items()
+    }
     assert not need.assumed and 13e9 < need.disk_bytes < 15e9
     line = estimates.estimate_line(_default_settings(), need, 2, 40e9)
     assert line.startswith("contextuality: this run stores about 14.") and "40.00 GB free" in line

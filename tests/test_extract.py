@@ -48,14 +48,21 @@ def tiny_model(request, corpus, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"model-{request.param}")
     # a small vocabulary, so that long words are split into several pieces
     vocab_size = 120 if request.param == "bert" else 300
-    spec = {"source": "random", "architecture": request.param, "n_hidden_layers": 2, "hidden_size": 32, "vocab_size": vocab_size}
+    spec = {
+        "source": "random",
+        "architecture": request.param,
+        "n_hidden_layers": 2,
+        "hidden_size": 32,
+        "vocab_size": vocab_size,
+    }
     record = materialise(request.param, spec, folder, sentences_parquet=sentences_path, seed=3)
     return load_model(record, folder / "model", spec), spec
 
 
 def _extract(loaded, sentences, words, out_dir: Path, indexing="subword", pooling="first", batch_size=3, **kw):
-    return extract_planned(loaded, sentences, words, out_dir, indexing=indexing, pooling=pooling, batch_size=batch_size,
-                           **kw)[1]
+    return extract_planned(
+        loaded, sentences, words, out_dir, indexing=indexing, pooling=pooling, batch_size=batch_size, **kw
+    )[1]
 
 
 def _direct_hidden(loaded, text: str) -> tuple[np.ndarray, list[int]]:
@@ -67,7 +74,7 @@ def _direct_hidden(loaded, text: str) -> tuple[np.ndarray, list[int]]:
     with torch.inference_mode():
         output = loaded.model(**encoding, output_hidden_states=True)
     hidden = torch.stack(output.hidden_states)[:, 0].numpy()  # (layers, tokens, dim)
-    return hidden, [i for i in range(len(special)) if not special[i] and text[spans[i][0]:spans[i][1]].strip()]
+    return hidden, [i for i in range(len(special)) if not special[i] and text[spans[i][0] : spans[i][1]].strip()]
 
 
 def test_a_lagging_writer_never_sees_a_reused_window_buffer_overwritten(tiny_model, tmp_path, monkeypatch):
@@ -96,8 +103,9 @@ def test_a_lagging_writer_never_sees_a_reused_window_buffer_overwritten(tiny_mod
 
 
 @pytest.mark.parametrize("batch_size, max_batch_tokens", [(1, None), (3, None), (8, None), (8, 24)])
-def test_stored_vectors_equal_a_direct_call_on_the_sentence_alone(tiny_model, corpus, tmp_path, batch_size,
-                                                                 max_batch_tokens):
+def test_stored_vectors_equal_a_direct_call_on_the_sentence_alone(
+    tiny_model, corpus, tmp_path, batch_size, max_batch_tokens
+):
     loaded, _ = tiny_model
     sentences, words, _ = corpus
     _extract(loaded, sentences, words, tmp_path, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
@@ -127,10 +135,14 @@ def test_batches_close_at_the_sentence_or_token_cap_and_a_longer_sentence_runs_a
     assert [b.tolist() for b in batches] == [[0, 1, 2], [3], [4], [5]]
     assert [r.getMessage() for r in caplog.records] == [
         "sentence 15 has 20 tokens, more than extraction.max_batch_tokens (12): it runs alone, and its forward pass "
-        "holds 20 tokens"]
+        "holds 20 tokens"
+    ]
     # without a cap only the sentence count closes a batch; unsorted (stateful ELMo) the widest so far pads
     assert [b.tolist() for b in extract.length_batches(np.arange(6), lengths, 3, None, names)] == [[0, 1, 2], [3, 4, 5]]
-    assert [b.tolist() for b in extract.length_batches(np.arange(4), np.array([6, 1, 1, 2]), 4, 12, names)] == [[0, 1], [2, 3]]
+    assert [b.tolist() for b in extract.length_batches(np.arange(4), np.array([6, 1, 1, 2]), 4, 12, names)] == [
+        [0, 1],
+        [2, 3],
+    ]
 
 
 def test_a_token_cap_bounds_every_forward_pass_and_a_long_sentence_runs_alone(tiny_model, corpus, tmp_path, caplog):
@@ -154,8 +166,9 @@ def test_a_token_cap_bounds_every_forward_pass_and_a_long_sentence_runs_alone(ti
 
         caplog.clear()
         with caplog.at_level("WARNING", logger="contextuality.extraction.extract"):
-            plan, _ = extract_planned(loaded, sentences, words, tmp_path / str(cap), batch_size=16, max_batch_tokens=cap,
-                                      forward=recording)
+            plan, _ = extract_planned(
+                loaded, sentences, words, tmp_path / str(cap), batch_size=16, max_batch_tokens=cap, forward=recording
+            )
         runs[cap] = passes, [r.getMessage() for r in caplog.records]
     n_long = int(np.diff(plan.token_offsets)[-1])
     assert n_long > 50
@@ -166,8 +179,10 @@ def test_a_token_cap_bounds_every_forward_pass_and_a_long_sentence_runs_alone(ti
     alone = [(tuple(shape), elements) for shape, elements in capped if shape[1] > 32]
     assert alone == [((1, n_long), n_long * loaded.n_layers * dim)]
     assert all(elements <= 32 * loaded.n_layers * dim for shape, elements in capped if shape[1] <= 32)
-    assert warnings == [f"sentence {len(texts) - 1} has {n_long} tokens, more than extraction.max_batch_tokens (32): "
-                        f"it runs alone, and its forward pass holds {n_long} tokens"]
+    assert warnings == [
+        f"sentence {len(texts) - 1} has {n_long} tokens, more than extraction.max_batch_tokens (32): "
+        f"it runs alone, and its forward pass holds {n_long} tokens"
+    ]
     with h5py.File(tmp_path / "None" / "shard.h5") as a, h5py.File(tmp_path / "32" / "shard.h5") as b:
         for layer in range(loaded.n_layers):
             np.testing.assert_allclose(b[f"layer_{layer:02d}"][:], a[f"layer_{layer:02d}"][:], rtol=0, atol=1e-4)
@@ -207,7 +222,8 @@ def test_word_mode_pools_the_pieces_of_each_word(tiny_model, corpus, tmp_path):
         encoding = loaded.tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
         start = text.index("extraordinarily")
         pieces = [
-            i for i, ((a, b), special) in enumerate(zip(encoding["offset_mapping"], encoding["special_tokens_mask"]))
+            i
+            for i, ((a, b), special) in enumerate(zip(encoding["offset_mapping"], encoding["special_tokens_mask"]))
             if not special and text[a:b].strip() and start <= a + (text[a] == " ") < start + len("extraordinarily")
         ]
         assert len(pieces) > 1, "the test needs a word split into several pieces"
@@ -267,7 +283,9 @@ def test_truncation_drops_the_tail_and_its_occurrences(tiny_model, corpus, tmp_p
     assert units.groupby("sentence_id").size().max() <= 6
     index = word_index(words, sentences, min_occurrences=2, count="occurrences")
     occurrences = build_occurrences(units, index, "word", 2, "occurrences", sentences)
-    assert set(zip(occurrences["sentence_id"], occurrences["position"])) <= set(zip(units["sentence_id"], units["position"]))
+    assert set(zip(occurrences["sentence_id"], occurrences["position"])) <= set(
+        zip(units["sentence_id"], units["position"])
+    )
     assert len(occurrences) < len(index)
 
 
@@ -361,15 +379,20 @@ def test_classic_export_has_one_dataset_per_sentence_and_word2sent(tiny_model, c
     layers = gather_layers([tmp_path / "shard.h5"], tmp_path / "units.parquet", tmp_path / "gathered")
     units = pd.read_parquet(tmp_path / "units.parquet")
     occurrences = build_occurrences(units, None, "subword", 2, "occurrences", sentences)
-    export_classic([layers[layer] for layer in sorted(layers)], occurrences, tmp_path / "classic.h5", tmp_path / "w2s.json",
-                   sentences=sentences)
+    export_classic(
+        [layers[layer] for layer in sorted(layers)],
+        occurrences,
+        tmp_path / "classic.h5",
+        tmp_path / "w2s.json",
+        sentences=sentences,
+    )
     word2sent = json.loads((tmp_path / "w2s.json").read_text())
     with h5py.File(tmp_path / "classic.h5") as classic, open_complete(layers[1]) as layer1:
         offsets = layer1["sentence_offsets"][:]
         for i in range(len(SENTENCES)):
             block = classic[str(i)]
             assert block.shape == (loaded.n_layers, offsets[i + 1] - offsets[i], 32)
-            np.testing.assert_array_equal(block[1], layer1["vectors"][offsets[i]:offsets[i + 1]])
+            np.testing.assert_array_equal(block[1], layer1["vectors"][offsets[i] : offsets[i + 1]])
         word, pairs = next(iter(word2sent.items()))
         sentence, position = pairs[0]
         row = offsets[sentence] + position

@@ -11,9 +11,20 @@ from jinja2 import Environment
 from contextuality.report import figures
 
 REPORT_DIR = Path(__file__).resolve().parents[1] / "workflow" / "report"
-CAPTIONS = ("fig_anisotropy.rst", "fig_self_similarity.rst", "fig_intra_sentence.rst", "fig_mev.rst",
-            "summary.rst", "claims.rst", "layers_table.rst", "context_words.rst", "workflow.rst",
-            "fig_geometry.rst", "fig_rogue_dimensions.rst", "postprocess_table.rst")
+CAPTIONS = (
+    "fig_anisotropy.rst",
+    "fig_self_similarity.rst",
+    "fig_intra_sentence.rst",
+    "fig_mev.rst",
+    "summary.rst",
+    "claims.rst",
+    "layers_table.rst",
+    "context_words.rst",
+    "workflow.rst",
+    "fig_geometry.rst",
+    "fig_rogue_dimensions.rst",
+    "postprocess_table.rst",
+)
 
 
 def layers_table(model, baseline, self_adj, intra_adj, adj_mev, baseline_mev, ci=0.02):
@@ -22,26 +33,62 @@ def layers_table(model, baseline, self_adj, intra_adj, adj_mev, baseline_mev, ci
     self_raw, intra_raw = np.asarray(self_adj) + b, np.asarray(intra_adj) + b
     mev = np.asarray(adj_mev, float) + bm
     mev[0] = np.nan  # MEV is not computed at layer 0
-    return pd.DataFrame({
-        "model": model, "layer": np.arange(len(b)), "n_words": 50, "n_sentences_sampled": 20,
-        "self_similarity": self_raw, "self_similarity_ci_low": self_raw - ci, "self_similarity_ci_high": self_raw + ci,
-        "intra_sentence": intra_raw, "intra_sentence_ci_low": intra_raw - ci, "intra_sentence_ci_high": intra_raw + ci,
-        "mev": mev, "mev_ci_low": mev - ci / 4, "mev_ci_high": mev + ci / 4, "mev_literal": mev, "mev_centered": mev,
-        "baseline_cosine": b, "baseline_mev": bm, "adjusted_self_similarity": self_raw - b,
-        "adjusted_intra_sentence": intra_raw - b, "adjusted_mev": mev - bm, "norm_mean": 5.0, "norm_std": 1.0,
-    })
+    return pd.DataFrame(
+        {
+            "model": model,
+            "layer": np.arange(len(b)),
+            "n_words": 50,
+            "n_sentences_sampled": 20,
+            "self_similarity": self_raw,
+            "self_similarity_ci_low": self_raw - ci,
+            "self_similarity_ci_high": self_raw + ci,
+            "intra_sentence": intra_raw,
+            "intra_sentence_ci_low": intra_raw - ci,
+            "intra_sentence_ci_high": intra_raw + ci,
+            "mev": mev,
+            "mev_ci_low": mev - ci / 4,
+            "mev_ci_high": mev + ci / 4,
+            "mev_literal": mev,
+            "mev_centered": mev,
+            "baseline_cosine": b,
+            "baseline_mev": bm,
+            "adjusted_self_similarity": self_raw - b,
+            "adjusted_intra_sentence": intra_raw - b,
+            "adjusted_mev": mev - bm,
+            "norm_mean": 5.0,
+            "norm_std": 1.0,
+        }
+    )
 
 
 @pytest.fixture(scope="module")
 def run():
     """Three models of depth 2, 6 and 12; the GPT-2-like one has baseline 0.6 in layers 2-8 and 0.98 on top."""
     gpt2 = layers_table(
-        "gpt2", [0.61, 0.64, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.62, 0.67, 0.76, 0.98],
-        np.linspace(0.3, 0.01, 13), np.r_[0.2, 0.18, np.zeros(11)], np.full(13, -0.6), np.full(13, 0.95))
-    bert = layers_table("tiny_bert", [0.1, 0.2, 0.3, 0.4, 0.5, 0.45, 0.35], np.linspace(0.85, 0.2, 7),
-                        np.full(7, 0.3), np.linspace(0.0, 0.03, 7), np.full(7, 0.02))
-    elmo = layers_table("elmo", [0.008, 0.157, 0.136], [0.99, 0.59, 0.51], [0.31, 0.43, 0.49],
-                        [0.0, 0.03, 0.035], [0.087, 0.003, 0.004], ci=0.0)
+        "gpt2",
+        [0.61, 0.64, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.62, 0.67, 0.76, 0.98],
+        np.linspace(0.3, 0.01, 13),
+        np.r_[0.2, 0.18, np.zeros(11)],
+        np.full(13, -0.6),
+        np.full(13, 0.95),
+    )
+    bert = layers_table(
+        "tiny_bert",
+        [0.1, 0.2, 0.3, 0.4, 0.5, 0.45, 0.35],
+        np.linspace(0.85, 0.2, 7),
+        np.full(7, 0.3),
+        np.linspace(0.0, 0.03, 7),
+        np.full(7, 0.02),
+    )
+    elmo = layers_table(
+        "elmo",
+        [0.008, 0.157, 0.136],
+        [0.99, 0.59, 0.51],
+        [0.31, 0.43, 0.49],
+        [0.0, 0.03, 0.035],
+        [0.087, 0.003, 0.004],
+        ci=0.0,
+    )
     tables = {"elmo": elmo, "tiny_bert": bert, "gpt2": gpt2}
     labels = {"elmo": "ELMo (original)", "tiny_bert": "BERT-tiny (stand-in)", "gpt2": "GPT-2 small"}
     return tables, labels
@@ -62,7 +109,8 @@ def test_plot_all_writes_every_figure(tmp_path, run):
         assert png == tmp_path / "figs" / f"{name}.png" and pdf == tmp_path / "figs" / f"{name}.pdf"
         check_files(png, pdf)
     assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == sorted(
-        f"{n}.{ext}" for n in figures.FIGURES for ext in ("png", "pdf"))  # no temporary files left
+        f"{n}.{ext}" for n in figures.FIGURES for ext in ("png", "pdf")
+    )  # no temporary files left
 
 
 def test_relative_depth_and_single_figure(tmp_path, run):
@@ -98,16 +146,23 @@ def test_report_captions_render(name):
         config = {"models": {"minilm": {"label": "all-MiniLM-L6-v2", "stands_for": "bert"}, "tiny": {}}}
 
     text = Environment().from_string((REPORT_DIR / name).read_text()).render(snakemake=Snakemake)
-    parts = publish_parts(text, writer="html",
-                          settings_overrides={"report_level": 2, "halt_level": 2, "warning_stream": False})
+    parts = publish_parts(
+        text, writer="html", settings_overrides={"report_level": 2, "halt_level": 2, "warning_stream": False}
+    )
     assert len(parts["body"]) > 100
 
 
 def geometry_tables(depth=6, d=16, seed=0):
     """A layers table with the geometry columns, its postprocess.csv and rogue_dimensions.csv."""
     rng = np.random.default_rng(seed)
-    layers = layers_table("m", np.linspace(0.1, 0.6, depth + 1), np.linspace(0.8, 0.3, depth + 1),
-                          np.full(depth + 1, 0.3), np.full(depth + 1, 0.01), np.full(depth + 1, 0.02))
+    layers = layers_table(
+        "m",
+        np.linspace(0.1, 0.6, depth + 1),
+        np.linspace(0.8, 0.3, depth + 1),
+        np.full(depth + 1, 0.3),
+        np.full(depth + 1, 0.01),
+        np.full(depth + 1, 0.02),
+    )
     n = depth + 1
     layers = layers.assign(
         baseline_cosine_exact=layers["baseline_cosine"] - 0.005, adjusted_self_similarity_exact=layers["adjusted_self_similarity"] + 0.005,
@@ -120,25 +175,43 @@ def geometry_tables(depth=6, d=16, seed=0):
                         ("rogue_top1_share", np.nan if null == "gaussian" else 0.3))},
     )  # fmt: skip
     layers["rogue_anisotropy"] = layers["baseline_cosine_exact"]
-    post = pd.concat([layers.assign(postprocess=name, adjusted_self_similarity=layers["adjusted_self_similarity"] - shift)
-                      for name, shift in (("none", 0.0), ("standardize", 0.05), ("abtt", 0.1))])
+    post = pd.concat(
+        [
+            layers.assign(postprocess=name, adjusted_self_similarity=layers["adjusted_self_similarity"] - shift)
+            for name, shift in (("none", 0.0), ("standardize", 0.05), ("abtt", 0.1))
+        ]
+    )
     rows = []
     for layer, total in zip(layers["layer"], layers["rogue_anisotropy"]):
         contributions = rng.dirichlet(np.ones(d) * 0.3) * total
         order = np.argsort(-contributions)
         for rank, dim in enumerate(order, start=1):
-            rows.append({"model": "m", "layer": layer, "dimension": dim, "rank": rank,
-                         "contribution": contributions[dim], "share": contributions[dim] / total})
+            rows.append(
+                {
+                    "model": "m",
+                    "layer": layer,
+                    "dimension": dim,
+                    "rank": rank,
+                    "contribution": contributions[dim],
+                    "share": contributions[dim] / total,
+                }
+            )
     return layers, post, pd.DataFrame(rows)
 
 
 @pytest.mark.parametrize("relative_depth", [False, True])
 def test_geometry_dashboard_and_rogue_dimensions(tmp_path, relative_depth):
     layers, post, rogue = geometry_tables()
-    check_files(*figures.plot_geometry_dashboard(layers, post, "M", tmp_path / "g.png", tmp_path / "g.pdf",
-                                                 relative_depth=relative_depth))
-    check_files(*figures.plot_rogue_dimensions(rogue, layers, "M", tmp_path / "r.png", tmp_path / "r.pdf",
-                                               relative_depth=relative_depth))
+    check_files(
+        *figures.plot_geometry_dashboard(
+            layers, post, "M", tmp_path / "g.png", tmp_path / "g.pdf", relative_depth=relative_depth
+        )
+    )
+    check_files(
+        *figures.plot_rogue_dimensions(
+            rogue, layers, "M", tmp_path / "r.png", tmp_path / "r.pdf", relative_depth=relative_depth
+        )
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.pdf", "g.png", "r.pdf", "r.png"]
 
 

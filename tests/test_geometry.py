@@ -364,8 +364,17 @@ def test_nulls(rng):
 
 
 PANEL_COLUMNS = [
-    "rogue_top1_share", "rogue_top3_share", "rogue_top10_share", "rogue_dims", "massive_dims",
-    "massive_occurrences", "pc1_ratio", "effective_rank", "isoscore", "isoscore_star", "twonn_dimension",
+    "rogue_top1_share",
+    "rogue_top3_share",
+    "rogue_top10_share",
+    "rogue_dims",
+    "massive_dims",
+    "massive_occurrences",
+    "pc1_ratio",
+    "effective_rank",
+    "isoscore",
+    "isoscore_star",
+    "twonn_dimension",
 ] + [
     prefix + name
     for prefix in ("null_gaussian_", "null_permuted_")

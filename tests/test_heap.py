@@ -25,8 +25,9 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 def _faults(mode: str) -> int:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    return int(subprocess.run([sys.executable, "-c", PASSES, mode], env=env, capture_output=True, text=True,
-                              check=True).stdout)
+    return int(
+        subprocess.run([sys.executable, "-c", PASSES, mode], env=env, capture_output=True, text=True, check=True).stdout
+    )
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")

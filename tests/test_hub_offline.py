@@ -52,8 +52,16 @@ def git_blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def add_snapshot(hub: Path, repo_type: str, repo_id: str, commit: str, files: dict[str, bytes], *,
-                 main: bool = True, tree: bool = False) -> Path:
+def add_snapshot(
+    hub: Path,
+    repo_type: str,
+    repo_id: str,
+    commit: str,
+    files: dict[str, bytes],
+    *,
+    main: bool = True,
+    tree: bool = False,
+) -> Path:
     """One commit of a repository in the cache ``hub``, as hf_hub_download / snapshot_download write it."""
     storage = hub / f"{repo_type}s--{repo_id.replace('/', '--')}"
     listing = {}
@@ -129,12 +137,23 @@ def hf_home(tmp_path_factory) -> Path:
         built[architecture] = folder_files(out)
     # BERT: pickle weights cached beside the safetensors (as for google-bert/bert-base-cased), no tree listing
     # (a cache filled by from_pretrained / hf_hub_download file by file).
-    add_snapshot(hub, "model", BERT_ID, BERT_REV,
-                 {**built["bert"], ".gitattributes": GITATTRIBUTES, "pytorch_model.bin": b"stale pickle, never read"})
+    add_snapshot(
+        hub,
+        "model",
+        BERT_ID,
+        BERT_REV,
+        {**built["bert"], ".gitattributes": GITATTRIBUTES, "pytorch_model.bin": b"stale pickle, never read"},
+    )
     # GPT-2: a tree listing (a cache filled by snapshot_download / `hf download`), and refs/main moved on.
     add_snapshot(hub, "model", GPT2_ID, GPT2_REV, {**built["gpt2"], ".gitattributes": GITATTRIBUTES}, tree=True)
-    add_snapshot(hub, "model", GPT2_ID, GPT2_NEWER,
-                 {**built["gpt2"], "model.safetensors": b"a later commit's weights"}, tree=True)
+    add_snapshot(
+        hub,
+        "model",
+        GPT2_ID,
+        GPT2_NEWER,
+        {**built["gpt2"], "model.safetensors": b"a later commit's weights"},
+        tree=True,
+    )
     for year, (name, commit) in sts.HUB_DATASETS.items():
         files = {".gitattributes": GITATTRIBUTES, "test.jsonl.gz": jsonl_gz(mteb_rows(year, "test"))}
         if year == 2012:
@@ -144,8 +163,13 @@ def hf_home(tmp_path_factory) -> Path:
 
 
 def offline_env(home: Path) -> dict:
-    return {"HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"), "HF_HUB_OFFLINE": "1",
-            "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return {
+        "HF_HOME": str(home),
+        "HF_HUB_CACHE": str(home / "hub"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
 
 
 def hub_smoke_config(**corpus_settings) -> dict:
@@ -154,15 +178,20 @@ def hub_smoke_config(**corpus_settings) -> dict:
     keep = ("label", "stands_for", "indexing", "pooling")
     for key, (model_id, revision) in {"tiny-bert": (BERT_ID, BERT_REV), "tiny-gpt2": (GPT2_ID, GPT2_REV)}.items():
         old = config["models"][key]
-        config["models"][key] = {"source": "hub", "id": model_id, "revision": revision,
-                                 **{name: old[name] for name in keep if name in old}}
+        config["models"][key] = {
+            "source": "hub",
+            "id": model_id,
+            "revision": revision,
+            **{name: old[name] for name in keep if name in old},
+        }
     config["corpus"].update(corpus_settings)
     return config
 
 
 def python_lines(code: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, timeout=300
+    )
 
 
 def failure(result) -> str:
@@ -179,8 +208,11 @@ def test_hub_models_run_the_whole_pipeline_offline_from_the_cache_at_the_pinned_
     config["extraction"]["n_shards"] = 1  # what is proven is the loading from the cache, not the sharding
     config = write_config(tmp_path / "hub.yaml", config)
     # up to every layer file of both models: what comes after reads the same files as in any other run
-    layer_files = [f"results/embeddings/sts/{key}/layers/layer_{layer:02d}.h5"
-                   for key, n_layers in (("tiny-bert", 3), ("tiny-gpt2", 4)) for layer in range(n_layers)]
+    layer_files = [
+        f"results/embeddings/sts/{key}/layers/layer_{layer:02d}.h5"
+        for key, n_layers in (("tiny-bert", 3), ("tiny-gpt2", 4))
+        for layer in range(n_layers)
+    ]
     result = run_snakemake(tmp_path, *layer_files, "--cores", "2", configfile=config, env=offline_env(hf_home))
     assert result.returncode == 0, failure(result)
     hub = hf_home / "hub"
@@ -304,15 +336,19 @@ def test_a_cache_copied_without_its_links_is_still_checked(hf_home, tmp_path):
 # Revisions must be commits
 
 
-@pytest.mark.parametrize("revision", ["main", "v1.0", "cd5ef92", "CD5EF92A9FB2F889E972770A36D4ED042DAF221E",
-                                      "cd5ef92a9fb2f889e972770a36d4ed042daf221g"])
+@pytest.mark.parametrize(
+    "revision",
+    ["main", "v1.0", "cd5ef92", "CD5EF92A9FB2F889E972770A36D4ED042DAF221E", "cd5ef92a9fb2f889e972770a36d4ed042daf221g"],
+)
 def test_a_hub_revision_that_is_not_a_full_commit_hash_is_a_config_error(revision):
     config = hub_smoke_config(hub_revisions={"2013": revision})
     config["models"]["tiny-bert"]["revision"] = revision
     with pytest.raises(ConfigError) as raised:
         check_settings(load_settings(config))
-    needed = ("is not a commit hash; a commit hash is required: the full 40-character lower-case hash "
-              "(a branch or tag such as 'main' can move)")
+    needed = (
+        "is not a commit hash; a commit hash is required: the full 40-character lower-case hash "
+        "(a branch or tag such as 'main' can move)"
+    )
     assert str(raised.value).splitlines()[1:] == [
         f"  models.tiny-bert.revision: {revision!r} {needed}",
         f"  corpus.hub_revisions.2013: {revision!r} {needed}",
@@ -351,8 +387,14 @@ def bundled_sentences(tmp_path: Path, years: list[int], include_2012_train: bool
 def test_hub_corpus_rule_runs_offline_from_the_cache_and_gives_the_bundled_sentences(hf_home, tmp_path):
     years = [2012, 2013, 2014, 2015, 2016]
     config = hub_smoke_config(source="hub", years=years, include_2012_train=True, max_sentences=None)
-    result = run_snakemake(tmp_path, "results/corpora/sts/sentences.parquet", "--cores", "1",
-                           configfile=write_config(tmp_path / "c.yaml", config), env=offline_env(hf_home))
+    result = run_snakemake(
+        tmp_path,
+        "results/corpora/sts/sentences.parquet",
+        "--cores",
+        "1",
+        configfile=write_config(tmp_path / "c.yaml", config),
+        env=offline_env(hf_home),
+    )
     assert result.returncode == 0, failure(result)
     hub = pd.read_parquet(tmp_path / "results/corpora/sts/sentences.parquet")
     bundled = bundled_sentences(tmp_path, years, include_2012_train=True)
@@ -427,5 +469,8 @@ print("offline rows:", frame["sentence1"].tolist())
     os.symlink(hf_home / "hub" / "datasets--mteb--sts12-sts", home / "hub" / "datasets--mteb--sts12-sts")
     result = python_lines(code, offline_env(home), tmp_path)
     assert result.returncode == 0, failure(result)
-    assert f"hub cache not used: ConnectionError Couldn't reach '{name}' on the Hub (OfflineModeIsEnabled)" in result.stdout
+    assert (
+        f"hub cache not used: ConnectionError Couldn't reach '{name}' on the Hub (OfflineModeIsEnabled)"
+        in result.stdout
+    )
     assert "offline rows: ['another']" in result.stdout  # the pinned commit's snapshot was in the hub cache

@@ -8,8 +8,19 @@ from conftest import PROJECT
 
 PACKAGE = PROJECT / "src" / "contextuality"
 # Bottom to top: a stage may import itself and what comes before it (contextuality/__init__.py says why).
-STAGES = ("core", "paper", "store", "corpus", "models", "extraction", "static", "measure", "senses", "report",
-          "workflow")
+STAGES = (
+    "core",
+    "paper",
+    "store",
+    "corpus",
+    "models",
+    "extraction",
+    "static",
+    "measure",
+    "senses",
+    "report",
+    "workflow",
+)
 
 
 def _stage(path) -> str:
@@ -38,8 +49,11 @@ def test_a_stage_imports_only_the_stages_below_it():
         if path == PACKAGE / "__init__.py":
             continue
         own = STAGES.index(_stage(path))
-        upward += [f"{path.relative_to(PACKAGE)} imports {stage}" for stage in sorted(_imported_stages(path))
-                   if STAGES.index(stage) > own]
+        upward += [
+            f"{path.relative_to(PACKAGE)} imports {stage}"
+            for stage in sorted(_imported_stages(path))
+            if STAGES.index(stage) > own
+        ]
     assert upward == []
 
 

@@ -53,14 +53,20 @@ def assert_close(got: WordStats, ref_self, ref_stats, atol, degenerate=None):
         np.testing.assert_allclose(getattr(got, column), want, rtol=0, atol=atol, err_msg=column)
 
 
-@pytest.mark.parametrize("work, storage, atol", [(np.float64, np.float64, F64_TOL), (np.float64, np.float16, F64_TOL),
-                                                 (np.float32, np.float16, F32_TOL), (np.float32, np.float32, F32_TOL)])
+@pytest.mark.parametrize(
+    "work, storage, atol",
+    [
+        (np.float64, np.float64, F64_TOL),
+        (np.float64, np.float16, F64_TOL),
+        (np.float32, np.float16, F32_TOL),
+        (np.float32, np.float32, F32_TOL),
+    ],
+)
 def test_word_stats_match_the_reference_on_every_route(rng, work, storage, atol):
     X = np.vstack(word_blocks(rng, SIZES, 64)).astype(storage)
     starts = np.cumsum([0] + SIZES[:-1])
     tol = word_pcs.degenerate_tolerance(X)
-    got = word_stats(X, np.arange(len(X)), starts, [Transform("none")], degenerate_tol=tol,
-                                work_dtype=work)["none"]
+    got = word_stats(X, np.arange(len(X)), starts, [Transform("none")], degenerate_tol=tol, work_dtype=work)["none"]
     ref_self, ref_stats = reference_stats(X, starts, tol)
     assert_close(got, ref_self, ref_stats, atol)
     np.testing.assert_allclose(got.first_vector, ref_stats.first_vector, rtol=0, atol=atol * 10)
@@ -118,8 +124,7 @@ def test_variants_are_the_measures_of_the_transformed_vectors(rng, name, work, a
     transform = layer_pass.make_transform(name, passed)
     Y = postprocess.standardize(X) if name == "standardize" else postprocess.abtt(X)
     rows = np.arange(len(X))
-    got = word_stats(X, rows, starts, [Transform("none"), transform], degenerate_tol=tol,
-                                work_dtype=work)[name]
+    got = word_stats(X, rows, starts, [Transform("none"), transform], degenerate_tol=tol, work_dtype=work)[name]
     ref_self, ref_stats = reference_stats(Y, starts, tol)
     assert_close(got, ref_self, ref_stats, atol, degenerate=word_pcs.degenerate_words(X, starts, tol))
     np.testing.assert_allclose(transform.rows(X, np.float64), Y, rtol=0, atol=1e-4 if work == np.float32 else 1e-9)
@@ -208,5 +213,4 @@ def test_word_stats_needs_the_stored_vectors_first(rng):
     X = rng.normal(size=(10, 4))
     passed = layer_pass.layer_pass(X, np.array([0, 10]), np.float64)
     with pytest.raises(ValueError, match="'none'"):
-        word_stats(X, np.arange(10), np.array([0]), [layer_pass.make_transform("abtt", passed)],
-                              degenerate_tol=1e-20)
+        word_stats(X, np.arange(10), np.array([0]), [layer_pass.make_transform("abtt", passed)], degenerate_tol=1e-20)

@@ -12,7 +12,10 @@ from contextuality.core import layout
 
 
 def test_patterns_are_filled_with_two_digit_layers():
-    assert layout.path(layout.LAYER_FILE, corpus="sts", model="m", layer=3) == "results/embeddings/sts/m/layers/layer_03.h5"
+    assert (
+        layout.path(layout.LAYER_FILE, corpus="sts", model="m", layer=3)
+        == "results/embeddings/sts/m/layers/layer_03.h5"
+    )
     assert layout.path(layout.PCS, corpus="sts", model="m", layer=12) == "results/metrics/sts/m/pcs/layer_12.txt"
     assert layout.path(layout.LAYER_FILE, corpus="sts", model="m", layer=120).endswith("layer_120.h5")
     assert layout.path(layout.SHARD, corpus="sts", model="m", shard=0) == "results/embeddings/sts/m/shards/shard_0.h5"
@@ -45,8 +48,12 @@ def test_a_static_baselines_scores_name_its_baseline():
 @pytest.mark.slow
 def test_every_file_of_the_smoke_run_is_a_file_of_the_layout_and_the_manifest_names_its_layer_files(smoke_run):
     workdir = smoke_run
-    written = [path.relative_to(workdir).as_posix() for root in ("results", "resources/models")
-               for path in (workdir / root).rglob("*") if path.is_file()]
+    written = [
+        path.relative_to(workdir).as_posix()
+        for root in ("results", "resources/models")
+        for path in (workdir / root).rglob("*")
+        if path.is_file()
+    ]
     # the model folders' own files (weights, tokenizer) are whatever the model ships: only the folder is named
     unnamed = [name for name in written if layout.parse(name) is None and "/model/" not in name]
     assert unnamed == []
@@ -54,7 +61,8 @@ def test_every_file_of_the_smoke_run_is_a_file_of_the_layout_and_the_manifest_na
         manifest = json.loads((workdir / layout.path(layout.MANIFEST, corpus="sts", model=model)).read_text())
         embeddings = layout.path(layout.EMBEDDINGS, corpus="sts", model=model)
         assert [f"{embeddings}/{name}" for name in manifest["layers"]] == [
-            layout.path(layout.LAYER_FILE, corpus="sts", model=model, layer=layer) for layer in range(manifest["n_layers"])
+            layout.path(layout.LAYER_FILE, corpus="sts", model=model, layer=layer)
+            for layer in range(manifest["n_layers"])
         ]
 
 

@@ -1,4 +1,6 @@
-"""The lint CI runs: ``ruff check`` with the rules of pyproject.toml ([tool.ruff]) over the Python code."""
+"""The lint and formatting CI runs: ``ruff check`` with the rules of pyproject.toml ([tool.ruff]) and ``ruff format``
+over the Python code, ``snakefmt`` ([tool.snakefmt]) over the rules. A ``# fmt: skip`` keeps a statement as written
+(an aligned table of values, a message's lines); ``ruff format`` honours it."""
 
 from __future__ import annotations
 
@@ -8,10 +10,28 @@ import sys
 from conftest import PROJECT
 
 LINTED = ("src", "tests", "workflow/scripts", "benchmarks")
+RULES = ("Snakefile", "workflow/rules")
+
+
+def _run(*command: str):
+    return subprocess.run([sys.executable, "-m", *command], cwd=PROJECT, capture_output=True, text=True, timeout=300)
 
 
 def test_ruff_check_passes():
     # the test extra pins ruff; `python -m ruff` is the one installed beside the tests' Python
-    result = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", *LINTED], cwd=PROJECT,
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    result = _run("ruff", "check", "--no-cache", *LINTED)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+
+
+def test_the_python_code_is_formatted():
+    result = _run("ruff", "format", "--check", "--no-cache", *LINTED)
+    assert result.returncode == 0, (
+        f"run `ruff format {' '.join(LINTED)}`:\n" + result.stdout[-6000:] + result.stderr[-2000:]
+    )
+
+
+def test_the_rules_are_formatted():
+    result = _run("snakefmt", "--check", *RULES)
+    assert result.returncode == 0, (
+        f"run `snakefmt {' '.join(RULES)}`:\n" + result.stdout[-6000:] + result.stderr[-2000:]
+    )

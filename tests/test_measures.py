@@ -93,7 +93,9 @@ def test_exact_self_similarity_matches_all_pairs(rng, sizes):
 
 def test_sampled_self_similarity_uses_all_pairs_when_few_and_is_seeded(rng):
     X = rng.normal(size=(10, 8)) + 0.5
-    assert reference.self_similarity_sampled(X, rng, n_pairs=1000) == pytest.approx(brute_force_self_similarity(X), abs=1e-12)
+    assert reference.self_similarity_sampled(X, rng, n_pairs=1000) == pytest.approx(
+        brute_force_self_similarity(X), abs=1e-12
+    )
     Y = rng.normal(size=(60, 8)) + 0.5
     first = reference.self_similarity_sampled(Y, np.random.default_rng(1), n_pairs=100)
     assert first == reference.self_similarity_sampled(Y, np.random.default_rng(1), n_pairs=100)
@@ -170,7 +172,9 @@ def test_baseline_skips_empty_sentences_and_sees_anisotropy(rng):
 def test_float16_input_is_computed_in_float64(rng):
     X16 = (rng.normal(size=(30, 40)) + 0.2).astype(np.float16)
     X64 = X16.astype(np.float64)
-    assert reference.self_similarity_exact(X16, np.array([0]))[0] == reference.self_similarity_exact(X64, np.array([0]))[0]
+    assert (
+        reference.self_similarity_exact(X16, np.array([0]))[0] == reference.self_similarity_exact(X64, np.array([0]))[0]
+    )
     assert reference.mev_truncated_svd(X16) == reference.mev_truncated_svd(X64)
     assert word_pcs.word_pc_stats(X16).first_vector.dtype == np.float64
 
@@ -179,7 +183,9 @@ def test_bootstrap_ci(rng):
     values = rng.normal(loc=0.5, scale=0.1, size=400)
     low, high = reference.bootstrap_ci(np.append(values, np.nan), np.random.default_rng(0), n_resamples=500)
     assert low < values.mean() < high and high - low < 0.05
-    assert reference.bootstrap_ci(values, np.random.default_rng(0), 500) == reference.bootstrap_ci(values, np.random.default_rng(0), 500)
+    assert reference.bootstrap_ci(values, np.random.default_rng(0), 500) == reference.bootstrap_ci(
+        values, np.random.default_rng(0), 500
+    )
     assert all(np.isnan(reference.bootstrap_ci(np.array([0.3, np.nan]), rng)))
     assert reference.bootstrap_ci(np.full(5, 0.25), rng) == (0.25, 0.25)
 

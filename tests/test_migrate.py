@@ -8,12 +8,24 @@ from contextuality.core import layout
 from contextuality.workflow.migrate import main
 
 OLD = [
-    "corpus/sentences.parquet", "corpus/corpus.json", "corpus/sts_pairs.jsonl", "corpus/wordnet_glosses.parquet",
-    "embeddings/m/shards/shard_0.h5", "embeddings/m/layers/layer_00.h5", "embeddings/m/manifest.json",
-    "metrics/m/layers.csv", "metrics/m/senses/layers.csv", "senses/corpus/word_index.parquet",
-    "senses/embeddings/m/manifest.json", "senses/inventory.parquet", "benchmarks/m/extract_shard_0.tsv",
-    "benchmarks/m/senses_extract_shard_0.tsv", "benchmarks/m/senses_plan.tsv", "benchmarks/corpus.tsv",
-    "static/m/scores.csv", "tables/summary.md",
+    "corpus/sentences.parquet",
+    "corpus/corpus.json",
+    "corpus/sts_pairs.jsonl",
+    "corpus/wordnet_glosses.parquet",
+    "embeddings/m/shards/shard_0.h5",
+    "embeddings/m/layers/layer_00.h5",
+    "embeddings/m/manifest.json",
+    "metrics/m/layers.csv",
+    "metrics/m/senses/layers.csv",
+    "senses/corpus/word_index.parquet",
+    "senses/embeddings/m/manifest.json",
+    "senses/inventory.parquet",
+    "benchmarks/m/extract_shard_0.tsv",
+    "benchmarks/m/senses_extract_shard_0.tsv",
+    "benchmarks/m/senses_plan.tsv",
+    "benchmarks/corpus.tsv",
+    "static/m/scores.csv",
+    "tables/summary.md",
 ]
 NEW = {
     "corpora/sts/sentences.parquet": layout.path(layout.SENTENCES, corpus="sts"),
@@ -29,7 +41,9 @@ NEW = {
     "embeddings/usages/m/manifest.json": layout.path(layout.MANIFEST, corpus="usages", model="m"),
     "senses/inventory.parquet": layout.SENSE_INVENTORY,
     "benchmarks/sts/m/extract_shard_0.tsv": layout.path(layout.EXTRACT_BENCHMARK, corpus="sts", model="m", shard=0),
-    "benchmarks/usages/m/extract_shard_0.tsv": layout.path(layout.EXTRACT_BENCHMARK, corpus="usages", model="m", shard=0),
+    "benchmarks/usages/m/extract_shard_0.tsv": layout.path(
+        layout.EXTRACT_BENCHMARK, corpus="usages", model="m", shard=0
+    ),
     "benchmarks/usages/m/plan.tsv": layout.path(layout.PLAN_BENCHMARK, corpus="usages", model="m"),
     "benchmarks/sts/corpus.tsv": layout.path(layout.CORPUS_BENCHMARK, corpus="sts"),
     "static/m/scores.csv": layout.path(layout.STATIC_SCORES, model="m"),

@@ -34,7 +34,9 @@ def test_layer_files_have_the_expected_shapes(smoke_run):
     units = pd.read_parquet(smoke_run / "results/embeddings/sts/tiny-gpt2/units.parquet")
     words = pd.read_parquet(smoke_run / "results/corpora/sts/spacy_words.parquet")
     # word indexing: one unit per spaCy word, but for the words cut off by tiny-gpt2's max_length
-    cut = json.loads((smoke_run / "results/embeddings/sts/tiny-gpt2/losses.json").read_text())["words_lost"]["truncated"]
+    cut = json.loads((smoke_run / "results/embeddings/sts/tiny-gpt2/losses.json").read_text())["words_lost"][
+        "truncated"
+    ]
     assert cut > 0 and len(units) == len(words) - cut
     with h5py.File(layers[0]) as first:
         assert first["vectors"].shape == (len(units), 32)

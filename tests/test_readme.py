@@ -62,6 +62,17 @@ def test_the_readmes_own_model_overlay_is_a_valid_config_merged_with_the_default
 def test_the_readmes_corpus_examples_are_valid():
     block = re.search(r"## Your own sentences\n\n```yaml\n(.*?)```", README.read_text(), re.S).group(1)
     for line in block.splitlines():
-        load_settings({"models": {"m": {"source": "random", "architecture": "bert", "n_hidden_layers": 1,
-                                        "hidden_size": 8, "vocab_size": 100}},
-                       **yaml.safe_load(line.split("  #")[0])})
+        load_settings(
+            {
+                "models": {
+                    "m": {
+                        "source": "random",
+                        "architecture": "bert",
+                        "n_hidden_layers": 1,
+                        "hidden_size": 8,
+                        "vocab_size": 100,
+                    }
+                },
+                **yaml.safe_load(line.split("  #")[0]),
+            }
+        )

@@ -30,7 +30,9 @@ def test_a_claims_table_becomes_an_html_table_with_its_verdicts_marked():
     rows = re.findall(r"<tr><td>.*?</tr>", body, re.S)
     assert len(rows) == 3 and "<th>verdict</th>" in body
     assert '<span class="verdict HOLDS">HOLDS</span>' in rows[0]
-    assert '<span class="verdict FAILS">FAILS</span>' in rows[1] and '<span class="verdict HOLDS">HOLDS</span>' in rows[1]
+    assert (
+        '<span class="verdict FAILS">FAILS</span>' in rows[1] and '<span class="verdict HOLDS">HOLDS</span>' in rows[1]
+    )
     assert '<span class="verdict NA">N/A</span>' in rows[2]
     assert "last layer 0.46 | 0.98" in rows[1]  # an escaped pipe stays in its cell
     assert "<strong>this run&#x27;s</strong>" in body or "<strong>this run's</strong>" in body
@@ -57,8 +59,14 @@ def test_every_report_item_is_filed_under_the_question_it_answers():
     """Every category a rule names is one of the questions, and every figure has its caption."""
     rules = "\n".join(path.read_text() for path in (PROJECT / "workflow" / "rules").glob("*.smk"))
     assert 'category="' not in rules  # no category by kind ("Figures", "Tables"): by question, from CATEGORIES
-    questions = {"1. The answers", "2. Anisotropy", "3. Context-specificity", "4. Word senses", "5. Geometry",
-                 "6. Static embeddings"}
+    questions = {
+        "1. The answers",
+        "2. Anisotropy",
+        "3. Context-specificity",
+        "4. Word senses",
+        "5. Geometry",
+        "6. Static embeddings",
+    }
     assert set(CATEGORIES.values()) == questions
     from contextuality.paper import FIGURES
     from contextuality.senses.combine import SENSE_FIGURES

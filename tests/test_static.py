@@ -28,10 +28,12 @@ def _questions(*rows: str) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- analogy
 
+
 def test_analogy_lands_exactly_on_queen():
     h = np.sqrt(0.5)
-    emb = _emb({"man": [1, 0, 0], "woman": [0, 1, 0], "king": [0.5, -0.5, h], "queen": [-0.5, 0.5, h],
-                "apple": [0, 0, -1]})
+    emb = _emb(
+        {"man": [1, 0, 0], "woman": [0, 1, 0], "king": [0.5, -0.5, h], "queen": [-0.5, 0.5, h], "apple": [0, 0, -1]}
+    )
     target = emb.vectors[emb.index["king"]] - emb.vectors[emb.index["man"]] + emb.vectors[emb.index["woman"]]
     np.testing.assert_allclose(target, emb.vectors[emb.index["queen"]], atol=1e-6)
     result = st.score_analogy(emb, _questions("man king woman queen"))
@@ -40,8 +42,15 @@ def test_analogy_lands_exactly_on_queen():
 
 def test_analogy_excludes_question_words():
     # king - man + woman is closest to king itself; only excluding it makes queen the answer.
-    emb = _emb({"man": [1, 0, 0, 0], "woman": [1, 0.01, 0, 0], "king": [0, 0, 1, 0],
-                "queen": [0, 0.5, 1, 0], "apple": [0, 0, 0, 1]})
+    emb = _emb(
+        {
+            "man": [1, 0, 0, 0],
+            "woman": [1, 0.01, 0, 0],
+            "king": [0, 0, 1, 0],
+            "queen": [0, 0.5, 1, 0],
+            "apple": [0, 0, 0, 1],
+        }
+    )
     sims = emb.vectors @ (emb.vectors[2] - emb.vectors[0] + emb.vectors[1])
     assert emb.words[int(np.argmax(sims))] == "king"
     assert st.score_analogy(emb, _questions("man king woman queen")).score == 1.0
@@ -55,6 +64,7 @@ def test_analogy_oov_answer_is_wrong_and_counts_in_coverage():
 
 
 # --------------------------------------------------------------------------- similarity
+
 
 def _write_rw(root: Path, rows: list[tuple[str, str, float]]) -> Path:
     path = root / "wordsim" / "faruqui" / "EN-RW-STANFORD.txt"
@@ -93,6 +103,7 @@ def test_similarity_oov_gets_mean_vector_and_coverage():
 
 # --------------------------------------------------------------------------- categorization
 
+
 def test_purity_perfect_and_imperfect():
     assert st.cluster_purity(["a", "a", "b", "b", "c"], [2, 2, 0, 0, 1]) == 1.0
     assert st.cluster_purity([0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 1, 1]) == pytest.approx(5 / 6)
@@ -110,12 +121,19 @@ def test_categorization_separable_clusters_have_purity_one():
 
 # --------------------------------------------------------------------------- SemEval scorer
 
+
 def test_semeval_score_is_mean_spearman_over_categories():
     emb = _emb({"a": [1, 0], "b": [0, 1], "c": [1, 1], "d": [-1, 1]})
     # prototype difference a - b = (1, -1); pair difference dots: (a,b) 2, (c,b) ~0.71, (b,a) -2.
-    pairs = pd.DataFrame({"category": ["1a"] * 3 + ["1b"] * 3, "split": "test",
-                          "word1": ["a", "c", "b", "a", "c", "b"], "word2": ["b", "b", "a", "b", "b", "a"],
-                          "score": [30.0, 10.0, -20.0, -30.0, -10.0, 20.0]})
+    pairs = pd.DataFrame(
+        {
+            "category": ["1a"] * 3 + ["1b"] * 3,
+            "split": "test",
+            "word1": ["a", "c", "b", "a", "c", "b"],
+            "word2": ["b", "b", "a", "b", "b", "a"],
+            "score": [30.0, 10.0, -20.0, -30.0, -10.0, 20.0],
+        }
+    )
     data = st.SemEval2012(prototypes={"1a": [("a", "b")], "1b": [("a", "b")]}, pairs=pairs)
     assert st.score_semeval2012(emb, data).score == pytest.approx(0.0)  # mean of +1 and -1
     data = st.SemEval2012(prototypes={"1a": [("a", "b")], "1b": [("b", "a")]}, pairs=pairs)
@@ -124,10 +142,18 @@ def test_semeval_score_is_mean_spearman_over_categories():
 
 # --------------------------------------------------------------------------- loaders on the real files
 
+
 def test_similarity_loaders_counts():
-    counts = {st.load_simlex999: 999, st.load_men: 3000, st.load_ws353: 353, st.load_rw: 2034,
-              st.load_rg65: 65, st.load_mturk287: 287, st.load_ws353_relatedness: 252,
-              st.load_ws353_similarity: 203}
+    counts = {
+        st.load_simlex999: 999,
+        st.load_men: 3000,
+        st.load_ws353: 353,
+        st.load_rw: 2034,
+        st.load_rg65: 65,
+        st.load_mturk287: 287,
+        st.load_ws353_relatedness: 252,
+        st.load_ws353_similarity: 203,
+    }
     for loader, n in counts.items():
         df = loader(BENCHMARKS)
         assert len(df) == n, loader.__name__
@@ -163,8 +189,10 @@ def test_semeval_loader():
     assert (first["word1"], first["word2"], first["score"]) == ("laugh", "happiness", 50.0)
 
 
-@pytest.mark.parametrize("loader, n_words, n_categories", [
-    (st.load_bless, 200, 17), (st.load_ap, 402, 21), (st.load_battig, 5231, 56), (st.load_essli_2c, 45, 9)])
+@pytest.mark.parametrize(
+    "loader, n_words, n_categories",
+    [(st.load_bless, 200, 17), (st.load_ap, 402, 21), (st.load_battig, 5231, 56), (st.load_essli_2c, 45, 9)],
+)
 def test_categorization_loaders_counts(loader, n_words, n_categories):
     df = loader(BENCHMARKS)
     assert len(df) == n_words and df["category"].nunique() == n_categories
@@ -172,6 +200,7 @@ def test_categorization_loaders_counts(loader, n_words, n_categories):
 
 
 # --------------------------------------------------------------------------- embedding files
+
 
 def test_trimming_and_lowercase_collision(tmp_path):
     path = tmp_path / "emb.txt"
@@ -201,6 +230,7 @@ def test_write_read_round_trip(tmp_path):
 
 # --------------------------------------------------------------------------- evaluation and outputs
 
+
 def test_evaluate_embedding_on_real_benchmarks():
     data = st.load_benchmarks(BENCHMARKS)
     vocab = sorted(set(data["SimLex999"]["word1"]) | set(data["AP"]["word"]) | set(data["Google"]["a"]))
@@ -229,8 +259,12 @@ def test_table1_bold_best_per_column(tmp_path):
     out = [tmp_path / f"table1.{ext}" for ext in ("csv", "md", "tex")]
     table = table1.build_table1(results, *out)
     csv = pd.read_csv(out[0])
-    assert csv.loc[csv["source"] == "this run", "method"].tolist() == ["GloVe", "BERT, Layer 0", "BERT, Layer 1",
-                                                                      "GPT-2, Layer 1"]
+    assert csv.loc[csv["source"] == "this run", "method"].tolist() == [
+        "GloVe",
+        "BERT, Layer 0",
+        "BERT, Layer 1",
+        "GPT-2, Layer 1",
+    ]
     assert (csv["source"] == "paper").sum() == len(paper.PAPER_TABLE1)
     assert "coverage_SimLex999" in csv.columns and len(table) == len(csv)
     md = out[1].read_text()

@@ -186,4 +186,6 @@ def test_a_killed_measurements_spill_is_swept_when_a_layer_job_starts_and_a_live
         assert sorted(tmp_path.glob(".occurrences-*.spill")) == [Path(live.file.name)]
         assert (tmp_path / "layer_01.json").exists()
     assert sorted(tmp_path.glob(".occurrences-*.spill")) == []  # and a finished one removes its own
-    assert "sweep_stale_spills(scratch)" in (Path(__file__).parents[1] / "workflow/scripts/measure_layer.py").read_text()
+    assert (
+        "sweep_stale_spills(scratch)" in (Path(__file__).parents[1] / "workflow/scripts/measure_layer.py").read_text()
+    )

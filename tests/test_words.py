@@ -15,8 +15,8 @@ SIX_SENTENCES = [
     "The dog sleeps!",
     "A dog, a cat.",
     "The cat runs.",
-    "The dog runs.",   # a duplicate sentence: counts again as an occurrence, not as a context
-    "the dog dog",     # lower-case 'the' is another word; 'dog' twice in one sentence
+    "The dog runs.",  # a duplicate sentence: counts again as an occurrence, not as a context
+    "the dog dog",  # lower-case 'the' is another word; 'dog' twice in one sentence
 ]
 
 
@@ -37,7 +37,12 @@ def test_threshold_counts_occurrences(sentences):
     counts = index.groupby("word").size().to_dict()
     assert counts == {"The": 4, "dog": 6}  # case-sensitive: 'the' (1) is not 'The'
     assert index[index["word"] == "dog"][["sentence_id", "position"]].values.tolist() == [
-        [0, 1], [1, 1], [2, 1], [4, 1], [5, 1], [5, 2]
+        [0, 1],
+        [1, 1],
+        [2, 1],
+        [4, 1],
+        [5, 1],
+        [5, 2],
     ]
 
 
@@ -65,7 +70,10 @@ def test_unknown_count_mode_is_refused(sentences):
 def test_build_writes_both_tables(tmp_path, sentences):
     sentences.to_parquet(tmp_path / "sentences.parquet")
     index = build_word_index(
-        tmp_path / "sentences.parquet", tmp_path / "words.parquet", tmp_path / "index.parquet", min_occurrences=4,
+        tmp_path / "sentences.parquet",
+        tmp_path / "words.parquet",
+        tmp_path / "index.parquet",
+        min_occurrences=4,
         count="occurrences",
     )
     assert pd.read_parquet(tmp_path / "index.parquet").equals(index)
@@ -101,6 +109,11 @@ def test_a_corpus_of_one_sentence_is_refused_by_name(tmp_path):
     with pytest.raises(WordIndexError, match=r"^corpus: 1 sentence \(corpus.path: mine.txt, corpus.max_sentences: None\), "
                                              r"and the measures need at least 2: the anisotropy baselines compare words "
                                              r"of different sentences; use more sentences$"):  # fmt: skip
-        build_word_index(tmp_path / "s.parquet", *out, min_occurrences=2, count="occurrences",
-                         corpus_settings={"corpus.path": "mine.txt", "corpus.max_sentences": None})
+        build_word_index(
+            tmp_path / "s.parquet",
+            *out,
+            min_occurrences=2,
+            count="occurrences",
+            corpus_settings={"corpus.path": "mine.txt", "corpus.max_sentences": None},
+        )
     assert not any(path.exists() for path in out)

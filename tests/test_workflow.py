@@ -22,7 +22,13 @@ def test_dry_run_plans_the_default_jobs_and_one_extraction_job_per_shard_and_mod
     base_config["extraction"]["n_shards"] = 4
     base_config["extraction"]["threads"] = 3
     result = run_snakemake(
-        tmp_path, "-n", "--cores", "4", "--resources", "gpu=2", configfile=write_config(tmp_path / "c.yaml", base_config)
+        tmp_path,
+        "-n",
+        "--cores",
+        "4",
+        "--resources",
+        "gpu=2",
+        configfile=write_config(tmp_path / "c.yaml", base_config),
     )
     assert result.returncode == 0, result.stdout + result.stderr
     counts = job_counts(result.stdout)
@@ -37,10 +43,15 @@ def test_dry_run_plans_the_default_jobs_and_one_extraction_job_per_shard_and_mod
 def test_the_snakefile_imports_of_the_project_load_no_pandas():
     """Every snakemake start (a dry run, a cluster job) imports what common.smk imports: pandas there
     would add about 0.9 s to each."""
-    imports = re.findall(r"^from (contextuality[\w.]*) import", (PROJECT / "workflow/rules/common.smk").read_text(), re.M)
+    imports = re.findall(
+        r"^from (contextuality[\w.]*) import", (PROJECT / "workflow/rules/common.smk").read_text(), re.M
+    )
     assert len(imports) >= 5
     code = f"import sys\nimport {', '.join(sorted(set(imports)))}\nprint('pandas' in sys.modules)"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT / "src"), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT / "src"), os.environ.get("PYTHONPATH")])),
+    }
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
@@ -63,9 +74,18 @@ def test_a_dry_run_prints_the_whole_runs_disk_and_time_and_a_config_leaving_the_
 def test_a_run_whose_vectors_cannot_fit_stops_before_any_job(tmp_path, base_config):
     """A random model 4,096 dims wide and 200 layers deep stores hundreds of GB of STS: the run stops at its start,
     naming the size, instead of at its first shard; a dry run only prints it."""
-    config = base_config | {"models": {"huge": {"source": "random", "architecture": "bert", "n_hidden_layers": 199,
-                                                 "hidden_size": 4096, "vocab_size": 400}},
-                            "senses": {"enabled": False}}
+    config = base_config | {
+        "models": {
+            "huge": {
+                "source": "random",
+                "architecture": "bert",
+                "n_hidden_layers": 199,
+                "hidden_size": 4096,
+                "vocab_size": 400,
+            }
+        },
+        "senses": {"enabled": False},
+    }
     path = write_config(tmp_path / "huge.yaml", config)
     result = run_snakemake(tmp_path, "--cores", "1", configfile=path)
     assert result.returncode != 0

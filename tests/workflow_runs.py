@@ -146,19 +146,35 @@ def _kill_mid_shard(workdir: Path, config: Path) -> tuple[set[int], set[int]]:
 
     Returns (shards finished before the kill, shards whose temporary file the kill left behind).
     """
-    command = [sys.executable, "-m", "snakemake", *KILLED_TARGETS, "--snakefile", str(PROJECT / "Snakefile"),
-               "--directory", str(workdir), "--cores", "2", "--configfile", str(config)]
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        *KILLED_TARGETS,
+        "--snakefile",
+        str(PROJECT / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--cores",
+        "2",
+        "--configfile",
+        str(config),
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **hook_env(GUARANTEES_SLOW_EXTRACT="3")}
     shards = workdir / "results" / "embeddings" / "sts" / KILLED_MODEL / "shards"
     with open(workdir / "killed-run.out", "w") as out:
-        run = subprocess.Popen(command, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        run = subprocess.Popen(
+            command, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + 300
         try:
             while time.monotonic() < deadline and run.poll() is None:
                 # temporaries first: a shard renamed in between then counts as finished, not as half written
-                writing = {
-                    int(re.match(r"\.shard_(\d+)\.tmp-", p.name).group(1)) for p in shards.glob(".shard_*.tmp-*.h5")
-                } if shards.is_dir() else set()
+                writing = (
+                    {int(re.match(r"\.shard_(\d+)\.tmp-", p.name).group(1)) for p in shards.glob(".shard_*.tmp-*.h5")}
+                    if shards.is_dir()
+                    else set()
+                )
                 finished = {int(p.stem.split("_")[1]) for p in shards.glob("shard_*.h5")} if shards.is_dir() else set()
                 if len(finished) >= 2 and writing - finished:
                     os.killpg(run.pid, signal.SIGKILL)  # as on a node crash or the OOM killer
@@ -193,8 +209,14 @@ def interrupted_run(tmp_path_factory) -> dict:
         rerun = run_snakemake(workdir, *KILLED_TARGETS, "--cores", "2", "--rerun-incomplete", configfile=config)
         assert rerun.returncode == 0, failure(rerun)
         _RUNS["interrupted"] = {
-            "workdir": workdir, "reference": reference, "config": config, "finished": finished,
-            "half_written": half_written, "leftovers": leftovers, "before": before,
-            "after": _shard_snapshot(shards), "rerun": rerun.stdout + rerun.stderr,
+            "workdir": workdir,
+            "reference": reference,
+            "config": config,
+            "finished": finished,
+            "half_written": half_written,
+            "leftovers": leftovers,
+            "before": before,
+            "after": _shard_snapshot(shards),
+            "rerun": rerun.stdout + rerun.stderr,
         }
     return _RUNS["interrupted"]

@@ -37,10 +37,14 @@ PAPER_HUB = {
     "bert": (frozenset({"google-bert/bert-base-cased", "bert-base-cased"}), "cd5ef92a9fb2f889e972770a36d4ed042daf221e"),
     "gpt2": (frozenset({"openai-community/gpt2", "gpt2"}), "607a30d783dfa663caf39e06633721c8d4cfcd7e"),
 }
-_ELMO_FOLDERS = tuple(f"{host}/models/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_"
-                      for host in ("https://s3-us-west-2.amazonaws.com/allennlp", "https://allennlp.s3.amazonaws.com"))
-PAPER_ELMO_FILES = {"options": frozenset(f"{folder}options.json" for folder in _ELMO_FOLDERS),
-                    "weights": frozenset(f"{folder}weights.hdf5" for folder in _ELMO_FOLDERS)}
+_ELMO_FOLDERS = tuple(
+    f"{host}/models/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_"
+    for host in ("https://s3-us-west-2.amazonaws.com/allennlp", "https://allennlp.s3.amazonaws.com")
+)
+PAPER_ELMO_FILES = {
+    "options": frozenset(f"{folder}options.json" for folder in _ELMO_FOLDERS),
+    "weights": frozenset(f"{folder}weights.hdf5" for folder in _ELMO_FOLDERS),
+}
 
 
 def is_paper_checkpoint(paper_model: str, identity: Mapping[str, str | None] | None) -> bool:
@@ -113,8 +117,7 @@ _STATS: dict[str, dict[str, list[float | None]]] = {
     "adjusted_mev": {
         "elmo": [None, 0.030, 0.035],
         "bert": [None, -0.015, -0.002, 0.008, 0.009, 0.012, 0.013, 0.018, 0.017, 0.011, 0.001, -0.014, 0.031],
-        "gpt2": [None, -0.138, -0.683, -0.696, -0.697, -0.697, -0.700, -0.697, -0.693, -0.686, -0.684, -0.634,
-                 -0.116],
+        "gpt2": [None, -0.138, -0.683, -0.696, -0.697, -0.697, -0.700, -0.697, -0.693, -0.686, -0.684, -0.634, -0.116],
     },
 }
 
@@ -169,51 +172,129 @@ class Claim:
 
 
 CLAIMS: tuple[Claim, ...] = (
-    Claim("A1a", "ELMo's input layer (layer 0) is nearly isotropic: baseline cosine below 0.05.",
-          ("elmo",), "§4.1, Fig. 1"),
-    Claim("A1b", "Every layer except ELMo's input layer is anisotropic: baseline cosine above 0.1.",
-          (), "§4.1, Fig. 1"),
-    Claim("A2", "GPT-2's baseline cosine is 0.5-0.7 in layers 2-8, rises monotonically from layer 8 to 12 "
-                "and exceeds 0.95 at layer 12.", ("gpt2",), "§4.1, Fig. 1"),
-    Claim("A3", "BERT's penultimate layer is much more anisotropic than its last: baseline at layer 11 "
-                "exceeds layer 12 by more than 0.1.", ("bert",), "§4.1, Fig. 1"),
+    Claim(
+        "A1a",
+        "ELMo's input layer (layer 0) is nearly isotropic: baseline cosine below 0.05.",
+        ("elmo",),
+        "§4.1, Fig. 1",
+    ),
+    Claim(
+        "A1b", "Every layer except ELMo's input layer is anisotropic: baseline cosine above 0.1.", (), "§4.1, Fig. 1"
+    ),
+    Claim(
+        "A2",
+        "GPT-2's baseline cosine is 0.5-0.7 in layers 2-8, rises monotonically from layer 8 to 12 "
+        "and exceeds 0.95 at layer 12.",
+        ("gpt2",),
+        "§4.1, Fig. 1",
+    ),
+    Claim(
+        "A3",
+        "BERT's penultimate layer is much more anisotropic than its last: baseline at layer 11 "
+        "exceeds layer 12 by more than 0.1.",
+        ("bert",),
+        "§4.1, Fig. 1",
+    ),
     Claim("A4", "ELMo's input layer has raw self-similarity 1.0 (within 0.001).", ("elmo",), "§4.2, Fig. 2"),
     Claim("A5a", "Adjusted self-similarity is lower in the top layer than in layer 1.", (), "§4.2, Fig. 2"),
-    Claim("A5b", "GPT-2's last layer is almost maximally context-specific: adjusted self-similarity below 0.05.",
-          ("gpt2",), "§4.2, Fig. 2"),
-    Claim("A6", "ELMo's five words with the lowest self-similarity (averaged over layers) include most of "
-                "{and, of, 's, the, to}.", ("elmo",), "§4.2"),
-    Claim("A7a", "ELMo's adjusted intra-sentence similarity rises with depth: layer 0 < layer 1 < layer 2.",
-          ("elmo",), "§4.2, Fig. 3"),
+    Claim(
+        "A5b",
+        "GPT-2's last layer is almost maximally context-specific: adjusted self-similarity below 0.05.",
+        ("gpt2",),
+        "§4.2, Fig. 2",
+    ),
+    Claim(
+        "A6",
+        "ELMo's five words with the lowest self-similarity (averaged over layers) include most of "
+        "{and, of, 's, the, to}.",
+        ("elmo",),
+        "§4.2",
+    ),
+    Claim(
+        "A7a",
+        "ELMo's adjusted intra-sentence similarity rises with depth: layer 0 < layer 1 < layer 2.",
+        ("elmo",),
+        "§4.2, Fig. 3",
+    ),
     Claim("A7b", "BERT's adjusted intra-sentence similarity is above 0 in every layer.", ("bert",), "§4.2, Fig. 3"),
-    Claim("A7c", "GPT-2's adjusted intra-sentence similarity is within ±0.07 of 0 in layers 2-12, "
-                 "and layer 0 has the largest value.", ("gpt2",), "§4.2, Fig. 3"),
-    Claim("A8a", "Raw MEV averages below 0.05 in every layer (≥ 1) of ELMo and BERT.", ("elmo", "bert"),
-          "§4.3, Fig. 4"),
+    Claim(
+        "A7c",
+        "GPT-2's adjusted intra-sentence similarity is within ±0.07 of 0 in layers 2-12, "
+        "and layer 0 has the largest value.",
+        ("gpt2",),
+        "§4.2, Fig. 3",
+    ),
+    Claim(
+        "A8a", "Raw MEV averages below 0.05 in every layer (≥ 1) of ELMo and BERT.", ("elmo", "bert"), "§4.3, Fig. 4"
+    ),
     Claim("A8b", "GPT-2's raw MEV averages about 0.30 (0.2-0.4) over layers 2-11.", ("gpt2",), "§4.3, Fig. 4"),
-    Claim("A9a", "Table 1: BERT's first two layers give the best static embeddings on SimLex999, RW, Google, MSR and "
-                 "SemEval2012(2) (the best of its layers 1-2 within 0.03 of the best row of the table).", ("bert",),
-          "§4.3, Table 1"),
-    Claim("A9b", "Table 1: FastText is best on MEN and WS353 (it scores at least as high as every row of the model's "
-                 "PC embeddings, within 0.03).", ("elmo", "bert", "gpt2"), "§4.3, Table 1"),
-    Claim("A9c", "Table 1: GPT-2's rows are the worst: on at least 8 of the 9 tasks each of its rows scores below every "
-                 "row of the other models and baselines (within 0.03; the paper's GPT-2 is not worst on RW).",
-          ("gpt2",), "§4.3, Table 1"),
-    Claim("A9d", "Table 1: the scores of the model's rows lie within ±0.03 of the paper's.", ("elmo", "bert", "gpt2"),
-          "§4.3, Table 1"),
-    Claim("A10", "Per-layer values lie within ±0.05 of the released statistics.",
-          ("elmo", "bert", "gpt2"), "Figs. 1-4 (released statistics)"),
-    Claim("S1", "No layer of the contextualizing model is isotropic: baseline cosine clearly above 0 "
-                "(> 0.05) in every layer ≥ 1.", (), "abstract"),
-    Claim("S2", "A word's representations are still more similar to each other than to other words': "
-                "self-similarity exceeds the baseline on average in every layer.", (), "abstract"),
-    Claim("S3", "Upper layers are more context-specific: adjusted self-similarity falls (almost "
-                "monotonically) with depth.", (), "abstract; §4.2, Fig. 2"),
-    Claim("S4", "Under 5% of the variance in a word's representations is explained by a static embedding, "
-                "on average, in every layer ≥ 1 (adjusted MEV < 0.05; the adjusted part of A8).", (),
-          "abstract; §4.3, Fig. 4"),
-    Claim("S5", "Stopwords are among the most context-specific words: 'the', 'of', 'to' and 'and' have a "
-                "mean self-similarity below that of the median word.", (), "§4.2"),
+    Claim(
+        "A9a",
+        "Table 1: BERT's first two layers give the best static embeddings on SimLex999, RW, Google, MSR and "
+        "SemEval2012(2) (the best of its layers 1-2 within 0.03 of the best row of the table).",
+        ("bert",),
+        "§4.3, Table 1",
+    ),
+    Claim(
+        "A9b",
+        "Table 1: FastText is best on MEN and WS353 (it scores at least as high as every row of the model's "
+        "PC embeddings, within 0.03).",
+        ("elmo", "bert", "gpt2"),
+        "§4.3, Table 1",
+    ),
+    Claim(
+        "A9c",
+        "Table 1: GPT-2's rows are the worst: on at least 8 of the 9 tasks each of its rows scores below every "
+        "row of the other models and baselines (within 0.03; the paper's GPT-2 is not worst on RW).",
+        ("gpt2",),
+        "§4.3, Table 1",
+    ),
+    Claim(
+        "A9d",
+        "Table 1: the scores of the model's rows lie within ±0.03 of the paper's.",
+        ("elmo", "bert", "gpt2"),
+        "§4.3, Table 1",
+    ),
+    Claim(
+        "A10",
+        "Per-layer values lie within ±0.05 of the released statistics.",
+        ("elmo", "bert", "gpt2"),
+        "Figs. 1-4 (released statistics)",
+    ),
+    Claim(
+        "S1",
+        "No layer of the contextualizing model is isotropic: baseline cosine clearly above 0 "
+        "(> 0.05) in every layer ≥ 1.",
+        (),
+        "abstract",
+    ),
+    Claim(
+        "S2",
+        "A word's representations are still more similar to each other than to other words': "
+        "self-similarity exceeds the baseline on average in every layer.",
+        (),
+        "abstract",
+    ),
+    Claim(
+        "S3",
+        "Upper layers are more context-specific: adjusted self-similarity falls (almost monotonically) with depth.",
+        (),
+        "abstract; §4.2, Fig. 2",
+    ),
+    Claim(
+        "S4",
+        "Under 5% of the variance in a word's representations is explained by a static embedding, "
+        "on average, in every layer ≥ 1 (adjusted MEV < 0.05; the adjusted part of A8).",
+        (),
+        "abstract; §4.3, Fig. 4",
+    ),
+    Claim(
+        "S5",
+        "Stopwords are among the most context-specific words: 'the', 'of', 'to' and 'and' have a "
+        "mean self-similarity below that of the median word.",
+        (),
+        "§4.2",
+    ),
 )
 
 

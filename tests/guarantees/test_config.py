@@ -194,9 +194,17 @@ def test_a_config_mistake_stops_the_run_before_any_job_with_one_message(tmp_path
 # twice, the dotted key reported)
 DUPLICATE_CASES = {
     "model_key": (
-        "models:", ["  tiny-gpt2:", "    source: random", "    architecture: gpt2"], "  tiny-gpt2:", "models.tiny-gpt2"
+        "models:",
+        ["  tiny-gpt2:", "    source: random", "    architecture: gpt2"],
+        "  tiny-gpt2:",
+        "models.tiny-gpt2",
     ),
-    "nested_key": ("  tiny-bert:", ["    n_hidden_layers: 5"], "    n_hidden_layers:", "models.tiny-bert.n_hidden_layers"),
+    "nested_key": (
+        "  tiny-bert:",
+        ["    n_hidden_layers: 5"],
+        "    n_hidden_layers:",
+        "models.tiny-bert.n_hidden_layers",
+    ),
     "top_level_key": ("seed: 7", ["seed: 8"], "seed:", "seed"),
 }
 
@@ -235,9 +243,9 @@ def test_duplicate_key_in_the_default_config_file_is_found_too(tmp_path):
 def test_duplicate_keys_are_found_at_any_level_and_merge_keys_are_not_duplicates(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(
-        "base: &base\n  batch_size: 8\n"                        # lines 1-2
-        "extraction:\n  <<: *base\n  batch_size: 4\n"           # 3-5: overriding a merged key is allowed
-        "corpus: {years: [2012], years: [2013]}\n"               # 6: flow style
+        "base: &base\n  batch_size: 8\n"  # lines 1-2
+        "extraction:\n  <<: *base\n  batch_size: 4\n"  # 3-5: overriding a merged key is allowed
+        "corpus: {years: [2012], years: [2013]}\n"  # 6: flow style
         "static:\n  baselines:\n    glove: a.txt\n    glove: b.txt\n"  # 7-10
     )
     with pytest.raises(ConfigError) as raised:
@@ -260,12 +268,22 @@ def test_a_value_nested_in_command_line_config_names_the_yaml_overlay_that_gives
     assert str(raised.value).splitlines()[1] == (
         "  extraction.batch_size: '32' has the wrong type; expected integer (Snakemake passes a value nested in "
         "--config, such as 'extraction={batch_size: 32}', as a string: put it in a YAML file and add that file after "
-        "the default config, --configfile config/config.yaml mine.yaml)")
+        "the default config, --configfile config/config.yaml mine.yaml)"
+    )
     assert "--config" not in _problems(config)  # the same string from a YAML file: no word of --config
     # the real command line, as a user types it (a dry run: the check runs before any job either way)
-    result = run_snakemake(tmp_path, "-n", "--cores", "1", "--config", "extraction={batch_size: 32}",
-                           configfile=write_config(tmp_path / "config.yaml", smoke_config()))
-    assert result.returncode != 0 and "as a string: put it in a YAML file" in result.stdout + result.stderr, failure(result)
+    result = run_snakemake(
+        tmp_path,
+        "-n",
+        "--cores",
+        "1",
+        "--config",
+        "extraction={batch_size: 32}",
+        configfile=write_config(tmp_path / "config.yaml", smoke_config()),
+    )
+    assert result.returncode != 0 and "as a string: put it in a YAML file" in result.stdout + result.stderr, failure(
+        result
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -280,18 +298,24 @@ def test_too_few_indexed_words_is_an_error_naming_the_settings_and_nothing_is_wr
     settings = {"corpus.max_sentences": 4, "corpus.years": [2012]}
     cases = {
         5: "word index: no word reaches words.min_occurrences: 5 (words.count: occurrences) in 4 sentences, and the "
-           "measurements need at least 2 words; words.min_occurrences: 2 or lower would index 2, or use more "
-           "sentences (corpus.max_sentences: 4, corpus.years: [2012])",
+        "measurements need at least 2 words; words.min_occurrences: 2 or lower would index 2, or use more "
+        "sentences (corpus.max_sentences: 4, corpus.years: [2012])",
         3: "word index: only 1 word ('The') reaches words.min_occurrences: 3",
     }
     for min_occurrences, message in cases.items():
         with pytest.raises(WordIndexError, match=re.escape(message)):
             build_word_index(
-                tmp_path / "sentences.parquet", *out, min_occurrences=min_occurrences, count="occurrences",
-                corpus_settings=settings
+                tmp_path / "sentences.parquet",
+                *out,
+                min_occurrences=min_occurrences,
+                count="occurrences",
+                corpus_settings=settings,
             )
         assert not any(path.exists() for path in out)
-    assert build_word_index(tmp_path / "sentences.parquet", *out, min_occurrences=2, count="occurrences")["word"].nunique() == 4
+    assert (
+        build_word_index(tmp_path / "sentences.parquet", *out, min_occurrences=2, count="occurrences")["word"].nunique()
+        == 4
+    )
 
 
 NOTHING_TO_MEASURE = {
@@ -390,8 +414,12 @@ def test_a_target_mistake_on_the_command_line_stops_the_run_before_any_job(tmp_p
     assert message in output, output
 
 
-VALID_TARGETS = ["results/metrics/sts/tiny-bert/layers.csv", "results/embeddings/sts/tiny-gpt2/layers/layer_03.h5",
-                 "results/figures/tiny-gpt2/geometry.png", "results/figures/anisotropy.png"]
+VALID_TARGETS = [
+    "results/metrics/sts/tiny-bert/layers.csv",
+    "results/embeddings/sts/tiny-gpt2/layers/layer_03.h5",
+    "results/figures/tiny-gpt2/geometry.png",
+    "results/figures/anisotropy.png",
+]
 
 
 def test_valid_targets_of_configured_models_pass_the_checks():
@@ -403,7 +431,12 @@ def test_a_single_layer_file_can_be_requested_on_its_own(tmp_path):
     """A single layer's file is a declared output like any other."""
     target = VALID_TARGETS[1]
     result = run_snakemake(
-        tmp_path, target, "-n", "--cores", "1", configfile=write_config(tmp_path / "config.yaml", smoke_config()),
+        tmp_path,
+        target,
+        "-n",
+        "--cores",
+        "1",
+        configfile=write_config(tmp_path / "config.yaml", smoke_config()),
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert target in result.stdout
@@ -431,7 +464,9 @@ def test_more_shards_than_sentence_windows_gives_empty_shards_not_a_crash(tmp_pa
     from contextuality.extraction.plan import plan_model
     from contextuality.store.files import open_complete
 
-    sentences = pd.DataFrame({"sentence_id": range(5), "text": ["The dog runs.", "A cat.", "Dogs run.", "", "The end."]})
+    sentences = pd.DataFrame(
+        {"sentence_id": range(5), "text": ["The dog runs.", "A cat.", "Dogs run.", "", "The end."]}
+    )
     sentences.to_parquet(tmp_path / "sentences.parquet")
     words = word_table(sentences)
     spec = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 100}
@@ -500,9 +535,13 @@ def test_every_integer_of_the_schema_has_a_maximum():
     """Each is used where its range ends (a C int, a seed scikit-learn takes): past it the run failed late."""
     from contextuality.workflow.schema import SCHEMA
 
-    unbounded = [node for node in _schema_nodes(yaml.safe_load(SCHEMA.read_text()))
-                 if "integer" in ([node.get("type")] if isinstance(node.get("type"), str) else node.get("type") or [])
-                 and "enum" not in node and "maximum" not in node]
+    unbounded = [
+        node
+        for node in _schema_nodes(yaml.safe_load(SCHEMA.read_text()))
+        if "integer" in ([node.get("type")] if isinstance(node.get("type"), str) else node.get("type") or [])
+        and "enum" not in node
+        and "maximum" not in node
+    ]
     assert unbounded == []
 
 

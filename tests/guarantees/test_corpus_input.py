@@ -24,25 +24,82 @@ def _release(root, year, input_text: bytes, gold_text: bytes, domain="toy") -> R
     prefix = "STS2016" if year == 2016 else "STS"
     (folder / f"{prefix}.input.{domain}.txt").write_bytes(input_text)
     (folder / f"{prefix}.gs.{domain}.txt").write_bytes(gold_text)
-    return ReleaseFiles(year, "test", domain, folder / f"{prefix}.input.{domain}.txt", folder / f"{prefix}.gs.{domain}.txt")
+    return ReleaseFiles(
+        year, "test", domain, folder / f"{prefix}.input.{domain}.txt", folder / f"{prefix}.gs.{domain}.txt"
+    )
 
 
 ERROR_CASES = {
-    "missing_tab": (2014, b"a b\tc d\nno tab here\n", b"1\n2\n", r"STS\.input\.toy\.txt:2: no tab; expected 'sentence1<TAB>sentence2'"),
-    "extra_column": (2014, b"a\tb\tc\n", b"1\n", r"STS\.input\.toy\.txt:1: 3 tab-separated columns; 2014 release files have 2"),
-    "four_columns_outside_2016": (2015, b"a\tb\tsrc1\tsrc2\n", b"1\n", r"STS\.input\.toy\.txt:1: 4 tab-separated columns; 2015 release files have 2"),
-    "five_columns_in_2016": (2016, b"a\tb\tsrc1\tsrc2\textra\n", b"1\n", r"STS2016\.input\.toy\.txt:1: 5 tab-separated columns; 2016 release files have 4"),
-    "gold_and_input_lengths_differ": (2014, b"a\tb\nc\td\n", b"1\n", r"STS\.input\.toy\.txt: 2 lines but its gold file .*STS\.gs\.toy\.txt has 1"),
-    "non_utf8_bytes": (2014, b"a\tb\ncaf\xe9\td\n", b"1\n2\n", r"STS\.input\.toy\.txt:2: bytes that are not UTF-8 \(b'\\xe9'\)"),
+    "missing_tab": (
+        2014,
+        b"a b\tc d\nno tab here\n",
+        b"1\n2\n",
+        r"STS\.input\.toy\.txt:2: no tab; expected 'sentence1<TAB>sentence2'",
+    ),
+    "extra_column": (
+        2014,
+        b"a\tb\tc\n",
+        b"1\n",
+        r"STS\.input\.toy\.txt:1: 3 tab-separated columns; 2014 release files have 2",
+    ),
+    "four_columns_outside_2016": (
+        2015,
+        b"a\tb\tsrc1\tsrc2\n",
+        b"1\n",
+        r"STS\.input\.toy\.txt:1: 4 tab-separated columns; 2015 release files have 2",
+    ),
+    "five_columns_in_2016": (
+        2016,
+        b"a\tb\tsrc1\tsrc2\textra\n",
+        b"1\n",
+        r"STS2016\.input\.toy\.txt:1: 5 tab-separated columns; 2016 release files have 4",
+    ),
+    "gold_and_input_lengths_differ": (
+        2014,
+        b"a\tb\nc\td\n",
+        b"1\n",
+        r"STS\.input\.toy\.txt: 2 lines but its gold file .*STS\.gs\.toy\.txt has 1",
+    ),
+    "non_utf8_bytes": (
+        2014,
+        b"a\tb\ncaf\xe9\td\n",
+        b"1\n2\n",
+        r"STS\.input\.toy\.txt:2: bytes that are not UTF-8 \(b'\\xe9'\)",
+    ),
     "gold_not_a_number": (2014, b"a\tb\n", b"high\n", r"STS\.gs\.toy\.txt:1: gold score 'high' is not a number"),
     # a release file emptied (a failed copy) would silently lose its pairs
-    "empty_release_files": (2014, b"", b"", r"STS\.input\.toy\.txt: empty release file \(0 lines\); expected one line per sentence pair: restore it from the release$"),
+    "empty_release_files": (
+        2014,
+        b"",
+        b"",
+        r"STS\.input\.toy\.txt: empty release file \(0 lines\); expected one line per sentence pair: restore it from the release$",
+    ),
     "empty_gold_file": (2014, b"a\tb\n", b"", r"STS\.gs\.toy\.txt: empty release file \(0 lines\)"),
-    "every_pair_unscored": (2015, b"a\tb\nc\td\n", b"\n\n", r"STS\.gs\.toy\.txt: no scored pair in its 2 lines \(all blank\); expected gold scores from 0 to 5"),
-    "gold_nan": (2014, b"a\tb\nc\td\n", b"1\nnan\n", r"STS\.gs\.toy\.txt:2: gold score 'nan' is outside the STS range; allowed: a number from 0 to 5$"),
-    "gold_inf": (2014, b"a\tb\n", b"inf\n", r"STS\.gs\.toy\.txt:1: gold score 'inf' is outside the STS range; allowed: a number from 0 to 5$"),
+    "every_pair_unscored": (
+        2015,
+        b"a\tb\nc\td\n",
+        b"\n\n",
+        r"STS\.gs\.toy\.txt: no scored pair in its 2 lines \(all blank\); expected gold scores from 0 to 5",
+    ),
+    "gold_nan": (
+        2014,
+        b"a\tb\nc\td\n",
+        b"1\nnan\n",
+        r"STS\.gs\.toy\.txt:2: gold score 'nan' is outside the STS range; allowed: a number from 0 to 5$",
+    ),
+    "gold_inf": (
+        2014,
+        b"a\tb\n",
+        b"inf\n",
+        r"STS\.gs\.toy\.txt:1: gold score 'inf' is outside the STS range; allowed: a number from 0 to 5$",
+    ),
     "gold_negative": (2014, b"a\tb\n", b"-7\n", r"STS\.gs\.toy\.txt:1: gold score '-7' is outside the STS range"),
-    "gold_above_five": (2016, b"a\tb\ts\tt\n", b"5.01\n", r"STS2016\.gs\.toy\.txt:1: gold score '5.01' is outside the STS range"),
+    "gold_above_five": (
+        2016,
+        b"a\tb\ts\tt\n",
+        b"5.01\n",
+        r"STS2016\.gs\.toy\.txt:1: gold score '5.01' is outside the STS range",
+    ),
 }
 
 
@@ -98,11 +155,11 @@ def test_byte_order_mark_at_the_start_of_a_release_file_is_not_part_of_the_first
 
 LONG = " ".join(["extraordinarily"] * 40)
 ODD_INPUT = (
-    "A dog runs.\tA cat sleeps.\n"          # pair 0: sentences 0, 1
-    '""\t?!...\n'                           # pair 1: sentence 2 empty (only quotes), 3 only punctuation
-    f"{LONG}\tThe dog sleeps.\n"            # pair 2: sentence 4 longer than the model allows
-    "\tA hippo is not a dog.\n"             # pair 3: sentence 6 empty
-    "The end.\tThe very end.\n"             # pair 4
+    "A dog runs.\tA cat sleeps.\n"  # pair 0: sentences 0, 1
+    '""\t?!...\n'  # pair 1: sentence 2 empty (only quotes), 3 only punctuation
+    f"{LONG}\tThe dog sleeps.\n"  # pair 2: sentence 4 longer than the model allows
+    "\tA hippo is not a dog.\n"  # pair 3: sentence 6 empty
+    "The end.\tThe very end.\n"  # pair 4
 ).encode()
 ODD_GOLD = b"1\n2\n3\n4\n5\n"
 
@@ -113,8 +170,13 @@ def odd_corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("odd")
     sts = root / "sts"
     for domain in ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"):
-        _release(sts, 2014, ODD_INPUT if domain == "deft-forum" else b"x y\tz w\n",
-                 ODD_GOLD if domain == "deft-forum" else b"1\n", domain=domain)
+        _release(
+            sts,
+            2014,
+            ODD_INPUT if domain == "deft-forum" else b"x y\tz w\n",
+            ODD_GOLD if domain == "deft-forum" else b"1\n",
+            domain=domain,
+        )
     logger = logging.getLogger("contextuality")
     records: list[str] = []
     handler = logging.Handler()
@@ -123,10 +185,22 @@ def odd_corpus(tmp_path_factory):
     logger.setLevel(logging.INFO)
     try:
         write_bundled_pairs(sts, [2014], False, root / "pairs.jsonl")
-        sentences = build_corpus(root / "sentences.parquet", source="bundled", pairs_jsonl=root / "pairs.jsonl", years=[2014],
-                                 include_2012_train=False, max_sentences=None, hub_revisions={})
-        build_word_index(root / "sentences.parquet", root / "words.parquet", root / "index.parquet", min_occurrences=2,
-                         count="occurrences")
+        sentences = build_corpus(
+            root / "sentences.parquet",
+            source="bundled",
+            pairs_jsonl=root / "pairs.jsonl",
+            years=[2014],
+            include_2012_train=False,
+            max_sentences=None,
+            hub_revisions={},
+        )
+        build_word_index(
+            root / "sentences.parquet",
+            root / "words.parquet",
+            root / "index.parquet",
+            min_occurrences=2,
+            count="occurrences",
+        )
     finally:
         logger.removeHandler(handler)
     return sentences, root, "\n".join(records)
@@ -161,8 +235,9 @@ def tiny_bert(odd_corpus, tmp_path_factory):
 
 def _extract(loaded, sentences, out, policy, caplog):
     with caplog.at_level(logging.INFO, logger="contextuality"):
-        return extract_planned(loaded, sentences, word_table(sentences), out, indexing="word", batch_size=2,
-                               policy=policy)[1]
+        return extract_planned(
+            loaded, sentences, word_table(sentences), out, indexing="word", batch_size=2, policy=policy
+        )[1]
 
 
 @pytest.mark.parametrize("policy", ["truncate", "skip"])
@@ -181,11 +256,16 @@ def test_over_long_sentences_are_kept_under_their_id_and_counted(odd_corpus, tin
     assert counts[4] == (14 if policy == "truncate" else 0)  # 16 tokens minus [CLS], [SEP]; or none
     units = pd.read_parquet(tmp_path / "units.parquet")
     assert set(units["sentence_id"]) <= set(sentences["sentence_id"])
-    assert units.groupby("sentence_id").size().reindex(sentences["sentence_id"], fill_value=0).tolist() == counts.tolist()
+    assert (
+        units.groupby("sentence_id").size().reindex(sentences["sentence_id"], fill_value=0).tolist() == counts.tolist()
+    )
 
 
 def test_over_long_sentence_under_policy_error_names_sentence_and_model(odd_corpus, tiny_bert, tmp_path, caplog):
     sentences, _, _ = odd_corpus
-    with pytest.raises(AlignmentError, match=r"sentence 4 has \d+ tokens, more than model 'tiny' takes \(16\).*allowed policies: truncate, skip, error"):
+    with pytest.raises(
+        AlignmentError,
+        match=r"sentence 4 has \d+ tokens, more than model 'tiny' takes \(16\).*allowed policies: truncate, skip, error",
+    ):
         _extract(tiny_bert, sentences, tmp_path, "error", caplog)
     assert not (tmp_path / "shard.h5").exists()

@@ -33,7 +33,8 @@ from workflow_runs import KILLED_MODEL
 def _digests(folder: Path) -> dict[str, str]:
     return {
         str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(folder.rglob("*")) if path.is_file()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
     }
 
 
@@ -75,14 +76,21 @@ def test_two_materialisations_of_a_random_model_give_byte_identical_tokenizer_an
     path = os.pathsep.join(filter(None, [str(PROJECT / "src"), os.environ.get("PYTHONPATH")]))
     for hash_seed in ("1", "2"):
         env = {**os.environ, "PYTHONPATH": path, "PYTHONHASHSEED": hash_seed}
-        command = [sys.executable, "-c", MATERIALISE, str(tmp_path / "sentences.parquet"), str(tmp_path / hash_seed),
-                   str(PROJECT / "tests")]
+        command = [
+            sys.executable,
+            "-c",
+            MATERIALISE,
+            str(tmp_path / "sentences.parquet"),
+            str(tmp_path / hash_seed),
+            str(PROJECT / "tests"),
+        ]
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
     first, second = _digests(tmp_path / "1"), _digests(tmp_path / "2")
     # tokenizer.json holds the vocabulary (and the merges); transformers 5 writes no vocab.txt/merges.txt
     assert {
-        f"{architecture}/model/{name}" for architecture in ("bert", "gpt2")
+        f"{architecture}/model/{name}"
+        for architecture in ("bert", "gpt2")
         for name in ("tokenizer.json", "tokenizer_config.json", "config.json", "model.safetensors")
     } <= set(first)
     assert second == first
@@ -124,8 +132,15 @@ def two_batch_sizes(tmp_path_factory):
         occurrences = build_occurrences(units, index, "word", 2, "occurrences", sentences)
         settings = measure_settings(seed=3, intra_sentences="all", baseline_samples=20, bootstrap_resamples=0)
         measure_model(
-            layers, occurrences, out / "words.parquet", out / "layers.parquet", out / "pcs", out / "context.csv",
-            settings, model="m", top_k=20,
+            layers,
+            occurrences,
+            out / "words.parquet",
+            out / "layers.parquet",
+            out / "pcs",
+            out / "context.csv",
+            settings,
+            model="m",
+            top_k=20,
         )
         runs[batch_size] = (out, layers)
     return runs

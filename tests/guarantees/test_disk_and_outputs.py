@@ -26,10 +26,16 @@ from workflow_runs import failure, smoke_audit, smoke_config, smoke_config_path
 TEXTS = ["The dog runs.", "A cat sleeps on the mat.", "The dog sleeps."]
 
 
-@pytest.mark.parametrize("dtype, ways", [
-    ("float32", "free space, set extraction.storage_dtype: float16 (half the bytes of float32), or set corpus.max_sentences"),
-    ("float16", "free space, or set corpus.max_sentences (the vectors are float16 already)"),
-])
+@pytest.mark.parametrize(
+    "dtype, ways",
+    [
+        (
+            "float32",
+            "free space, set extraction.storage_dtype: float16 (half the bytes of float32), or set corpus.max_sentences",
+        ),
+        ("float16", "free space, or set corpus.max_sentences (the vectors are float16 already)"),
+    ],
+)
 def test_extraction_that_does_not_fit_on_disk_stops_with_the_numbers_before_writing(tmp_path, monkeypatch, dtype, ways):
     """The numbers and the ways out; float16 storage is suggested only where the vectors are not float16 already."""
     sentences = pd.DataFrame({"sentence_id": range(len(TEXTS)), "text": TEXTS})
@@ -50,8 +56,17 @@ def test_extraction_that_does_not_fit_on_disk_stops_with_the_numbers_before_writ
     plan = plan_model(loaded, sentences, words, indexing="word", tokenization="natural", policy="truncate")
     needed = len(plan.units) * 2 * 16 * (4 if dtype == "float32" else 2)  # units x layers (input + 1) x dims x bytes
     with pytest.raises(DiskSpaceError) as caught:
-        extract_shard(loaded, plan, out / "shard.h5", pooling="first", batch_size=2, storage_dtype=dtype,
-                      device="cpu", disk_factor=1.5, attrs={})
+        extract_shard(
+            loaded,
+            plan,
+            out / "shard.h5",
+            pooling="first",
+            batch_size=2,
+            storage_dtype=dtype,
+            device="cpu",
+            disk_factor=1.5,
+            attrs={},
+        )
     assert str(caught.value) == (
         f"not enough disk for {out / 'shard.h5'}: it needs {diskspace._size(needed)} x margin 1.5 "
         f"(extraction.min_free_disk_factor) = {diskspace._size(needed * 1.5)}, and 1.00 kB are free; {ways}"
@@ -68,20 +83,27 @@ def test_concurrent_jobs_cannot_all_pass_on_the_same_free_space(tmp_path, monkey
     import sys
 
     free = 10_000
-    monkeypatch.setattr(diskspace.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**6, 10**6 - free, free))
+    monkeypatch.setattr(
+        diskspace.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**6, 10**6 - free, free)
+    )
     results = tmp_path / "results" / "embeddings" / "m" / "shards"
     results.mkdir(parents=True)
     with diskspace.reserve(results / "shard_0.h5", 6_000, 1.2):
-        with pytest.raises(DiskSpaceError, match=r"shard_1\.h5: it needs 6.00 kB x margin 1.2 .* = 7.20 kB, and 10.00 kB are "
-                                                   r"free, of which 6.00 kB are reserved by other running jobs"):
+        with pytest.raises(
+            DiskSpaceError,
+            match=r"shard_1\.h5: it needs 6.00 kB x margin 1.2 .* = 7.20 kB, and 10.00 kB are "
+            r"free, of which 6.00 kB are reserved by other running jobs",
+        ):
             with diskspace.reserve(results / "shard_1.h5", 6_000, 1.2):
                 pass
     with diskspace.reserve(results / "shard_1.h5", 6_000, 1.2):  # the first job is done: its space is free again
         pass
     # a reservation whose process is gone (killed: no lock held) does not count
     folder = diskspace.reservation_dir(results / "shard_0.h5")
-    code = ("import json, os, sys; from pathlib import Path; folder = Path(sys.argv[1]);"
-            "(folder / 'dead-1-shard_0.h5.json').write_text(json.dumps({'bytes': 9000}))")
+    code = (
+        "import json, os, sys; from pathlib import Path; folder = Path(sys.argv[1]);"
+        "(folder / 'dead-1-shard_0.h5.json').write_text(json.dumps({'bytes': 9000}))"
+    )
     subprocess.run([sys.executable, "-c", code, str(folder)], check=True)
     assert folder == tmp_path / ".disk-reservations"
     with diskspace.reserve(results / "shard_1.h5", 6_000, 1.2):
@@ -95,7 +117,9 @@ def test_a_disk_that_fills_mid_write_gives_one_line_and_leaves_nothing(tmp_path,
     spec = {"source": "random", "architecture": "bert", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 100}
     record = materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=1)
     loaded = load_model(record, tmp_path / "model" / "model", spec)
-    plan = plan_model(loaded, sentences, word_table(sentences), indexing="word", tokenization="natural", policy="truncate")
+    plan = plan_model(
+        loaded, sentences, word_table(sentences), indexing="word", tokenization="natural", policy="truncate"
+    )
     import h5py
 
     calls = []
@@ -104,7 +128,9 @@ def test_a_disk_that_fills_mid_write_gives_one_line_and_leaves_nothing(tmp_path,
     def fill_up(self, key, value):  # what HDF5 raises when write() hits ENOSPC
         calls.append(key)
         if len(calls) > 2:
-            raise OSError("Can't synchronously write data (file write failed: errno = 28, error message = 'No space left on device')")
+            raise OSError(
+                "Can't synchronously write data (file write failed: errno = 28, error message = 'No space left on device')"
+            )
         return original(self, key, value)
 
     monkeypatch.setattr(h5py.Dataset, "__setitem__", fill_up)
@@ -112,12 +138,25 @@ def test_a_disk_that_fills_mid_write_gives_one_line_and_leaves_nothing(tmp_path,
     out.mkdir(parents=True)
     needed = len(plan.units) * 2 * 16 * 4
     with pytest.raises(DiskFullError) as caught:
-        extract_shard(loaded, plan, out / "shard_0.h5", pooling="first", batch_size=2, storage_dtype="float32",
-                      device="cpu", disk_factor=1.0, attrs={})
+        extract_shard(
+            loaded,
+            plan,
+            out / "shard_0.h5",
+            pooling="first",
+            batch_size=2,
+            storage_dtype="float32",
+            device="cpu",
+            disk_factor=1.0,
+            attrs={},
+        )
     message = str(caught.value)
-    assert message.startswith(f"{out / 'shard_0.h5'}: the disk filled up while writing it: it needs {needed:,} bytes and ")
-    assert message.endswith("are free; nothing partial was kept (free space, set extraction.storage_dtype: float16 (half "
-                            "the bytes of float32), or set corpus.max_sentences)")
+    assert message.startswith(
+        f"{out / 'shard_0.h5'}: the disk filled up while writing it: it needs {needed:,} bytes and "
+    )
+    assert message.endswith(
+        "are free; nothing partial was kept (free space, set extraction.storage_dtype: float16 (half "
+        "the bytes of float32), or set corpus.max_sentences)"
+    )
     assert "\n" not in message
     assert [path for path in out.iterdir()] == []  # no shard, no temporary file
 
@@ -133,11 +172,16 @@ def test_workflow_stops_an_extraction_that_does_not_fit_on_disk(tmp_path):
     assert "not enough disk for results/embeddings/sts/tiny-gpt2/shards/shard_0.h5: it needs " in log
     assert "x margin 1e+15 (extraction.min_free_disk_factor) = " in log
     first = result.stderr.strip().splitlines()
-    assert any(line.startswith("not enough disk for results/embeddings/sts/tiny-gpt2/shards/shard_0.h5") for line in first)
+    assert any(
+        line.startswith("not enough disk for results/embeddings/sts/tiny-gpt2/shards/shard_0.h5") for line in first
+    )
     # only the plan's small tables (written before extraction) exist: no shard, layer or temporary file
     embeddings = tmp_path / "results" / "embeddings" / "tiny-gpt2"
     assert sorted(path.name for path in embeddings.rglob("*") if path.is_file()) == [
-        "losses.json", "occurrences.parquet", "tokens.parquet", "units.parquet"
+        "losses.json",
+        "occurrences.parquet",
+        "tokens.parquet",
+        "units.parquet",
     ]
 
 
@@ -154,8 +198,10 @@ def smoke(smoke_run):
     outputs = {row[0] for row in rows}
     logs = {log.strip() for row in rows for log in row[3].split(",") if log.strip() and log.strip() != "-"}
     files = {
-        str(path.relative_to(workdir)) for path in workdir.rglob("*")
-        if path.is_file() and ".snakemake" not in path.parts
+        str(path.relative_to(workdir))
+        for path in workdir.rglob("*")
+        if path.is_file()
+        and ".snakemake" not in path.parts
         and path.name != ".snakemake_timestamp"  # Snakemake's own mark in a folder output, not a rule's write
     }
     # Snakemake's own timings of the heavy jobs (their rules' `benchmark:` files), written by Snakemake
@@ -171,16 +217,21 @@ def smoke(smoke_run):
 def _declared_by(path: str, outputs: set[str]) -> bool:
     """A declared file, or a file of a declared tar's unpacked folder (the model folders: model.tar -> model/)."""
     parts = Path(path).parts
-    return any(str(Path(*parts[:depth])) in outputs or f"{Path(*parts[:depth])}.tar" in outputs
-               for depth in range(len(parts), 0, -1))
+    return any(
+        str(Path(*parts[:depth])) in outputs or f"{Path(*parts[:depth])}.tar" in outputs
+        for depth in range(len(parts), 0, -1)
+    )
 
 
 @pytest.mark.slow
 def test_no_rule_writes_outside_its_declared_outputs(smoke):
     workdir, outputs, logs, files, _ = smoke
     assert {
-        "results/tables/summary.md", "results/metrics/sts/tiny-bert/pcs/layer_00.txt", "resources/models/tiny-bert/model.tar",
-        "resources/models/tiny-bert/source.json", "results/embeddings/sts/tiny-bert/layers/layer_02.h5",
+        "results/tables/summary.md",
+        "results/metrics/sts/tiny-bert/pcs/layer_00.txt",
+        "resources/models/tiny-bert/model.tar",
+        "resources/models/tiny-bert/source.json",
+        "results/embeddings/sts/tiny-bert/layers/layer_02.h5",
     } <= outputs
     undeclared = sorted(path for path in files if not path.startswith("logs/") and not _declared_by(path, outputs))
     assert undeclared == []
@@ -199,11 +250,21 @@ def test_every_output_is_written_under_a_temporary_name_then_renamed(smoke):
     """Every result file became visible by a rename (itself or its folder), never by writing in place."""
     workdir, outputs, _, files, audit = smoke
     root = str(workdir) + os.sep
-    renamed = {record["dst"][len(root):] for record in audit if record["event"] == "rename" and record["dst"].startswith(root)}
-    written_in_place = {record["path"][len(root):] for record in audit if record["event"] == "write" and record["path"].startswith(root)}
+    renamed = {
+        record["dst"][len(root) :] for record in audit if record["event"] == "rename" and record["dst"].startswith(root)
+    }
+    written_in_place = {
+        record["path"][len(root) :]
+        for record in audit
+        if record["event"] == "write" and record["path"].startswith(root)
+    }
     results = sorted(path for path in files if not path.startswith("logs/"))
     assert len(results) > 50
-    not_renamed = [path for path in results if not any(str(Path(*Path(path).parts[:d])) in renamed for d in range(1, len(Path(path).parts) + 1))]
+    not_renamed = [
+        path
+        for path in results
+        if not any(str(Path(*Path(path).parts[:d])) in renamed for d in range(1, len(Path(path).parts) + 1))
+    ]
     assert not_renamed == []
     assert sorted(set(results) & written_in_place) == []
     # and the temporary names were what got written

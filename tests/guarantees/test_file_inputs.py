@@ -97,8 +97,10 @@ def test_an_edited_release_file_reruns_the_corpus_and_what_follows(finished_run_
 
 @pytest.mark.slow
 def test_an_edited_benchmark_file_reruns_exactly_the_scoring_and_table1(finished_run_on_copies):
-    for relative in ["benchmarks/wordsim/simlex999/SimLex-999.txt",
-                     "benchmarks/analogy/semeval2012_task2/GoldRatings/Testing/GoldRatings-8d.txt"]:
+    for relative in [
+        "benchmarks/wordsim/simlex999/SimLex-999.txt",
+        "benchmarks/analogy/semeval2012_task2/GoldRatings/Testing/GoldRatings-8d.txt",
+    ]:
         assert _planned_after_editing(finished_run_on_copies, relative) == {"static_scores": 1, "table1": 1}, relative
 
 
@@ -110,7 +112,9 @@ def test_a_dataset_folder_edited_in_place_reruns_the_corpus(tmp_path):
 
     folder = tmp_path / "data"
     (folder / "more").mkdir(parents=True)
-    (folder / "train.jsonl").write_text("".join(json.dumps({"text": f"Sentence {i} about a bank."}) + "\n" for i in range(4)))
+    (folder / "train.jsonl").write_text(
+        "".join(json.dumps({"text": f"Sentence {i} about a bank."}) + "\n" for i in range(4))
+    )
     (folder / "more" / "train-2.jsonl").write_text(json.dumps({"text": "One more sentence."}) + "\n")
     config = smoke_config()
     config["corpus"] = {"source": "datasets", "path": str(folder)}

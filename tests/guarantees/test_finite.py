@@ -68,7 +68,9 @@ def sentence_of(offsets, row):
 
 @pytest.mark.parametrize("metrics, indexed", [({"geometry": False, "postprocess": ["none"]}, False), ({}, True)],
                          ids=["bare-unindexed", "default-indexed"])  # fmt: skip
-def test_a_nan_in_a_stored_vector_stops_the_measurement_naming_file_layer_row_sentence_and_word(layer, metrics, indexed):
+def test_a_nan_in_a_stored_vector_stops_the_measurement_naming_file_layer_row_sentence_and_word(
+    layer, metrics, indexed
+):
     """Case 7: with the geometry panel and the post-processed variants off, a NaN in a row no word indexes gave
     NaN exact baselines and exit code 0; in a word's row, or with them on, an eigen-solve crashed naming nothing
     (case 13). Now: one line, naming the first non-finite row of the layer (and its word, if it has one)."""
@@ -190,10 +192,14 @@ def test_a_nan_in_a_shard_ends_the_measure_layer_job_with_one_line(scratch):
         handle["layer_02"][5, 3] = np.nan
         row = int(handle.attrs["first_row"]) + 5
     target = f"results/metrics/sts/{MODEL}/per_layer/layer_02.json"
-    result = run_snakemake(scratch, target, "--cores", "1", "--forcerun", "measure_layer", configfile=smoke_config_path())
+    result = run_snakemake(
+        scratch, target, "--cores", "1", "--forcerun", "measure_layer", configfile=smoke_config_path()
+    )
     assert result.returncode != 0, failure(result)
-    line = (rf"{EMBEDDINGS}/layers/layer_02\.h5: layer 2, row {row} \(sentence \d+(, word '[^']+')?\) holds nan \(1 of "
-            r"the layer's \d+ rows hold NaN or infinity\); the measures need finite vectors: delete the model's shards")
+    line = (
+        rf"{EMBEDDINGS}/layers/layer_02\.h5: layer 2, row {row} \(sentence \d+(, word '[^']+')?\) holds nan \(1 of "
+        r"the layer's \d+ rows hold NaN or infinity\); the measures need finite vectors: delete the model's shards"
+    )
     assert re.search(line, result.stderr), failure(result)
     log = (scratch / "logs" / "measure_layer" / "sts" / MODEL / "layer_02.log").read_text()
     assert re.search(line, log) and "Traceback" not in log, log
@@ -207,8 +213,10 @@ def test_a_nan_from_the_model_ends_the_extraction_job_with_one_line_and_keeps_no
     result = run_snakemake(scratch, str(target), "--cores", "1", "--forcerun", "extract", configfile=smoke_config_path(),
                            env=hook_env(GUARANTEES_SCALE_ACTIVATIONS="nan"))  # fmt: skip
     assert result.returncode != 0, failure(result)
-    line = (rf"{target}: model '{MODEL}', shard 0, layer 0, sentence \d+ \(unit '[^']+', row 0 of the shard\): the "
-            r"vector holds nan from the model's forward pass; nothing was stored")
+    line = (
+        rf"{target}: model '{MODEL}', shard 0, layer 0, sentence \d+ \(unit '[^']+', row 0 of the shard\): the "
+        r"vector holds nan from the model's forward pass; nothing was stored"
+    )
     assert re.search(line, result.stderr), failure(result)
     log = (scratch / "logs" / "extract" / "sts" / MODEL / "shard_0.log").read_text()
     assert re.search(line, log) and "Traceback" not in log, log

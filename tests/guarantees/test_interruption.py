@@ -34,8 +34,12 @@ def test_sigkill_mid_shard_then_rerun_incomplete_recomputes_only_unfinished_shar
     run = interrupted_smoke_run
     # the STS corpus's shard jobs (the usages' shards are the same rule's, with corpus=usages)
     jobs = re.split(r"\n(?:local)?rule ", run["rerun"])
-    recomputed = {int(shard) for job in jobs if job.startswith("extract:")
-                  for shard in re.findall(rf"wildcards: corpus=sts, model={MODEL}, shard=(\d+)", job)}
+    recomputed = {
+        int(shard)
+        for job in jobs
+        if job.startswith("extract:")
+        for shard in re.findall(rf"wildcards: corpus=sts, model={MODEL}, shard=(\d+)", job)
+    }
     assert recomputed == set(range(N_SHARDS)) - run["finished"], run["rerun"]
     assert run["half_written"] and run["half_written"] <= recomputed
     assert run["leftovers"], "the kill left no half-written shard: it did not happen mid-shard"
@@ -53,12 +57,16 @@ def test_resumed_run_stores_the_same_vectors_as_an_uninterrupted_run(interrupted
     names = sorted(path.name for path in (reference / "layers").glob("layer_*.h5"))
     assert names and names == sorted(path.name for path in (resumed / "layers").glob("layer_*.h5"))
     for name in names:
-        np.testing.assert_array_equal(read_layer(resumed / "layers" / name)[0], read_layer(reference / "layers" / name)[0])
+        np.testing.assert_array_equal(
+            read_layer(resumed / "layers" / name)[0], read_layer(reference / "layers" / name)[0]
+        )
         with open_complete(resumed / "layers" / name) as got, open_complete(reference / "layers" / name) as want:
             for dataset in ("vectors", "sentence_offsets", "sentence_ids"):
                 np.testing.assert_array_equal(got[dataset][:], want[dataset][:])
             assert dict(got.attrs) == dict(want.attrs) or _same_attrs(got.attrs, want.attrs)
-    pd.testing.assert_frame_equal(pd.read_parquet(resumed / "units.parquet"), pd.read_parquet(reference / "units.parquet"))
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(resumed / "units.parquet"), pd.read_parquet(reference / "units.parquet")
+    )
 
 
 def _same_attrs(a, b) -> bool:
@@ -97,7 +105,9 @@ def test_hdf5_without_completion_marker_is_detected_not_read(interrupted_smoke_r
     unmarked.write_bytes(reference.read_bytes())
     with h5py.File(unmarked, "a") as handle:  # as a writer killed before its last step would leave it
         del handle.attrs["complete"]
-    with pytest.raises(StoreError, match=r"layer_01\.h5: incomplete \(no 'complete' marker\); delete it and rerun snakemake"):
+    with pytest.raises(
+        StoreError, match=r"layer_01\.h5: incomplete \(no 'complete' marker\); delete it and rerun snakemake"
+    ):
         open_complete(unmarked)
     with pytest.raises(StoreError, match=r"layer_01\.h5: incomplete"):
         read_layer(unmarked)

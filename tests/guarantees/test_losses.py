@@ -23,17 +23,24 @@ def test_truncation_losses_are_counted_and_shown_in_tables_reports_and_the_runs_
     # the words' own index and the occurrences measured differ by exactly what was lost
     index = pd.read_parquet(workdir / "results/corpora/sts/word_index.parquet")
     units = pd.read_parquet(workdir / "results/embeddings/sts/tiny-gpt2/units.parquet")
-    stored = index.merge(units.rename(columns={"word_position": "position", "position": "unit_position"}),
-                         on=["sentence_id", "position"])
+    stored = index.merge(
+        units.rename(columns={"word_position": "position", "position": "unit_position"}), on=["sentence_id", "position"]
+    )
     assert losses["indexed_occurrences"] == len(index)
     assert len(index) - len(stored) == sum(lost.values())
-    assert f"WARNING model tiny-gpt2: {losses['sentences_truncated']} sentences truncated; 0 skipped; " in smoke_output()
+    assert (
+        f"WARNING model tiny-gpt2: {losses['sentences_truncated']} sentences truncated; 0 skipped; " in smoke_output()
+    )
     for table in ("summary.md", "claims.md"):
         text = (workdir / "results" / "tables" / table).read_text()
         assert "## What could not be stored" in text
         row = next(line for line in text.splitlines() if line.startswith("| tiny random GPT-2 (`tiny-gpt2`) | "))
-        assert row.split(" | ")[1:5] == [str(losses["sentences_truncated"]), "0", str(losses["indexed_occurrences"]),
-                                          str(lost["truncated"])]
+        assert row.split(" | ")[1:5] == [
+            str(losses["sentences_truncated"]),
+            "0",
+            str(losses["indexed_occurrences"]),
+            str(lost["truncated"]),
+        ]
     table = pd.read_csv(workdir / "results/tables/losses.csv").set_index("model")
     assert table.loc["tiny-gpt2", "lost_truncated"] == lost["truncated"]
     assert table.loc["tiny-bert", "sentences_truncated"] == 0  # the model without a limit loses nothing

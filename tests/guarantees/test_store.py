@@ -66,7 +66,8 @@ def _planned_layers(output: str, rule: str) -> set[str]:
 def _digests(folder: Path) -> dict[str, str]:
     return {
         str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(folder.rglob("*")) if path.is_file()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
     }
 
 
@@ -79,8 +80,17 @@ def test_deleting_one_layer_file_plans_exactly_its_rebuild_and_what_depends_on_i
     (scratch / EMBEDDINGS / "layers" / "layer_02.h5").unlink()
     counts, output = _dry_run(scratch)
     assert counts == {
-        "layer_file": 1, "measure_layer": 1, "combine_layers": 1, "static_scores": 1, "measure_senses": 1,
-        "figures": 1, "model_figures": 1, "senses_figures": 1, "summary": 1, "table1": 1, "all": 1,
+        "layer_file": 1,
+        "measure_layer": 1,
+        "combine_layers": 1,
+        "static_scores": 1,
+        "measure_senses": 1,
+        "figures": 1,
+        "model_figures": 1,
+        "senses_figures": 1,
+        "summary": 1,
+        "table1": 1,
+        "all": 1,
     }, output
     assert _planned_layers(output, "layer_file") == {"02"} and _planned_layers(output, "measure_layer") == {"02"}
     assert f"model={MODEL}" in output and "model=tiny-bert" not in output
@@ -104,11 +114,15 @@ def test_a_flipped_byte_in_a_stored_vector_fails_the_reading_job_naming_the_file
         read_layer(scratch / EMBEDDINGS / "layers" / "layer_02.h5")
     # the job that reads the layer (forced: its output is up to date), not every layer's
     target = f"results/metrics/sts/{MODEL}/per_layer/layer_02.json"
-    result = run_snakemake(scratch, target, "--cores", "1", "--forcerun", "measure_layer", configfile=smoke_config_path())
+    result = run_snakemake(
+        scratch, target, "--cores", "1", "--forcerun", "measure_layer", configfile=smoke_config_path()
+    )
     assert result.returncode != 0, failure(result)
     log = (scratch / "logs" / "measure_layer" / "sts" / MODEL / "layer_02.log").read_text()
     assert f"{shard}: dataset layer_02 fails its checksum or cannot be read" in log and "Traceback" not in log
-    assert "the file is damaged; delete it and rerun snakemake, which rebuilds it and everything that depends on it" in log
+    assert (
+        "the file is damaged; delete it and rerun snakemake, which rebuilds it and everything that depends on it" in log
+    )
 
 
 def test_a_flipped_byte_in_the_sentence_offsets_is_caught_too(scratch):
@@ -128,7 +142,9 @@ def test_a_deleted_shard_is_never_read_and_only_it_is_extracted_again(scratch):
     shard = scratch / EMBEDDINGS / "shards" / "shard_1.h5"
     shard.unlink()
     # a reader that bypasses the workflow gets a clear error, not the virtual dataset's fill values
-    with pytest.raises(StoreError, match=r"layer_00\.h5: its vectors live in .*shard_1\.h5, which is missing; rerun snakemake"):
+    with pytest.raises(
+        StoreError, match=r"layer_00\.h5: its vectors live in .*shard_1\.h5, which is missing; rerun snakemake"
+    ):
         read_layer(scratch / EMBEDDINGS / "layers" / "layer_00.h5")
     (scratch / EMBEDDINGS / "layers" / "layer_02.h5").unlink()
     counts, output = _dry_run(scratch)
@@ -140,7 +156,9 @@ def test_a_deleted_shard_is_never_read_and_only_it_is_extracted_again(scratch):
     result = run_snakemake(scratch, *deleted, METRICS_TARGET, "--cores", "2", configfile=smoke_config_path())
     assert result.returncode == 0, failure(result)
     ran = {rule: count for rule, count in job_counts(result.stdout + result.stderr).items() if rule != "total"}
-    assert ran == {"extract": 1, "manifest": 1, "layer_file": 4, "measure_layer": 4, "combine_layers": 1}, failure(result)
+    assert ran == {"extract": 1, "manifest": 1, "layer_file": 4, "measure_layer": 4, "combine_layers": 1}, failure(
+        result
+    )
     assert all((scratch / name).is_file() for name in deleted)
     assert _digests(scratch / "results" / "metrics" / "sts" / MODEL) == before
 
@@ -158,11 +176,20 @@ def test_a_layer_file_that_is_not_the_manifests_layer_stops_its_measurement(scra
 def test_measuring_a_layer_set_that_misses_a_layer_stops_naming_it(smoke_run):
     manifest = read_manifest(smoke_run / EMBEDDINGS / "manifest.json")
     shape = {"rows": manifest["rows"], "dim": manifest["dim"]}
-    results = [LayerResult({"layer": layer}, pd.DataFrame(), None, [], np.empty(0), LayerShape(**shape)) for layer in (0, 1, 3)]
-    with pytest.raises(StoreError, match=r"manifest\.json: the model has layers 0-3 of \d+ rows x 32 dims, but layers \[2\] are missing"):
-        combine_layers(results, Path("w"), Path("l"), Path("c"), top_k=20, manifest=manifest, manifest_path="manifest.json")
+    results = [
+        LayerResult({"layer": layer}, pd.DataFrame(), None, [], np.empty(0), LayerShape(**shape)) for layer in (0, 1, 3)
+    ]
+    with pytest.raises(
+        StoreError,
+        match=r"manifest\.json: the model has layers 0-3 of \d+ rows x 32 dims, but layers \[2\] are missing",
+    ):
+        combine_layers(
+            results, Path("w"), Path("l"), Path("c"), top_k=20, manifest=manifest, manifest_path="manifest.json"
+        )
     shapes = {layer: LayerShape(**{**shape, "rows": shape["rows"] - 1} if layer == 1 else shape) for layer in range(4)}
-    results = [LayerResult({"layer": layer}, pd.DataFrame(), None, [], np.empty(0), shapes[layer]) for layer in range(4)]
+    results = [
+        LayerResult({"layer": layer}, pd.DataFrame(), None, [], np.empty(0), shapes[layer]) for layer in range(4)
+    ]
     with pytest.raises(StoreError, match=r"layer 1 was measured on \d+ rows x 32 dims"):
         combine_layers(results, Path("w"), Path("l"), Path("c"), top_k=20, manifest=manifest)
     with pytest.raises(StoreError, match="layer 4 is out of range; the manifest lists layers 0-3"):
@@ -214,14 +241,26 @@ def test_a_run_without_a_shared_filesystem_equals_a_local_run(smoke_run, tmp_pat
     config["static"]["benchmark_dir"] = "resources/benchmarks"
     config["models"] = {MODEL: config["models"][MODEL]}  # one model: every rule runs, in half the jobs
     result = run_snakemake(
-        workdir, "--cores", "2", "--shared-fs-usage", "none", "--default-storage-provider", "fs",
-        "--default-storage-prefix", str(storage), "--local-storage-prefix", str(scratch),
-        configfile=write_config(tmp_path / "storage.yaml", config), timeout=1800,
+        workdir,
+        "--cores",
+        "2",
+        "--shared-fs-usage",
+        "none",
+        "--default-storage-provider",
+        "fs",
+        "--default-storage-prefix",
+        str(storage),
+        "--local-storage-prefix",
+        str(scratch),
+        configfile=write_config(tmp_path / "storage.yaml", config),
+        timeout=1800,
     )
     assert result.returncode == 0, failure(result)
     assert not (workdir / "results").exists() and not (workdir / "resources").exists()  # all went to the storage
     # the model's own files equal the shared local run's (the tables across models hold one model here)
-    model_files = [Path("results") / part / MODEL for part in ("embeddings/sts", "metrics/sts", "static")] + [Path("results/corpora")]
+    model_files = [Path("results") / part / MODEL for part in ("embeddings/sts", "metrics/sts", "static")] + [
+        Path("results/corpora")
+    ]
     local = {p.relative_to(smoke_run) for folder in model_files for p in (smoke_run / folder).rglob("*") if p.is_file()}
     remote = {p.relative_to(storage) for folder in model_files for p in (storage / folder).rglob("*") if p.is_file()}
     assert remote == local

@@ -107,9 +107,14 @@ if _FAKE_GPUS and sys.argv and sys.argv[0].endswith("extract.py"):
         device, lease = _choose_device(requested, gpus, shard, lease_dir, *args, **kwargs)
         lease_dir.mkdir(parents=True, exist_ok=True)
         record = {
-            "shard": shard, "device": device, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "host": socket.gethostname(), "pid": os.getpid(),
-            "cwd": os.getcwd(), "start": time.time(),
+            "shard": shard,
+            "device": device,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "cwd": os.getcwd(),
+            "start": time.time(),
         }
         return "cpu", _RecordedLease(lease, record, lease_dir / "fake-devices.jsonl")
 

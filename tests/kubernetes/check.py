@@ -41,7 +41,9 @@ def main() -> None:
     run1 = {job["metadata"]["name"]: job for job in json.loads(Path(sys.argv[1]).read_text())["items"]}
     jobs = json.loads(Path(sys.argv[2]).read_text())["items"]
     pods = json.loads(Path(sys.argv[3]).read_text())["items"]
-    expected = Counter({rule: n for rule, n in job_stats(Path(sys.argv[4]).read_text()).items() if rule not in LOCAL_RULES})
+    expected = Counter(
+        {rule: n for rule, n in job_stats(Path(sys.argv[4]).read_text()).items() if rule not in LOCAL_RULES}
+    )
     killed, run2_start = int(sys.argv[5]), sys.argv[6]
     # every Job either run made: what the deletion between the runs removed, as run 1 left it
     deleted = [job for name, job in run1.items() if name not in {job["metadata"]["name"] for job in jobs}]
@@ -66,8 +68,10 @@ def main() -> None:
             continue
         created = [job["metadata"]["creationTimestamp"] for job in its_jobs]
         if len(its_jobs) != 2 or not created[0] < run2_start <= created[1]:
-            fail(f"{rule_job}: {len(its_jobs)} Jobs, made at {created}; a rerun redoes only what the abort at "
-                 f"{run2_start} cut off")
+            fail(
+                f"{rule_job}: {len(its_jobs)} Jobs, made at {created}; a rerun redoes only what the abort at "
+                f"{run2_start} cut off"
+            )
         redone.append(rule_job)
     by_job = Counter(pod["metadata"]["labels"].get("job-name") for pod in pods)
     if sorted(by_job) != sorted(job["metadata"]["name"] for job in jobs) or set(by_job.values()) != {1}:
@@ -89,13 +93,15 @@ def main() -> None:
         fail(f"{gpu_pods} pods with limits nvidia.com/gpu: 1, {extraction_jobs} extraction pods")
     before = sum(job["metadata"]["creationTimestamp"] < run2_start for job in everything)
     unfinished = [rule_job_of(job) for job in deleted if not job["status"].get("failed")]
-    print(f"ok: {len(everything)} Kubernetes Jobs ({before} in run 1, {len(everything) - before} in run 2; "
-          f"deleted between the runs: {len(deleted) - len(unfinished)} failed, {len(unfinished)} unfinished "
-          f"{sorted(unfinished)}), one pod each for the {len(jobs)} left ({dict(phases)}), for the local run's "
-          f"{sum(expected.values())} rule jobs "
-          f"({dict(sorted(expected.items()))}): each ran once, except {killed} killed on purpose and "
-          f"{len(redone) - killed} cut off by run 1's abort, run again by run 2 ({', '.join(sorted(redone))}); "
-          f"{gpu_pods} extraction pods with requests = limits nvidia.com/gpu: 1")
+    print(
+        f"ok: {len(everything)} Kubernetes Jobs ({before} in run 1, {len(everything) - before} in run 2; "
+        f"deleted between the runs: {len(deleted) - len(unfinished)} failed, {len(unfinished)} unfinished "
+        f"{sorted(unfinished)}), one pod each for the {len(jobs)} left ({dict(phases)}), for the local run's "
+        f"{sum(expected.values())} rule jobs "
+        f"({dict(sorted(expected.items()))}): each ran once, except {killed} killed on purpose and "
+        f"{len(redone) - killed} cut off by run 1's abort, run again by run 2 ({', '.join(sorted(redone))}); "
+        f"{gpu_pods} extraction pods with requests = limits nvidia.com/gpu: 1"
+    )
 
 
 if __name__ == "__main__":

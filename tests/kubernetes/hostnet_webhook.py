@@ -11,17 +11,23 @@ import json
 import ssl
 import sys
 
-PATCH = base64.b64encode(json.dumps([
-    {"op": "add", "path": "/spec/hostNetwork", "value": True},
-    {"op": "add", "path": "/spec/dnsPolicy", "value": "Default"},
-]).encode()).decode()
+PATCH = base64.b64encode(
+    json.dumps(
+        [
+            {"op": "add", "path": "/spec/hostNetwork", "value": True},
+            {"op": "add", "path": "/spec/dnsPolicy", "value": "Default"},
+        ]
+    ).encode()
+).decode()
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         response = {"uid": review["request"]["uid"], "allowed": True, "patchType": "JSONPatch", "patch": PATCH}
-        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}).encode()
+        body = json.dumps(
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))

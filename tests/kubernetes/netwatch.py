@@ -1,8 +1,8 @@
 """Every TCP connection of the test's processes stays on loopback: sampled with `ss -tnp` until killed.
 
-  python3 netwatch.py OUT PID...    records, in OUT, each connection of PID or a descendant whose local
-                                    or peer address is outside 127.0.0.0/8 (one line each), and a last
-                                    line "samples N connections M" when it is stopped (SIGTERM).
+python3 netwatch.py OUT PID...    records, in OUT, each connection of PID or a descendant whose local
+                                  or peer address is outside 127.0.0.0/8 (one line each), and a last
+                                  line "samples N connections M" when it is stopped (SIGTERM).
 """
 
 import ipaddress

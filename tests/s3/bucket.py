@@ -1,8 +1,8 @@
 """Helpers of tests/s3/run.sh and tests/kubernetes/run.sh: a moto S3 server's bucket, filled, read back, compared.
 
-  bucket.py put ENDPOINT s3://BUCKET/PREFIX FOLDER NAME   upload FOLDER's files as PREFIX/NAME/... (creates the bucket)
-  bucket.py get ENDPOINT s3://BUCKET/PREFIX DEST          download every key under PREFIX into DEST
-  bucket.py compare LOCAL DEST                            DEST's results/ equal LOCAL's (tests/slurm/compare.py)
+bucket.py put ENDPOINT s3://BUCKET/PREFIX FOLDER NAME   upload FOLDER's files as PREFIX/NAME/... (creates the bucket)
+bucket.py get ENDPOINT s3://BUCKET/PREFIX DEST          download every key under PREFIX into DEST
+bucket.py compare LOCAL DEST                            DEST's results/ equal LOCAL's (tests/slurm/compare.py)
 """
 
 from __future__ import annotations
@@ -14,8 +14,13 @@ import boto3
 
 
 def _client(endpoint: str):
-    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                        aws_access_key_id="testing", aws_secret_access_key="testing")
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
 
 
 def _split(url: str) -> tuple[str, str]:
@@ -35,10 +40,13 @@ def put(endpoint: str, url: str, folder: str, name: str) -> None:
 
 def get(endpoint: str, url: str, dest: str) -> None:
     client, (bucket, prefix) = _client(endpoint), _split(url)
-    keys = [obj["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/")
-            for obj in page.get("Contents", [])]
+    keys = [
+        obj["Key"]
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/")
+        for obj in page.get("Contents", [])
+    ]
     for key in keys:
-        target = Path(dest) / key[len(prefix) + 1:]
+        target = Path(dest) / key[len(prefix) + 1 :]
         target.parent.mkdir(parents=True, exist_ok=True)
         client.download_file(bucket, key, str(target))
     print(f"downloaded {len(keys)} keys of s3://{bucket}/{prefix}/ to {dest}")

@@ -75,12 +75,14 @@ def test_determinism_and_fixed_rows():
 def test_matched_sets_are_frequency_balanced():
     rng = np.random.default_rng(6)
     n_poly, n_mono = 400, 120
-    table = pd.DataFrame({
-        "word": [f"w{i}" for i in range(n_poly + n_mono)],
-        "n": np.r_[rng.lognormal(4.0, 1.0, n_poly), rng.lognormal(3.3, 0.8, n_mono)].astype(int) + 20,
-        "polysemy": ["poly"] * n_poly + ["mono"] * n_mono,
-        "n_synsets": np.r_[rng.integers(2, 30, n_poly), np.ones(n_mono, int)],
-    })
+    table = pd.DataFrame(
+        {
+            "word": [f"w{i}" for i in range(n_poly + n_mono)],
+            "n": np.r_[rng.lognormal(4.0, 1.0, n_poly), rng.lognormal(3.3, 0.8, n_mono)].astype(int) + 20,
+            "polysemy": ["poly"] * n_poly + ["mono"] * n_mono,
+            "n_synsets": np.r_[rng.integers(2, 30, n_poly), np.ones(n_mono, int)],
+        }
+    )
     m = matched_mono_poly(table, per_group=80, seed=0)
     counts = m.groupby(["bin", "polysemy"]).size().unstack(fill_value=0)
     assert (counts["mono"] == counts["poly"]).all() and counts["mono"].sum() <= 80
@@ -126,8 +128,10 @@ def test_pseudo_words_of_unrelated_one_sense_words_are_detected_as_clusters():
     rng = np.random.default_rng(5)
     words = {f"w{i}": rng.standard_normal(20) * 1.2 + rng.standard_normal((30, 20)) for i in range(40)}
     mono = [word_cluster_index(x, m=20, subsamples=3, components=5, seed=i) for i, x in enumerate(words.values())]
-    pseudo = [pseudo_word_cluster_index(words[a], words[b], m=20, subsamples=3, components=5, seed=k)
-              for k, (a, b) in enumerate(pseudo_word_pairs(words, seed=0))]
+    pseudo = [
+        pseudo_word_cluster_index(words[a], words[b], m=20, subsamples=3, components=5, seed=k)
+        for k, (a, b) in enumerate(pseudo_word_pairs(words, seed=0))
+    ]
     r = cluster_contrast(pseudo, mono)
     assert r["delta_ci"] < 0 and r["ci_high"] < 0 and r["mw_p"] < 0.01
     a = np.zeros((25, 6))
@@ -144,12 +148,21 @@ def test_matching_on_zipf_too_balances_both_frequencies():
     n = 400
     zipf = rng.uniform(2, 7, n)
     poly = rng.random(n) < 1 / (1 + np.exp(-(zipf - 4.5) * 2))  # polysemous words are the frequent ones
-    table = pd.DataFrame({"word": [f"w{i}" for i in range(n)], "n": rng.integers(20, 500, n), "zipf": zipf,
-                          "polysemy": np.where(poly, "poly", "mono"), "n_synsets": np.where(poly, 3, 1)})
+    table = pd.DataFrame(
+        {
+            "word": [f"w{i}" for i in range(n)],
+            "n": rng.integers(20, 500, n),
+            "zipf": zipf,
+            "polysemy": np.where(poly, "poly", "mono"),
+            "n_synsets": np.where(poly, 3, 1),
+        }
+    )
     plain = matched_mono_poly(table, per_group=100, seed=0)
     both = matched_mono_poly(table, per_group=100, seed=0, by=("n", "zipf"), bins=4)
-    gap = {name: abs(t.loc[t["polysemy"] == "poly", "zipf"].mean() - t.loc[t["polysemy"] == "mono", "zipf"].mean())
-           for name, t in (("plain", plain), ("both", both))}
+    gap = {
+        name: abs(t.loc[t["polysemy"] == "poly", "zipf"].mean() - t.loc[t["polysemy"] == "mono", "zipf"].mean())
+        for name, t in (("plain", plain), ("both", both))
+    }
     assert gap["both"] < gap["plain"] / 3 and gap["plain"] > 1
     counts = both.groupby(["bin", "polysemy"]).size().unstack(fill_value=0)
     assert (counts["mono"] == counts["poly"]).all()

@@ -7,8 +7,15 @@ import pytest
 from contextuality.corpus.words import word_table
 from contextuality.senses.diversity import context_diversity, sentence_vectors
 
-TEXTS = ["The bank raised rates.", "She sat on the river bank.", "The bank raised rates.", "bank", "Rates rose, the bank said.",
-         "A cat sat.", "The cat sat on the mat."]
+TEXTS = [
+    "The bank raised rates.",
+    "She sat on the river bank.",
+    "The bank raised rates.",
+    "bank",
+    "Rates rose, the bank said.",
+    "A cat sat.",
+    "The cat sat on the mat.",
+]
 
 
 def corpus(texts):

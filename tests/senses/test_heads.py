@@ -18,7 +18,9 @@ TEXTS = ["the bank of the river is green .", "she went to the bank to get money 
 
 def built(folder: Path, architecture: str, head: str | None = None) -> tuple[dict, Path]:
     """A tiny random model and the record the pipeline's build writes (``files``: every file's digest)."""
-    build_random_model(architecture, TEXTS, folder, seed=3, n_hidden_layers=2, hidden_size=16, vocab_size=120, head=head)
+    build_random_model(
+        architecture, TEXTS, folder, seed=3, n_hidden_layers=2, hidden_size=16, vocab_size=120, head=head
+    )
     return {"key": f"tiny-{architecture}", "files": file_digests(folder)}, folder
 
 

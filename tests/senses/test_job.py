@@ -25,14 +25,18 @@ def test_self_similarity_by_form_is_the_brute_force_mean_over_ordered_pairs():
         n = len(x)
         assert got.loc[form, "self_similarity"] == pytest.approx((cos.sum() - n) / (n * (n - 1)), abs=1e-12)
         assert got.loc[form, "n"] == n
-    blocks = self_similarity_by_form(vectors, forms, transform=lambda block: block - 0.5, block_rows=7).set_index("form")
+    blocks = self_similarity_by_form(vectors, forms, transform=lambda block: block - 0.5, block_rows=7).set_index(
+        "form"
+    )
     whole = self_similarity_by_form(vectors - 0.5, forms).set_index("form")
     assert np.allclose(blocks["self_similarity"], whole["self_similarity"], rtol=0, atol=1e-12)
 
 
 def test_identical_vectors_have_self_similarity_one_and_a_single_occurrence_none():
     vectors = np.tile([[1.0, 2.0, 3.0]], (4, 1))
-    got = self_similarity_by_form(np.vstack([vectors, [[0.5, 0.0, 1.0]]]), np.array(["a"] * 4 + ["b"])).set_index("form")
+    got = self_similarity_by_form(np.vstack([vectors, [[0.5, 0.0, 1.0]]]), np.array(["a"] * 4 + ["b"])).set_index(
+        "form"
+    )
     assert got.loc["a", "self_similarity"] == pytest.approx(1.0)
     assert np.isnan(got.loc["b", "self_similarity"])
 
@@ -43,8 +47,13 @@ def _store():
         "unit": ["Bank", "bank", "side", "the", "river", "##bank"], "token_first": [0, 1, 2, 0, 1, 2],
         "token_last": [0, 1, 2, 0, 1, 2],
     })  # fmt: skip
-    spacy_words = pd.DataFrame({"sentence_id": [0, 0, 0, 1, 1], "position": [0, 1, 2, 0, 1],
-                                "word": ["Bank", "bank", "side", "the", "riverbank"]})
+    spacy_words = pd.DataFrame(
+        {
+            "sentence_id": [0, 0, 0, 1, 1],
+            "position": [0, 1, 2, 0, 1],
+            "word": ["Bank", "bank", "side", "the", "riverbank"],
+        }
+    )
     occurrences = pd.DataFrame({"word": ["Bank", "bank", "side", "##bank"], "row": [0, 1, 2, 5]})
     return units, spacy_words, occurrences
 
@@ -60,8 +69,14 @@ def test_a_decoder_loses_its_sentence_initial_occurrences_and_a_piece_inside_a_l
 
 def test_a_usage_has_the_row_of_the_unit_that_is_its_whole_word():
     units, _, _ = _store()
-    usages = pd.DataFrame({"usage_id": [0, 1, 2], "sentence_id": [0, 1, 1], "position": [1, 1, 0],
-                           "form_lower": ["bank", "riverbank", "the"]})
+    usages = pd.DataFrame(
+        {
+            "usage_id": [0, 1, 2],
+            "sentence_id": [0, 1, 1],
+            "position": [1, 1, 0],
+            "form_lower": ["bank", "riverbank", "the"],
+        }
+    )
     assert usage_row_numbers(usages, units).tolist() == [1, -1, 3]
 
 
@@ -77,8 +92,14 @@ def test_a_word_seed_is_stable_and_differs_between_words():
     assert word_seed(7, "bank") == word_seed(7, "bank") != word_seed(7, "plant")
 
 
-def _rows(model="m", layers=3, auroc=(0.5, 0.7, 0.8), ci_low=(0.45, 0.65, 0.75), delta_p=(0.5, 0.001, 0.001),
-          beta=((-0.01, -0.1, 0.1), (-0.02, -0.1, 0.08), (0.0, -0.1, 0.1))):
+def _rows(
+    model="m",
+    layers=3,
+    auroc=(0.5, 0.7, 0.8),
+    ci_low=(0.45, 0.65, 0.75),
+    delta_p=(0.5, 0.001, 0.001),
+    beta=((-0.01, -0.1, 0.1), (-0.02, -0.1, 0.08), (0.0, -0.1, 0.1)),
+):
     rows = Rows(model, 0)
     for layer in range(layers):
         rows.layer = layer
@@ -115,8 +136,13 @@ def _full_rows(gain_low=0.02, strata_low=0.55, pseudo_p=1e-6, beta_above=False, 
         rows.layer = layer
         add = lambda measure, value, **kw: rows.add("x", measure, "centred", value, **kw)  # noqa: E731
         add("auroc_same_sense", 0.5 + 0.05 * layer, null=0.5, ci=(0.48 + 0.05 * layer, 0.6 + 0.05 * layer), n=100)
-        add("auroc_same_token", 0.5 if layer == 0 else 0.55, ci=(0.45, 0.65), n=90,
-            note="pairs of the same stored token sequence only: 10 of 100 usable pairs have different stored tokens")
+        add(
+            "auroc_same_token",
+            0.5 if layer == 0 else 0.55,
+            ci=(0.45, 0.65),
+            n=90,
+            note="pairs of the same stored token sequence only: 10 of 100 usable pairs have different stored tokens",
+        )
         add("auroc_stratified", 0.56, ci=(strata_low, 0.6), n=100)
         add("auroc_shape", 0.58, ci=(0.55, 0.61), n=100)
         add("auroc_cosine_shape", 0.62, ci=(0.6, 0.64), n=100)
@@ -136,8 +162,12 @@ def _full_rows(gain_low=0.02, strata_low=0.55, pseudo_p=1e-6, beta_above=False, 
         add("alignment_median_rank", b4[0], null=b4[1], n=500)
         add("prediction_alignment_median_rank", b5[0], null=b5[1], n=500)
         add("prediction_alignment_share_rank_lt_10", 0.48, null=0.0, n=500)
-        add("beta_log_synsets_frequency", 0.1 if (beta_above and layer == 1) else -0.01,
-            ci=(0.02, 0.2) if (beta_above and layer == 1) else (-0.1, 0.08), n=2000)
+        add(
+            "beta_log_synsets_frequency",
+            0.1 if (beta_above and layer == 1) else -0.01,
+            ci=(0.02, 0.2) if (beta_above and layer == 1) else (-0.1, 0.08),
+            n=2000,
+        )
         add("beta_context_diversity_frequency", -0.4, ci=(-0.5, -0.3), n=2000)
         add("beta_log_synsets_content", -0.05, ci=(-0.2, 0.1), n=900)
     table = rows.frame()
@@ -164,23 +194,46 @@ def test_the_reworded_claims_read_the_controls():
     assert "ABOVE 0 in layer(s) 1" in flagged["evidence"]
     assert format_p(1 / 1001, 1 / 1001) == "≤ 0.001" and format_p(0.0123) == "0.012"
     moved = sensitivity({"m": _full_rows()}, {"m": pd.Series([0.05, 0.3, 0.4])}, {"m": "M"})
-    assert set(moved["threshold"]) == {"W1 self-similarity drop", "W2 cone cosine", "W2 share of layers", "W3a alpha",
-                                       "W3b alpha", "W4 polysemy share", "W4 diversity share"}
+    assert set(moved["threshold"]) == {
+        "W1 self-similarity drop",
+        "W2 cone cosine",
+        "W2 share of layers",
+        "W3a alpha",
+        "W3b alpha",
+        "W4 polysemy share",
+        "W4 diversity share",
+    }
     assert {"at_half", "as_set", "at_one_and_a_half", "changes"} <= set(moved.columns)
 
 
 def test_a_usage_has_its_sentence_length_and_the_key_of_its_stored_token_sequence():
     from contextuality.senses.job import _token_note, sentence_lengths, usage_token_keys
 
-    units = pd.DataFrame({"row": [0, 1, 2, 3], "sentence_id": [0, 0, 1, 2], "word_position": [1, 2, 1, 0],
-                          "unit": ["Bank", "of", "bank", "bank"], "token_first": [1, 3, 2, 0], "token_last": [2, 3, 2, 0]})
+    units = pd.DataFrame(
+        {
+            "row": [0, 1, 2, 3],
+            "sentence_id": [0, 0, 1, 2],
+            "word_position": [1, 2, 1, 0],
+            "unit": ["Bank", "of", "bank", "bank"],
+            "token_first": [1, 3, 2, 0],
+            "token_last": [2, 3, 2, 0],
+        }
+    )
     tokens = pd.DataFrame({"sentence_id": [0, 1, 2], "input_ids": [[9, 5, 6, 7], [9, 8, 4], [4, 1]]})
-    usages = pd.DataFrame({"usage_id": [0, 1, 2, 3], "sentence_id": [0, 1, 2, 1], "position": [1, 1, 0, 1],
-                           "form": ["Bank", "bank", "bank", "bank"], "form_lower": ["bank"] * 4})
+    usages = pd.DataFrame(
+        {
+            "usage_id": [0, 1, 2, 3],
+            "sentence_id": [0, 1, 2, 1],
+            "position": [1, 1, 0, 1],
+            "form": ["Bank", "bank", "bank", "bank"],
+            "form_lower": ["bank"] * 4,
+        }
+    )
     keys = usage_token_keys(np.array([0, 2, 3, -1]), units, tokens)
     assert keys[0] != keys[1] and keys[1] == keys[2] and keys[3] == -1  # (5, 6) vs (4,) and (4,); no unit: -1
     words = pd.DataFrame({"sentence_id": [0, 0, 0, 1, 1, 2, 2, 2, 2], "position": [0, 1, 2, 0, 1, 0, 1, 2, 3]})
     assert sentence_lengths(usages, words).tolist() == [3, 2, 4, 2]
     pairs = pd.DataFrame({"usage_a": [0, 0, 1, 1], "usage_b": [1, 2, 2, 3]})
     assert _token_note(usages, pairs, keys, np.array([0, 2, 3, -1])).startswith(
-        "2 of 3 usable pairs have different stored tokens (2 written differently")
+        "2 of 3 usable pairs have different stored tokens (2 written differently"
+    )

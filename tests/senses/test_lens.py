@@ -31,7 +31,9 @@ def run_model(folder: Path, architecture: str, head: str | None):
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
-    build_random_model(architecture, TEXTS, folder, seed=5, n_hidden_layers=3, hidden_size=16, vocab_size=120, head=head)
+    build_random_model(
+        architecture, TEXTS, folder, seed=5, n_hidden_layers=3, hidden_size=16, vocab_size=120, head=head
+    )
     lens_head, reason = output_head_or_reason({"key": architecture, "files": file_digests(folder)}, folder)
     assert reason == ""
     auto = AutoModelForCausalLM if architecture == "gpt2" else AutoModelForMaskedLM
@@ -87,7 +89,9 @@ def test_masked_lm_reproduces_logits_at_every_layer(bert):
     ln = transform.LayerNorm
     for layer in range(len(hidden) - 1):
         x = hidden[layer].astype(np.float64) @ dense_w.T + dense_b
-        x = layer_norm(0.5 * x * (1 + erf(x / np.sqrt(2))), ln.weight.detach().numpy(), ln.bias.detach().numpy(), ln.eps)
+        x = layer_norm(
+            0.5 * x * (1 + erf(x / np.sqrt(2))), ln.weight.detach().numpy(), ln.bias.detach().numpy(), ln.eps
+        )
         expected = x @ head.unembedding.astype(np.float64).T + head.bias
         np.testing.assert_allclose(lens_logits(head, hidden[layer], after_final_norm=False), expected, atol=1e-5)
     with pytest.raises(ValueError, match="after_final_norm is true for a masked LM"):
@@ -216,14 +220,35 @@ def test_b5_finds_the_row_of_the_token_that_follows():
     following = np.repeat(np.arange(0, 200, 5), 8)  # 40 next tokens, 8 positions each
     x = (head.unembedding[following] + rng.normal(size=(following.size, 16)) * 0.3).astype(np.float32)
     occurrences = pd.DataFrame({"row": np.arange(following.size)})
-    settings = SenseSettings(enabled=True, max_lemmas=None, permutations=19, bootstrap=99, cluster_words=2,
-                             cluster_subsample=4, cluster_subsamples=1, cluster_components=1, cluster_null_draws=0,
-                             lens_rows=10, alignment_words=30, regression_min_occurrences=2)
+    settings = SenseSettings(
+        enabled=True,
+        max_lemmas=None,
+        permutations=19,
+        bootstrap=99,
+        cluster_words=2,
+        cluster_subsample=4,
+        cluster_subsamples=1,
+        cluster_components=1,
+        cluster_null_draws=0,
+        lens_rows=10,
+        alignment_words=30,
+        regression_min_occurrences=2,
+    )
     rows = Rows("m", 3)
-    _prediction_alignment(rows, x, occurrences, np.where(np.arange(following.size) % 8 == 7, -1, following), head,
-                          settings, 0, after_final_norm=True)
+    _prediction_alignment(
+        rows,
+        x,
+        occurrences,
+        np.where(np.arange(following.size) % 8 == 7, -1, following),
+        head,
+        settings,
+        0,
+        after_final_norm=True,
+    )
     table = rows.frame().set_index("measure")
     assert table.loc["prediction_alignment_median_rank", "value"] == 0
     assert table.loc["prediction_alignment_median_rank", "null"] > 10
-    assert table.loc["prediction_alignment_share_rank_lt_10", "value"] == 1 and table.loc[
-        "prediction_alignment_median_rank", "n"] == 30  # at most alignment_words tokens, each with >= 5 positions
+    assert (
+        table.loc["prediction_alignment_share_rank_lt_10", "value"] == 1
+        and table.loc["prediction_alignment_median_rank", "n"] == 30
+    )  # at most alignment_words tokens, each with >= 5 positions

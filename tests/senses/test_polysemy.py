@@ -18,8 +18,16 @@ def synthetic(n=600, seed=0, beta=(-0.05, -0.08, -0.3)):
     pos = rng.choice(list("nvar"), n, p=[0.5, 0.25, 0.15, 0.1])
     y = 0.6 + beta[0] * np.log(n_synsets) + beta[1] * log_n + beta[2] * cd + 0.05 * (pos == "v")
     y = y + rng.normal(0, 0.05, n)
-    return pd.DataFrame({"word": [f"w{i}" for i in range(n)], "self_similarity": y, "n_synsets": n_synsets,
-                         "n": np.exp(log_n).round().astype(int) + 1, "context_diversity": cd, "pos": pos})
+    return pd.DataFrame(
+        {
+            "word": [f"w{i}" for i in range(n)],
+            "self_similarity": y,
+            "n_synsets": n_synsets,
+            "n": np.exp(log_n).round().astype(int) + 1,
+            "context_diversity": cd,
+            "pos": pos,
+        }
+    )
 
 
 def z(v):
@@ -43,15 +51,19 @@ def test_betas_equal_least_squares_and_cover_the_truth():
     assert list(r.index) == ["const", "log_synsets", "log_n", "context_diversity", "pos_v", "pos_a", "pos_r"]
     # The true standardised betas: raw coefficient × sd(regressor) / sd(response), on this sample.
     sd_y = t["self_similarity"].std(ddof=1)
-    for term, b, v in zip(["log_synsets", "log_n", "context_diversity"], beta,
-                          [np.log(t["n_synsets"]), np.log(t["n"] - 1), t["context_diversity"]]):
+    for term, b, v in zip(
+        ["log_synsets", "log_n", "context_diversity"],
+        beta,
+        [np.log(t["n_synsets"]), np.log(t["n"] - 1), t["context_diversity"]],
+    ):
         true = b * v.std(ddof=1) / sd_y
         assert r.loc[term, "ci_low"] < true < r.loc[term, "ci_high"], term
     assert r["n_words"].iloc[0] == len(t) and 0 < r["r2"].iloc[0] < 1
     without = polysemy_without_diversity(t).set_index("term")
     assert "context_diversity" not in without.index
-    np.testing.assert_allclose(without["beta"].to_numpy(), np.linalg.lstsq(*zdesign(t, False), rcond=None)[0],
-                               atol=1e-10)
+    np.testing.assert_allclose(
+        without["beta"].to_numpy(), np.linalg.lstsq(*zdesign(t, False), rcond=None)[0], atol=1e-10
+    )
 
 
 def test_hc3_errors_equal_the_textbook_formula():

@@ -13,13 +13,33 @@ from contextuality.senses.combine import SENSE_FIGURES
 def _table(with_lens: bool) -> pd.DataFrame:
     rows = []
     for layer in range(4):
-        rows.append({"measure": "auroc_same_sense", "preprocessing": "centred", "layer": layer, "value": 0.5 + 0.03 * layer,
-                     "ci_low": 0.48, "ci_high": 0.6 + 0.03 * layer, "null": 0.5, "family": "separation", "note": None})
+        rows.append(
+            {
+                "measure": "auroc_same_sense",
+                "preprocessing": "centred",
+                "layer": layer,
+                "value": 0.5 + 0.03 * layer,
+                "ci_low": 0.48,
+                "ci_high": 0.6 + 0.03 * layer,
+                "null": 0.5,
+                "family": "separation",
+                "note": None,
+            }
+        )
         for name in ("next_token", "own_token"):
-            rows.append({"measure": f"{name}_median_rank", "preprocessing": "hidden", "layer": layer,
-                         "value": 100.0 / (layer + 1) if with_lens else np.nan, "ci_low": np.nan, "ci_high": np.nan,
-                         "null": 5000.0 if with_lens else np.nan, "family": "output_layer",
-                         "note": None if with_lens else "no output layer: an encoder without a language-model head"})
+            rows.append(
+                {
+                    "measure": f"{name}_median_rank",
+                    "preprocessing": "hidden",
+                    "layer": layer,
+                    "value": 100.0 / (layer + 1) if with_lens else np.nan,
+                    "ci_low": np.nan,
+                    "ci_high": np.nan,
+                    "null": 5000.0 if with_lens else np.nan,
+                    "family": "output_layer",
+                    "note": None if with_lens else "no output layer: an encoder without a language-model head",
+                }
+            )
     return pd.DataFrame(rows)
 
 

@@ -19,8 +19,16 @@ def make_usages(n_words=30, size=(4, 9), senses=(2, 4), seed=0, repeat=1):
         k = int(rng.integers(senses[0], senses[1] + 1))
         for s in np.repeat(rng.integers(0, k, int(rng.integers(size[0], size[1] + 1))), repeat):
             form = f"w{w}" if w % 5 or repeat > 1 else f"w{w}{'s' * int(rng.integers(0, 2))}"
-            rows.append({"lemma": f"w{w}", "pos": "n", "synset": f"w{w}.n.{s}", "lexname": f"noun.{s % 2}",
-                         "form_lower": form, "position": 1})
+            rows.append(
+                {
+                    "lemma": f"w{w}",
+                    "pos": "n",
+                    "synset": f"w{w}.n.{s}",
+                    "lexname": f"noun.{s % 2}",
+                    "form_lower": form,
+                    "position": 1,
+                }
+            )
     usages = pd.DataFrame(rows).reset_index(names="usage_id")
     a, b = [], []
     for _, g in usages.groupby(["lemma", "pos", "form_lower"]):
@@ -75,8 +83,11 @@ def test_identical_vectors_give_chance_exactly():
     assert r["delta"] == 0.0 and r["delta_null_sd"] == 0.0
     # Tie rule: the neighbour is the word's other usage with the smallest usage_id.
     keys, senses = word_key(usages), usages["synset"].to_numpy()
-    expected = [senses[min(j for j in range(len(keys)) if j != i and keys[j] == keys[i])] == senses[i]
-                for i in range(len(keys)) if keys.count(keys[i]) > 1]
+    expected = [
+        senses[min(j for j in range(len(keys)) if j != i and keys[j] == keys[i])] == senses[i]
+        for i in range(len(keys))
+        if keys.count(keys[i]) > 1
+    ]
     assert r["knn_accuracy"] == pytest.approx(np.mean(expected), abs=1e-15)
 
 
@@ -126,7 +137,8 @@ def test_against_brute_force_with_missing_rows():
 def test_majority_and_chance_baselines_by_hand():
     usages, pairs = make_usages(n_words=15, seed=9)
     r = SeparationDesign(usages, pairs, permutations=10, seed=0).measure(
-        np.random.default_rng(1).standard_normal((len(usages), 4)))
+        np.random.default_rng(1).standard_normal((len(usages), 4))
+    )
     keys, senses = word_key(usages), usages["synset"].to_numpy()
     maj, chance = [], []
     for i in range(len(keys)):
@@ -158,7 +170,7 @@ def test_preprocessing_against_numpy():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((50, 6)) * 3 + 100
     x[:, 2] = 7.0  # a constant dimension: std 0
-    mean, std = layer_moments(x[i:i + 7] for i in range(0, 50, 7))
+    mean, std = layer_moments(x[i : i + 7] for i in range(0, 50, 7))
     np.testing.assert_allclose(mean, x.mean(0), rtol=1e-13)
     np.testing.assert_allclose(std, x.std(0), atol=1e-12)
     np.testing.assert_array_equal(preprocess(x, mean, std, "raw"), x)

@@ -76,7 +76,7 @@ def test_pairs_of_the_same_stored_token_give_exactly_chance_at_a_rotary_decoders
     usages, pairs = make_usages(n_words=40, size=(4, 8), seed=7)
     sense = pd.factorize(usages["synset"])[0]
     # the first sense of every word is written with a capital letter: another stored token
-    capital = (sense % 3 == 0)
+    capital = sense % 3 == 0
     token = pd.factorize(pd.Series([f"{'C' if c else 'c'}{w}" for c, w in zip(capital, word_key(usages))]))[0]
     x = np.random.default_rng(8).standard_normal((token.max() + 1, 16))[token]  # layer 0: one row per token
     r = SeparationDesign(usages, pairs, permutations=19, seed=0, token_keys=token).measure(x)
@@ -92,8 +92,11 @@ def test_the_macro_auroc_is_the_mean_of_scikit_learns_per_lemma_auroc():
     u = x / np.linalg.norm(x, axis=1, keepdims=True)
     cos = np.einsum("ij,ij->i", u[pairs["usage_a"]], u[pairs["usage_b"]])
     lemma = usages["lemma"].to_numpy()[pairs["usage_a"]]
-    aucs = [roc_auc_score(pairs["same_sense"][lemma == w], cos[lemma == w]) for w in np.unique(lemma)
-            if 0 < pairs["same_sense"][lemma == w].sum() < (lemma == w).sum()]
+    aucs = [
+        roc_auc_score(pairs["same_sense"][lemma == w], cos[lemma == w])
+        for w in np.unique(lemma)
+        if 0 < pairs["same_sense"][lemma == w].sum() < (lemma == w).sum()
+    ]
     assert r["auroc_macro"] == pytest.approx(np.mean(aucs), abs=1e-12) and r["n_lemmas_macro"] == len(aucs)
 
 
@@ -127,7 +130,9 @@ def test_the_paired_difference_against_itself_is_zero_and_against_chance_is_the_
     x = rng.standard_normal((sense.max() + 1, 8))[sense] + rng.standard_normal((len(usages), 8))
     r = design.measure(x)
     same = design.measure(x, control=r["cosines"])
-    assert same["control_difference"] == 0 and same["control_difference_ci_low"] == 0 == same["control_difference_ci_high"]
+    assert (
+        same["control_difference"] == 0 and same["control_difference_ci_low"] == 0 == same["control_difference_ci_high"]
+    )
     assert same["control_difference_p"] == 1.0
     word = pd.factorize(pd.Series(word_key(usages)))[0]
     layer0 = design.measure(rng.standard_normal((word.max() + 1, 8))[word])  # identical vectors in each word
@@ -143,10 +148,15 @@ def test_the_knn_ceiling_counts_usages_whose_sense_recurs_in_their_word():
     r = SeparationDesign(usages, pairs, permutations=19, seed=0).measure(x)
     keys, senses = word_key(usages), usages["synset"].to_numpy()
     valid = ~np.isnan(x).any(1)
-    used = [i for i in range(len(keys)) if valid[i] and any(valid[j] and j != i and keys[j] == keys[i]
-                                                           for j in range(len(keys)))]
-    can = [any(valid[j] and j != i and keys[j] == keys[i] and senses[j] == senses[i] for j in range(len(keys)))
-           for i in used]
+    used = [
+        i
+        for i in range(len(keys))
+        if valid[i] and any(valid[j] and j != i and keys[j] == keys[i] for j in range(len(keys)))
+    ]
+    can = [
+        any(valid[j] and j != i and keys[j] == keys[i] and senses[j] == senses[i] for j in range(len(keys)))
+        for i in used
+    ]
     assert r["knn_ceiling"] == pytest.approx(np.mean(can), abs=1e-15) and r["n_knn"] == len(used)
     assert r["knn_chance"] <= r["knn_ceiling"] and r["knn_ci_low"] <= r["knn_accuracy"] <= r["knn_ci_high"]
     assert r["auroc_coarse_ci_low"] <= r["auroc_coarse"] <= r["auroc_coarse_ci_high"]

@@ -21,7 +21,11 @@ def _serve(files: dict[str, bytes]):
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 (the standard library's name)
-            body = listing if self.path.rstrip("/").endswith(f"/{tagmod.PACKAGE}") else files.get(self.path.rsplit("/", 1)[-1])
+            body = (
+                listing
+                if self.path.rstrip("/").endswith(f"/{tagmod.PACKAGE}")
+                else files.get(self.path.rsplit("/", 1)[-1])
+            )
             self.send_response(200 if body is not None else 404)
             self.end_headers()
             self.wfile.write(body or b"")
@@ -62,20 +66,31 @@ def nlp(tagger_root):
 
 
 def test_the_tagger_keeps_the_projects_words_and_tags_them_in_context(nlp):
-    sentences = pd.DataFrame({"sentence_id": [0, 1, 2], "text": ["She can't lay the bank's cards down.",
-                                                                  "They bank on it.", "The banks opened early."]})
+    sentences = pd.DataFrame(
+        {
+            "sentence_id": [0, 1, 2],
+            "text": ["She can't lay the bank's cards down.", "They bank on it.", "The banks opened early."],
+        }
+    )
     words = word_table(sentences)
     tags = tag_words(words, nlp)
     assert len(tags) == len(words) and tags[["sentence_id", "position"]].equals(
-        words.sort_values(["sentence_id", "position"])[["sentence_id", "position"]].reset_index(drop=True))
+        words.sort_values(["sentence_id", "position"])[["sentence_id", "position"]].reset_index(drop=True)
+    )
     by_word = dict(zip(zip(words["sentence_id"], words["word"]), zip(tags["upos"], tags["lemma"])))
     assert by_word[(0, "bank")][0] == "NOUN" and by_word[(1, "bank")][0] == "VERB"
     assert by_word[(2, "banks")] == ("NOUN", "bank") and by_word[(0, "lay")][0] == "VERB"
 
 
 def test_forms_get_their_majority_pos_its_purity_and_exact_senses(nlp, wordnet, wordnet_root):
-    texts = ["The bank closed.", "A bank opened.", "Banks lend money.", "They bank on it.", "We lay it down.",
-             "Quickly, run."]
+    texts = [
+        "The bank closed.",
+        "A bank opened.",
+        "Banks lend money.",
+        "They bank on it.",
+        "We lay it down.",
+        "Quickly, run.",
+    ]
     words = word_table(pd.DataFrame({"sentence_id": range(len(texts)), "text": texts}))
     counts = index_synset_counts(wordnet_root)
     forms = tagged_forms(tag_words(words, nlp), words, counts).set_index("form")
@@ -95,7 +110,16 @@ def test_index_counts_are_the_synsets_of_exactly_the_lemma(wordnet, wordnet_root
     counts = index_synset_counts(wordnet_root)
     # exactly (lemma, POS): lay as a verb keeps its own synsets, not lie's (which morphy would add)
     assert counts[("lay", "v")] == exact_by_nltk(wordnet, "lay", "v") < len(wordnet.synsets("lay", "v"))
-    for lemma, pos in [("bank", "n"), ("bank", "v"), ("good", "a"), ("well", "r"), ("wound", "n"), ("run", "v"),
-                       ("green", "a"), ("cell", "n"), ("make", "v")]:
+    for lemma, pos in [
+        ("bank", "n"),
+        ("bank", "v"),
+        ("good", "a"),
+        ("well", "r"),
+        ("wound", "n"),
+        ("run", "v"),
+        ("green", "a"),
+        ("cell", "n"),
+        ("make", "v"),
+    ]:
         assert counts[(lemma, pos)] == exact_by_nltk(wordnet, lemma, pos), (lemma, pos)
     assert len(counts) == 155287  # WordNet 3.0's published count of (lemma, POS) index entries

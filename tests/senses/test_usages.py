@@ -51,10 +51,18 @@ class StubWordNet:
     """Four synsets of bank (two nouns, one verb) and one of river: enough for every rule of the usages."""
 
     synsets = [
-        Synset("bank.n.01", ("bank",), ("they pulled the canoe up on the bank", "he sat on the banks of the river"),
-               "noun.object"),
-        Synset("depository.n.01", ("depository", "bank"), ("he cashed a check at the bank", "the bank is closed"),
-               "noun.group"),
+        Synset(
+            "bank.n.01",
+            ("bank",),
+            ("they pulled the canoe up on the bank", "he sat on the banks of the river"),
+            "noun.object",
+        ),
+        Synset(
+            "depository.n.01",
+            ("depository", "bank"),
+            ("he cashed a check at the bank", "the bank is closed"),
+            "noun.group",
+        ),
         Synset("bank.n.03", ("bank",), ("a long bank of clouds",), "noun.group"),
         Synset("bank.v.01", ("bank",), ('"bank a fire"', "no lemma in this one"), "verb.contact"),
         Synset("trust.v.01", ("trust", "bank"), ("you can bank on me",), "verb.cognition"),
@@ -92,7 +100,9 @@ def test_pairs(built):
     # same (lemma, POS) and lower-cased form: the four noun usages of "bank" -> 6 pairs, the two verb ones -> 1
     assert len(pairs) == 7 and (pairs["usage_a"] < pairs["usage_b"]).all()
     synset = usages.set_index("usage_id")["synset"]
-    assert (pairs["same_sense"] == (synset.loc[pairs["usage_a"]].to_numpy() == synset.loc[pairs["usage_b"]].to_numpy())).all()
+    assert (
+        pairs["same_sense"] == (synset.loc[pairs["usage_a"]].to_numpy() == synset.loc[pairs["usage_b"]].to_numpy())
+    ).all()
     assert pairs["same_sense"].sum() == 1 and pairs["same_lexname"].sum() == 3
 
 
@@ -107,12 +117,16 @@ def test_max_lemmas_is_seeded():
 
 def test_written_corpus(built, tmp_path):
     usages, pairs, sentences = built
-    outs = {name: tmp_path / f"{name}.parquet" for name in ("usages", "pairs", "sentences", "spacy_words", "word_index")}
+    outs = {
+        name: tmp_path / f"{name}.parquet" for name in ("usages", "pairs", "sentences", "spacy_words", "word_index")
+    }
     write_senses_corpus(usages, pairs, sentences, **{f"{name}_out": path for name, path in outs.items()})
     words = pd.read_parquet(outs["spacy_words"])
     pd.testing.assert_frame_equal(words, word_table(pd.read_parquet(outs["sentences"])))
     index = pd.read_parquet(outs["word_index"])
-    assert list(index.columns) == ["word", "sentence_id", "position"] and sorted(index["word"]) == sorted(usages["form"])
+    assert list(index.columns) == ["word", "sentence_id", "position"] and sorted(index["word"]) == sorted(
+        usages["form"]
+    )
 
 
 def test_wrong_target_refused(built):

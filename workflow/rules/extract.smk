@@ -18,14 +18,14 @@ rule plan:
         units=layout.UNITS,
         occurrences=layout.OCCURRENCES,
         losses=layout.LOSSES,
-    params:
-        plan=lambda wildcards: as_params(SETTINGS.plan(wildcards.model)),
     log:
         layout.PLAN_LOG,
     benchmark:
         layout.PLAN_BENCHMARK
     conda:
         "../../envs/models.yaml"
+    params:
+        plan=lambda wildcards: as_params(SETTINGS.plan(wildcards.model)),
     script:
         "../scripts/plan.py"
 
@@ -38,22 +38,22 @@ rule extract:
         units=rules.plan.output.units,
     output:
         shard=layout.SHARD,
-    params:
-        # only what changes the stored vectors, so toggling e.g. export_classic, or lowering max_batch_tokens after
-        # one shard ran out of memory, re-extracts nothing; and what of the batches changes a shard (batch_params)
-        shard=lambda wildcards: stored_params(SETTINGS.shard(wildcards.model)),
-        batches=lambda wildcards: batch_params(SETTINGS.models[wildcards.model]),
-    threads: SETTINGS.extraction.threads
-    resources:
-        gpu=gpus_per_shard,
-        mem_mb=extraction_mem_mb,
-        runtime=extraction_runtime_min,
     log:
         layout.EXTRACT_LOG,
     benchmark:
         layout.EXTRACT_BENCHMARK
     conda:
         "../../envs/models.yaml"
+    threads: SETTINGS.extraction.threads
+    resources:
+        gpu=gpus_per_shard,
+        mem_mb=extraction_mem_mb,
+        runtime=extraction_runtime_min,
+    params:
+        # only what changes the stored vectors, so toggling e.g. export_classic, or lowering max_batch_tokens after
+        # one shard ran out of memory, re-extracts nothing; and what of the batches changes a shard (batch_params)
+        shard=lambda wildcards: stored_params(SETTINGS.shard(wildcards.model)),
+        batches=lambda wildcards: batch_params(SETTINGS.models[wildcards.model]),
     script:
         "../scripts/extract.py"
 
@@ -68,14 +68,14 @@ rule manifest:
         units=rules.plan.output.units,
     output:
         manifest=layout.MANIFEST,
-    params:
-        shard=lambda wildcards: stored_params(SETTINGS.shard(wildcards.model)),
     log:
         layout.MANIFEST_LOG,
     benchmark:
         layout.MANIFEST_BENCHMARK
     conda:
         "../../envs/analysis.yaml"
+    params:
+        shard=lambda wildcards: stored_params(SETTINGS.shard(wildcards.model)),
     script:
         "../scripts/manifest.py"
 

@@ -20,6 +20,17 @@ if SETTINGS.metrics.device.on_device:
         output:
             layers=layout.DEVICE_PART,
             record=layout.DEVICE_RECORD,
+        log:
+            layout.MEASURE_MODEL_LOG,
+        benchmark:
+            layout.MEASURE_MODEL_BENCHMARK
+        conda:
+            "../../envs/device.yaml"
+        threads: SETTINGS.extraction.threads
+        resources:
+            gpu=gpus_for_device_measure,
+            mem_mb=device_measure_mem_mb,
+            runtime=device_measure_runtime_min,
         params:
             # what changes the measured rows (the stored-vector settings, a stateful model's batches) and the
             # measures; the batches, the device and its memory share change no number beyond the tested tolerance
@@ -27,17 +38,6 @@ if SETTINGS.metrics.device.on_device:
             shard=lambda wildcards: stored_params(SETTINGS.shard(wildcards.model)),
             batches=lambda wildcards: stateful_batches(SETTINGS.models[wildcards.model]),
             measure=as_params(SETTINGS.metrics.measure),
-        threads: SETTINGS.extraction.threads
-        resources:
-            gpu=gpus_for_device_measure,
-            mem_mb=device_measure_mem_mb,
-            runtime=device_measure_runtime_min,
-        log:
-            layout.MEASURE_MODEL_LOG,
-        benchmark:
-            layout.MEASURE_MODEL_BENCHMARK
-        conda:
-            "../../envs/device.yaml"
         script:
             "../scripts/measure_model.py"
 
@@ -72,17 +72,17 @@ else:
             record=layout.LAYER_RECORD,
             words=layout.LAYER_WORDS,
             pcs=layout.PCS,
-        params:
-            # every metrics key but top_k_words, and the seed: what changes a layer's measures, in a fixed order
-            measure=as_params(SETTINGS.metrics.measure),
-        resources:
-            mem_mb=measure_mem_mb,
         log:
             layout.MEASURE_LAYER_LOG,
         benchmark:
             layout.MEASURE_BENCHMARK
         conda:
             "../../envs/analysis.yaml"
+        resources:
+            mem_mb=measure_mem_mb,
+        params:
+            # every metrics key but top_k_words, and the seed: what changes a layer's measures, in a fixed order
+            measure=as_params(SETTINGS.metrics.measure),
         script:
             "../scripts/measure_layer.py"
 
@@ -112,13 +112,13 @@ rule combine_layers:
             category=CATEGORIES["context_words"],
             labels={"corpus": "{corpus}", "model": "{model}", "table": "words"},
         ),
-    params:
-        top_k=SETTINGS.metrics.top_k_words,
     log:
         layout.COMBINE_LAYERS_LOG,
     benchmark:
         layout.COMBINE_BENCHMARK
     conda:
         "../../envs/analysis.yaml"
+    params:
+        top_k=SETTINGS.metrics.top_k_words,
     script:
         "../scripts/combine_layers.py"

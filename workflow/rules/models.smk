@@ -14,12 +14,12 @@ rule download_model:
     # deleted once the model is built
     output:
         download=temp(layout.MODEL_DOWNLOAD),
-    params:
-        download=model_params(lambda model: model.build.download),
     log:
         layout.DOWNLOAD_MODEL_LOG,
     conda:
         "../../envs/models.yaml"
+    params:
+        download=model_params(lambda model: model.build.download),
     script:
         "../scripts/download_model.py"
 
@@ -33,11 +33,11 @@ checkpoint materialise_model:
     output:
         model=layout.MODEL_FOLDER,
         record=layout.MODEL_RECORD,
-    params:
-        build=model_params(lambda model: model.build),
     log:
         layout.MATERIALISE_MODEL_LOG,
     conda:
         "../../envs/models.yaml"
+    params:
+        build=model_params(lambda model: model.build),
     script:
         "../scripts/materialise_model.py"

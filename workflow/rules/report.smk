@@ -19,14 +19,14 @@ rule figures:
             for name in FIGURES
             for ext in FIGURE_FORMATS
         },
-    params:
-        models=MODELS,
-        labels=inert_json(MODEL_LABELS),
-        x_axis=SETTINGS.figures.x_axis,
     log:
         layout.FIGURES_LOG,
     conda:
         "../../envs/analysis.yaml"
+    params:
+        models=MODELS,
+        labels=inert_json(MODEL_LABELS),
+        x_axis=SETTINGS.figures.x_axis,
     script:
         "../scripts/figures.py"
 
@@ -48,13 +48,13 @@ rule model_figures:
             for name in MODEL_FIGURES
             for ext in FIGURE_FORMATS
         },
-    params:
-        label=lambda wildcards: inert_json(MODEL_LABELS[wildcards.model]),
-        x_axis=SETTINGS.figures.x_axis,
     log:
         layout.MODEL_FIGURES_LOG,
     conda:
         "../../envs/analysis.yaml"
+    params:
+        label=lambda wildcards: inert_json(MODEL_LABELS[wildcards.model]),
+        x_axis=SETTINGS.figures.x_axis,
     script:
         "../scripts/model_figures.py"
 
@@ -68,7 +68,9 @@ rule summary:
         table1=[layout.path(layout.TABLE, name="table1", ext="csv")] if SETTINGS.static.enabled else [],
         senses=expand(layout.SENSE_LAYERS, corpus=MAIN_CORPUS, model=MODELS) if SETTINGS.senses.enabled else [],
         # a corpus other than STS: claims.md says that the paper measured STS, and why pairs and gold are absent
-        corpus=branch(is_sts(SETTINGS.corpus.source), then=[], otherwise=layout.path(layout.CORPUS_RECORD, corpus=MAIN_CORPUS)),
+        corpus=branch(
+            is_sts(SETTINGS.corpus.source), then=[], otherwise=layout.path(layout.CORPUS_RECORD, corpus=MAIN_CORPUS)
+        ),
     output:
         summary_md=layout.path(layout.TABLE, name="summary", ext="md"),
         summary_tex=layout.path(layout.TABLE, name="summary", ext="tex"),
@@ -80,15 +82,15 @@ rule summary:
             category=CATEGORIES["losses"],
             labels={"table": "losses", "format": "csv"},
         ),
+    log:
+        layout.SUMMARY_LOG,
+    conda:
+        "../../envs/analysis.yaml"
     params:
         models=MODELS,
         labels=inert_json(MODEL_LABELS),
         paper_models=STANDS_FOR,
         sources=inert_json(MODEL_SOURCES),
-    log:
-        layout.SUMMARY_LOG,
-    conda:
-        "../../envs/analysis.yaml"
     script:
         "../scripts/summary.py"
 
@@ -108,13 +110,13 @@ rule table1:
             labels={"figure": "table1_by_layer", "format": "png"},
         ),
         pdf=layout.path(layout.FIGURE, name="table1_by_layer", ext="pdf"),
-    params:
-        # display names are applied here, so renaming a model re-scores nothing
-        labels=inert_json(MODEL_LABELS),
     log:
         layout.TABLE1_LOG,
     conda:
         "../../envs/analysis.yaml"
+    params:
+        # display names are applied here, so renaming a model re-scores nothing
+        labels=inert_json(MODEL_LABELS),
     script:
         "../scripts/table1.py"
 
@@ -162,11 +164,11 @@ rule model_pages:
             category=CATEGORIES["layers"],
             labels={"corpus": "{corpus}", "model": "{model}", "table": "every layer's measurements", "format": "page"},
         ),
-    params:
-        label=lambda wildcards: MODEL_LABELS[wildcards.model],
     log:
         layout.MODEL_PAGES_LOG,
     conda:
         "../../envs/analysis.yaml"
+    params:
+        label=lambda wildcards: MODEL_LABELS[wildcards.model],
     script:
         "../scripts/report_pages.py"

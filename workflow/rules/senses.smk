@@ -76,15 +76,15 @@ rule sense_usages:
         sentences=layout.path(layout.SENTENCES, corpus=USAGES),
         spacy_words=layout.path(layout.SPACY_WORDS, corpus=USAGES),
         word_index=layout.path(layout.WORD_INDEX, corpus=USAGES),
-    params:
-        max_lemmas=SETTINGS.senses.max_lemmas,
-        seed=SETTINGS.seed,
     log:
         layout.SENSE_USAGES_LOG,
     # before the models are built, as `words`: a corpus WordNet cannot read stops the run at sense_usages
     priority: 10
     conda:
         "../../envs/senses.yaml"
+    params:
+        max_lemmas=SETTINGS.senses.max_lemmas,
+        seed=SETTINGS.seed,
     script:
         "../scripts/sense_usages.py"
 
@@ -174,20 +174,20 @@ rule measure_senses:
             labels={"model": "{model}", "table": "senses per layer"},
         ),
         words=layout.SENSE_WORDS,
-    wildcard_constraints:
-        corpus=MAIN_CORPUS,  # the sense inventory, context variety and tags are of the study's corpus
-    params:
-        senses=as_params(SETTINGS.senses),
-        seed=SETTINGS.seed,
-        allow_pickle=lambda wildcards: SETTINGS.models[wildcards.model].build.download.allow_pickle,
-    resources:
-        mem_mb=whole_layer_mem_mb,
     log:
         layout.MEASURE_SENSES_LOG,
     benchmark:
         layout.MEASURE_SENSES_BENCHMARK
+    wildcard_constraints:
+        corpus=MAIN_CORPUS,  # the sense inventory, context variety and tags are of the study's corpus
     conda:
         "../../envs/senses.yaml"
+    resources:
+        mem_mb=whole_layer_mem_mb,
+    params:
+        senses=as_params(SETTINGS.senses),
+        seed=SETTINGS.seed,
+        allow_pickle=lambda wildcards: SETTINGS.models[wildcards.model].build.download.allow_pickle,
     script:
         "../scripts/measure_senses.py"
 
@@ -207,13 +207,13 @@ rule senses_figures:
             for name in SENSE_FIGURES
             for ext in FIGURE_FORMATS
         },
-    params:
-        models=MODELS,
-        labels=inert_json(MODEL_LABELS),
-        x_axis=SETTINGS.figures.x_axis,
     log:
         layout.SENSES_FIGURES_LOG,
     conda:
         "../../envs/analysis.yaml"
+    params:
+        models=MODELS,
+        labels=inert_json(MODEL_LABELS),
+        x_axis=SETTINGS.figures.x_axis,
     script:
         "../scripts/senses_figures.py"

@@ -12,12 +12,12 @@ rule static_scores:
         benchmark_files=benchmark_files(SETTINGS.static.benchmark_dir),
     output:
         scores=layout.STATIC_SCORES,
-    params:
-        seed=SETTINGS.seed,
     log:
         layout.STATIC_SCORES_LOG,
     conda:
         "../../envs/analysis.yaml"
+    params:
+        seed=SETTINGS.seed,
     script:
         "../scripts/static_scores.py"
 
@@ -31,11 +31,11 @@ rule static_baseline_scores:
         benchmark_files=benchmark_files(SETTINGS.static.benchmark_dir),
     output:
         scores=layout.BASELINE_SCORES,
-    params:
-        seed=SETTINGS.seed,
     log:
         layout.STATIC_BASELINE_SCORES_LOG,
     conda:
         "../../envs/analysis.yaml"
+    params:
+        seed=SETTINGS.seed,
     script:
         "../scripts/static_baseline_scores.py"

@@ -1,5 +1,6 @@
 """Snakemake entry point: a model's per-layer results -> its words/layers/post-processing/rogue tables and
 context-specific words."""
+
 from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging
@@ -12,7 +13,10 @@ with expected_errors(StoreError):
     # the store's manifest, or the device parts' records (and the manifest, when the run stores too)
     manifest = measured_on(list(snakemake.input.measured_on), snakemake.input.store_manifest or None)
     combine_layers(
-        [read_layer_results(record, words, manifest) for record, words in zip(snakemake.input.records, snakemake.input.words)],
+        [
+            read_layer_results(record, words, manifest)
+            for record, words in zip(snakemake.input.records, snakemake.input.words)
+        ],
         Path(snakemake.output.words),
         Path(snakemake.output.layers_parquet),
         Path(snakemake.output.context_words),

@@ -1,4 +1,5 @@
 """Snakemake entry point: the STS corpus's sentences, spaCy words and word index -> each word's context diversity."""
+
 import pandas as pd
 
 from contextuality.core.atomic import atomic_path

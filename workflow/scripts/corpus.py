@@ -3,6 +3,7 @@
 The STS corpus: its scored pairs (bundled, parsed by sts_pairs; or from the hub, via `datasets`). Any other
 corpus (a text file, a table or a dataset): read by contextuality.corpus.sources.
 """
+
 import json
 from pathlib import Path
 
@@ -32,7 +33,9 @@ def sts_corpus(corpus: CorpusSettings):
 
 setup_job_logging(snakemake.log[0])
 corpus = from_params(CorpusSettings, snakemake.params.corpus)
-corpus = CorpusSettings(**{**vars(corpus), "hub_revisions": {int(year): rev for year, rev in corpus.hub_revisions.items()}})
+corpus = CorpusSettings(
+    **{**vars(corpus), "hub_revisions": {int(year): rev for year, rev in corpus.hub_revisions.items()}}
+)
 if is_sts(corpus.source):
     record = sts_corpus(corpus)
 else:

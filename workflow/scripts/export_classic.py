@@ -1,4 +1,5 @@
 """Snakemake entry point: per-layer files -> the classic one-dataset-per-sentence HDF5 + word2sent.json."""
+
 from pathlib import Path
 
 import pandas as pd

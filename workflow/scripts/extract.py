@@ -1,4 +1,5 @@
 """Snakemake entry point: one shard of a model's planned sentences -> shard HDF5 (every layer's vectors)."""
+
 from pathlib import Path
 
 from contextuality.core.archive import unpacked

@@ -1,4 +1,5 @@
 """Snakemake entry point: every model's per-layer table -> Figures 1-4 (PNG and PDF)."""
+
 from pathlib import Path
 
 import pandas as pd
@@ -9,7 +10,11 @@ from contextuality.report.inert import from_inert_json
 
 setup_job_logging(snakemake.log[0])
 tables = {model: pd.read_parquet(path) for model, path in zip(snakemake.params.models, snakemake.input.layers)}
-written = plot_all(tables, from_inert_json(snakemake.params.labels), Path(snakemake.output[0]).parent,
-                   relative_depth=snakemake.params.x_axis == "relative_depth")
+written = plot_all(
+    tables,
+    from_inert_json(snakemake.params.labels),
+    Path(snakemake.output[0]).parent,
+    relative_depth=snakemake.params.x_axis == "relative_depth",
+)
 expected = {Path(path) for path in snakemake.output}
 assert {path for pair in written.values() for path in pair} == expected, "figure names out of step with the rule"

@@ -1,4 +1,5 @@
 """Snakemake entry point: a model's shard files -> one layer's file (a virtual dataset over the shards)."""
+
 from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging
@@ -8,5 +9,10 @@ from contextuality.store.views import write_layer_file
 
 setup_job_logging(snakemake.log[0])
 with expected_errors(StoreError):
-    write_layer_file([Path(path) for path in snakemake.input.shards], int(snakemake.wildcards.layer),
-                     Path(snakemake.output.layer), read_manifest(snakemake.input.manifest), snakemake.input.manifest)
+    write_layer_file(
+        [Path(path) for path in snakemake.input.shards],
+        int(snakemake.wildcards.layer),
+        Path(snakemake.output.layer),
+        read_manifest(snakemake.input.manifest),
+        snakemake.input.manifest,
+    )

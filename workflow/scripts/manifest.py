@@ -2,6 +2,7 @@
 
 The shards must record what this run would extract now: the model's source.json, its plan's files and
 the shard settings the extract rule is given."""
+
 from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging
@@ -16,6 +17,11 @@ with expected_errors(StoreError):
         Path(snakemake.input.units),
         Path(snakemake.output.manifest),
         model=snakemake.wildcards.model,
-        expected=shard_provenance(snakemake.wildcards.model, snakemake.params.shard,
-                                  snakemake.input.record, snakemake.input.tokens, snakemake.input.units),
+        expected=shard_provenance(
+            snakemake.wildcards.model,
+            snakemake.params.shard,
+            snakemake.input.record,
+            snakemake.input.tokens,
+            snakemake.input.units,
+        ),
     )

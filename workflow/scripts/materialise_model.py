@@ -1,4 +1,5 @@
 """Snakemake entry point: a model's download (or, for 'random', the corpus) -> its model folder (as model.tar) + source.json."""
+
 from pathlib import Path
 
 from contextuality.core.archive import discard_unpacked, folder_of, pack, unpacked

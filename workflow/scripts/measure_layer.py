@@ -1,4 +1,5 @@
 """Snakemake entry point: one layer of one model -> its record, its words table and its PC vectors."""
+
 from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging
@@ -27,5 +28,10 @@ with expected_errors(StoreError):  # a damaged, stale or non-finite layer: its o
         scratch=scratch,
         log=log,
     )
-write_layer_results(result, Path(snakemake.output.record), Path(snakemake.output.words), Path(snakemake.output.pcs),
-                    provenance_sha256=manifest["provenance_sha256"])
+write_layer_results(
+    result,
+    Path(snakemake.output.record),
+    Path(snakemake.output.words),
+    Path(snakemake.output.pcs),
+    provenance_sha256=manifest["provenance_sha256"],
+)

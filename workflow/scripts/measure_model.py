@@ -1,5 +1,6 @@
 """Snakemake entry point: a model's plan and weights -> every layer of one part measured on the job's device
 (the per-layer files as one tar, and what the rows were made from)."""
+
 from pathlib import Path
 
 from contextuality.core.archive import unpacked

@@ -1,4 +1,5 @@
 """Snakemake entry point: every layer of one model (the STS corpus and the WordNet usages) -> its sense tables."""
+
 import json
 from functools import partial
 from pathlib import Path
@@ -21,10 +22,17 @@ paths = SensePaths(**{name: [Path(path) for path in getattr(inputs, name)] if na
                       else Path(getattr(inputs, name)) for name in SensePaths.__dataclass_fields__})  # fmt: skip
 with expected_errors(StoreError, ModelError):
     rows, words = measure_senses(
-        paths, from_params(SenseSettings, snakemake.params.senses), seed=snakemake.params.seed,
-        model=snakemake.wildcards.model, threads=snakemake.threads,
-        head_loader=partial(output_head_or_reason, json.loads(paths.record.read_text()), paths.model,
-                            allow_pickle=snakemake.params.allow_pickle),
+        paths,
+        from_params(SenseSettings, snakemake.params.senses),
+        seed=snakemake.params.seed,
+        model=snakemake.wildcards.model,
+        threads=snakemake.threads,
+        head_loader=partial(
+            output_head_or_reason,
+            json.loads(paths.record.read_text()),
+            paths.model,
+            allow_pickle=snakemake.params.allow_pickle,
+        ),
         progress=lambda layers: tqdm(layers, desc=f"senses {snakemake.wildcards.model}", unit="layer"),
     )
 with atomic_path(snakemake.output.layers) as tmp:

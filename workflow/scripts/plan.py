@@ -1,4 +1,5 @@
 """Snakemake entry point: a model's tokenizer + the corpus -> its plan (tokens, units), occurrences and losses."""
+
 from pathlib import Path
 
 from contextuality.core.archive import unpacked

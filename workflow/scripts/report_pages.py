@@ -1,5 +1,6 @@
 """Snakemake entry point: the answers (claims, summary, Table 1) and each model's per-layer tables as HTML pages
 that Snakemake's report displays (contextuality.report.html)."""
+
 from pathlib import Path
 
 import pandas as pd
@@ -23,8 +24,11 @@ if snakemake.rule == "model_pages":
         parts += ["", f"## {label}: word senses by layer", "", frame_markdown(pd.read_csv(snakemake.input.senses[0]))]
     write(snakemake.output.layers, f"{label}: per layer", "\n".join(parts))
 else:
-    for name, title in (("claims", "The paper's claims, checked"), ("summary", "This run beside the paper"),
-                        ("table1", "Table 1: static embeddings")):
+    for name, title in (
+        ("claims", "The paper's claims, checked"),
+        ("summary", "This run beside the paper"),
+        ("table1", "Table 1: static embeddings"),
+    ):
         sources = snakemake.input.get(name)
         if sources:
             source = sources if isinstance(sources, str) else sources[0]

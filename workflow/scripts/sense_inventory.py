@@ -1,4 +1,5 @@
 """Snakemake entry point: the corpus's word index + WordNet 3.0 -> the sense inventory (one row per form)."""
+
 from pathlib import Path
 
 import pandas as pd

@@ -1,4 +1,5 @@
 """Snakemake entry point: the corpus's spaCy words + the tagger + WordNet 3.0 -> each form's POS, lemma and synsets."""
+
 from pathlib import Path
 
 import pandas as pd

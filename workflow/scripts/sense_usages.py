@@ -1,4 +1,5 @@
 """Snakemake entry point: WordNet 3.0 examples of the inventory's words -> usages, pairs and the second corpus."""
+
 from pathlib import Path
 
 import pandas as pd
@@ -16,8 +17,12 @@ with expected_errors(WordNetError, UsageError):
     )
     check_enough_usages(usages, len(forms))  # here, not at the plan after extraction: a corpus WordNet cannot read
     write_senses_corpus(
-        usages, pairs, sentences,
-        usages_out=Path(snakemake.output.usages), pairs_out=Path(snakemake.output.pairs),
-        sentences_out=Path(snakemake.output.sentences), spacy_words_out=Path(snakemake.output.spacy_words),
+        usages,
+        pairs,
+        sentences,
+        usages_out=Path(snakemake.output.usages),
+        pairs_out=Path(snakemake.output.pairs),
+        sentences_out=Path(snakemake.output.sentences),
+        spacy_words_out=Path(snakemake.output.spacy_words),
         word_index_out=Path(snakemake.output.word_index),
     )

@@ -1,4 +1,5 @@
 """Snakemake entry point: every model's sense tables -> sense separation, logit-lens and polysemy figures."""
+
 import pandas as pd
 
 from contextuality.core.runtime import setup_job_logging

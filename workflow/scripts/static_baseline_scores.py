@@ -1,4 +1,5 @@
 """Snakemake entry point: a user-supplied static embedding -> benchmark scores."""
+
 from contextuality.core.atomic import atomic_path
 from contextuality.core.runtime import setup_job_logging
 from contextuality.static.scoring import score_baseline_file, shared_vocabulary

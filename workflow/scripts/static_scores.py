@@ -1,4 +1,5 @@
 """Snakemake entry point: one model's PC embeddings (every layer) -> benchmark scores (keyed by model key)."""
+
 from contextuality.core.atomic import atomic_path
 from contextuality.core.runtime import setup_job_logging
 from contextuality.static.scoring import score_pc_layers, shared_vocabulary

@@ -1,4 +1,5 @@
 """Snakemake entry point: bundled STS release files -> scored pairs (JSON lines)."""
+
 from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging

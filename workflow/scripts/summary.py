@@ -1,4 +1,5 @@
 """Snakemake entry point: per-layer and per-word tables and Table 1 -> summary (vs the paper) and claims report."""
+
 import json
 from pathlib import Path
 
@@ -21,20 +22,41 @@ labels, sources = from_inert_json(snakemake.params.labels), from_inert_json(snak
 paper_models = snakemake.params.paper_models
 # Table 1's scores (claims A9a-d); absent when static.enabled is false
 table1 = pd.read_csv(snakemake.input.table1[0]) if snakemake.input.table1 else None
-summary_table(layer_tables, labels, paper_models, snakemake.output.summary_md, snakemake.output.summary_tex,
-              sources=sources, losses=losses)
+summary_table(
+    layer_tables,
+    labels,
+    paper_models,
+    snakemake.output.summary_md,
+    snakemake.output.summary_tex,
+    sources=sources,
+    losses=losses,
+)
 # The word-senses claims (W1-W4), when senses.enabled: their own section of claims.md and rows of claims.csv
 sense_tables = {model: pd.read_csv(path) for model, path in zip(models, snakemake.input.senses)}
-anisotropy = {model: table.set_index("layer")["baseline_cosine_exact" if "baseline_cosine_exact" in table else "baseline_cosine"]
-              for model, table in layer_tables.items()}
+anisotropy = {
+    model: table.set_index("layer")["baseline_cosine_exact" if "baseline_cosine_exact" in table else "baseline_cosine"]
+    for model, table in layer_tables.items()
+}
 senses = sense_claims(sense_tables, anisotropy, labels)
 # which verdicts move when one of our thresholds moves by half
 moved = sensitivity(sense_tables, anisotropy, labels) if sense_tables else None
 # a corpus other than STS: its record (one path), else no input
-corpus_path = snakemake.input.corpus if isinstance(snakemake.input.corpus, str) else next(iter(snakemake.input.corpus), None)
+corpus_path = (
+    snakemake.input.corpus if isinstance(snakemake.input.corpus, str) else next(iter(snakemake.input.corpus), None)
+)
 corpus = json.loads(Path(corpus_path).read_text()) if corpus_path else None
-claims = claims_report(layer_tables, word_tables, labels, paper_models, snakemake.output.claims_md, sources=sources,
-                       losses=losses, table1=table1, extra_sections=sense_claims_section(senses, moved), corpus=corpus)
+claims = claims_report(
+    layer_tables,
+    word_tables,
+    labels,
+    paper_models,
+    snakemake.output.claims_md,
+    sources=sources,
+    losses=losses,
+    table1=table1,
+    extra_sections=sense_claims_section(senses, moved),
+    corpus=corpus,
+)
 claims = pd.concat([claims, senses], ignore_index=True) if len(senses) else claims
 with atomic_path(snakemake.output.claims_csv) as tmp:
     claims.to_csv(tmp, index=False)

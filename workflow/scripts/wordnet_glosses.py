@@ -1,4 +1,5 @@
 """Snakemake entry point: the checked WordNet 3.0 files -> its definitions and example sentences as a table."""
+
 from pathlib import Path
 
 from contextuality.core.runtime import setup_job_logging

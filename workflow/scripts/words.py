@@ -1,4 +1,5 @@
 """Snakemake entry point: sentences -> every spaCy token and the word index."""
+
 from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging

@@ -77,13 +77,21 @@ def ways_out(storage_dtype: str | None = None) -> str:
     if storage_dtype is None:
         return "free space"
     if str(storage_dtype) != "float16":
-        return "free space, set extraction.storage_dtype: float16 (half the bytes of float32), or set corpus.max_sentences"
+        return (
+            "free space, set extraction.storage_dtype: float16 (half the bytes of float32), or set corpus.max_sentences"
+        )
     return "free space, or set corpus.max_sentences (the vectors are float16 already)"
 
 
 @contextlib.contextmanager
-def reserve(path: Path, needed: int, factor: float = 1.0, *, setting: str = "extraction.min_free_disk_factor",
-            ways: str = "free space"):
+def reserve(
+    path: Path,
+    needed: int,
+    factor: float = 1.0,
+    *,
+    setting: str = "extraction.min_free_disk_factor",
+    ways: str = "free space",
+):
     """Check that ``needed`` x ``factor`` bytes fit beside the other live reservations, and hold a reservation.
 
     Raises DiskSpaceError before anything is written, naming ``ways`` out (``ways_out``). The reservation is

@@ -187,7 +187,9 @@ def _folders(wildcard: str) -> list[str]:
 
 def _prefix(folder: str) -> re.Pattern:
     """A regex of ``folder``'s pattern at the start of a path, each wildcard in it one path component."""
-    return re.compile("".join(re.escape(part) if i % 2 == 0 else "[^/]+" for i, part in enumerate(re.split(r"\{(\w+)\}", folder))))
+    return re.compile(
+        "".join(re.escape(part) if i % 2 == 0 else "[^/]+" for i, part in enumerate(re.split(r"\{(\w+)\}", folder)))
+    )
 
 
 # The folders that hold one model's files each (one corpus's files each): a target inside one names a model
@@ -203,8 +205,8 @@ def _reserved(folders: list[str]) -> dict[str, str]:
     reserved = {}
     for folder in folders:
         for pattern in PATTERNS.values():
-            name = pattern[len(folder):].split("/", 1)[0] if pattern.startswith(folder) else ""
-            if "/" in pattern[len(folder):] and name and "{" not in name:
+            name = pattern[len(folder) :].split("/", 1)[0] if pattern.startswith(folder) else ""
+            if "/" in pattern[len(folder) :] and name and "{" not in name:
                 reserved[name] = folder + name + "/"
     return dict(sorted(reserved.items()))
 
@@ -242,8 +244,8 @@ def model_of(target: str) -> str | None:
         return None
     for prefix in _MODEL_PREFIXES:
         match = prefix.match(target)
-        if match and "/" in target[match.end():]:
-            return target[match.end():].split("/", 1)[0]
+        if match and "/" in target[match.end() :]:
+            return target[match.end() :].split("/", 1)[0]
     return None
 
 

@@ -19,6 +19,7 @@ import dataclasses
 import typing
 from dataclasses import dataclass
 
+
 def _take(cls, section: dict, **resolved):
     """``cls`` from a validated config section: every field read with ``[]``, ``resolved`` ones given."""
     values = {field.name: resolved[field.name] if field.name in resolved else section[field.name]
@@ -329,15 +330,22 @@ class Settings:
         """The plan job's settings for model ``key``."""
         model = self.models[key]
         return PlanSettings(
-            indexing=model.indexing, tokenization=model.tokenization, max_length=model.max_length,
-            max_length_policy=self.extraction.max_length_policy, min_occurrences=self.words.min_occurrences,
+            indexing=model.indexing,
+            tokenization=model.tokenization,
+            max_length=model.max_length,
+            max_length_policy=self.extraction.max_length_policy,
+            min_occurrences=self.words.min_occurrences,
             count=self.words.count,
         )
 
     @property
     def store_needed_by(self) -> list[str]:
         """What reads the HDF5 store in this run (the config keys that ask for it), in a fixed order."""
-        needed = [] if self.metrics.device.on_device else ["metrics.on_device: false (every layer is measured from the store)"]
+        needed = (
+            []
+            if self.metrics.device.on_device
+            else ["metrics.on_device: false (every layer is measured from the store)"]
+        )
         needed += ["senses.enabled: true (the sense measures read the stored layers)"] if self.senses.enabled else []
         needed += ["extraction.export_classic: true"] if self.extraction.export_classic else []
         return needed
@@ -352,18 +360,31 @@ class Settings:
         """The extraction jobs' settings for model ``key``."""
         model, extraction = self.models[key], self.extraction
         return ShardSettings(
-            indexing=model.indexing, tokenization=model.tokenization, max_length=model.max_length,
-            pooling=model.pooling, batch_size=model.batch_size, max_batch_tokens=model.max_batch_tokens,
-            n_shards=model.n_shards, stateful=model.stateful, allow_pickle=model.build.download.allow_pickle,
-            device=extraction.device, compute_dtype=extraction.compute_dtype, storage_dtype=extraction.storage_dtype,
+            indexing=model.indexing,
+            tokenization=model.tokenization,
+            max_length=model.max_length,
+            pooling=model.pooling,
+            batch_size=model.batch_size,
+            max_batch_tokens=model.max_batch_tokens,
+            n_shards=model.n_shards,
+            stateful=model.stateful,
+            allow_pickle=model.build.download.allow_pickle,
+            device=extraction.device,
+            compute_dtype=extraction.compute_dtype,
+            storage_dtype=extraction.storage_dtype,
         )
 
 
 def _corpus(entry: dict, name: str | None) -> CorpusSettings:
     """A corpus's settings; unnamed, it is 'sts' for the STS sources and 'corpus' for any other."""
     name = name or ("sts" if entry["source"] in STS_SOURCES else "corpus")
-    return _take(CorpusSettings, entry, name=name, years=tuple(entry["years"]),
-                 hub_revisions={int(year): entry["hub_revisions"][year] for year in sorted(entry["hub_revisions"], key=int)})
+    return _take(
+        CorpusSettings,
+        entry,
+        name=name,
+        years=tuple(entry["years"]),
+        hub_revisions={int(year): entry["hub_revisions"][year] for year in sorted(entry["hub_revisions"], key=int)},
+    )
 
 
 def _model(key: str, entry: dict, extraction: ExtractionSettings, seed: int) -> ModelSettings:

@@ -53,8 +53,10 @@ def settings_for_more_sentences(corpus) -> dict:
     """The corpus settings a message names as the way to more sentences: STS's years, or the file or dataset read."""
     if is_sts(corpus.source):
         return {"corpus.max_sentences": corpus.max_sentences, "corpus.years": list(corpus.years)}
-    return {"corpus.path" if corpus.path else "corpus.dataset": corpus.path or corpus.dataset,
-            "corpus.max_sentences": corpus.max_sentences}
+    return {
+        "corpus.path" if corpus.path else "corpus.dataset": corpus.path or corpus.dataset,
+        "corpus.max_sentences": corpus.max_sentences,
+    }
 
 
 def file_sha256(path: Path) -> str:
@@ -133,7 +135,7 @@ def read_delimited(path: Path, separator: str) -> pd.DataFrame:
                 raise CorpusError(
                     f"{path}:{start}: {fields}, but the header (line {header_line}) has {len(header)} ({columns}); "
                     f"allowed: one field per column in every row: quote a field that holds {separator!r} "
-                    '(\"...\"), and remove separators at the ends of lines; fix that line'
+                    '("..."), and remove separators at the ends of lines; fix that line'
                 )
             rows.append(record)
             where.append(f"{path}:{start}")
@@ -171,7 +173,9 @@ def read_table(path: Path, text_column: str, id_column: str | None, group_column
         frame = read_delimited(path, "\t" if suffix == ".tsv" else ",")
         where = frame.attrs["where"]
     else:
-        raise CorpusError(f"{path}: corpus.source 'table' reads .csv, .tsv or .parquet files, not {suffix or 'no suffix'!r}")
+        raise CorpusError(
+            f"{path}: corpus.source 'table' reads .csv, .tsv or .parquet files, not {suffix or 'no suffix'!r}"
+        )
     for key, column in (("text_column", text_column), ("id_column", id_column), ("group_column", group_column)):
         if column is not None and column not in frame.columns:
             raise CorpusError(f"{path}: no column {column!r} (corpus.{key}); the table has {list(frame.columns)}; "
@@ -223,7 +227,11 @@ def read_dataset(path: str | None, dataset: str | None, revision: str | None, sp
                               "folder (or set corpus.dataset and corpus.revision for a hub dataset)")  # fmt: skip
     data_files: list[str] = []
     try:
-        if (folder / "dataset_dict.json").is_file() or (folder / "dataset_info.json").is_file() and (folder / "state.json").is_file():
+        if (
+            (folder / "dataset_dict.json").is_file()
+            or (folder / "dataset_info.json").is_file()
+            and (folder / "state.json").is_file()
+        ):
             loaded = datasets.load_from_disk(str(folder))
             if isinstance(loaded, datasets.DatasetDict):
                 split = split or "train"
@@ -246,7 +254,9 @@ def read_dataset(path: str | None, dataset: str | None, revision: str | None, sp
         raise CorpusError(_unreadable(name, split, data_files, err)) from None
     except (ValueError, FileNotFoundError) as err:
         reason = (str(err).strip().splitlines() or [""])[0]
-        raise CorpusError(f"{name}: cannot load split {split!r}: {reason}; set corpus.split, or check the folder") from None
+        raise CorpusError(
+            f"{name}: cannot load split {split!r}: {reason}; set corpus.split, or check the folder"
+        ) from None
     for key, column in (("text_column", text_column), ("id_column", id_column), ("group_column", group_column)):
         if column is not None and column not in loaded.column_names:
             raise CorpusError(f"{name} (split {split!r}): no column {column!r} (corpus.{key}); it has "
@@ -261,7 +271,9 @@ def read_dataset(path: str | None, dataset: str | None, revision: str | None, sp
     ids = frame[id_column].astype(str) if id_column else pd.Series([f"row {i}" for i in range(len(frame))])
     if id_column and ids.duplicated().any():
         i = int(ids.duplicated().to_numpy().nonzero()[0][0])
-        raise CorpusError(f"{where[i]}: id {ids.iloc[i]!r} ({id_column!r}) appears again; allowed: one row per id; {RECOVER}")
+        raise CorpusError(
+            f"{where[i]}: id {ids.iloc[i]!r} ({id_column!r}) appears again; allowed: one row per id; {RECOVER}"
+        )
     table = pd.DataFrame({"text": frame[text_column].to_numpy(), "source_id": ids.to_numpy(),
                           "group": frame[group_column].astype(str).to_numpy() if group_column else ""})  # fmt: skip
     table.attrs["where"] = where
@@ -307,7 +319,9 @@ def check_data_files(folder: Path, data_files: list[str], name: str, *, linked_o
         if module:
             formats.setdefault(module, []).append(os.path.relpath(file, root))
     if len(formats) > 1:
-        chosen, _ = infer_module_for_data_files_list(datasets.data_files.DataFilesList(data_files, [None] * len(data_files)))
+        chosen, _ = infer_module_for_data_files_list(
+            datasets.data_files.DataFilesList(data_files, [None] * len(data_files))
+        )
         listed = "; ".join(f"{module}: {', '.join(files)}" for module, files in sorted(formats.items()))
         raise CorpusError(f"{name}: holds data files of {len(formats)} formats ({listed}), and datasets would read only "
                           f"the {chosen} ones; allowed: one format per folder (or a README.md whose configs name the "
@@ -341,8 +355,10 @@ def _unreadable(name: str, split: str | None, data_files: list[str], err: Except
     while cause.__cause__ is not None or cause.__context__ is not None:
         cause = cause.__cause__ or cause.__context__
     reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
-    return (f"{name}: datasets cannot read split {split!r} ({type(cause).__name__}: {reason}); allowed: data files "
-            "datasets can parse, or a folder save_to_disk wrote; it is damaged or malformed: replace or fix the file")
+    return (
+        f"{name}: datasets cannot read split {split!r} ({type(cause).__name__}: {reason}); allowed: data files "
+        "datasets can parse, or a folder save_to_disk wrote; it is damaged or malformed: replace or fix the file"
+    )
 
 
 def to_sentences(table: pd.DataFrame, source: str, where_prefix: str, max_sentences: int | None) -> pd.DataFrame:
@@ -362,7 +378,9 @@ def to_sentences(table: pd.DataFrame, source: str, where_prefix: str, max_senten
             raise CorpusError(f"{where[i]}: empty sentence (after removing '\"' and outer whitespace); allowed: one "
                               f"non-empty sentence per entry; {RECOVER}")  # fmt: skip
         if "\n" in text or "\r" in text:
-            raise CorpusError(f"{where[i]}: the sentence spans several lines; allowed: one line per sentence; {RECOVER}")
+            raise CorpusError(
+                f"{where[i]}: the sentence spans several lines; allowed: one line per sentence; {RECOVER}"
+            )
     n = len(texts) if max_sentences is None else min(max_sentences, len(texts))
     sentences = pd.DataFrame({
         "sentence_id": np.arange(n, dtype=np.int64), "year": np.zeros(n, np.int32), "split": source,
@@ -400,8 +418,15 @@ def load_source(corpus) -> tuple[pd.DataFrame, dict]:
     return sentences, record
 
 
-def sts_record(source: str, sentences: pd.DataFrame, *, release_files: list[str] = (), years=(),
-               include_2012_train: bool = False, hub_revisions: dict | None = None) -> dict:
+def sts_record(
+    source: str,
+    sentences: pd.DataFrame,
+    *,
+    release_files: list[str] = (),
+    years=(),
+    include_2012_train: bool = False,
+    hub_revisions: dict | None = None,
+) -> dict:
     """``corpus.json`` of an STS corpus: the sha256 of every release file read (bundled) or of every file of
     each pinned hub snapshot, and of the sentence texts in corpus order."""
     from contextuality.corpus.sts import HUB_DATASETS, selected_releases

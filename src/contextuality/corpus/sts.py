@@ -89,12 +89,12 @@ def _read_lines(path: Path) -> list[str]:
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             if number == 1 and raw.startswith(codecs.BOM_UTF8):
-                raw = raw[len(codecs.BOM_UTF8):]
+                raw = raw[len(codecs.BOM_UTF8) :]
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as err:
                 raise CorpusError(
-                    f"{path}:{number}: bytes that are not UTF-8 ({raw[err.start:err.end]!r}); "
+                    f"{path}:{number}: bytes that are not UTF-8 ({raw[err.start : err.end]!r}); "
                     "release files must be UTF-8 text"
                 ) from None
             lines.append(text.rstrip("\r\n"))
@@ -111,8 +111,10 @@ def read_release(files: ReleaseFiles) -> tuple[list[dict], dict[str, int]]:
     golds = _read_lines(files.gold)
     for path, lines in ((files.input, inputs), (files.gold, golds)):
         if not lines:
-            raise CorpusError(f"{path}: empty release file (0 lines); expected one line per sentence pair: "
-                              "restore it from the release")
+            raise CorpusError(
+                f"{path}: empty release file (0 lines); expected one line per sentence pair: "
+                "restore it from the release"
+            )
     if len(inputs) != len(golds):
         raise CorpusError(
             f"{files.input}: {len(inputs)} lines but its gold file {files.gold} has {len(golds)}; "
@@ -149,8 +151,10 @@ def read_release(files: ReleaseFiles) -> tuple[list[dict], dict[str, int]]:
             }
         )
     if not pairs:
-        raise CorpusError(f"{files.gold}: no scored pair in its {len(golds)} lines (all blank); expected gold "
-                          f"scores from {GOLD_RANGE[0]:g} to {GOLD_RANGE[1]:g}: restore it from the release")
+        raise CorpusError(
+            f"{files.gold}: no scored pair in its {len(golds)} lines (all blank); expected gold "
+            f"scores from {GOLD_RANGE[0]:g} to {GOLD_RANGE[1]:g}: restore it from the release"
+        )
     return pairs, counts
 
 
@@ -162,8 +166,9 @@ def _gold_score(path: Path, number: int, gold: str) -> float:
     except ValueError:
         raise CorpusError(f"{path}:{number}: gold score {gold!r} is not a number") from None
     if not lo <= score <= hi:  # also false for nan
-        raise CorpusError(f"{path}:{number}: gold score {gold!r} is outside the STS range; allowed: a number "
-                          f"from {lo:g} to {hi:g}")
+        raise CorpusError(
+            f"{path}:{number}: gold score {gold!r} is outside the STS range; allowed: a number from {lo:g} to {hi:g}"
+        )
     return score
 
 
@@ -221,7 +226,10 @@ def write_bundled_pairs(root: Path, years: list[int], include_2012_train: bool, 
                 if (year, split, domain) in NOT_REDISTRIBUTABLE:
                     log.warning(
                         "skipping STS%d %s %s: its sentences are not redistributable (LDC licence); "
-                        "only the gold file exists", year, split, domain,
+                        "only the gold file exists",
+                        year,
+                        split,
+                        domain,
                     )
                     continue
                 pairs, counts = read_release(_existing_release_files(root, year, split, domain))
@@ -230,7 +238,13 @@ def write_bundled_pairs(root: Path, years: list[int], include_2012_train: bool, 
                 summary[f"{year}/{split}/{domain}"] = {"scored_pairs": len(pairs), **counts}
                 log.info(
                     "STS%d %-5s %-18s %5d lines, %5d scored pairs, %4d unscored skipped, %d empty sentences kept",
-                    year, split, domain, counts["lines"], len(pairs), counts["unscored"], counts["empty_sentences"],
+                    year,
+                    split,
+                    domain,
+                    counts["lines"],
+                    len(pairs),
+                    counts["unscored"],
+                    counts["empty_sentences"],
                 )
     return summary
 

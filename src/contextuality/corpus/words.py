@@ -88,9 +88,7 @@ def word_table(sentences: pd.DataFrame) -> pd.DataFrame:
     return table.astype({"sentence_id": "int64", "position": "int32", "char_start": "int32"})
 
 
-def word_index(
-    words: pd.DataFrame, sentences: pd.DataFrame, min_occurrences: int, count: str
-) -> pd.DataFrame:
+def word_index(words: pd.DataFrame, sentences: pd.DataFrame, min_occurrences: int, count: str) -> pd.DataFrame:
     """The indexed occurrences: non-punctuation words that pass the threshold.
 
     ``count="occurrences"`` counts every occurrence (repeats in a sentence and duplicate sentences
@@ -118,7 +116,12 @@ def support(words: pd.DataFrame, sentences: pd.DataFrame, count: str) -> pd.Seri
 
 
 def check_enough_words(
-    index: pd.DataFrame, words: pd.DataFrame, sentences: pd.DataFrame, *, min_occurrences: int, count: str,
+    index: pd.DataFrame,
+    words: pd.DataFrame,
+    sentences: pd.DataFrame,
+    *,
+    min_occurrences: int,
+    count: str,
     corpus_settings: dict | None = None,
 ) -> None:
     """Raise WordIndexError, in one line naming the settings, when fewer than 2 words are indexed, or the corpus
@@ -151,7 +154,12 @@ def check_enough_words(
 
 
 def build_word_index(
-    sentences_parquet: Path, out_words: Path, out_index: Path, *, min_occurrences: int, count: str,
+    sentences_parquet: Path,
+    out_words: Path,
+    out_index: Path,
+    *,
+    min_occurrences: int,
+    count: str,
     corpus_settings: dict | None = None,
 ) -> pd.DataFrame:
     """Write ``words.parquet`` (every token) and ``word_index.parquet`` (the indexed occurrences).
@@ -165,14 +173,20 @@ def build_word_index(
     n_words = index["word"].nunique()
     log.info(
         "%d tokens (%d punctuation) in %d sentences; %d sentences have no word token",
-        len(words), int(words["is_punct"].sum()), len(sentences),
+        len(words),
+        int(words["is_punct"].sum()),
+        len(sentences),
         len(sentences) - words["sentence_id"].nunique(),
     )
     only_punct = words.groupby("sentence_id")["is_punct"].all()
     log.info("%d sentences are only punctuation (kept, with no indexed word)", int(only_punct.sum()))
     log.info(
         "indexed %d words (%s >= %d) with %d occurrences; %d lower-cased forms",
-        n_words, count, min_occurrences, len(index), index["word"].str.lower().nunique(),
+        n_words,
+        count,
+        min_occurrences,
+        len(index),
+        index["word"].str.lower().nunique(),
     )
     check_enough_words(
         index, words, sentences, min_occurrences=min_occurrences, count=count, corpus_settings=corpus_settings

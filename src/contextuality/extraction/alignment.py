@@ -76,11 +76,15 @@ class Plan:
     def slice(self, first: int, last: int) -> Plan:
         """The plan of sentences ``[first, last)`` (a shard); unit rows keep their numbers in the whole plan."""
         tokens = slice(int(self.token_offsets[first]), int(self.token_offsets[last]))
-        units = self.units.iloc[int(self.unit_offsets[first]):int(self.unit_offsets[last])].reset_index(drop=True)
+        units = self.units.iloc[int(self.unit_offsets[first]) : int(self.unit_offsets[last])].reset_index(drop=True)
         return Plan(
-            self.sentence_ids[first:last], self.input_ids[tokens], self.token_offsets[first:last + 1] - tokens.start,
-            self.truncated[first:last], self.skipped[first:last], units,
-            self.unit_offsets[first:last + 1] - self.unit_offsets[first],
+            self.sentence_ids[first:last],
+            self.input_ids[tokens],
+            self.token_offsets[first : last + 1] - tokens.start,
+            self.truncated[first:last],
+            self.skipped[first:last],
+            units,
+            self.unit_offsets[first : last + 1] - self.unit_offsets[first],
             first_row=self.first_row + int(self.unit_offsets[first]),
         )
 
@@ -88,7 +92,7 @@ class Plan:
 def strip_marker(piece: str) -> str:
     for marker in PIECE_MARKERS:
         if piece.startswith(marker) and len(piece) > len(marker):
-            return piece[len(marker):]
+            return piece[len(marker) :]
     return piece
 
 
@@ -129,8 +133,13 @@ def _encode(tokenizer, texts: list[str], max_length: int, policy: str, sentence_
     return encodings, ids, masks, offsets, too_long
 
 
-def _piece_words(texts: list[str], offsets_flat: np.ndarray, token_sentence: np.ndarray, words: pd.DataFrame,
-                 sentence_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _piece_words(
+    texts: list[str],
+    offsets_flat: np.ndarray,
+    token_sentence: np.ndarray,
+    words: pd.DataFrame,
+    sentence_index: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """For every piece: the global index (row of ``words``) of the word its first non-space character
     falls in, or -1; and the piece's first non-space character offset (global)."""
     text_lengths = np.fromiter((len(text) for text in texts), dtype=np.int64, count=len(texts))
@@ -149,14 +158,27 @@ def _piece_words(texts: list[str], offsets_flat: np.ndarray, token_sentence: np.
     word = np.searchsorted(word_start, first, side="right") - 1
     safe = np.clip(word, 0, max(len(word_start) - 1, 0))
     inside = (
-        (word >= 0) & (first < end) & (len(word_start) > 0)
-        & (first < word_end[safe]) & (word_sentence[safe] == token_sentence)
-    ) if len(word_start) else np.zeros(len(first), dtype=bool)
+        (
+            (word >= 0)
+            & (first < end)
+            & (len(word_start) > 0)
+            & (first < word_end[safe])
+            & (word_sentence[safe] == token_sentence)
+        )
+        if len(word_start)
+        else np.zeros(len(first), dtype=bool)
+    )
     return np.where(inside, word, -1), first
 
 
 def plan_pieces(
-    tokenizer, sentences: pd.DataFrame, words: pd.DataFrame, *, indexing: str, max_length: int, policy: str,
+    tokenizer,
+    sentences: pd.DataFrame,
+    words: pd.DataFrame,
+    *,
+    indexing: str,
+    max_length: int,
+    policy: str,
     name: str = "",
 ) -> Plan:
     """The plan of a Hugging Face model: its pieces of every sentence, aligned to spaCy words.
@@ -165,8 +187,9 @@ def plan_pieces(
     sentences (``sentence_id``, ``position``, ``word``, ``char_start``, ``is_punct``), in corpus order.
     """
     with collection_paused():
-        return _plan_pieces(tokenizer, sentences, words, indexing=indexing, max_length=max_length, policy=policy,
-                            name=name)
+        return _plan_pieces(
+            tokenizer, sentences, words, indexing=indexing, max_length=max_length, policy=policy, name=name
+        )
 
 
 def _plan_pieces(tokenizer, sentences, words, *, indexing, max_length, policy, name) -> Plan:
@@ -190,12 +213,16 @@ def _plan_pieces(tokenizer, sentences, words, *, indexing, max_length, policy, n
     if indexing == "subword":
         pieces = np.asarray(tokenizer.convert_ids_to_tokens(input_ids[kept].tolist()), dtype=object)
         punct_of = {piece: is_punct(strip_marker(piece)) for piece in set(pieces.tolist())}
-        units = pd.DataFrame({
-            "sentence_id": sentence_ids[token_sentence[kept]], "unit": pieces,
-            "word_position": word_positions[word_of_piece[kept]],
-            "is_punct": [punct_of[piece] for piece in pieces.tolist()],
-            "token_first": token_position[kept], "token_last": token_position[kept],
-        })
+        units = pd.DataFrame(
+            {
+                "sentence_id": sentence_ids[token_sentence[kept]],
+                "unit": pieces,
+                "word_position": word_positions[word_of_piece[kept]],
+                "is_punct": [punct_of[piece] for piece in pieces.tolist()],
+                "token_first": token_position[kept],
+                "token_last": token_position[kept],
+            }
+        )
         unit_sentence = token_sentence[kept]
         lost_pieces = _lost_pieces(tokenizer, full, ids, too_long, skipped)
     else:
@@ -207,11 +234,16 @@ def _plan_pieces(tokenizer, sentences, words, *, indexing, max_length, policy, n
         first, last = kept[starts], kept[ends]
         if np.any(last - first != ends - starts):
             raise AlignmentError("a word's pieces are not contiguous in the model's input; report this tokenizer")
-        units = pd.DataFrame({
-            "sentence_id": sentence_ids[token_sentence[first]], "unit": words["word"].to_numpy()[word],
-            "word_position": word_positions[word], "is_punct": words["is_punct"].to_numpy(dtype=bool)[word],
-            "token_first": token_position[first], "token_last": token_position[last],
-        })
+        units = pd.DataFrame(
+            {
+                "sentence_id": sentence_ids[token_sentence[first]],
+                "unit": words["word"].to_numpy()[word],
+                "word_position": word_positions[word],
+                "is_punct": words["is_punct"].to_numpy(dtype=bool)[word],
+                "token_first": token_position[first],
+                "token_last": token_position[last],
+            }
+        )
         unit_sentence = token_sentence[first]
         lost_pieces = []
     units, unit_offsets = _number_units(units, unit_sentence, len(texts))
@@ -228,19 +260,29 @@ def _lost_pieces(tokenizer, full, ids, too_long, skipped) -> list[tuple[str, str
         pieces = [piece for piece, special in zip(full["input_ids"][i], full["special_tokens_mask"][i]) if not special]
         kept = 0 if skipped[i] else len(ids[i]) - len(full["input_ids"][i]) + len(pieces)
         reason = "skipped" if skipped[i] else "truncated"
-        lost += [(piece, reason) for piece in tokenizer.convert_ids_to_tokens(pieces[max(kept, 0):])]
+        lost += [(piece, reason) for piece in tokenizer.convert_ids_to_tokens(pieces[max(kept, 0) :])]
     return lost
 
 
 def _number_units(units: pd.DataFrame, unit_sentence: np.ndarray, n_sentences: int) -> tuple[pd.DataFrame, np.ndarray]:
-    counts = np.bincount(unit_sentence, minlength=n_sentences) if len(unit_sentence) else np.zeros(n_sentences, dtype=np.int64)
+    counts = (
+        np.bincount(unit_sentence, minlength=n_sentences)
+        if len(unit_sentence)
+        else np.zeros(n_sentences, dtype=np.int64)
+    )
     unit_offsets = np.zeros(n_sentences + 1, dtype=np.int64)
     np.cumsum(counts, out=unit_offsets[1:])
     units.insert(0, "row", np.arange(len(units), dtype=np.int64))
     units.insert(2, "position", (np.arange(len(units)) - unit_offsets[unit_sentence]).astype(np.int32))
-    units = units.astype({
-        "sentence_id": "int64", "word_position": "int32", "is_punct": bool, "token_first": "int32", "token_last": "int32",
-    })
+    units = units.astype(
+        {
+            "sentence_id": "int64",
+            "word_position": "int32",
+            "is_punct": bool,
+            "token_first": "int32",
+            "token_last": "int32",
+        }
+    )
     return units[UNIT_COLUMNS], unit_offsets
 
 
@@ -248,19 +290,31 @@ def _lost_words(words, sentence_index, has_unit, truncated, skipped, word_of_pie
     """Words with no unit, and why: their sentence was skipped, cut before them, or a piece spans them."""
     missing = ~has_unit
     if not missing.any():
-        return pd.DataFrame({"sentence_id": pd.Series(dtype="int64"), "position": pd.Series(dtype="int32"),
-                             "reason": pd.Series(dtype="str")})
+        return pd.DataFrame(
+            {
+                "sentence_id": pd.Series(dtype="int64"),
+                "position": pd.Series(dtype="int32"),
+                "reason": pd.Series(dtype="str"),
+            }
+        )
     # the last word that received a piece, per sentence: words after it in a truncated sentence were cut off
     last_word = np.full(len(truncated), -1, dtype=np.int64)
     assigned = word_of_piece >= 0
     np.maximum.at(last_word, token_sentence[assigned], word_of_piece[assigned])
     index = np.flatnonzero(missing)
     sentence = sentence_index[index]
-    reason = np.where(skipped[sentence], "skipped", np.where(truncated[sentence] & (index > last_word[sentence]), "truncated", "spanning"))
-    return pd.DataFrame({
-        "sentence_id": words["sentence_id"].to_numpy(dtype=np.int64)[index],
-        "position": words["position"].to_numpy(dtype=np.int32)[index], "reason": reason,
-    })
+    reason = np.where(
+        skipped[sentence],
+        "skipped",
+        np.where(truncated[sentence] & (index > last_word[sentence]), "truncated", "spanning"),
+    )
+    return pd.DataFrame(
+        {
+            "sentence_id": words["sentence_id"].to_numpy(dtype=np.int64)[index],
+            "position": words["position"].to_numpy(dtype=np.int32)[index],
+            "reason": reason,
+        }
+    )
 
 
 def plan_words(sentences: pd.DataFrame, words: pd.DataFrame, *, max_length: int | None = None) -> Plan:
@@ -268,18 +322,29 @@ def plan_words(sentences: pd.DataFrame, words: pd.DataFrame, *, max_length: int 
     sentence_ids = sentences["sentence_id"].to_numpy(dtype=np.int64)
     sentence_index = np.searchsorted(sentence_ids, words["sentence_id"].to_numpy(dtype=np.int64))
     positions = words["position"].to_numpy(dtype=np.int64)
-    units = pd.DataFrame({
-        "sentence_id": words["sentence_id"].to_numpy(dtype=np.int64), "unit": words["word"].to_numpy(),
-        "word_position": positions, "is_punct": words["is_punct"].to_numpy(dtype=bool),
-        "token_first": positions, "token_last": positions,
-    })
+    units = pd.DataFrame(
+        {
+            "sentence_id": words["sentence_id"].to_numpy(dtype=np.int64),
+            "unit": words["word"].to_numpy(),
+            "word_position": positions,
+            "is_punct": words["is_punct"].to_numpy(dtype=bool),
+            "token_first": positions,
+            "token_last": positions,
+        }
+    )
     units, unit_offsets = _number_units(units, sentence_index, len(sentence_ids))
     none = np.zeros(len(sentence_ids), dtype=bool)
     return Plan(sentence_ids, np.zeros(0, dtype=np.int64), unit_offsets.copy(), none, none.copy(), units, unit_offsets)
 
 
 def plan_faithful(
-    tokenizer, sentences: pd.DataFrame, words: pd.DataFrame, *, max_length: int, policy: str, name: str = "",
+    tokenizer,
+    sentences: pd.DataFrame,
+    words: pd.DataFrame,
+    *,
+    max_length: int,
+    policy: str,
+    name: str = "",
 ) -> Plan:
     """The paper's GPT-2 input (``tokenization: faithful``): spaCy tokens looked up bare, word i read at position i.
 
@@ -312,26 +377,48 @@ def plan_faithful(
     sentence_index = np.searchsorted(sentence_ids, words["sentence_id"].to_numpy(dtype=np.int64))
     positions = words["position"].to_numpy(dtype=np.int64)
     stored = positions < lengths[sentence_index]  # word i reads position i: only within what was fed
-    units = pd.DataFrame({
-        "sentence_id": words["sentence_id"].to_numpy(dtype=np.int64)[stored], "unit": words["word"].to_numpy()[stored],
-        "word_position": positions[stored], "is_punct": words["is_punct"].to_numpy(dtype=bool)[stored],
-        "token_first": positions[stored], "token_last": positions[stored],
-    })
+    units = pd.DataFrame(
+        {
+            "sentence_id": words["sentence_id"].to_numpy(dtype=np.int64)[stored],
+            "unit": words["word"].to_numpy()[stored],
+            "word_position": positions[stored],
+            "is_punct": words["is_punct"].to_numpy(dtype=bool)[stored],
+            "token_first": positions[stored],
+            "token_last": positions[stored],
+        }
+    )
     units, unit_offsets = _number_units(units, sentence_index[stored], len(sentence_ids))
     index = np.flatnonzero(~stored)
-    lost = pd.DataFrame({
-        "sentence_id": words["sentence_id"].to_numpy(dtype=np.int64)[index],
-        "position": words["position"].to_numpy(dtype=np.int32)[index],
-        "reason": np.where(skipped[sentence_index[index]], "skipped", "truncated"),
-    })
-    log.info("faithful GPT-2 input: %d words read a position that belongs to another word (the paper's misalignment)",
-             n_misaligned)
+    lost = pd.DataFrame(
+        {
+            "sentence_id": words["sentence_id"].to_numpy(dtype=np.int64)[index],
+            "position": words["position"].to_numpy(dtype=np.int32)[index],
+            "reason": np.where(skipped[sentence_index[index]], "skipped", "truncated"),
+        }
+    )
+    log.info(
+        "faithful GPT-2 input: %d words read a position that belongs to another word (the paper's misalignment)",
+        n_misaligned,
+    )
     return Plan(sentence_ids, input_ids, token_offsets, truncated, skipped, units, unit_offsets, lost, [], n_misaligned)
 
 
 def _empty_plan() -> Plan:
     empty = np.zeros(0, dtype=np.int64)
-    units = pd.DataFrame({column: pd.Series(dtype=dtype) for column, dtype in zip(
-        UNIT_COLUMNS, ["int64", "int64", "int32", "str", "int32", "bool", "int32", "int32"])})
-    return Plan(empty, empty, np.zeros(1, dtype=np.int64), empty.astype(bool), empty.astype(bool), units,
-                np.zeros(1, dtype=np.int64))
+    units = pd.DataFrame(
+        {
+            column: pd.Series(dtype=dtype)
+            for column, dtype in zip(
+                UNIT_COLUMNS, ["int64", "int64", "int32", "str", "int32", "bool", "int32", "int32"]
+            )
+        }
+    )
+    return Plan(
+        empty,
+        empty,
+        np.zeros(1, dtype=np.int64),
+        empty.astype(bool),
+        empty.astype(bool),
+        units,
+        np.zeros(1, dtype=np.int64),
+    )

@@ -32,16 +32,16 @@ import numpy as np
 from tqdm import tqdm
 
 from contextuality.core import diskspace
-from contextuality.extraction.alignment import Plan
-from contextuality.extraction.plan import read_plan
 from contextuality.core.atomic import atomic_path
-from contextuality.core.settings import WINDOW_BATCHES, ShardSettings, shard_bounds, stored_params
 from contextuality.core.runtime import tell_terminal
+from contextuality.core.settings import WINDOW_BATCHES, ShardSettings, shard_bounds, stored_params
+from contextuality.extraction.alignment import Plan
 from contextuality.extraction.devices import choose_device, describe
-from contextuality.store.files import create_checked
 from contextuality.extraction.finite import finite_check
 from contextuality.extraction.heap import keep_freed_memory
+from contextuality.extraction.plan import read_plan
 from contextuality.extraction.writer import DeviceBlock, HostBlock, ShardWriter, block_extent, chunk_cache_bytes
+from contextuality.store.files import create_checked
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +71,9 @@ class ElmoModel:
     stateful: bool = False
     max_length: int = 10_000  # a character-CNN + LSTM has no position limit
 
-    def forward_block(self, sentences: list[list[str]], batch_size: int, max_tokens: int | None = None,
-                      names=None) -> list[np.ndarray]:
+    def forward_block(
+        self, sentences: list[list[str]], batch_size: int, max_tokens: int | None = None, names=None
+    ) -> list[np.ndarray]:
         """Per sentence (layers, words, dim) float32; stateful ELMo keeps corpus order (its state flows on).
         ``max_tokens`` caps the padded words per batch (``length_batches``); ``names``: the sentences' ids."""
         lengths = np.array([len(sentence) for sentence in sentences], dtype=np.int64)
@@ -96,21 +97,34 @@ def load_for_extraction(key: str, settings: ShardSettings, record: dict, model_d
         loading.verify_model_files(record, model_dir)
         stateful = settings.stateful
         if stateful:
-            log.warning("stateful ELMo: LSTM state is carried across sentences in corpus order within each "
-                        "shard; models.%s.n_shards: 1 reproduces the original single-embedder run exactly", key)
+            log.warning(
+                "stateful ELMo: LSTM state is carried across sentences in corpus order within each "
+                "shard; models.%s.n_shards: 1 reproduces the original single-embedder run exactly",
+                key,
+            )
         options_path, weights_path = Path(model_dir) / loading.ELMO_OPTIONS, Path(model_dir) / loading.ELMO_WEIGHTS
         embedder = ElmoEmbedder(options_path, weights_path, device=device, stateful=stateful)
         options = json.loads(options_path.read_text())
-        return ElmoModel(key, embedder, options["lstm"]["n_layers"] + 1, 2 * options["lstm"]["projection_dim"], stateful)
-    return loading.load(record, model_dir, device, settings.compute_dtype, max_length=settings.max_length,
-                        allow_pickle=settings.allow_pickle)
+        return ElmoModel(
+            key, embedder, options["lstm"]["n_layers"] + 1, 2 * options["lstm"]["projection_dim"], stateful
+        )
+    return loading.load(
+        record,
+        model_dir,
+        device,
+        settings.compute_dtype,
+        max_length=settings.max_length,
+        allow_pickle=settings.allow_pickle,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
 # Forward passes, selection on the device
 
 
-def _selection(plan: Plan, batch: np.ndarray, width: int, pooling: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _selection(
+    plan: Plan, batch: np.ndarray, width: int, pooling: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """For a batch (plan sentence positions): the window-slab rows of its units, and their flat token indices.
 
     ``first``/``last``/single pieces: one index per unit into the (batch x width) token grid. ``mean``:
@@ -149,8 +163,14 @@ def length_batches(order: np.ndarray, lengths: np.ndarray, batch_size: int, max_
             start, wider = i, n
         width = wider
         if max_tokens is not None and n > max_tokens:
-            log.warning("sentence %s has %d tokens, more than extraction.max_batch_tokens (%d): it runs alone, and "
-                        "its forward pass holds %d tokens", names[i], n, max_tokens, n)
+            log.warning(
+                "sentence %s has %d tokens, more than extraction.max_batch_tokens (%d): it runs alone, and "
+                "its forward pass holds %d tokens",
+                names[i],
+                n,
+                max_tokens,
+                n,
+            )
     if start < len(order):
         yield order[start:]
 
@@ -187,8 +207,19 @@ def model_forward(loaded):
     return forward
 
 
-def hf_windows(loaded, plan: Plan, *, batch_size: int, max_batch_tokens: int | None, pooling: str, device: str,
-                storage_dtype: str, forward=None, layers=None, to_host: bool = True):
+def hf_windows(
+    loaded,
+    plan: Plan,
+    *,
+    batch_size: int,
+    max_batch_tokens: int | None,
+    pooling: str,
+    device: str,
+    storage_dtype: str,
+    forward=None,
+    layers=None,
+    to_host: bool = True,
+):
     """Yield (first unit row of the window, (layers, units, dim) block in the storage dtype, window end).
 
     ``forward(input_ids, attention_mask) -> hidden states`` defaults to the model's forward pass
@@ -234,8 +265,10 @@ def hf_windows(loaded, plan: Plan, *, batch_size: int, max_batch_tokens: int | N
                 continue
             filled += len(rows)
             with torch.inference_mode():
-                hidden = forward(torch.from_numpy(ids).to(device, non_blocking=True),
-                                 torch.from_numpy(mask).to(device, non_blocking=True))
+                hidden = forward(
+                    torch.from_numpy(ids).to(device, non_blocking=True),
+                    torch.from_numpy(mask).to(device, non_blocking=True),
+                )
                 index_t = torch.from_numpy(index).to(device, non_blocking=True)
                 positions = rows - base
                 if on_cuda:
@@ -259,8 +292,11 @@ def hf_windows(loaded, plan: Plan, *, batch_size: int, max_batch_tokens: int | N
             yield base, DeviceBlock(host, done, bounds), w1
         else:
             # the writer's finiteness check, reduced here with the forward passes' threads (see HostBlock)
-            yield base, HostBlock(rows_of_window, release=lambda b=buffer: free.put(b),
-                                  bounds=block_extent(rows_of_window)), w1
+            yield (
+                base,
+                HostBlock(rows_of_window, release=lambda b=buffer: free.put(b), bounds=block_extent(rows_of_window)),
+                w1,
+            )
 
 
 def _select_into(hidden, rows_of_window, positions, index, counts, storage, cast, gathered, layers):
@@ -314,16 +350,30 @@ def elmo_windows(loaded: ElmoModel, plan: Plan, *, batch_size: int, max_batch_to
     n_sentences = len(plan.sentence_ids)
     for w0 in range(0, n_sentences, window):
         w1 = min(w0 + window, n_sentences)
-        sentences = [words[plan.unit_offsets[i]:plan.unit_offsets[i + 1]] for i in range(w0, w1)]
+        sentences = [words[plan.unit_offsets[i] : plan.unit_offsets[i + 1]] for i in range(w0, w1)]
         arrays = loaded.forward_block(sentences, batch_size, max_batch_tokens, plan.sentence_ids[w0:w1])
         arrays = [a for a in arrays if a is not None and a.shape[1]]
-        block = np.concatenate(arrays, axis=1).astype(storage_dtype) if arrays else np.zeros((loaded.n_layers, 0, loaded.dim), storage_dtype)
+        block = (
+            np.concatenate(arrays, axis=1).astype(storage_dtype)
+            if arrays
+            else np.zeros((loaded.n_layers, 0, loaded.dim), storage_dtype)
+        )
         yield int(plan.unit_offsets[w0]), HostBlock(torch.from_numpy(block), bounds=block_extent(block)), w1
 
 
 def extract_shard(
-    loaded, plan: Plan, out_h5: Path, *, pooling: str, batch_size: int, storage_dtype: str, device: str,
-    disk_factor: float, attrs: dict, forward=None, max_batch_tokens: int | None = None,
+    loaded,
+    plan: Plan,
+    out_h5: Path,
+    *,
+    pooling: str,
+    batch_size: int,
+    storage_dtype: str,
+    device: str,
+    disk_factor: float,
+    attrs: dict,
+    forward=None,
+    max_batch_tokens: int | None = None,
 ) -> dict:
     """Extract the plan's sentences into ``out_h5`` (one dataset per layer, rows in plan order); a forward pass
     takes at most ``batch_size`` sentences and ``max_batch_tokens`` padded tokens (None: no cap)."""
@@ -332,21 +382,43 @@ def extract_shard(
     needed = estimate_bytes(n_units, loaded.n_layers, dim, storage_dtype)
     log.info(
         "shard: %d sentences, %d model tokens, %d stored units; output %.1f MB (%d layers x %d dims, %s)",
-        len(plan.sentence_ids), plan.n_tokens, n_units, needed / 1e6, loaded.n_layers, dim, storage_dtype,
+        len(plan.sentence_ids),
+        plan.n_tokens,
+        n_units,
+        needed / 1e6,
+        loaded.n_layers,
+        dim,
+        storage_dtype,
     )
-    log.info("over-long sentences (max %d tokens): %d truncated, %d skipped", loaded.max_length,
-             int(plan.truncated.sum()), int(plan.skipped.sum()))
+    log.info(
+        "over-long sentences (max %d tokens): %d truncated, %d skipped",
+        loaded.max_length,
+        int(plan.truncated.sum()),
+        int(plan.skipped.sum()),
+    )
     if isinstance(loaded, ElmoModel):
-        windows = elmo_windows(loaded, plan, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
-                                storage_dtype=storage_dtype)
+        windows = elmo_windows(
+            loaded, plan, batch_size=batch_size, max_batch_tokens=max_batch_tokens, storage_dtype=storage_dtype
+        )
     else:
-        windows = hf_windows(loaded, plan, batch_size=batch_size, max_batch_tokens=max_batch_tokens, pooling=pooling,
-                              device=device, storage_dtype=storage_dtype, forward=forward)
+        windows = hf_windows(
+            loaded,
+            plan,
+            batch_size=batch_size,
+            max_batch_tokens=max_batch_tokens,
+            pooling=pooling,
+            device=device,
+            storage_dtype=storage_dtype,
+            forward=forward,
+        )
     started, done = time.perf_counter(), 0
     bar = tqdm(total=len(plan.sentence_ids), unit="sent", mininterval=5, desc=f"extract {loaded.key}")
     cache = chunk_cache_bytes(n_units, dim, storage_dtype)
-    with diskspace.reserve(out_h5, needed, disk_factor, ways=diskspace.ways_out(storage_dtype)), atomic_path(out_h5) as tmp, \
-            h5py.File(tmp, "w", rdcc_nbytes=cache, rdcc_nslots=1009) as out:
+    with (
+        diskspace.reserve(out_h5, needed, disk_factor, ways=diskspace.ways_out(storage_dtype)),
+        atomic_path(out_h5) as tmp,
+        h5py.File(tmp, "w", rdcc_nbytes=cache, rdcc_nslots=1009) as out,
+    ):
         check = finite_check(plan, out_h5, loaded.key, attrs.get("shard", 0), storage_dtype)
         writer = ShardWriter(out, out_h5, loaded.n_layers, n_units, dim, storage_dtype, depth=WRITER_DEPTH, check=check)
         try:
@@ -358,22 +430,38 @@ def extract_shard(
                 expected += _rows(block)
                 bar.update(window_end - done)
                 done = window_end
-                bar.set_postfix(tokens_per_s=f"{plan.token_offsets[done] / max(time.perf_counter() - started, 1e-9):.0f}")
+                bar.set_postfix(
+                    tokens_per_s=f"{plan.token_offsets[done] / max(time.perf_counter() - started, 1e-9):.0f}"
+                )
         finally:
             writer.close()
         bar.close()
         create_checked(out, "sentence_offsets", plan.unit_offsets.shape, np.int64, data=plan.unit_offsets)
         create_checked(out, "sentence_ids", plan.sentence_ids.shape, np.int64, data=plan.sentence_ids)
         out.attrs.update(attrs)
-        out.attrs.update({
-            "n_layers": loaded.n_layers, "dim": dim, "dtype": storage_dtype, "pooling": pooling,
-            "max_length": loaded.max_length, "n_truncated_sentences": int(plan.truncated.sum()),
-            "n_skipped_sentences": int(plan.skipped.sum()), "first_row": plan.first_row, "complete": 1,
-        })
+        out.attrs.update(
+            {
+                "n_layers": loaded.n_layers,
+                "dim": dim,
+                "dtype": storage_dtype,
+                "pooling": pooling,
+                "max_length": loaded.max_length,
+                "n_truncated_sentences": int(plan.truncated.sum()),
+                "n_skipped_sentences": int(plan.skipped.sum()),
+                "first_row": plan.first_row,
+                "complete": 1,
+            }
+        )
     elapsed = time.perf_counter() - started
-    stats = {"sentences": len(plan.sentence_ids), "tokens": plan.n_tokens, "units": n_units, "seconds": elapsed,
-             "tokens_per_s": plan.n_tokens / elapsed if elapsed else float("nan"),
-             "truncated": int(plan.truncated.sum()), "skipped": int(plan.skipped.sum())}
+    stats = {
+        "sentences": len(plan.sentence_ids),
+        "tokens": plan.n_tokens,
+        "units": n_units,
+        "seconds": elapsed,
+        "tokens_per_s": plan.n_tokens / elapsed if elapsed else float("nan"),
+        "truncated": int(plan.truncated.sum()),
+        "skipped": int(plan.skipped.sum()),
+    }
     log.info("done: %s", json.dumps(stats))
     return stats
 
@@ -400,8 +488,19 @@ def package_versions() -> dict:
 
 
 def run_extraction_job(
-    *, model_key: str, settings: ShardSettings, record_path: Path, model_dir: Path, tokens_path: Path,
-    units_path: Path, shard: int, out_h5: Path, threads: int, disk_factor: float, gpus: int, seed: int,
+    *,
+    model_key: str,
+    settings: ShardSettings,
+    record_path: Path,
+    model_dir: Path,
+    tokens_path: Path,
+    units_path: Path,
+    shard: int,
+    out_h5: Path,
+    threads: int,
+    disk_factor: float,
+    gpus: int,
+    seed: int,
 ) -> dict:
     """Everything one shard job does: pick device, load the model, extract the shard's planned sentences.
 
@@ -420,30 +519,47 @@ def run_extraction_job(
     n_sentences = pq.ParquetFile(tokens_path).metadata.num_rows
     first, last = shard_bounds(n_sentences, settings.n_shards, shard, WINDOW_BATCHES * settings.batch_size)
     plan = read_plan(tokens_path, units_path, first, last)
-    device, lease = choose_device(settings.device, gpus, shard, Path("resources") / ".gpu-leases",
-                                  compute_dtype=settings.compute_dtype)
+    device, lease = choose_device(
+        settings.device, gpus, shard, Path("resources") / ".gpu-leases", compute_dtype=settings.compute_dtype
+    )
     tell_terminal(f"{model_key}: shard {shard} of {settings.n_shards} (sentences {first}-{last - 1}) extracted on "
                   f"{describe(device)}")  # fmt: skip
     loaded = load_for_extraction(model_key, settings, record, model_dir, device)
     attrs = {
-        "model": model_key, "source": record["source"],
+        "model": model_key,
+        "source": record["source"],
         "revision": record.get("revision") or record.get("version") or record.get("weights_sha256", ""),
-        "weights_sha256": record.get("weights_sha256", ""), "shard": shard, "seed": seed,
-        "n_shards": settings.n_shards, "device": device, "compute_dtype": settings.compute_dtype,
-        "tokenizer": type(getattr(loaded, "tokenizer", None)).__name__ if not isinstance(loaded, ElmoModel) else "spacy",
-        "indexing": settings.indexing, "tokenization": settings.tokenization,
+        "weights_sha256": record.get("weights_sha256", ""),
+        "shard": shard,
+        "seed": seed,
+        "n_shards": settings.n_shards,
+        "device": device,
+        "compute_dtype": settings.compute_dtype,
+        "tokenizer": type(getattr(loaded, "tokenizer", None)).__name__
+        if not isinstance(loaded, ElmoModel)
+        else "spacy",
+        "indexing": settings.indexing,
+        "tokenization": settings.tokenization,
         # the last hidden state of a pre-norm decoder has passed its final norm; the others have not
         "final_norm": "" if isinstance(loaded, ElmoModel) else loading.final_norm(loaded.model),
         "versions": json.dumps(package_versions(), sort_keys=True),
         # what every shard of the model must share, checked by the manifest and every reader
-        "provenance": provenance.encode(provenance.shard_provenance(model_key, stored_params(settings), record_path,
-                                                                   tokens_path, units_path)),
+        "provenance": provenance.encode(
+            provenance.shard_provenance(model_key, stored_params(settings), record_path, tokens_path, units_path)
+        ),
     }
     try:
         return extract_shard(
-            loaded, plan, out_h5, pooling=settings.pooling, batch_size=settings.batch_size,
-            max_batch_tokens=settings.max_batch_tokens, storage_dtype=settings.storage_dtype, device=device,
-            disk_factor=disk_factor, attrs=attrs,
+            loaded,
+            plan,
+            out_h5,
+            pooling=settings.pooling,
+            batch_size=settings.batch_size,
+            max_batch_tokens=settings.max_batch_tokens,
+            storage_dtype=settings.storage_dtype,
+            device=device,
+            disk_factor=disk_factor,
+            attrs=attrs,
         )
     finally:
         if lease is not None:

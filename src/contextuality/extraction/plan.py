@@ -15,18 +15,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from contextuality.extraction import alignment
-from contextuality.extraction.alignment import Plan
-from contextuality.extraction.faithful import refuse_encoder
 from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import PlanSettings
 from contextuality.corpus.words import support
+from contextuality.extraction import alignment
+from contextuality.extraction.alignment import Plan
+from contextuality.extraction.faithful import refuse_encoder
 
 log = logging.getLogger(__name__)
 
 
 def plan_model(
-    model, sentences: pd.DataFrame, words: pd.DataFrame, *, indexing: str, tokenization: str, policy: str,
+    model,
+    sentences: pd.DataFrame,
+    words: pd.DataFrame,
+    *,
+    indexing: str,
+    tokenization: str,
+    policy: str,
     max_length: int | None = None,
 ) -> Plan:
     """The plan of ``model``: anything with ``tokenizer`` and ``max_length`` (a loaded Hugging Face model), or a
@@ -36,8 +42,9 @@ def plan_model(
     limit, name = max_length or model.max_length, getattr(model, "key", "")
     if tokenization == "faithful":
         return alignment.plan_faithful(model.tokenizer, sentences, words, max_length=limit, policy=policy, name=name)
-    return alignment.plan_pieces(model.tokenizer, sentences, words, indexing=indexing, max_length=limit, policy=policy,
-                                 name=name)
+    return alignment.plan_pieces(
+        model.tokenizer, sentences, words, indexing=indexing, max_length=limit, policy=policy, name=name
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -48,11 +55,17 @@ def write_plan(plan: Plan, out_tokens: Path, out_units: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    ids = pa.ListArray.from_arrays(pa.array(plan.token_offsets.astype(np.int32)), pa.array(plan.input_ids.astype(np.int32)))
-    table = pa.table({
-        "sentence_id": pa.array(plan.sentence_ids), "input_ids": ids,
-        "truncated": pa.array(plan.truncated), "skipped": pa.array(plan.skipped),
-    })
+    ids = pa.ListArray.from_arrays(
+        pa.array(plan.token_offsets.astype(np.int32)), pa.array(plan.input_ids.astype(np.int32))
+    )
+    table = pa.table(
+        {
+            "sentence_id": pa.array(plan.sentence_ids),
+            "input_ids": ids,
+            "truncated": pa.array(plan.truncated),
+            "skipped": pa.array(plan.skipped),
+        }
+    )
     with atomic_path(out_tokens) as tmp:
         pq.write_table(table, tmp)
     with atomic_path(out_units) as tmp:
@@ -69,7 +82,7 @@ def read_plan(tokens_path: Path, units_path: Path, first: int = 0, last: int | N
     table = table.slice(first, last - first)
     ids = table.column("input_ids").combine_chunks()
     offsets = np.asarray(ids.offsets, dtype=np.int64)
-    input_ids = np.asarray(ids.values, dtype=np.int64)[offsets[0]:offsets[-1]]
+    input_ids = np.asarray(ids.values, dtype=np.int64)[offsets[0] : offsets[-1]]
     sentence_ids = table.column("sentence_id").to_numpy()
     units = pd.read_parquet(units_path)
     # the units of the sentences before this slice (all of them when the slice is past the end)
@@ -81,12 +94,24 @@ def read_plan(tokens_path: Path, units_path: Path, first: int = 0, last: int | N
     counts = units.groupby("sentence_id", sort=False).size().reindex(sentence_ids, fill_value=0).to_numpy()
     unit_offsets = np.zeros(len(sentence_ids) + 1, dtype=np.int64)
     np.cumsum(counts, out=unit_offsets[1:])
-    return Plan(sentence_ids, input_ids, offsets - offsets[0], table.column("truncated").to_numpy(zero_copy_only=False),
-                table.column("skipped").to_numpy(zero_copy_only=False), units, unit_offsets, first_row=before)
+    return Plan(
+        sentence_ids,
+        input_ids,
+        offsets - offsets[0],
+        table.column("truncated").to_numpy(zero_copy_only=False),
+        table.column("skipped").to_numpy(zero_copy_only=False),
+        units,
+        unit_offsets,
+        first_row=before,
+    )
 
 
 def build_occurrences(
-    units: pd.DataFrame, word_index: pd.DataFrame | None, indexing: str, min_occurrences: int, count: str,
+    units: pd.DataFrame,
+    word_index: pd.DataFrame | None,
+    indexing: str,
+    min_occurrences: int,
+    count: str,
     sentences: pd.DataFrame,
 ) -> pd.DataFrame:
     """The rows measured as word occurrences (the model's index), sorted by word then row.
@@ -132,9 +157,13 @@ def count_losses(plan: Plan, word_index: pd.DataFrame, occurrences: pd.DataFrame
         indexed_total = len(occurrences) + sum(reasons.values())
     words_lost = {reason: int((lost["reason"] == reason).sum()) for reason in alignment.LOSS_REASONS}
     return {
-        "sentences": int(len(plan.sentence_ids)), "tokens": plan.n_tokens, "units": int(len(plan.units)),
-        "sentences_truncated": int(plan.truncated.sum()), "sentences_skipped": int(plan.skipped.sum()),
-        "words_lost": words_lost, "indexed_occurrences": int(indexed_total),
+        "sentences": int(len(plan.sentence_ids)),
+        "tokens": plan.n_tokens,
+        "units": int(len(plan.units)),
+        "sentences_truncated": int(plan.truncated.sum()),
+        "sentences_skipped": int(plan.skipped.sum()),
+        "words_lost": words_lost,
+        "indexed_occurrences": int(indexed_total),
         "indexed_occurrences_lost": {reason: int(n) for reason, n in reasons.items()},
         "misaligned_words": int(plan.n_misaligned),
     }
@@ -143,13 +172,19 @@ def count_losses(plan: Plan, word_index: pd.DataFrame, occurrences: pd.DataFrame
 def loss_warning(model: str, losses: dict) -> str | None:
     """One line for the run's output when anything was lost; None when nothing was."""
     lost = losses["indexed_occurrences_lost"]
-    if not (losses["sentences_truncated"] or losses["sentences_skipped"] or any(lost.values()) or losses["misaligned_words"]):
+    if not (
+        losses["sentences_truncated"] or losses["sentences_skipped"] or any(lost.values()) or losses["misaligned_words"]
+    ):
         return None
     total = sum(lost.values())
     share = total / losses["indexed_occurrences"] if losses["indexed_occurrences"] else 0.0
-    parts = [f"{losses['sentences_truncated']} sentences truncated", f"{losses['sentences_skipped']} skipped",
-             f"{total} of {losses['indexed_occurrences']} indexed occurrences lost ({share:.1%}: "
-             + ", ".join(f"{n} {reason}" for reason, n in lost.items()) + ")"]
+    parts = [
+        f"{losses['sentences_truncated']} sentences truncated",
+        f"{losses['sentences_skipped']} skipped",
+        f"{total} of {losses['indexed_occurrences']} indexed occurrences lost ({share:.1%}: "
+        + ", ".join(f"{n} {reason}" for reason, n in lost.items())
+        + ")",
+    ]
     if losses["misaligned_words"]:
         parts.append(f"{losses['misaligned_words']} words read another word's position (tokenization: faithful)")
     return f"WARNING model {model}: " + "; ".join(parts) + f" (results/embeddings/{model}/losses.json)"
@@ -160,8 +195,17 @@ class NothingToMeasureError(RuntimeError):
 
 
 def run_plan_job(
-    *, model_key: str, settings: PlanSettings, record_path: Path, model_dir: Path, sentences_path: Path,
-    words_path: Path, word_index_path: Path, out_tokens: Path, out_units: Path, out_occurrences: Path,
+    *,
+    model_key: str,
+    settings: PlanSettings,
+    record_path: Path,
+    model_dir: Path,
+    sentences_path: Path,
+    words_path: Path,
+    word_index_path: Path,
+    out_tokens: Path,
+    out_units: Path,
+    out_occurrences: Path,
     out_losses: Path,
 ) -> dict:
     """The ``plan`` job: the model's plan, its occurrences and its losses, before any extraction."""
@@ -187,8 +231,16 @@ def run_plan_job(
     losses = count_losses(plan, word_index, occurrences, indexing)
     losses["model"] = model_key
     n_words = occurrences["word"].nunique()
-    log.info("%s: %d sentences, %d tokens, %d stored units; %s indexing: %d words, %d occurrences",
-             model_key, len(plan.sentence_ids), plan.n_tokens, len(plan.units), indexing, n_words, len(occurrences))
+    log.info(
+        "%s: %d sentences, %d tokens, %d stored units; %s indexing: %d words, %d occurrences",
+        model_key,
+        len(plan.sentence_ids),
+        plan.n_tokens,
+        len(plan.units),
+        indexing,
+        n_words,
+        len(occurrences),
+    )
     if n_words < 2:
         limit = f"models.{model_key}.max_length: {settings.max_length} (the model's limit: {max_length} tokens)"
         raise NothingToMeasureError(

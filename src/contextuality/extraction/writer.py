@@ -39,8 +39,18 @@ class RefusedRows(RuntimeError):
 class ShardWriter:
     """Appends ``(layers, rows, dim)`` blocks to the ``layer_{LL}`` datasets of an open HDF5 file, in a thread."""
 
-    def __init__(self, out: h5py.File, path: Path, n_layers: int, n_rows: int, dim: int, dtype: str, *, depth: int = 4,
-                 check=None):
+    def __init__(
+        self,
+        out: h5py.File,
+        path: Path,
+        n_layers: int,
+        n_rows: int,
+        dim: int,
+        dtype: str,
+        *,
+        depth: int = 4,
+        check=None,
+    ):
         """``path``: the file's final name (for messages); ``out`` is open on its temporary name. ``check(block,
         rows, first_row)``: called with each block and its rows (numpy) before they are written; it may raise
         ``RefusedRows``."""
@@ -91,7 +101,7 @@ class ShardWriter:
                 if self.check is not None:
                     self.check(block, rows, self.written)
                 for dataset, layer_rows in zip(self.datasets, rows):
-                    dataset[self.written:self.written + rows.shape[1]] = layer_rows
+                    dataset[self.written : self.written + rows.shape[1]] = layer_rows
                 self.written += rows.shape[1]
                 if hasattr(block, "written"):
                     block.written()

@@ -44,7 +44,7 @@ def dtype(xp, name) -> object:
 
 
 def dtype_name(dtype) -> str:
-    """"float32" for numpy's and torch's float32 alike."""
+    """ "float32" for numpy's and torch's float32 alike."""
     text = str(dtype)
     return text.removeprefix("torch.") if text.startswith("torch.") else np.dtype(dtype).name
 

@@ -18,7 +18,6 @@ from contextuality.measure.panel import GEOMETRY_TEXT_COLUMNS
 from contextuality.store.files import StoreError
 from contextuality.store.reader import Manifest, check_layer_set, read_manifest
 
-
 ROGUE_COLUMNS = ["model", "layer", "dimension", "rank", "contribution", "share"]
 # What a store's manifest and a device measurement's records must share to describe the same rows.
 MEASURED_ON_KEYS = ("n_layers", "rows", "dim", "n_sentences", "provenance_sha256")
@@ -40,6 +39,8 @@ def measured_on(paths: list[Path | str], store_manifest: Path | str | None = Non
                 "from other plans, weights or settings; rerun snakemake to rebuild them"
             )
     return first
+
+
 CONTEXT_WORD_COLUMNS = ["rank", "kind", "word", "mean_self_similarity", "n"]
 
 
@@ -66,7 +67,9 @@ def combine_layers(
         check_layer_set(manifest, {result.layer: result.shape._asdict() for result in results}, manifest_path)
     order = np.argsort([result.layer for result in results], kind="stable")
     ordered = [results[i] for i in order]
-    word_table = pd.concat([result.words for result in ordered], ignore_index=True).astype({"layer": "int64", "n": "int64"})
+    word_table = pd.concat([result.words for result in ordered], ignore_index=True).astype(
+        {"layer": "int64", "n": "int64"}
+    )
     layer_table = pd.DataFrame([result.row for result in ordered], columns=LAYER_COLUMNS).astype(
         {"layer": "int64", "n_words": "int64", "n_degenerate_words": "int64", "n_zero_vectors": "int64",
          "after_final_norm": "int64",
@@ -83,7 +86,9 @@ def combine_layers(
         _context_specific_words(word_table, top_k).to_csv(tmp, index=False)
     if out_postprocess is not None:
         rows = [row for result in ordered for row in result.postprocess]
-        table = pd.DataFrame(rows, columns=POSTPROCESS_COLUMNS).astype({"layer": "int64", "n_degenerate_words": "int64"})
+        table = pd.DataFrame(rows, columns=POSTPROCESS_COLUMNS).astype(
+            {"layer": "int64", "n_degenerate_words": "int64"}
+        )
         with atomic_path(out_postprocess) as tmp:
             table.to_csv(tmp, index=False, float_format="%.6g")
     if out_rogue is not None:
@@ -118,7 +123,9 @@ def rogue_table(results: list[LayerResult]) -> pd.DataFrame:
 def _context_specific_words(words: pd.DataFrame, top_k: int) -> pd.DataFrame:
     """The ``top_k`` words with the lowest and highest mean self-similarity over layers >= 1."""
     upper = words[words["layer"] >= 1].dropna(subset=["primary"])
-    means = upper.groupby("word", sort=True).agg(mean_self_similarity=("primary", "mean"), n=("n", "first")).reset_index()
+    means = (
+        upper.groupby("word", sort=True).agg(mean_self_similarity=("primary", "mean"), n=("n", "first")).reset_index()
+    )
     ordered = means.sort_values(["mean_self_similarity", "word"], kind="stable")
     most = ordered.head(top_k).assign(kind="most_context_specific")
     least = ordered.iloc[::-1].head(top_k).assign(kind="least_context_specific")

@@ -36,9 +36,9 @@ from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import WINDOW_BATCHES, MeasureSettings, ShardSettings, stored_params
 from contextuality.measure import backend
 from contextuality.measure.layer_job import measure_rows_then, read_units
-from contextuality.measure.layer_rows import OccurrenceIndex, RowsInMemory
 from contextuality.measure.layer_pass import BLOCK_ROWS
 from contextuality.measure.layer_result import write_layer_results
+from contextuality.measure.layer_rows import OccurrenceIndex, RowsInMemory
 from contextuality.measure.streaming import BASE_MB, SQUARE_MATRICES
 from contextuality.measure.word_stats import BATCH_ELEMENTS
 
@@ -223,9 +223,23 @@ def batch_tokens(plan, shard: ShardSettings) -> int:
 
 
 def measure_model(
-    *, model_key: str, shard: ShardSettings, measure: MeasureSettings, device: str, memory_fraction: float,
-    parts: int, part: int, record_path: Path, model_dir: Path, tokens_path: Path, units_path: Path,
-    occurrences_path: Path, out_folder: Path, provenance: dict, host_threads: int = 1, log: logging.Logger = LOG,
+    *,
+    model_key: str,
+    shard: ShardSettings,
+    measure: MeasureSettings,
+    device: str,
+    memory_fraction: float,
+    parts: int,
+    part: int,
+    record_path: Path,
+    model_dir: Path,
+    tokens_path: Path,
+    units_path: Path,
+    occurrences_path: Path,
+    out_folder: Path,
+    provenance: dict,
+    host_threads: int = 1,
+    log: logging.Logger = LOG,
 ) -> dict:
     """Measure part ``part`` of ``parts`` of the layers of ``model_key`` on ``device``, writing each layer's
     record, words table and PC vectors into ``out_folder`` (the layout's per-layer names, relative to the
@@ -309,8 +323,11 @@ def _measure_groups(groups: list[list[int]], *, loaded, plan, shard: ShardSettin
     # The measures on the host's copies of drawn rows (the panel's isotropy measures, the bootstrap) run in
     # threads beside the device's next layer, so the device does not wait for them; numpy's BLAS one thread
     # each (the threads are the parallelism, and a threaded OpenBLAS beside OpenMP threads may hang).
-    with torch.inference_mode(), ThreadPoolExecutor(max_workers=max(1, host_threads)) as host, \
-            threadpool_limits(limits=1, user_api="blas"):
+    with (
+        torch.inference_mode(),
+        ThreadPoolExecutor(max_workers=max(1, host_threads)) as host,
+        threadpool_limits(limits=1, user_api="blas"),
+    ):
         pending = []
         for number, group in enumerate(groups, 1):
             tick = time.perf_counter()
@@ -371,9 +388,24 @@ def device_record(figures: dict, *, model_key: str, provenance: dict, dtype: str
 
 
 def run_measure_model_job(
-    *, model_key: str, shard: ShardSettings, measure: MeasureSettings, requested_device: str, memory_fraction: float,
-    parts: int, part: int, record_path: Path, model_dir: Path, tokens_path: Path, units_path: Path,
-    occurrences_path: Path, out_tar: Path, out_record: Path, threads: int, gpus: int, log: logging.Logger = LOG,
+    *,
+    model_key: str,
+    shard: ShardSettings,
+    measure: MeasureSettings,
+    requested_device: str,
+    memory_fraction: float,
+    parts: int,
+    part: int,
+    record_path: Path,
+    model_dir: Path,
+    tokens_path: Path,
+    units_path: Path,
+    occurrences_path: Path,
+    out_tar: Path,
+    out_record: Path,
+    threads: int,
+    gpus: int,
+    log: logging.Logger = LOG,
 ) -> dict:
     """Everything one ``measure_model`` job does: pick its device (``metrics.device``, its ``gpu`` resource),
     measure its part's layers there, pack their files into ``out_tar``, write ``out_record``."""

@@ -84,7 +84,9 @@ def top_eigenpairs(A, start=None, mask=None, *, tol: float | None = None):
     tol = RESIDUAL_TOL.get(backend.dtype_name(A.dtype), RESIDUAL_TOL["float64"]) if tol is None else tol
     mask = xp.ones((k, m), dtype=xp.bool, device=where) if mask is None else mask
     generic = xp.where(mask, backend.like(lanczos_start(m), A, f64), 0.0)
-    generic = generic / backend.clip(xp.linalg.vector_norm(generic, axis=1, keepdims=True), min=float(np.finfo(np.float64).tiny))
+    generic = generic / backend.clip(
+        xp.linalg.vector_norm(generic, axis=1, keepdims=True), min=float(np.finfo(np.float64).tiny)
+    )
     start = generic if start is None else xp.where(mask, xp.astype(start, f64), 0.0)
     norms = xp.linalg.vector_norm(start, axis=1, keepdims=True)
     start = xp.where(norms > 0, start / xp.where(norms > 0, norms, 1.0), generic) + 1e-3 * generic

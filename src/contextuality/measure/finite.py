@@ -52,4 +52,6 @@ def non_finite_error(path: Path, layer: int, X: np.ndarray, offsets: np.ndarray,
         "delete the model's shards and rerun snakemake to re-extract them (extraction refuses non-finite values, "
         "naming the sentence and layer where the model produced them)"
     )
-    return StoreError(f"{where} holds {value} ({share} hold NaN or infinity); the measures need finite vectors: {remedy}")
+    return StoreError(
+        f"{where} holds {value} ({share} hold NaN or infinity); the measures need finite vectors: {remedy}"
+    )

@@ -203,9 +203,7 @@ class TwoNN(NamedTuple):
     n_points: int  # distinct rows the estimate used (before the largest ratios are discarded)
 
 
-def twonn_dimension(
-    X: np.ndarray, discard_fraction: float = TWONN_DISCARD_FRACTION, method: str = "linear"
-) -> TwoNN:
+def twonn_dimension(X: np.ndarray, discard_fraction: float = TWONN_DISCARD_FRACTION, method: str = "linear") -> TwoNN:
     """TwoNN intrinsic dimension (Facco, d'Errico, Rodriguez & Laio, Sci. Rep. 2017), via scikit-dimension.
 
     mu_i = r2 / r1, each point's distances to its second and first nearest neighbours, follow a
@@ -220,8 +218,8 @@ def twonn_dimension(
     TwoNN sees the local dimension at the scale of nearest neighbours and saturates for high-dimensional
     clouds of few points: an isotropic Gaussian in d = 384 with 5,000 points gives far less than 384.
     """
-    from sklearn.neighbors import NearestNeighbors
     from skdim.id import TwoNN as SkdimTwoNN
+    from sklearn.neighbors import NearestNeighbors
 
     X = np.asarray(X, dtype=np.float64)
     n = X.shape[0]

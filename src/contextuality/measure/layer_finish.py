@@ -25,7 +25,13 @@ from contextuality.measure.layer_result import LAYER_COLUMNS, POSTPROCESS_COLUMN
 from contextuality.measure.layer_rows import OccurrenceIndex
 from contextuality.measure.panel import empty_panel, panel_row
 from contextuality.measure.reference import (
-    Baseline, anisotropy_baseline, bootstrap_ci, bootstrap_input, intra_sentence_similarity, reported, row_norms,
+    Baseline,
+    anisotropy_baseline,
+    bootstrap_ci,
+    bootstrap_input,
+    intra_sentence_similarity,
+    reported,
+    row_norms,
     sentence_rows,
 )  # fmt: skip
 from contextuality.measure.transforms import Transform
@@ -193,7 +199,11 @@ def _mean_or_nan(values: np.ndarray) -> float:
 def _measures(self_similarity: np.ndarray, variant: _Variant, masked: bool) -> dict:
     """The layer means of one variant's measures, its baselines and the adjusted values (measure minus
     baseline, sampled and exact): the columns layers.parquet and postprocess.csv share."""
-    self_mean, intra_mean, mev_mean = _mean_or_nan(self_similarity), _mean_or_nan(variant.intra), _mean_or_nan(variant.mev)
+    self_mean, intra_mean, mev_mean = (
+        _mean_or_nan(self_similarity),
+        _mean_or_nan(variant.intra),
+        _mean_or_nan(variant.mev),
+    )
     baseline, exact, words = reported(variant.baseline), variant.exact, variant.words  # N/A from too few vectors
     return {
         "self_similarity": self_mean, "intra_sentence": intra_mean, "mev": mev_mean,

@@ -35,10 +35,22 @@ from contextuality.measure import backend
 from contextuality.measure.finite import non_finite_error
 from contextuality.measure.isotropy import sample_indices
 from contextuality.measure.layer_finish import (
-    GEOMETRY, SAMPLED_PAIRS, SENTENCE_SAMPLE, OnRows, SampledLayer, layer_result, stream,
+    GEOMETRY,
+    SAMPLED_PAIRS,
+    SENTENCE_SAMPLE,
+    OnRows,
+    SampledLayer,
+    layer_result,
+    stream,
 )  # fmt: skip
 from contextuality.measure.layer_pass import (
-    SHIFT_ROWS, CosinePassSums, LayerPass, LayerPassSums, NonFiniteRows, layer_shift, make_transform,
+    SHIFT_ROWS,
+    CosinePassSums,
+    LayerPass,
+    LayerPassSums,
+    NonFiniteRows,
+    layer_shift,
+    make_transform,
 )  # fmt: skip
 from contextuality.measure.layer_result import LayerResult
 from contextuality.measure.layer_rows import LayerRows, OccurrenceIndex, RowsInChunks, RowsInMemory
@@ -150,8 +162,7 @@ def measure_rows_then(rows: LayerRows, layer: int, index: OccurrenceIndex, setti
     on_rows = _measure(rows, data, index, settings, layer, COMPUTE_DTYPES[settings.compute_dtype])
 
     def result() -> LayerResult:
-        return layer_result(on_rows, data, index, units, settings, model=model, layer=layer, log=log,
-                            started=started)
+        return layer_result(on_rows, data, index, units, settings, model=model, layer=layer, log=log, started=started)
 
     return result
 
@@ -245,7 +256,9 @@ def _words(rows: LayerRows, index: OccurrenceIndex, transforms, tol: float, sett
                 for a, b in zip(starts, local_ends)
             ])  # fmt: skip
     words = {t.name: _concatenate_word_stats([part[t.name] for part in parts]) for t in transforms}
-    sampled = np.array([v for part in sampled_parts for v in part]) if sampled_parts else np.full(len(index.words), np.nan)
+    sampled = (
+        np.array([v for part in sampled_parts for v in part]) if sampled_parts else np.full(len(index.words), np.nan)
+    )
     return words, sampled
 
 
@@ -312,5 +325,3 @@ def _transforms(passed: LayerPass, settings: MeasureSettings) -> list[Transform]
     """``none`` first, then the ``postprocess`` variants in ``VARIANTS`` order."""
     names = ["none"] + [name for name in VARIANTS if name in settings.postprocess and name != "none"]
     return [make_transform(name, passed) for name in names]
-
-

@@ -141,7 +141,9 @@ def _cosine_block(Y, length: int, p: float, acc: dict, squares: bool = True, row
 def _new_cosine_acc(like, d: int) -> dict:
     """Zero sums of ``_cosine_block`` in ``like``'s backend (float64; counts as float64, exact to 2^53)."""
     xp, where = backend.namespace(like), backend.device(like)
-    acc = {name: xp.zeros(d, dtype=xp.float64, device=where) for name in ("sum_unit", "sum_weighted", "sum_weighted_sq")}
+    acc = {
+        name: xp.zeros(d, dtype=xp.float64, device=where) for name in ("sum_unit", "sum_weighted", "sum_weighted_sq")
+    }
     scalars = ("n_nonzero", "p_nonzero", "p2_nonzero", "p4_nonzero", "sentence_sq", "w_sum", "w2_sum")
     return acc | {name: xp.zeros((), dtype=xp.float64, device=where) for name in scalars}
 
@@ -163,7 +165,9 @@ def layer_shift(X) -> np.ndarray:
     alone), as numpy. Raises ``NonFiniteRows``."""
     xp = backend.namespace(X)
     n, d = X.shape
-    shift = backend.to_host(xp.sum(X[:SHIFT_ROWS, :], axis=0, dtype=xp.float64)) / min(n, SHIFT_ROWS) if n else np.zeros(d)
+    shift = (
+        backend.to_host(xp.sum(X[:SHIFT_ROWS, :], axis=0, dtype=xp.float64)) / min(n, SHIFT_ROWS) if n else np.zeros(d)
+    )
     if not np.isfinite(shift).all():  # a row it averages is not finite: refused before it spreads to every block
         finite = backend.to_host(xp.all(xp.isfinite(X[:SHIFT_ROWS, :]), axis=1))
         raise NonFiniteRows(int(np.flatnonzero(~finite)[0]))
@@ -182,7 +186,12 @@ class LayerPassSums:
     def __init__(self, n_sentences: int, shift: np.ndarray, work_dtype=np.float32, block_rows: int = BLOCK_ROWS, *,
                  rogue: bool = True):  # fmt: skip
         self.n_sentences, self.shift, self.work_dtype, self.block_rows, self.rogue = (
-            n_sentences, np.asarray(shift, dtype=np.float64), work_dtype, block_rows, rogue)
+            n_sentences,
+            np.asarray(shift, dtype=np.float64),
+            work_dtype,
+            block_rows,
+            rogue,
+        )
         self.n_rows = 0
         self.sums = None  # made on the first block, in its backend
 
@@ -245,8 +254,9 @@ class LayerPassSums:
         )  # fmt: skip
 
 
-def layer_pass(X, offsets: np.ndarray, work_dtype=np.float32, block_rows: int = BLOCK_ROWS, *,
-               rogue: bool = True) -> LayerPass:
+def layer_pass(
+    X, offsets: np.ndarray, work_dtype=np.float32, block_rows: int = BLOCK_ROWS, *, rogue: bool = True
+) -> LayerPass:
     """One pass over every row of a layer: moments (uniform and the paper's weights) and unit-row sums.
 
     Rows are visited by sentence length class, whole sentences per block, converted once to
@@ -274,10 +284,19 @@ class CosinePassSums:
     def __init__(self, n_sentences: int, d: int, transforms: list[Transform], work_dtype=np.float32,
                  block_rows: int = BLOCK_ROWS):  # fmt: skip
         self.n_sentences, self.d, self.transforms, self.work_dtype, self.block_rows = (
-            n_sentences, d, transforms, work_dtype, block_rows)
+            n_sentences,
+            d,
+            transforms,
+            work_dtype,
+            block_rows,
+        )
         self.accs = None  # made on the first block, in its backend
         shifts = [t.shift for t in transforms]
-        self.shared = transforms[0] if transforms and all(v is not None and np.array_equal(v, shifts[0]) for v in shifts) else None
+        self.shared = (
+            transforms[0]
+            if transforms and all(v is not None and np.array_equal(v, shifts[0]) for v in shifts)
+            else None
+        )
 
     def add(self, X, offsets: np.ndarray) -> None:
         if not self.transforms:
@@ -300,8 +319,9 @@ class CosinePassSums:
         return {name: _cosine_sums(acc) for name, acc in self.accs.items()}
 
 
-def cosine_pass(X, offsets: np.ndarray, transforms: list[Transform], work_dtype=np.float32,
-                block_rows: int = BLOCK_ROWS) -> dict[str, CosineSums]:
+def cosine_pass(
+    X, offsets: np.ndarray, transforms: list[Transform], work_dtype=np.float32, block_rows: int = BLOCK_ROWS
+) -> dict[str, CosineSums]:
     """Unit-row sums of each transformed layer (one read of every row for all ``transforms``).
 
     Their ``sum_weighted_sq`` is left 0 (only the stored vectors' rogue dimensions use it). Transforms

@@ -21,7 +21,17 @@ from contextuality.measure.panel import GEOMETRY_COLUMNS
 from contextuality.static.embeddings import write_embedding_text
 from contextuality.store.files import REBUILD_HINT, StoreError
 
-WORD_COLUMNS = ["model", "word", "layer", "n", "self_similarity", "self_similarity_sampled", "mev", "mev_literal", "mev_centered"]
+WORD_COLUMNS = [
+    "model",
+    "word",
+    "layer",
+    "n",
+    "self_similarity",
+    "self_similarity_sampled",
+    "mev",
+    "mev_literal",
+    "mev_centered",
+]
 LAYER_COLUMNS = [
     "model", "layer", "n_words", "n_sentences_sampled",
     "self_similarity", "self_similarity_ci_low", "self_similarity_ci_high",
@@ -69,8 +79,9 @@ class LayerResult:
         return self.row["layer"]
 
 
-def write_layer_results(result: LayerResult, out_record: Path, out_words: Path, out_pcs: Path, *,
-                        provenance_sha256: str = "") -> None:
+def write_layer_results(
+    result: LayerResult, out_record: Path, out_words: Path, out_pcs: Path, *, provenance_sha256: str = ""
+) -> None:
     """One layer's results: its record (JSON, floats exact: its row, post-processing rows, rogue
     contributions, shape and ``provenance_sha256``, the digest of the manifest's provenance it was measured
     against), its words table (parquet), its PC vectors (text)."""

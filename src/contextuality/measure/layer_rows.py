@@ -18,7 +18,11 @@ from tqdm import tqdm
 from contextuality.measure import backend
 from contextuality.measure.layer_pass import BLOCK_ROWS
 from contextuality.measure.streaming import (
-    Chunk, MemoryPlan, OccurrenceSpill, read_chunks, sentence_chunks,
+    Chunk,
+    MemoryPlan,
+    OccurrenceSpill,
+    read_chunks,
+    sentence_chunks,
 )  # fmt: skip
 from contextuality.measure.word_pcs import group_sizes
 

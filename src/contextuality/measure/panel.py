@@ -23,16 +23,34 @@ import json
 import numpy as np
 
 from contextuality.measure.isotropy import (
-    TWONN_DISCARD_FRACTION, gaussian_null, isotropy_measures, permuted_null, sample_rows,
+    TWONN_DISCARD_FRACTION,
+    gaussian_null,
+    isotropy_measures,
+    permuted_null,
+    sample_rows,
 )  # fmt: skip
 from contextuality.measure.rogue import (
-    MASSIVE_ABSOLUTE, MASSIVE_RELATIVE, MassiveActivations, RogueSummary, massive_activations, massive_carriers,
+    MASSIVE_ABSOLUTE,
+    MASSIVE_RELATIVE,
+    MassiveActivations,
+    RogueSummary,
+    massive_activations,
+    massive_carriers,
     rogue_dimensions,
 )  # fmt: skip
 
 # The isotropy measures of isotropy.isotropy_measures, and the columns of its null controls.
-ISOTROPY_COLUMNS = ["pc1_ratio", "effective_rank", "isoscore", "isoscore_star", "twonn_dimension", "twonn_duplicate_fraction"]
-NULL_COLUMNS = [f"null_{null}_{column}" for null in ("gaussian", "permuted") for column in ISOTROPY_COLUMNS + ["rogue_top1_share"]]
+ISOTROPY_COLUMNS = [
+    "pc1_ratio",
+    "effective_rank",
+    "isoscore",
+    "isoscore_star",
+    "twonn_dimension",
+    "twonn_duplicate_fraction",
+]
+NULL_COLUMNS = [
+    f"null_{null}_{column}" for null in ("gaussian", "permuted") for column in ISOTROPY_COLUMNS + ["rogue_top1_share"]
+]
 GEOMETRY_COLUMNS = [
     "rogue_anisotropy", "rogue_top1_share", "rogue_top3_share", "rogue_top10_share", "rogue_dims",
     "massive_dims", "massive_occurrences", "massive_top_units", "massive_first_position_share",

@@ -12,6 +12,7 @@ import numpy as np
 
 from contextuality.measure.reference import row_blocks
 
+
 def standardize(X: np.ndarray, dtype=np.float64) -> np.ndarray:
     """Z-score each dimension with the layer's own mean and (population) standard deviation.
 

@@ -215,7 +215,12 @@ def bootstrap_ci(
     if trivial is not None:
         return trivial
     result = scipy.stats.bootstrap(
-        (values,), np.mean, n_resamples=n_resamples, confidence_level=confidence_level,
-        method="percentile", rng=rng, batch=max(1, (1 << 22) // len(values)),
+        (values,),
+        np.mean,
+        n_resamples=n_resamples,
+        confidence_level=confidence_level,
+        method="percentile",
+        rng=rng,
+        batch=max(1, (1 << 22) // len(values)),
     )
     return float(result.confidence_interval.low), float(result.confidence_interval.high)

@@ -142,7 +142,10 @@ def anisotropy_noise(n_rows: int, d: int, weights: np.ndarray | None = None) -> 
 
 
 def rogue_shares(
-    contributions: np.ndarray, noise: float = 0.0, sigmas: float = ROGUE_NOISE_SIGMAS, top: int = ROGUE_TOP,
+    contributions: np.ndarray,
+    noise: float = 0.0,
+    sigmas: float = ROGUE_NOISE_SIGMAS,
+    top: int = ROGUE_TOP,
     shares: tuple[int, ...] = ROGUE_SHARES,
 ) -> tuple[dict, np.ndarray]:
     """Top-k shares of the anisotropy (sum of the k largest C_k / sum of all C_k) and the top dimensions.
@@ -303,7 +306,9 @@ def median_abs_blocks(blocks, n_rows: int, d: int, dtype, exact_limit: int = MED
     return float(np.mean(np.partition(inside, local)[local]))
 
 
-def massive_activations(X, absolute: float = MASSIVE_ABSOLUTE, relative: float = MASSIVE_RELATIVE) -> MassiveActivations:
+def massive_activations(
+    X, absolute: float = MASSIVE_ABSOLUTE, relative: float = MASSIVE_RELATIVE
+) -> MassiveActivations:
     """The layer's massive activations: entries with |x| > ``absolute`` and |x| >= ``relative`` x median |x|.
 
     Sun et al. (2024) call an activation massive when it exceeds 100 in magnitude and is about 1,000
@@ -326,8 +331,14 @@ def largest_magnitude(blocks, dtype, absolute: float = MASSIVE_ABSOLUTE) -> bool
 
 
 def massive_activations_blocks(
-    blocks, n_rows: int, d: int, dtype, absolute: float = MASSIVE_ABSOLUTE, relative: float = MASSIVE_RELATIVE,
-    *, any_above: bool | None = None,
+    blocks,
+    n_rows: int,
+    d: int,
+    dtype,
+    absolute: float = MASSIVE_ABSOLUTE,
+    relative: float = MASSIVE_RELATIVE,
+    *,
+    any_above: bool | None = None,
 ) -> MassiveActivations:
     """``massive_activations`` of a layer given as blocks (``median_abs_blocks``: numpy or any device): the
     same result, each pass over the layer one call of ``blocks()``. ``any_above``: ``largest_magnitude``'s
@@ -347,7 +358,7 @@ def massive_activations_blocks(
         xp = backend.namespace(block)
         keys = backend.magnitude_keys(block)
         mask = (keys >= key) & _is_number(keys, dtype)
-        rows[first:first + block.shape[0]] = backend.to_host(xp.any(mask, axis=1))
+        rows[first : first + block.shape[0]] = backend.to_host(xp.any(mask, axis=1))
         counts += backend.to_host(xp.sum(xp.astype(mask, xp.int64), axis=0))
     dims = np.flatnonzero(counts)
     return MassiveActivations(dims, counts[dims], rows, float(threshold), median)

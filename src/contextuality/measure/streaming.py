@@ -67,7 +67,9 @@ def plan_memory(n_rows: int, d: int, work_itemsize: int, budget_mb: int) -> Memo
         )
     if n_rows * row_bytes <= free:
         return MemoryPlan(True, n_rows, n_rows)
-    return MemoryPlan(False, max(1, free // 2 // (row_bytes * CHUNK_COPIES)), max(1, free // 2 // (row_bytes * GROUP_COPIES)))
+    return MemoryPlan(
+        False, max(1, free // 2 // (row_bytes * CHUNK_COPIES)), max(1, free // 2 // (row_bytes * GROUP_COPIES))
+    )
 
 
 def bounded_ranges(bounds: np.ndarray, limit: int) -> list[tuple[int, int]]:

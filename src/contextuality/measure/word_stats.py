@@ -88,8 +88,9 @@ def _self_similarity_rows(Y, transform: Transform | None = None):
     return self_similarity_from_sums(total, count)
 
 
-def _finish_words(out: dict, at, total_var, mean_sq, n, theta, centred_top, projected_var, v1, mean,
-                  with_vectors: bool) -> None:
+def _finish_words(
+    out: dict, at, total_var, mean_sq, n, theta, centred_top, projected_var, v1, mean, with_vectors: bool
+) -> None:
     """MEV variants (``word_pcs._finish``) of a batch of words from their spectra, written into ``out`` at
     the words' places ``at`` (an index array on the rows' device)."""
     xp = backend.namespace(total_var)
@@ -140,7 +141,9 @@ def _gram_batch(out: dict, at, C, valid, n, mean, work_dtype, skip_tol, with_vec
     else:
         theta, u1 = top_eigenpairs(gram, (gram @ e[:, :, None])[:, :, 0], valid)
         if live.any():
-            centred_top[live_at], _ = top_eigenpairs(xp.take(gram_c, live_at, axis=0), None, xp.take(valid, live_at, axis=0))
+            centred_top[live_at], _ = top_eigenpairs(
+                xp.take(gram_c, live_at, axis=0), None, xp.take(valid, live_at, axis=0)
+            )
     # C v1 = C X^T u1 / sigma_1 = (G_c + a 1^T) u1 / sigma_1
     u1w = xp.astype(u1, work_dtype)
     weight = xp.sum(u1 * xp.astype(valid, f64), axis=1)
@@ -174,8 +177,16 @@ def _scatter_batch(out: dict, at, scatters, means, n, work_dtype, skip_tol, with
     _finish_words(out, at, total_var, mean_sq, n, theta, centred_top, projected_var, v1, means, with_vectors)
 
 
-def word_stats(X, rows: np.ndarray, group_starts: np.ndarray, transforms: list[Transform], *,
-               degenerate_tol: float, work_dtype=np.float32, first_vectors: bool = True) -> dict[str, WordStats]:
+def word_stats(
+    X,
+    rows: np.ndarray,
+    group_starts: np.ndarray,
+    transforms: list[Transform],
+    *,
+    degenerate_tol: float,
+    work_dtype=np.float32,
+    first_vectors: bool = True,
+) -> dict[str, WordStats]:
     """Self-similarity and the MEV variants of every word, for the stored vectors and each variant.
 
     ``X`` is the layer (any float dtype, numpy or a torch tensor on any device); word i's occurrences are
@@ -293,7 +304,9 @@ class _WordPass:
                 subtract_in_two_parts(block, mean)
                 scatter = xp.matrix_transpose(block) @ block
                 for t in transforms:
-                    collected[t.name][0].append(scatter if t.identity else xp.astype(t.sandwich(scatter), self.work_dtype))
+                    collected[t.name][0].append(
+                        scatter if t.identity else xp.astype(t.sandwich(scatter), self.work_dtype)
+                    )
             n = backend.like(sizes[batch].astype(np.float64), self.X)
             for i, t in enumerate(transforms):
                 scatters, means = (xp.stack(v) for v in collected[t.name])

@@ -216,9 +216,7 @@ class ElmoBiLM(nn.Module):
         self.char_cnn = CharCNN(options)
         # lstms[direction][layer]; every layer reads and writes projection_dim features.
         dims = (self.projection_dim, self.cell_dim, self.projection_dim, lstm["cell_clip"], lstm["proj_clip"])
-        self.lstms = nn.ModuleList(
-            nn.ModuleList(ProjectedLSTM(*dims) for _ in range(self.n_layers)) for _ in range(2)
-        )
+        self.lstms = nn.ModuleList(nn.ModuleList(ProjectedLSTM(*dims) for _ in range(self.n_layers)) for _ in range(2))
         self.stateful = stateful
         self._states: tuple[torch.Tensor, torch.Tensor] | None = None
 
@@ -289,9 +287,7 @@ class ElmoBiLM(nn.Module):
                 final_c.append(c)
             inputs = outputs
             layers.append(torch.cat([outputs[0], _reverse_within_lengths(outputs[1], lengths)], dim=-1))
-        self._keep_states(
-            tuple(torch.stack(s).view(self.n_layers, 2, batch_size, -1) for s in (final_h, final_c))
-        )
+        self._keep_states(tuple(torch.stack(s).view(self.n_layers, 2, batch_size, -1) for s in (final_h, final_c)))
         return layers, mask
 
 

@@ -60,8 +60,9 @@ class OutputHead:
         return int(self.unembedding.shape[1])
 
 
-def load_output_head(record: dict, model_dir: str | Path, *, dtype: str = "float32",
-                     allow_pickle: bool = False) -> OutputHead | None:
+def load_output_head(
+    record: dict, model_dir: str | Path, *, dtype: str = "float32", allow_pickle: bool = False
+) -> OutputHead | None:
     """The model's output head, or None when it has none that the checkpoint fills (the files verified first)."""
     head, reason = output_head_or_reason(record, model_dir, dtype=dtype, allow_pickle=allow_pickle)
     if head is None:
@@ -69,8 +70,9 @@ def load_output_head(record: dict, model_dir: str | Path, *, dtype: str = "float
     return head
 
 
-def output_head_or_reason(record: dict, model_dir: str | Path, *, dtype: str = "float32",
-                          allow_pickle: bool = False) -> tuple[OutputHead | None, str]:
+def output_head_or_reason(
+    record: dict, model_dir: str | Path, *, dtype: str = "float32", allow_pickle: bool = False
+) -> tuple[OutputHead | None, str]:
     """(head, "") or (None, why there is none): no prediction head, an incomplete one, or an unsupported kind.
 
     ``allow_pickle``: the model's setting (``models.{key}.allow_pickle``).
@@ -90,7 +92,7 @@ def output_head_or_reason(record: dict, model_dir: str | Path, *, dtype: str = "
 
 
 def _head_kind(folder: Path) -> tuple[str | None, str]:
-    """"masked" for a model type transformers has a masked-LM class for, "causal" for a decoder-only one."""
+    """ "masked" for a model type transformers has a masked-LM class for, "causal" for a decoder-only one."""
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
@@ -114,7 +116,10 @@ def _load_with_head(folder: Path, kind: str, dtype: str, allow_pickle: bool):
                                            dtype=getattr(torch, dtype), output_loading_info=True)  # fmt: skip
     except Exception as err:  # transformers' errors have no common base (a shape mismatch raises here)
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        return None, f"no output layer: transformers cannot load the model with a {kind} LM head ({type(err).__name__}: {first})"
+        return (
+            None,
+            f"no output layer: transformers cannot load the model with a {kind} LM head ({type(err).__name__}: {first})",
+        )
     missing = sorted(info["missing_keys"])
     mismatched = sorted(name for name, *_ in info.get("mismatched_keys", []))
     if not missing and not mismatched:
@@ -169,8 +174,10 @@ def _masked_transform(model):
     lm_head = getattr(model, "lm_head", None)
     if lm_head is not None and hasattr(lm_head, "dense") and hasattr(lm_head, "layer_norm"):
         return torch.nn.Sequential(lm_head.dense, torch.nn.GELU(), lm_head.layer_norm), ""
-    return None, (f"no output layer for the lens: {type(model).__name__}'s head is neither BERT's cls.predictions "
-                  "nor RoBERTa's lm_head (dense, GELU, layer_norm)")
+    return None, (
+        f"no output layer for the lens: {type(model).__name__}'s head is neither BERT's cls.predictions "
+        "nor RoBERTa's lm_head (dense, GELU, layer_norm)"
+    )
 
 
 def _array(tensor) -> np.ndarray:

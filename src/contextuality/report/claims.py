@@ -39,10 +39,16 @@ CHECKS: dict[str, Callable[[ModelView], Result]] = LAYER_CHECKS | TABLE1_CHECKS
 OWN_CORPUS_CLAIMS = ("A9d", "A10")
 
 
-def evaluate_claims(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, pd.DataFrame] | None,
-                    labels: dict[str, str], paper_models: dict[str, str | None], *,
-                    sources: dict[str, dict] | None = None, table1: pd.DataFrame | None = None,
-                    corpus: dict | None = None) -> pd.DataFrame:
+def evaluate_claims(
+    layer_tables: dict[str, pd.DataFrame],
+    word_tables: dict[str, pd.DataFrame] | None,
+    labels: dict[str, str],
+    paper_models: dict[str, str | None],
+    *,
+    sources: dict[str, dict] | None = None,
+    table1: pd.DataFrame | None = None,
+    corpus: dict | None = None,
+) -> pd.DataFrame:
     """Evaluate every applicable claim on every model; one row per (model, claim).
 
     Columns: model, label, paper_model, stand_in, role (one sentence: paper checkpoint or stand-in),
@@ -59,8 +65,16 @@ def evaluate_claims(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str
         run_table1 = table1[table1["source"] == "this run"] if "source" in table1.columns else table1
     rows = []
     for key, table in layer_tables.items():
-        rows += _model_claims(key, table, labels.get(key, key), paper_models.get(key), sources.get(key),
-                              word_tables.get(key), run_table1, _other_corpus(corpus))
+        rows += _model_claims(
+            key,
+            table,
+            labels.get(key, key),
+            paper_models.get(key),
+            sources.get(key),
+            word_tables.get(key),
+            run_table1,
+            _other_corpus(corpus),
+        )
     return pd.DataFrame(rows)
 
 
@@ -68,12 +82,22 @@ def _other_corpus(corpus: dict | None) -> str:
     """Why the own-corpus claims are N/A on a corpus that is not STS (its ``corpus.json`` record); '' for STS."""
     if corpus is None:
         return ""
-    return (f"this run's corpus is not the paper's: {corpus['n_sentences']:,} sentences from corpus.source "
-            f"'{corpus['source']}', while the paper's numbers were measured on STS 2012-2016")
+    return (
+        f"this run's corpus is not the paper's: {corpus['n_sentences']:,} sentences from corpus.source "
+        f"'{corpus['source']}', while the paper's numbers were measured on STS 2012-2016"
+    )
 
 
-def _model_claims(key: str, table: pd.DataFrame, label: str, pm: str | None, source: dict | None,
-                  words: pd.DataFrame | None, table1: pd.DataFrame | None, other_corpus: str = "") -> list[dict]:
+def _model_claims(
+    key: str,
+    table: pd.DataFrame,
+    label: str,
+    pm: str | None,
+    source: dict | None,
+    words: pd.DataFrame | None,
+    table1: pd.DataFrame | None,
+    other_corpus: str = "",
+) -> list[dict]:
     """The rows of ``evaluate_claims`` for one model."""
     depth = model_depth(table)
     stand_in, role = model_role(key, label, depth, pm, source)
@@ -100,10 +124,23 @@ def _model_claims(key: str, table: pd.DataFrame, label: str, pm: str | None, sou
             note = "; ".join(filter(None, [f"stand-in for {PAPER_LABELS[pm]}", note]))
         if final_norm and c.id in LAST_LAYER_CLAIMS:
             note = "; ".join(filter(None, [note, final_norm]))
-        rows.append({"model": key, "label": label, "paper_model": pm, "stand_in": stand_in, "role": role,
-                     "claim": c.id, "about": ", ".join(PAPER_LABELS[p] for p in c.about) or "all models",
-                     "statement": c.text, "status": status, "evidence": evidence, "note": note,
-                     "status_exact": status_exact, "evidence_exact": evidence_exact})
+        rows.append(
+            {
+                "model": key,
+                "label": label,
+                "paper_model": pm,
+                "stand_in": stand_in,
+                "role": role,
+                "claim": c.id,
+                "about": ", ".join(PAPER_LABELS[p] for p in c.about) or "all models",
+                "statement": c.text,
+                "status": status,
+                "evidence": evidence,
+                "note": note,
+                "status_exact": status_exact,
+                "evidence_exact": evidence_exact,
+            }
+        )
     return rows
 
 
@@ -114,8 +151,10 @@ def _too_few_baseline_vectors(table: pd.DataFrame) -> str:
     counts = table["n_baseline_vectors"]
     if not (counts < MIN_BASELINE_VECTORS).any():
         return ""
-    return (f"judged with the exact baselines: the sampled ones are N/A, drawn from {int(counts.min())} vectors, fewer "
-            f"than {MIN_BASELINE_VECTORS} (a tiny corpus: pairs drawn with replacement would pair a vector with itself)")
+    return (
+        f"judged with the exact baselines: the sampled ones are N/A, drawn from {int(counts.min())} vectors, fewer "
+        f"than {MIN_BASELINE_VECTORS} (a tiny corpus: pairs drawn with replacement would pair a vector with itself)"
+    )
 
 
 def _exact_view(table: pd.DataFrame) -> pd.DataFrame:
@@ -139,25 +178,37 @@ def _final_norm_note(table: pd.DataFrame, depth: int) -> str:
         return ""
     if int(np.nan_to_num(table.loc[depth, "after_final_norm"])) != 1:
         return ""
-    return (f"layer {depth} is the hidden state after the model's final norm (as transformers returns the last "
-            "layer of a pre-norm decoder); every other layer is the raw residual stream")
+    return (
+        f"layer {depth} is the hidden state after the model's final norm (as transformers returns the last "
+        "layer of a pre-norm decoder); every other layer is the raw residual stream"
+    )
 
 
-_INTRO = ("Ethayarajh (EMNLP 2019), *How Contextual are Contextualized Word Representations?* "
-          "Each claim is evaluated on this run's numbers: **HOLDS**, **FAILS**, or **N/A** (not checkable "
-          "with these outputs). Claims about one of the paper's models are checked on the run's model "
-          "mapped to it; a stand-in is a different checkpoint, so a FAIL there says the claim does not "
-          "carry over, not that the paper is wrong. *Adjusted* = raw minus the layer's anisotropy baseline. "
-          "Every claim is checked with the paper's sampled baselines; *Exact baseline* gives the verdict "
-          "with the exact baselines (every row, no sampling noise) in their place, and `(exact: ...)` marks "
-          "a verdict that changes with them.")
+_INTRO = (
+    "Ethayarajh (EMNLP 2019), *How Contextual are Contextualized Word Representations?* "
+    "Each claim is evaluated on this run's numbers: **HOLDS**, **FAILS**, or **N/A** (not checkable "
+    "with these outputs). Claims about one of the paper's models are checked on the run's model "
+    "mapped to it; a stand-in is a different checkpoint, so a FAIL there says the claim does not "
+    "carry over, not that the paper is wrong. *Adjusted* = raw minus the layer's anisotropy baseline. "
+    "Every claim is checked with the paper's sampled baselines; *Exact baseline* gives the verdict "
+    "with the exact baselines (every row, no sampling noise) in their place, and `(exact: ...)` marks "
+    "a verdict that changes with them."
+)
 
 
-def claims_report(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, pd.DataFrame] | None,
-                  labels: dict[str, str], paper_models: dict[str, str | None], out_md, *,
-                  sources: dict[str, dict] | None = None, losses: dict[str, dict] | None = None,
-                  table1: pd.DataFrame | None = None, extra_sections: list[str] | None = None,
-                  corpus: dict | None = None) -> pd.DataFrame:
+def claims_report(
+    layer_tables: dict[str, pd.DataFrame],
+    word_tables: dict[str, pd.DataFrame] | None,
+    labels: dict[str, str],
+    paper_models: dict[str, str | None],
+    out_md,
+    *,
+    sources: dict[str, dict] | None = None,
+    losses: dict[str, dict] | None = None,
+    table1: pd.DataFrame | None = None,
+    extra_sections: list[str] | None = None,
+    corpus: dict | None = None,
+) -> pd.DataFrame:
     """Check the paper's claims on this run and write them as Markdown; returns the results table.
 
     ``extra_sections``: Markdown lines appended before the losses (the word-senses claims). ``corpus``: the
@@ -168,8 +219,9 @@ def claims_report(layer_tables: dict[str, pd.DataFrame], word_tables: dict[str, 
     ones give N/A). ``paper_models`` and ``sources`` are as in ``report.summary.summary_table``;
     ``table1`` is the run's table1.csv (claims A9a-d).
     """
-    results = evaluate_claims(layer_tables, word_tables, labels, paper_models, sources=sources, table1=table1,
-                              corpus=corpus)
+    results = evaluate_claims(
+        layer_tables, word_tables, labels, paper_models, sources=sources, table1=table1, corpus=corpus
+    )
     md = ["# The paper's claims, checked on this run", "", _INTRO, "", *corpus_section(corpus), "## Overview", ""]
     md += _overview(results, list(layer_tables), labels)
     for model, table in layer_tables.items():
@@ -209,11 +261,15 @@ def _overview(results: pd.DataFrame, models: list[str], labels: dict[str, str]) 
         about = ", ".join(PAPER_LABELS[p] for p in c.about) or "all models"
         rows.append([c.id, about, c.source, *cells])
     header = ["Claim", "About", "Source"] + [md_text(labels.get(m, m)) for m in models]
-    return [pipe_table(header, rows, "-" * len(header)), "",
-            "Source: where the paper states it (Ethayarajh 2019, https://aclanthology.org/D19-1006/: its sections, "
-            "figures and Table 1). `·` = the claim is about a paper model "
-            "this model does not stand for. A9a-d compare the rows the paper's Table 1 shows: every static "
-            f"baseline and each model's layers 1, 2, L-1 and L, with a tolerance of {A9_TOLERANCE}.", ""]
+    return [
+        pipe_table(header, rows, "-" * len(header)),
+        "",
+        "Source: where the paper states it (Ethayarajh 2019, https://aclanthology.org/D19-1006/: its sections, "
+        "figures and Table 1). `·` = the claim is about a paper model "
+        "this model does not stand for. A9a-d compare the rows the paper's Table 1 shows: every static "
+        f"baseline and each model's layers 1, 2, L-1 and L, with a tolerance of {A9_TOLERANCE}.",
+        "",
+    ]
 
 
 def _model_section(sub: pd.DataFrame, model: str, label: str, table: pd.DataFrame) -> list[str]:
@@ -237,9 +293,14 @@ def _unchecked_section(paper_models: dict[str, str | None]) -> list[str]:
     unchecked = [c for c in CLAIMS if c.about and not covered.intersection(c.about)]
     if not unchecked:
         return []
-    return ["## Claims no model of this run can check", "",
-            "No model of this run stands for the paper model these claims are about.", "",
-            *(f"- **{c.id}** ({', '.join(PAPER_LABELS[p] for p in c.about)}): {c.text}" for c in unchecked), ""]
+    return [
+        "## Claims no model of this run can check",
+        "",
+        "No model of this run stands for the paper model these claims are about.",
+        "",
+        *(f"- **{c.id}** ({', '.join(PAPER_LABELS[p] for p in c.about)}): {c.text}" for c in unchecked),
+        "",
+    ]
 
 
 def _degenerate_line(table: pd.DataFrame) -> str:
@@ -248,7 +309,9 @@ def _degenerate_line(table: pd.DataFrame) -> str:
         return ""
     counts = table.set_index("layer")["n_degenerate_words"].astype(int).sort_index()
     upper = counts.loc[1:]
-    text = f"Degenerate words (every occurrence identical up to storage rounding, so no MEV): layer 0: {counts.get(0, 0)}"
+    text = (
+        f"Degenerate words (every occurrence identical up to storage rounding, so no MEV): layer 0: {counts.get(0, 0)}"
+    )
     if len(upper):
         text += f"; layers 1-{int(upper.index.max())}: {int(upper.min())}-{int(upper.max())}"
     return text + " (of " + str(int(table["n_words"].max())) + " words)." if "n_words" in table.columns else text + "."

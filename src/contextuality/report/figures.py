@@ -55,8 +55,9 @@ def _x(layers: np.ndarray, depth: int, relative_depth: bool) -> np.ndarray:
     return layers / max(depth, 1) if relative_depth else layers.astype(float)
 
 
-def _series(table: pd.DataFrame, value: str, ci: tuple[str, str] | None, shift: str | None,
-            min_layer: int = 0) -> pd.DataFrame:
+def _series(
+    table: pd.DataFrame, value: str, ci: tuple[str, str] | None, shift: str | None, min_layer: int = 0
+) -> pd.DataFrame:
     """Layer, value and CI bounds (shifted by a baseline column when the CI is of the raw measure).
 
     The CI columns of layers.parquet bound the raw measure; the adjusted measure is raw minus a
@@ -106,9 +107,17 @@ def _save(fig, png: str | os.PathLike, pdf: str | os.PathLike) -> tuple[Path, Pa
     return Path(png), Path(pdf)
 
 
-def _line_figure(name: str, value: str, ci: tuple[str, str] | None, shift: str | None,
-                 layer_tables: dict[str, pd.DataFrame], labels: dict[str, str],
-                 png, pdf, relative_depth: bool) -> tuple[Path, Path]:
+def _line_figure(
+    name: str,
+    value: str,
+    ci: tuple[str, str] | None,
+    shift: str | None,
+    layer_tables: dict[str, pd.DataFrame],
+    labels: dict[str, str],
+    png,
+    pdf,
+    relative_depth: bool,
+) -> tuple[Path, Path]:
     """One line per model over layers, with a CI band where the table has one."""
     fig, ax = plt.subplots(figsize=(9, 4.5))
     shown, max_layer = [], 0
@@ -120,8 +129,15 @@ def _line_figure(name: str, value: str, ci: tuple[str, str] | None, shift: str |
         max_layer = max(max_layer, depth)
         x = _x(s["layer"].to_numpy(), depth, relative_depth)
         style = _style(i)
-        ax.plot(x, s["value"], linestyle=":", linewidth=1.8, markersize=6,
-                label=plain_text(labels.get(model, model)), **style)
+        ax.plot(
+            x,
+            s["value"],
+            linestyle=":",
+            linewidth=1.8,
+            markersize=6,
+            label=plain_text(labels.get(model, model)),
+            **style,
+        )
         if "low" in s and np.isfinite(s[["low", "high"]].to_numpy()).any():
             ax.fill_between(x, s["low"], s["high"], color=style["color"], alpha=0.15, linewidth=0)
             shown += [s["low"].to_numpy(), s["high"].to_numpy()]
@@ -132,39 +148,60 @@ def _line_figure(name: str, value: str, ci: tuple[str, str] | None, shift: str |
     return _save(fig, png, pdf)
 
 
-def plot_anisotropy(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], png, pdf, *,
-                    relative_depth: bool = False) -> tuple[Path, Path]:
+def plot_anisotropy(
+    layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], png, pdf, *, relative_depth: bool = False
+) -> tuple[Path, Path]:
     """Figure 1: average cosine between randomly sampled words (the anisotropy baseline) per layer."""
-    return _line_figure("anisotropy", "baseline_cosine", None, None, layer_tables, labels, png, pdf,
-                        relative_depth)
+    return _line_figure("anisotropy", "baseline_cosine", None, None, layer_tables, labels, png, pdf, relative_depth)
 
 
-def plot_self_similarity(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], png, pdf, *,
-                         relative_depth: bool = False) -> tuple[Path, Path]:
+def plot_self_similarity(
+    layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], png, pdf, *, relative_depth: bool = False
+) -> tuple[Path, Path]:
     """Figure 2: average self-similarity minus the baseline per layer, with its CI band."""
-    return _line_figure("self_similarity", "adjusted_self_similarity",
-                        ("self_similarity_ci_low", "self_similarity_ci_high"), "baseline_cosine",
-                        layer_tables, labels, png, pdf, relative_depth)
+    return _line_figure(
+        "self_similarity",
+        "adjusted_self_similarity",
+        ("self_similarity_ci_low", "self_similarity_ci_high"),
+        "baseline_cosine",
+        layer_tables,
+        labels,
+        png,
+        pdf,
+        relative_depth,
+    )
 
 
-def plot_intra_sentence(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], png, pdf, *,
-                        relative_depth: bool = False) -> tuple[Path, Path]:
+def plot_intra_sentence(
+    layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], png, pdf, *, relative_depth: bool = False
+) -> tuple[Path, Path]:
     """Figure 3: average intra-sentence similarity minus the baseline per layer, with its CI band."""
-    return _line_figure("intra_sentence", "adjusted_intra_sentence",
-                        ("intra_sentence_ci_low", "intra_sentence_ci_high"), "baseline_cosine",
-                        layer_tables, labels, png, pdf, relative_depth)
+    return _line_figure(
+        "intra_sentence",
+        "adjusted_intra_sentence",
+        ("intra_sentence_ci_low", "intra_sentence_ci_high"),
+        "baseline_cosine",
+        layer_tables,
+        labels,
+        png,
+        pdf,
+        relative_depth,
+    )
 
 
-def plot_mev(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], png, pdf, *,
-             relative_depth: bool = False) -> tuple[Path, Path]:
+def plot_mev(
+    layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], png, pdf, *, relative_depth: bool = False
+) -> tuple[Path, Path]:
     """Figure 4: average MEV minus its baseline as grouped bars for layers ≥ 1, with a 5% line.
 
     Unlike the paper (y limited to [0, 0.1]) the y range widens to show negative bars, which
     GPT-2-like models produce.
     """
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    series = {m: _series(t, "adjusted_mev", ("mev_ci_low", "mev_ci_high"), "baseline_mev", min_layer=1)
-              for m, t in layer_tables.items()}
+    series = {
+        m: _series(t, "adjusted_mev", ("mev_ci_low", "mev_ci_high"), "baseline_mev", min_layer=1)
+        for m, t in layer_tables.items()
+    }
     present = [m for m, s in series.items() if not s.empty]
     n = max(len(present), 1)
     max_layer = max((model_depth(layer_tables[m]) for m in present), default=1)
@@ -182,9 +219,19 @@ def plot_mev(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], png,
         if "low" in s and np.isfinite(s[["low", "high"]].to_numpy()).all():
             err = np.vstack([s["value"] - s["low"], s["high"] - s["value"]]).clip(min=0)
             shown += [s["low"].to_numpy(), s["high"].to_numpy()]
-        ax.bar(x, s["value"], width=width, color=style["color"], edgecolor="black", linewidth=0.4,
-               hatch=None if i < 10 else "//", yerr=err, capsize=2, error_kw={"elinewidth": 0.8},
-               label=plain_text(labels.get(model, model)))
+        ax.bar(
+            x,
+            s["value"],
+            width=width,
+            color=style["color"],
+            edgecolor="black",
+            linewidth=0.4,
+            hatch=None if i < 10 else "//",
+            yerr=err,
+            capsize=2,
+            error_kw={"elinewidth": 0.8},
+            label=plain_text(labels.get(model, model)),
+        )
         shown.append(s["value"].to_numpy())
     ax.axhline(MEV_THRESHOLD, color="black", linestyle="--", linewidth=1.0, label="5% of variance")
     ax.axhline(0.0, color="black", linewidth=0.6)
@@ -205,26 +252,37 @@ _PLOTTERS = {
 assert tuple(_PLOTTERS) == FIGURES, (tuple(_PLOTTERS), FIGURES)
 
 
-def plot_all(layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], out_dir, *,
-             relative_depth: bool = False) -> dict[str, tuple[Path, Path]]:
+def plot_all(
+    layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], out_dir, *, relative_depth: bool = False
+) -> dict[str, tuple[Path, Path]]:
     """Draw Figures 1-4 into ``out_dir/{name}.png`` and ``.pdf``; returns name -> (png, pdf)."""
     out_dir = Path(out_dir)
-    return {name: plot(layer_tables, labels, out_dir / f"{name}.png", out_dir / f"{name}.pdf",
-                       relative_depth=relative_depth)
-            for name, plot in _PLOTTERS.items()}
+    return {
+        name: plot(
+            layer_tables, labels, out_dir / f"{name}.png", out_dir / f"{name}.pdf", relative_depth=relative_depth
+        )
+        for name, plot in _PLOTTERS.items()
+    }
 
 
 # --------------------------------------------------------------------------------------------------
 # Per model: the geometry dashboard and the rogue dimensions across layers
 
-VARIANT_STYLES = {"standardize": {"color": "tab:orange", "linestyle": "--"}, "abtt": {"color": "tab:green", "linestyle": "-."}}
+VARIANT_STYLES = {
+    "standardize": {"color": "tab:orange", "linestyle": "--"},
+    "abtt": {"color": "tab:green", "linestyle": "-."},
+}
 NULL_STYLES = {"gaussian": {"color": "0.45", "linestyle": ":", "linewidth": 1.4},
                "permuted": {"color": "0.6", "linestyle": (0, (5, 2)), "linewidth": 1.2}}  # fmt: skip
 NULL_LABELS = {"gaussian": "null: isotropic Gaussian", "permuted": "null: dimensions permuted"}
 # Plain names in the figures for the code names of the tables' columns and variants.
 VARIANT_LABELS = {"standardize": "standardised", "abtt": "all-but-the-top removed"}
-MEASURE_LABELS = {"isoscore": "IsoScore", "isoscore_star": "IsoScore*", "effective_rank": "effective rank",
-                  "twonn_dimension": "intrinsic dimension"}
+MEASURE_LABELS = {
+    "isoscore": "IsoScore",
+    "isoscore_star": "IsoScore*",
+    "effective_rank": "effective rank",
+    "twonn_dimension": "intrinsic dimension",
+}
 
 
 def legend_below(ax, fontsize: float = 9, ncol: int = 1) -> None:
@@ -264,8 +322,9 @@ def _mark_final_norm(axes, table: pd.DataFrame, x: np.ndarray) -> None:
             ax.axvline(position, color="tab:purple", linewidth=0.8, alpha=0.6, linestyle="--")
 
 
-def plot_geometry_dashboard(layers: pd.DataFrame, postprocess: pd.DataFrame | None, label: str, png, pdf, *,
-                            relative_depth: bool = False) -> tuple[Path, Path]:
+def plot_geometry_dashboard(
+    layers: pd.DataFrame, postprocess: pd.DataFrame | None, label: str, png, pdf, *, relative_depth: bool = False
+) -> tuple[Path, Path]:
     """One model's dashboard: the paper's four measures and the geometry beyond them, per layer.
 
     Top row: the anisotropy baselines (sampled, as the paper; exact), adjusted self-similarity,
@@ -287,8 +346,10 @@ def plot_geometry_dashboard(layers: pd.DataFrame, postprocess: pd.DataFrame | No
     _mark_final_norm(axes.ravel(), t, x)
     for ax in axes.ravel():
         legend_below(ax, fontsize=10)
-    fig.suptitle(f"{plain_text(label)}: geometry per layer (the paper's measures, rogue dimensions, isotropy; "
-                 "grey: null controls)")
+    fig.suptitle(
+        f"{plain_text(label)}: geometry per layer (the paper's measures, rogue dimensions, isotropy; "
+        "grey: null controls)"
+    )
     return _save(fig, png, pdf)
 
 
@@ -318,8 +379,9 @@ def _variants(postprocess: pd.DataFrame | None, layers: pd.Series) -> dict[str, 
     return variants
 
 
-def _paper_measures_row(axes, t: pd.DataFrame, variants: dict[str, pd.DataFrame], x: np.ndarray,
-                        relative_depth: bool, depth: int) -> None:
+def _paper_measures_row(
+    axes, t: pd.DataFrame, variants: dict[str, pd.DataFrame], x: np.ndarray, relative_depth: bool, depth: int
+) -> None:
     """The dashboard's top row: the anisotropy baselines, then the three adjusted measures."""
     ax = axes[0]
     ax.plot(x, _col(t, "baseline_cosine"), label="sampled (paper)", **_MAIN)
@@ -332,7 +394,9 @@ def _paper_measures_row(axes, t: pd.DataFrame, variants: dict[str, pd.DataFrame]
         shift = _col(t, baseline)
         ax.plot(x, _col(t, value), label="stored vectors", **_MAIN)
         _band(ax, x, _col(t, f"{ci}_ci_low") - shift, _col(t, f"{ci}_ci_high") - shift, _MAIN["color"])
-        ax.plot(x, _col(t, f"{value}_exact"), color="black", linestyle=":", linewidth=1.4, label="against exact baseline")
+        ax.plot(
+            x, _col(t, f"{value}_exact"), color="black", linestyle=":", linewidth=1.4, label="against exact baseline"
+        )
         for name, v in variants.items():
             ax.plot(x, _col(v, value), label=VARIANT_LABELS[name], **VARIANT_STYLES[name])
         ax.axhline(0.0, color="black", linewidth=0.6)
@@ -346,14 +410,24 @@ def _geometry_row(axes, t: pd.DataFrame, x: np.ndarray, relative_depth: bool, de
     each with its null controls."""
     ax = axes[0]
     for k, marker in ((1, "o"), (3, "s"), (10, "^")):
-        ax.plot(x, _col(t, f"rogue_top{k}_share"), marker=marker, markersize=4, linewidth=1.4,
-                label="largest dimension" if k == 1 else f"largest {k} dimensions")
+        ax.plot(
+            x,
+            _col(t, f"rogue_top{k}_share"),
+            marker=marker,
+            markersize=4,
+            linewidth=1.4,
+            label="largest dimension" if k == 1 else f"largest {k} dimensions",
+        )
     for null in NULL_STYLES:
-        ax.plot(x, _col(t, f"null_{null}_rogue_top1_share"), label=f"{NULL_LABELS[null]} (largest)", **NULL_STYLES[null])
+        ax.plot(
+            x, _col(t, f"null_{null}_rogue_top1_share"), label=f"{NULL_LABELS[null]} (largest)", **NULL_STYLES[null]
+        )
     _axis(ax, relative_depth, depth, "Rogue dimensions: share of the anisotropy", "share of the anisotropy")
     for ax, (columns, title, ylabel) in zip(axes[1:], _ISOTROPY_PANELS):
         for column, marker in zip(columns, ("o", "s")):
-            ax.plot(x, _col(t, column), marker=marker, markersize=4, linewidth=1.4, label=MEASURE_LABELS.get(column, column))
+            ax.plot(
+                x, _col(t, column), marker=marker, markersize=4, linewidth=1.4, label=MEASURE_LABELS.get(column, column)
+            )
             for null in NULL_STYLES:
                 shown = f" ({MEASURE_LABELS.get(column, column)})" if len(columns) > 1 else ""
                 ax.plot(x, _col(t, f"null_{null}_{column}"), label=f"{NULL_LABELS[null]}{shown}", **NULL_STYLES[null])
@@ -370,8 +444,17 @@ def top_rogue_dimensions(rogue: pd.DataFrame, per_layer: int = 3, limit: int = 8
     return [int(d) for d in peak.index[:limit]]
 
 
-def plot_rogue_dimensions(rogue: pd.DataFrame, layers: pd.DataFrame, label: str, png, pdf, *,
-                          relative_depth: bool = False, per_layer: int = 3, limit: int = 8) -> tuple[Path, Path]:
+def plot_rogue_dimensions(
+    rogue: pd.DataFrame,
+    layers: pd.DataFrame,
+    label: str,
+    png,
+    pdf,
+    *,
+    relative_depth: bool = False,
+    per_layer: int = 3,
+    limit: int = 8,
+) -> tuple[Path, Path]:
     """The top rogue dimensions' contributions to the exact anisotropy A_p across one model's layers.
 
     Left: each followed dimension's contribution C_k (``top_rogue_dimensions``), the total A_p and the
@@ -384,7 +467,9 @@ def plot_rogue_dimensions(rogue: pd.DataFrame, layers: pd.DataFrame, label: str,
     fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5), layout="constrained")
     dims = top_rogue_dimensions(rogue, per_layer, limit)
     total = _col(t, "rogue_anisotropy")
-    left.plot(layer_x, total, color="black", linewidth=2.0, marker="o", markersize=4, label="the anisotropy (all dimensions)")
+    left.plot(
+        layer_x, total, color="black", linewidth=2.0, marker="o", markersize=4, label="the anisotropy (all dimensions)"
+    )
     followed = np.zeros(len(t))
     for i, dim in enumerate(dims):
         series = rogue[rogue["dimension"] == dim].set_index("layer").reindex(t["layer"])
@@ -399,7 +484,13 @@ def plot_rogue_dimensions(rogue: pd.DataFrame, layers: pd.DataFrame, label: str,
                **NULL_STYLES["permuted"])  # fmt: skip
     for ax in (left, right):
         ax.axhline(0.0, color="black", linewidth=0.6)
-    _axis(left, relative_depth, depth, "Contribution of each dimension to the anisotropy", "contribution (the dimensions sum to the anisotropy)")
+    _axis(
+        left,
+        relative_depth,
+        depth,
+        "Contribution of each dimension to the anisotropy",
+        "contribution (the dimensions sum to the anisotropy)",
+    )
     _axis(right, relative_depth, depth, "Share of the anisotropy", "share of the anisotropy")
     _mark_final_norm((left, right), t, layer_x)
     if not dims:

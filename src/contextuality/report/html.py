@@ -65,7 +65,9 @@ def _inline(text: str) -> str:
             out.append(f"<code>{html.escape(part[1:-1])}</code>")
             continue
         part = html.escape(part, quote=False)
-        part = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", lambda m: f'<a href="{html.escape(m.group(2))}">{m.group(1)}</a>', part)
+        part = re.sub(
+            r"\[([^\]]+)\]\(([^)\s]+)\)", lambda m: f'<a href="{html.escape(m.group(2))}">{m.group(1)}</a>', part
+        )
         part = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", part)
         part = re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", r"<em>\1</em>", part)
         out.append(part)
@@ -91,9 +93,9 @@ def _table(lines: list[str]) -> str:
     header, rows = _cells(lines[0]), [_cells(line) for line in lines[2:]]
     head = "".join(f"<th>{_inline(cell)}</th>" for cell in header)
     body = "".join(
-        "<tr>" + "".join(
-            f'<td{" class=num" if _is_number(cell) else ""}>{_verdicts(_inline(cell))}</td>' for cell in row
-        ) + "</tr>\n"
+        "<tr>"
+        + "".join(f"<td{' class=num' if _is_number(cell) else ''}>{_verdicts(_inline(cell))}</td>" for cell in row)
+        + "</tr>\n"
         for row in rows
     )
     return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>"
@@ -145,6 +147,7 @@ def markdown_html(text: str) -> str:
 
 def frame_markdown(frame, digits: int = 3) -> str:
     """A table (pandas DataFrame) as a Markdown pipe table, floats to ``digits`` decimals."""
+
     def cell(value) -> str:
         if isinstance(value, float):
             return "" if value != value else f"{value:.{digits}f}"
@@ -158,5 +161,7 @@ def frame_markdown(frame, digits: int = 3) -> str:
 
 def page(title: str, body_html: str) -> str:
     """A whole HTML document: its own styles, no script, nothing fetched."""
-    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
-            f"<style>{_STYLE}</style>\n</head>\n<body>\n{body_html}\n</body>\n</html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
+        f"<style>{_STYLE}</style>\n</head>\n<body>\n{body_html}\n</body>\n</html>\n"
+    )

@@ -42,8 +42,9 @@ def mapped_span(first: int, last: int, depth: int, paper_depth: int) -> tuple[in
     return lo, hi, f"relative depth: paper layers {first}-{last} of {paper_depth} → layers {lo}-{hi} of {depth}"
 
 
-def model_role(model: str, label: str, depth: int, paper_model: str | None,
-               identity: Mapping[str, str | None] | None) -> tuple[bool, str]:
+def model_role(
+    model: str, label: str, depth: int, paper_model: str | None, identity: Mapping[str, str | None] | None
+) -> tuple[bool, str]:
     """Whether the model stands in for (is not) its paper model, and one sentence saying which it is.
 
     ``identity``: the model's source and what names its weights (the workflow's MODEL_SOURCES); without it
@@ -54,7 +55,9 @@ def model_role(model: str, label: str, depth: int, paper_model: str | None,
     name, ckpt, pdepth = PAPER_LABELS[paper_model], PAPER_CHECKPOINTS[paper_model], PAPER_DEPTH[paper_model]
     if is_paper_checkpoint(paper_model, identity) and depth == pdepth:
         return False, f"{label} is the paper's own {name} checkpoint ({ckpt})."
-    text = (f"{label} stands in for {name}: the paper's claims are about {ckpt} ({pdepth} layers); "
-            f"{label} has {depth} layers")
+    text = (
+        f"{label} stands in for {name}: the paper's claims are about {ckpt} ({pdepth} layers); "
+        f"{label} has {depth} layers"
+    )
     text += "." if depth == pdepth else ", so layer ranges are mapped by relative depth."
     return True, text

@@ -30,7 +30,9 @@ def _series(table: pd.DataFrame, measure: str, preprocessing: str, column: str =
 # Figures
 
 
-def sense_figures(tables: dict[str, pd.DataFrame], labels: dict[str, str], outputs: dict[str, str], x_axis: str) -> None:
+def sense_figures(
+    tables: dict[str, pd.DataFrame], labels: dict[str, str], outputs: dict[str, str], x_axis: str
+) -> None:
     """sense_separation, logit_lens and polysemy (png and pdf), one panel per model."""
     import matplotlib
 
@@ -57,17 +59,26 @@ def sense_figures(tables: dict[str, pd.DataFrame], labels: dict[str, str], outpu
             ax.set_title(plain_text(labels.get(model, model)))
             ax.set_xlabel("relative depth" if x_axis == "relative_depth" else "layer")
         if left_out:
-            fig.supxlabel("Not drawn, without an output layer: " + "; ".join(
-                f"{plain_text(labels.get(model, model))} ({_lens_note(table)})" for model, table in left_out.items()),
-                fontsize=8, wrap=True)
+            fig.supxlabel(
+                "Not drawn, without an output layer: "
+                + "; ".join(
+                    f"{plain_text(labels.get(model, model))} ({_lens_note(table)})" for model, table in left_out.items()
+                ),
+                fontsize=8,
+                wrap=True,
+            )
         save_figure(fig, {ext: outputs[f"{name}_{ext}"] for ext in FORMATS}, dpi=120)
         plt.close(fig)
 
 
 def _drawers() -> dict:
     """Each sense figure's drawer of one model's panel, by its name in ``SENSE_FIGURES``."""
-    return {"sense_separation": _draw_separation, "sense_baselines": _draw_baselines, "logit_lens": _draw_lens,
-            "polysemy": _draw_polysemy}
+    return {
+        "sense_separation": _draw_separation,
+        "sense_baselines": _draw_baselines,
+        "logit_lens": _draw_lens,
+        "polysemy": _draw_polysemy,
+    }
 
 
 def _draw_separation(ax, table: pd.DataFrame, scale) -> None:
@@ -75,10 +86,19 @@ def _draw_separation(ax, table: pd.DataFrame, scale) -> None:
     for kind, style in (("centred", "-"), ("standardised", "--")):
         auroc = _series(table, "auroc_same_sense", kind)
         if auroc.notna().any():
-            low, high = _series(table, "auroc_same_sense", kind, "ci_low"), _series(table, "auroc_same_sense", kind, "ci_high")
+            low, high = (
+                _series(table, "auroc_same_sense", kind, "ci_low"),
+                _series(table, "auroc_same_sense", kind, "ci_high"),
+            )
             ax.plot(scale(auroc), auroc, style, marker="o", ms=3, label=f"AUROC, {kind}")
             ax.fill_between(scale(auroc), low, high, alpha=0.2)
-            ax.plot(scale(auroc)[:1], auroc.iloc[:1], "ks", ms=6, label="layer 0 (surface-form control)" if kind == "centred" else None)
+            ax.plot(
+                scale(auroc)[:1],
+                auroc.iloc[:1],
+                "ks",
+                ms=6,
+                label="layer 0 (surface-form control)" if kind == "centred" else None,
+            )
     ax.axhline(0.5, color="grey", lw=1, label="chance (label-permutation null)")
     ax.set_ylabel("same- vs different-sense AUROC")
 
@@ -86,11 +106,13 @@ def _draw_separation(ax, table: pd.DataFrame, scale) -> None:
 def _draw_baselines(ax, table: pd.DataFrame, scale) -> None:
     """W3a at its real size (centred): the cosine AUROC, within strata of the length difference, the shape-only and
     cosine + shape AUROCs held out by lemma, and the held-out balanced accuracy, each with its 95% interval."""
-    for measure, label, style, band in (("auroc_same_sense", "cosine AUROC", "-", True),
-                                        ("auroc_stratified", "cosine AUROC within |ΔL| strata", "-", False),
-                                        ("auroc_cosine_shape", "cosine + shape AUROC (held out)", "-", False),
-                                        ("auroc_shape", "shape alone, no model (held out)", "--", True),
-                                        ("heldout_balanced_accuracy", "balanced accuracy, threshold held out", ":", True)):
+    for measure, label, style, band in (
+        ("auroc_same_sense", "cosine AUROC", "-", True),
+        ("auroc_stratified", "cosine AUROC within |ΔL| strata", "-", False),
+        ("auroc_cosine_shape", "cosine + shape AUROC (held out)", "-", False),
+        ("auroc_shape", "shape alone, no model (held out)", "--", True),
+        ("heldout_balanced_accuracy", "balanced accuracy, threshold held out", ":", True),
+    ):
         value = _series(table, measure, "centred")
         if not value.notna().any():
             continue
@@ -123,8 +145,16 @@ def _draw_lens(ax, table: pd.DataFrame, scale) -> None:
             null = _series(table, f"{name}_median_rank", "hidden", "null") + 1
             ax.plot(scale(null), null, ":", color=line.get_color(), label=f"{name.replace('_', ' ')}: unigram baseline")
     if not drawn:
-        ax.text(0.5, 0.5, _lens_note(table).replace(": ", ":\n", 1), ha="center",
-                va="center", transform=ax.transAxes, fontsize=8, wrap=True)
+        ax.text(
+            0.5,
+            0.5,
+            _lens_note(table).replace(": ", ":\n", 1),
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+            fontsize=8,
+            wrap=True,
+        )
         ax.set_xticks([])
         ax.set_yticks([])
         return
@@ -134,9 +164,11 @@ def _draw_lens(ax, table: pd.DataFrame, scale) -> None:
 
 def _draw_polysemy(ax, table: pd.DataFrame, scale) -> None:
     """Standardised effect of log sense count on self-similarity, with and without context diversity; and diversity's."""
-    for measure, label in (("beta_log_synsets", "log senses | diversity"),
-                           ("beta_log_synsets_without_diversity", "log senses alone"),
-                           ("beta_context_diversity", "context diversity")):
+    for measure, label in (
+        ("beta_log_synsets", "log senses | diversity"),
+        ("beta_log_synsets_without_diversity", "log senses alone"),
+        ("beta_context_diversity", "context diversity"),
+    ):
         beta = _series(table, measure, "centred")
         if beta.notna().any():
             low, high = _series(table, measure, "centred", "ci_low"), _series(table, measure, "centred", "ci_high")
@@ -163,7 +195,9 @@ SENSITIVITY_FACTORS = (0.5, 1.5)
 
 
 def _rows(table: pd.DataFrame, measure: str, preprocessing: str = "centred") -> pd.DataFrame:
-    return table[(table["measure"] == measure) & (table["preprocessing"] == preprocessing)].set_index("layer").sort_index()
+    return (
+        table[(table["measure"] == measure) & (table["preprocessing"] == preprocessing)].set_index("layer").sort_index()
+    )
 
 
 def format_p(p: float, floor: float | None = None) -> str:
@@ -188,55 +222,98 @@ def _ci(row) -> str:
 SENSE_CLAIMS = {
     "W1": "Context mixing: one word's occurrences get different vectors (centred self-similarity falls below the input layer's).",
     "W2": "A narrow cone: a layer's vectors share a direction (mean cosine between random words above 0.1 in most layers above the input).",
-    "W3a": ("Sense separation with labels, at its real size: same-sense pairs of one word form are closer than "
-            "different-sense pairs beyond the layer-0 control (paired bootstrap) and beyond the sentences' shape "
-            "(within strata of the length difference; cosine + shape above shape alone, held out by lemma)."),
-    "W3b": ("Sense clusters without labels: polysemous words' occurrences are more clusterable than monosemous words' "
-            "matched on STS and general frequency; the positive control (pseudo-words of two one-sense words) says "
-            "whether the statistic can see two senses at all."),
-    "W3c": ("The output row near the contexts' average, beyond the residual stream: a decoder's centroid of the "
-            "contexts followed by a token (B5, its training target) ranks that token's row near the top at the last "
-            "layer, better than a frequency-matched token's row; the word's own centroid (B4) is shown beside it and "
-            "at layer 1, where the tied input row carried by the residual stream explains it (layer 0 excluded)."),
-    "W4": ("The paper's reading: context variety, not polysemy, drives the variation (log sense count explains "
-           "nothing once context diversity, STS count, general frequency, length and POS are in; the content-word "
-           "version with a tagger's POS and lemma beside it)."),
+    "W3a": (
+        "Sense separation with labels, at its real size: same-sense pairs of one word form are closer than "
+        "different-sense pairs beyond the layer-0 control (paired bootstrap) and beyond the sentences' shape "
+        "(within strata of the length difference; cosine + shape above shape alone, held out by lemma)."
+    ),
+    "W3b": (
+        "Sense clusters without labels: polysemous words' occurrences are more clusterable than monosemous words' "
+        "matched on STS and general frequency; the positive control (pseudo-words of two one-sense words) says "
+        "whether the statistic can see two senses at all."
+    ),
+    "W3c": (
+        "The output row near the contexts' average, beyond the residual stream: a decoder's centroid of the "
+        "contexts followed by a token (B5, its training target) ranks that token's row near the top at the last "
+        "layer, better than a frequency-matched token's row; the word's own centroid (B4) is shown beside it and "
+        "at layer 1, where the tied input row carried by the residual stream explains it (layer 0 excluded)."
+    ),
+    "W4": (
+        "The paper's reading: context variety, not polysemy, drives the variation (log sense count explains "
+        "nothing once context diversity, STS count, general frequency, length and POS are in; the content-word "
+        "version with a tagger's POS and lemma beside it)."
+    ),
 }
 
 
-def sense_claims(tables: dict[str, pd.DataFrame], anisotropy: dict[str, pd.Series], labels: dict[str, str],
-                 thresholds: dict[str, float] | None = None) -> pd.DataFrame:
+def sense_claims(
+    tables: dict[str, pd.DataFrame],
+    anisotropy: dict[str, pd.Series],
+    labels: dict[str, str],
+    thresholds: dict[str, float] | None = None,
+) -> pd.DataFrame:
     """One row per (model, claim): model, label, claim, statement, status, evidence."""
     t = THRESHOLDS | (thresholds or {})
     rows = []
     for model, table in tables.items():
         for claim, check in _checks(anisotropy.get(model)):
             status, evidence = check(table, t)
-            rows.append({"model": model, "label": labels.get(model, model), "claim": claim,
-                         "statement": SENSE_CLAIMS[claim], "status": status, "evidence": evidence})
+            rows.append(
+                {
+                    "model": model,
+                    "label": labels.get(model, model),
+                    "claim": claim,
+                    "statement": SENSE_CLAIMS[claim],
+                    "status": status,
+                    "evidence": evidence,
+                }
+            )
     return pd.DataFrame(rows, columns=["model", "label", "claim", "statement", "status", "evidence"])
 
 
 def _checks(anisotropy):
-    return (("W1", _w1), ("W2", lambda table, t: _w2(anisotropy, t)), ("W3a", _w3a), ("W3b", _w3b), ("W3c", _w3c),
-            ("W4", _w4))
+    return (
+        ("W1", _w1),
+        ("W2", lambda table, t: _w2(anisotropy, t)),
+        ("W3a", _w3a),
+        ("W3b", _w3b),
+        ("W3c", _w3c),
+        ("W4", _w4),
+    )
 
 
-def sensitivity(tables: dict[str, pd.DataFrame], anisotropy: dict[str, pd.Series], labels: dict[str, str]) -> pd.DataFrame:
+def sensitivity(
+    tables: dict[str, pd.DataFrame], anisotropy: dict[str, pd.Series], labels: dict[str, str]
+) -> pd.DataFrame:
     """Each threshold of ``THRESHOLDS`` moved by half (×0.5 and ×1.5), one at a time: the verdicts of the claims it
     enters, per model. Columns: model, label, claim, threshold, value, verdict at each factor and at ×1, changes."""
     base = sense_claims(tables, anisotropy, labels).set_index(["model", "claim"])["status"]
     rows = []
     for name, value in THRESHOLDS.items():
         claim = name.split()[0]
-        moved = {f: sense_claims(tables, anisotropy, labels, {name: value * f}).set_index(["model", "claim"])["status"]
-                 for f in SENSITIVITY_FACTORS}
+        moved = {
+            f: sense_claims(tables, anisotropy, labels, {name: value * f}).set_index(["model", "claim"])["status"]
+            for f in SENSITIVITY_FACTORS
+        }
         for model in tables:
-            verdicts = [moved[SENSITIVITY_FACTORS[0]][(model, claim)], base[(model, claim)],
-                        moved[SENSITIVITY_FACTORS[1]][(model, claim)]]
-            rows.append({"model": model, "label": labels.get(model, model), "claim": claim, "threshold": name,
-                         "value": value, "at_half": verdicts[0], "as_set": verdicts[1], "at_one_and_a_half": verdicts[2],
-                         "changes": len(set(verdicts)) > 1})
+            verdicts = [
+                moved[SENSITIVITY_FACTORS[0]][(model, claim)],
+                base[(model, claim)],
+                moved[SENSITIVITY_FACTORS[1]][(model, claim)],
+            ]
+            rows.append(
+                {
+                    "model": model,
+                    "label": labels.get(model, model),
+                    "claim": claim,
+                    "threshold": name,
+                    "value": value,
+                    "at_half": verdicts[0],
+                    "as_set": verdicts[1],
+                    "at_one_and_a_half": verdicts[2],
+                    "changes": len(set(verdicts)) > 1,
+                }
+            )
     return pd.DataFrame(rows).sort_values(["model", "claim", "threshold"], kind="stable").reset_index(drop=True)
 
 
@@ -247,8 +324,10 @@ def _w1(table, t):
     low_layer = int(selfsim.iloc[1:].idxmin())
     drop = selfsim.iloc[0] - selfsim.loc[low_layer]
     limit = t["W1 self-similarity drop"]
-    return (HOLDS if drop > limit else FAILS,
-            f"layer 0: {selfsim.iloc[0]:.3f}; lowest, layer {low_layer}: {selfsim.loc[low_layer]:.3f} (drop {drop:.3f}; holds above {limit:g})")
+    return (
+        HOLDS if drop > limit else FAILS,
+        f"layer 0: {selfsim.iloc[0]:.3f}; lowest, layer {low_layer}: {selfsim.loc[low_layer]:.3f} (drop {drop:.3f}; holds above {limit:g})",
+    )
 
 
 def _w2(anisotropy: pd.Series | None, t):
@@ -257,9 +336,11 @@ def _w2(anisotropy: pd.Series | None, t):
     upper = anisotropy.iloc[1:]
     cone, share_needed = t["W2 cone cosine"], t["W2 share of layers"]
     share = float((upper > cone).mean())
-    return (HOLDS if share > share_needed else FAILS,
-            f"mean cosine between random words {upper.min():.2f}-{upper.max():.2f} in layers 1-{len(anisotropy) - 1}; "
-            f"above {cone:g} in {share:.0%} of them (holds above {share_needed:.0%})")
+    return (
+        HOLDS if share > share_needed else FAILS,
+        f"mean cosine between random words {upper.min():.2f}-{upper.max():.2f} in layers 1-{len(anisotropy) - 1}; "
+        f"above {cone:g} in {share:.0%} of them (holds above {share_needed:.0%})",
+    )
 
 
 def _w3a(table, t):
@@ -273,10 +354,16 @@ def _w3a(table, t):
     if gain.empty or strata.empty or both.empty:  # a table of an older run: the control alone
         beyond = upper[upper["ci_low"] > max(0.5, auroc["value"].iloc[0])]
         best = int(upper["value"].idxmax()) if upper["value"].notna().any() else 0
-        return (HOLDS if len(beyond) else FAILS), (f"AUROC layer 0 (control) {auroc['value'].iloc[0]:.3f}; best layer {best}: "
-                                                    f"{auroc.loc[best, 'value']:.3f} {_ci(auroc.loc[best])} (no shape baselines in this table)")
-    ok = (gain["p"] < alpha) & (gain["ci_low"] > 0) & (strata.loc[gain.index, "ci_low"] > 0.5) \
+        return (HOLDS if len(beyond) else FAILS), (
+            f"AUROC layer 0 (control) {auroc['value'].iloc[0]:.3f}; best layer {best}: "
+            f"{auroc.loc[best, 'value']:.3f} {_ci(auroc.loc[best])} (no shape baselines in this table)"
+        )
+    ok = (
+        (gain["p"] < alpha)
+        & (gain["ci_low"] > 0)
+        & (strata.loc[gain.index, "ci_low"] > 0.5)
         & (both.loc[gain.index, "ci_low"] > shape.loc[gain.index, "value"])
+    )
     passing = list(ok[ok].index)
     best = int(upper["value"].idxmax())
     row = lambda name: _rows(table, name).loc[best]  # noqa: E731
@@ -296,7 +383,8 @@ def _w3a(table, t):
         f"{row('auroc_same_sense_coarse')['value']:.3f} {_ci(row('auroc_same_sense_coarse'))}; within- minus between-sense "
         f"cosine {delta['value']:.3f}, permutation p {format_p(delta['p'], _floor(delta['note']))}; 1-NN {knn['value']:.3f} "
         f"{_ci(knn)} (chance {chance:.3f}, majority {knn['null']:.3f}, ceiling {ceiling:.3f}); {len(passing)} of "
-        f"{len(upper)} layers beyond the control and the shape (p < {alpha:g}); n = {int(auroc.loc[best, 'n'])} pairs")
+        f"{len(upper)} layers beyond the control and the shape (p < {alpha:g}); n = {int(auroc.loc[best, 'n'])} pairs"
+    )
     return (HOLDS if passing else FAILS), evidence
 
 
@@ -309,18 +397,24 @@ def _w3b(table, t):
     significant = delta[(delta["value"] < 0) & (delta["p"] < alpha)]
     best = int(delta["value"].idxmin())
     pseudo = _rows(table, "delta_cluster_index_pseudo")
-    evidence = (f"poly - mono cluster index, most negative at layer {best}: {delta.loc[best, 'value']:.4f} "
-                f"{_ci(delta.loc[best])}, Mann-Whitney p {delta.loc[best, 'p']:.2g}; {len(significant)} of {len(delta)} "
-                f"layers with poly more clusterable at p < {alpha:g}; n = {int(delta.loc[best, 'n'])} words")
+    evidence = (
+        f"poly - mono cluster index, most negative at layer {best}: {delta.loc[best, 'value']:.4f} "
+        f"{_ci(delta.loc[best])}, Mann-Whitney p {delta.loc[best, 'p']:.2g}; {len(significant)} of {len(delta)} "
+        f"layers with poly more clusterable at p < {alpha:g}; n = {int(delta.loc[best, 'n'])} words"
+    )
     if pseudo.empty or not pseudo["value"].notna().any():
         return (HOLDS if len(significant) else FAILS), evidence + "; no positive control in this table"
     seen = pseudo[(pseudo["value"] < 0) & (pseudo["p"] < alpha)]
-    shares = {name: _rows(table, f"share_gaussian_null_rejected{suffix}")["value"]
-              for name, suffix in (("poly", ""), ("mono", "_mono"))}
-    evidence += (f"; positive control: pseudo-words - mono {pseudo['value'].min():.3f} to {pseudo['value'].max():.3f}, "
-                 f"detected (p < {alpha:g}) in {len(seen)} of {len(pseudo)} layers (largest p {pseudo['p'].max():.2g}); "
-                 "Gaussian-null rejections " + ", ".join(f"{name} {v.min():.0%}-{v.max():.0%}" for name, v in shares.items()
-                                                          if len(v)))
+    shares = {
+        name: _rows(table, f"share_gaussian_null_rejected{suffix}")["value"]
+        for name, suffix in (("poly", ""), ("mono", "_mono"))
+    }
+    evidence += (
+        f"; positive control: pseudo-words - mono {pseudo['value'].min():.3f} to {pseudo['value'].max():.3f}, "
+        f"detected (p < {alpha:g}) in {len(seen)} of {len(pseudo)} layers (largest p {pseudo['p'].max():.2g}); "
+        "Gaussian-null rejections "
+        + ", ".join(f"{name} {v.min():.0%}-{v.max():.0%}" for name, v in shares.items() if len(v))
+    )
     if not len(seen):
         return NA, evidence + ": the statistic does not see the pseudo-words' two clusters, so it cannot test senses"
     return (HOLDS if len(significant) else FAILS), evidence
@@ -335,18 +429,22 @@ def _w3c(table, t):
     last = int(rank.index.max())
     upper = rank.loc[1:]
     better = upper[upper["value"] < upper["null"]]
-    b4 = (f"B4, the word's own centroid: median rank {rank.loc[last, 'value']:.0f} of its own row at the last layer "
-          f"(null {rank.loc[last, 'null']:.0f}), {rank.loc[1, 'value']:.0f} already at layer 1 (null "
-          f"{rank.loc[1, 'null']:.0f}), better than the null in {len(better)} of {len(upper)} layers 1-{last}")
+    b4 = (
+        f"B4, the word's own centroid: median rank {rank.loc[last, 'value']:.0f} of its own row at the last layer "
+        f"(null {rank.loc[last, 'null']:.0f}), {rank.loc[1, 'value']:.0f} already at layer 1 (null "
+        f"{rank.loc[1, 'null']:.0f}), better than the null in {len(better)} of {len(upper)} layers 1-{last}"
+    )
     if pred.empty or not pred["value"].notna().any():
         return NA, f"{b4}; B5 (the contexts followed by a token) applies to a decoder only"
     share = _rows(table, "prediction_alignment_share_rank_lt_10")
     pred_better = pred.loc[1:][pred.loc[1:, "value"] < pred.loc[1:, "null"]]
-    evidence = (f"B5, the centroid of the contexts followed by a token: median rank {pred.loc[last, 'value']:.0f} of "
-                f"that token's row at the last layer (a frequency-matched token's row: {pred.loc[last, 'null']:.0f}), "
-                f"{share.loc[last, 'value']:.0%} in the top 10 (null {share.loc[last, 'null']:.0%}); at layer 1 "
-                f"{pred.loc[1, 'value']:.0f}; better than the null in {len(pred_better)} of {len(pred.loc[1:])} layers; "
-                f"{b4}; n = {int(pred.loc[last, 'n'])} tokens")
+    evidence = (
+        f"B5, the centroid of the contexts followed by a token: median rank {pred.loc[last, 'value']:.0f} of "
+        f"that token's row at the last layer (a frequency-matched token's row: {pred.loc[last, 'null']:.0f}), "
+        f"{share.loc[last, 'value']:.0%} in the top 10 (null {share.loc[last, 'null']:.0%}); at layer 1 "
+        f"{pred.loc[1, 'value']:.0f}; better than the null in {len(pred_better)} of {len(pred.loc[1:])} layers; "
+        f"{b4}; n = {int(pred.loc[last, 'n'])} tokens"
+    )
     holds = pred.loc[last, "value"] < pred.loc[last, "null"] and pred.loc[last, "value"] < rank.loc[last, "value"]
     return (HOLDS if holds else FAILS), evidence
 
@@ -361,18 +459,26 @@ def _w4(table, t):
     diversity_matters = diversity.loc[upper.index][diversity.loc[upper.index, "ci_high"] < 0]
     content = _rows(table, "beta_log_synsets_content").loc[upper.index]
     content_below = content[content["ci_high"] < 0]
-    evidence = (f"beta(log senses | diversity, log n, Zipf, length, POS) below 0 with its 95% interval in {len(below)} "
-                f"of {len(upper)} layers above the input (range {upper['value'].min():+.2f} to {upper['value'].max():+.2f}; "
-                f"n = {int(upper['n'].max())} word forms)")
+    evidence = (
+        f"beta(log senses | diversity, log n, Zipf, length, POS) below 0 with its 95% interval in {len(below)} "
+        f"of {len(upper)} layers above the input (range {upper['value'].min():+.2f} to {upper['value'].max():+.2f}; "
+        f"n = {int(upper['n'].max())} word forms)"
+    )
     if len(above):
-        evidence += "; ABOVE 0 in layer(s) " + ", ".join(f"{int(k)} ({v:+.2f} {_ci(upper.loc[k])})"
-                                                        for k, v in above["value"].items())
+        evidence += "; ABOVE 0 in layer(s) " + ", ".join(
+            f"{int(k)} ({v:+.2f} {_ci(upper.loc[k])})" for k, v in above["value"].items()
+        )
     evidence += f"; beta(context diversity) below 0 in {len(diversity_matters)}"
     if content["value"].notna().any():
-        evidence += (f"; content words with a tagger's POS: below 0 in {len(content_below)} of {len(content)} layers "
-                     f"(range {content['value'].min():+.2f} to {content['value'].max():+.2f}, n = {int(content['n'].max())})")
-    holds = (len(below) <= len(upper) * t["W4 polysemy share"] and len(above) <= len(upper) * t["W4 polysemy share"]
-             and len(diversity_matters) > len(upper) * t["W4 diversity share"])
+        evidence += (
+            f"; content words with a tagger's POS: below 0 in {len(content_below)} of {len(content)} layers "
+            f"(range {content['value'].min():+.2f} to {content['value'].max():+.2f}, n = {int(content['n'].max())})"
+        )
+    holds = (
+        len(below) <= len(upper) * t["W4 polysemy share"]
+        and len(above) <= len(upper) * t["W4 polysemy share"]
+        and len(diversity_matters) > len(upper) * t["W4 diversity share"]
+    )
     return (HOLDS if holds else FAILS), evidence
 
 
@@ -384,9 +490,14 @@ def _w4_without_frequency(table, t):
     upper = beta.iloc[1:] if len(beta) > 1 else beta
     below = upper[upper["ci_high"] < 0]
     diversity_matters = diversity.loc[upper.index][diversity.loc[upper.index, "ci_high"] < 0]
-    holds = len(below) <= len(upper) * t["W4 polysemy share"] and len(diversity_matters) > len(upper) * t["W4 diversity share"]
-    return (HOLDS if holds else FAILS), (f"beta(log senses | diversity) below 0 in {len(below)} of {len(upper)} layers "
-                                         "(no general-frequency covariates in this table)")
+    holds = (
+        len(below) <= len(upper) * t["W4 polysemy share"]
+        and len(diversity_matters) > len(upper) * t["W4 diversity share"]
+    )
+    return (HOLDS if holds else FAILS), (
+        f"beta(log senses | diversity) below 0 in {len(below)} of {len(upper)} layers "
+        "(no general-frequency covariates in this table)"
+    )
 
 
 def sense_claims_section(claims: pd.DataFrame, sensitivity_table: pd.DataFrame | None = None) -> list[str]:
@@ -395,20 +506,43 @@ def sense_claims_section(claims: pd.DataFrame, sensitivity_table: pd.DataFrame |
 
     if claims.empty:
         return []
-    md = ["", "## Word senses: how does a model tell a word's senses apart?", "",
-          "Every occurrence of a word passes through one output layer in pretraining. The usual answer has three parts "
-          "(W1-W3c); the paper's own reading is W4. Measured on centred vectors; sense labels from WordNet 3.0's example "
-          "sentences (not SemCor or WiC: their scores are not comparable with published ones).", ""]
-    rows = [[md_text(r["label"]), r["claim"], md_text(r["statement"]), f"**{r['status']}**", md_text(r["evidence"])]
-            for _, r in claims.iterrows()]
+    md = [
+        "",
+        "## Word senses: how does a model tell a word's senses apart?",
+        "",
+        "Every occurrence of a word passes through one output layer in pretraining. The usual answer has three parts "
+        "(W1-W3c); the paper's own reading is W4. Measured on centred vectors; sense labels from WordNet 3.0's example "
+        "sentences (not SemCor or WiC: their scores are not comparable with published ones).",
+        "",
+    ]
+    rows = [
+        [md_text(r["label"]), r["claim"], md_text(r["statement"]), f"**{r['status']}**", md_text(r["evidence"])]
+        for _, r in claims.iterrows()
+    ]
     md += pipe_table(["model", "claim", "statement", "verdict", "evidence"], rows, "l-l-l").splitlines()
     if sensitivity_table is not None and len(sensitivity_table):
-        md += ["", "### How much the verdicts depend on our thresholds", "",
-               "The thresholds are ours. Each is moved by half (×0.5 and ×1.5), one at a time; **changes** marks a "
-               "verdict that moves.", ""]
-        rows = [[md_text(r["label"]), r["claim"], md_text(r["threshold"]), f"{r['value']:g}", r["at_half"], r["as_set"],
-                 r["at_one_and_a_half"], "**changes**" if r["changes"] else "stable"]
-                for _, r in sensitivity_table.iterrows()]
-        md += pipe_table(["model", "claim", "threshold", "value", "×0.5", "as set", "×1.5", ""], rows,
-                         "lllrlll-").splitlines()
+        md += [
+            "",
+            "### How much the verdicts depend on our thresholds",
+            "",
+            "The thresholds are ours. Each is moved by half (×0.5 and ×1.5), one at a time; **changes** marks a "
+            "verdict that moves.",
+            "",
+        ]
+        rows = [
+            [
+                md_text(r["label"]),
+                r["claim"],
+                md_text(r["threshold"]),
+                f"{r['value']:g}",
+                r["at_half"],
+                r["as_set"],
+                r["at_one_and_a_half"],
+                "**changes**" if r["changes"] else "stable",
+            ]
+            for _, r in sensitivity_table.iterrows()
+        ]
+        md += pipe_table(
+            ["model", "claim", "threshold", "value", "×0.5", "as set", "×1.5", ""], rows, "lllrlll-"
+        ).splitlines()
     return md + [""]

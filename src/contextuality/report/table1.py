@@ -54,8 +54,13 @@ def _bold_mask(block: pd.DataFrame, tasks: list[str]) -> pd.DataFrame:
     return shown.eq(shown.max(axis=0)) & shown.notna()
 
 
-def build_table1(results: pd.DataFrame, out_csv: str | os.PathLike, out_md: str | os.PathLike,
-                 out_tex: str | os.PathLike, include_paper: bool = True) -> pd.DataFrame:
+def build_table1(
+    results: pd.DataFrame,
+    out_csv: str | os.PathLike,
+    out_md: str | os.PathLike,
+    out_tex: str | os.PathLike,
+    include_paper: bool = True,
+) -> pd.DataFrame:
     """Write Table 1 as CSV, Markdown and LaTeX; return the CSV's table.
 
     ``results`` has one row per (model, layer, task) with columns ``model`` (display label),
@@ -66,12 +71,25 @@ def build_table1(results: pd.DataFrame, out_csv: str | os.PathLike, out_md: str 
     tasks = [t for t in TABLE1_TASKS if t in set(results["task"])]
     tasks += [t for t in dict.fromkeys(results["task"]) if t not in tasks]
     run = _wide(results, tasks)
-    paper = pd.DataFrame([{"method": label, "model": label.split(",")[0],
-                           "layer": float(label.split("Layer ")[1]) if "Layer" in label else math.nan,
-                           "source": "paper", **{t: values.get(t, math.nan) for t in tasks}}
-                          for label, values in PAPER_TABLE1.items()]) if include_paper else run.iloc[:0]
-    table = pd.concat([run, paper], ignore_index=True)[["source", "method", "model", "layer", *tasks,
-                                                        *[f"coverage_{t}" for t in tasks]]]
+    paper = (
+        pd.DataFrame(
+            [
+                {
+                    "method": label,
+                    "model": label.split(",")[0],
+                    "layer": float(label.split("Layer ")[1]) if "Layer" in label else math.nan,
+                    "source": "paper",
+                    **{t: values.get(t, math.nan) for t in tasks},
+                }
+                for label, values in PAPER_TABLE1.items()
+            ]
+        )
+        if include_paper
+        else run.iloc[:0]
+    )
+    table = pd.concat([run, paper], ignore_index=True)[
+        ["source", "method", "model", "layer", *tasks, *[f"coverage_{t}" for t in tasks]]
+    ]
     with atomic_path(out_csv) as tmp:
         table.to_csv(tmp, index=False, float_format="%.6g")
 
@@ -82,14 +100,28 @@ def build_table1(results: pd.DataFrame, out_csv: str | os.PathLike, out_md: str 
         return block[["method", *tasks]].rename(columns=header).reset_index(drop=True)
 
     bold = _bold_mask(run, tasks).rename(columns=header).reset_index(drop=True)
-    md = ["Table 1: static embeddings on word benchmarks; best of this run in bold.", "", f"Metrics: {metrics}.", "",
-          tables.markdown(shown(run), bold)]
-    tex = [tables.latex(shown(run), bold, caption="Static embeddings on word benchmarks (this run; best in bold).",
-                        label="tab:table1")]
+    md = [
+        "Table 1: static embeddings on word benchmarks; best of this run in bold.",
+        "",
+        f"Metrics: {metrics}.",
+        "",
+        tables.markdown(shown(run), bold),
+    ]
+    tex = [
+        tables.latex(
+            shown(run),
+            bold,
+            caption="Static embeddings on word benchmarks (this run; best in bold).",
+            label="tab:table1",
+        )
+    ]
     if include_paper:
         md += ["", "Paper (Ethayarajh 2019, Table 1), for reference:", "", tables.markdown(shown(paper))]
-        tex += [tables.latex(shown(paper), caption="The paper's Table 1 (Ethayarajh 2019), for reference.",
-                             label="tab:table1-paper")]
+        tex += [
+            tables.latex(
+                shown(paper), caption="The paper's Table 1 (Ethayarajh 2019), for reference.", label="tab:table1-paper"
+            )
+        ]
     tables.write_text(out_md, "\n".join(md) + "\n")
     tables.write_text(out_tex, "% Needs \\usepackage{booktabs}.\n" + "\n".join(tex))
     return table
@@ -116,8 +148,16 @@ def plot_scores_by_layer(results: pd.DataFrame, out_png: str | os.PathLike, out_
             s = layered[(layered["model"] == model) & (layered["task"] == task)].sort_values("layer")
             ax.plot(s["layer"], s["score"], marker="o", markersize=3.5, linewidth=1.5, color=colors[i])
             zero = s[s["layer"] == 0]
-            ax.plot(zero["layer"], zero["score"], linestyle="none", marker="s", markersize=7,
-                    markerfacecolor="white", markeredgecolor=colors[i], markeredgewidth=1.5)
+            ax.plot(
+                zero["layer"],
+                zero["score"],
+                linestyle="none",
+                marker="s",
+                markersize=7,
+                markerfacecolor="white",
+                markeredgecolor=colors[i],
+                markeredgewidth=1.5,
+            )
         for j, model in enumerate(dict.fromkeys(baselines["model"])):
             s = baselines[(baselines["model"] == model) & (baselines["task"] == task)]
             if len(s):
@@ -126,13 +166,26 @@ def plot_scores_by_layer(results: pd.DataFrame, out_png: str | os.PathLike, out_
         ax.set_xlabel("Layer")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(True, alpha=0.3, linewidth=0.6)
-    for ax in axes[len(tasks):]:
+    for ax in axes[len(tasks) :]:
         ax.set_visible(False)
-    handles = [Line2D([], [], color=colors[i], marker="o", markersize=4, label=plain_text(m)) for i, m in enumerate(models)]
-    handles += [Line2D([], [], color=colors[len(models) + j], linestyle="--", label=plain_text(m))
-                for j, m in enumerate(dict.fromkeys(baselines["model"]))]
-    handles.append(Line2D([], [], linestyle="none", marker="s", markerfacecolor="white",
-                          markeredgecolor="black", label="layer 0 (input embeddings)"))
+    handles = [
+        Line2D([], [], color=colors[i], marker="o", markersize=4, label=plain_text(m)) for i, m in enumerate(models)
+    ]
+    handles += [
+        Line2D([], [], color=colors[len(models) + j], linestyle="--", label=plain_text(m))
+        for j, m in enumerate(dict.fromkeys(baselines["model"]))
+    ]
+    handles.append(
+        Line2D(
+            [],
+            [],
+            linestyle="none",
+            marker="s",
+            markerfacecolor="white",
+            markeredgecolor="black",
+            label="layer 0 (input embeddings)",
+        )
+    )
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), frameon=False)
     fig.suptitle("Static (first principal component) embeddings on word benchmarks, by layer")
     save_figure(fig, {"png": out_png, "pdf": out_pdf}, dpi=150)

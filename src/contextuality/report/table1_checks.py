@@ -67,12 +67,18 @@ def _a9a(m: ModelView) -> Result:
     evidence = "best of layers 1-2: " + "; ".join(parts_text)
     if misses:
         evidence += f"; more than {A9_TOLERANCE} below the best on {', '.join(misses)}"
-    return (FAILS if misses else HOLDS), evidence, "rows compared: each model's layers 1, 2, L-1, L and every static baseline"
+    return (
+        (FAILS if misses else HOLDS),
+        evidence,
+        "rows compared: each model's layers 1, 2, L-1, L and every static baseline",
+    )
 
 
 def _a9b(m: ModelView) -> Result:
     shown, mine, _ = _table1_parts(m)
-    fasttext = shown[shown["layer"].isna() & shown["model"].astype(str).str.lower().str.replace(" ", "").str.contains("fasttext")]
+    fasttext = shown[
+        shown["layer"].isna() & shown["model"].astype(str).str.lower().str.replace(" ", "").str.contains("fasttext")
+    ]
     if fasttext.empty:
         return NA, "no FastText baseline in Table 1 (add its vectors under static.baselines)", ""
     misses, parts_text = [], []
@@ -102,8 +108,9 @@ def _a9c(m: ModelView) -> Result:
             worst.append(TABLE1_HEADERS[task])
     needed = max(len(tasks) - 1, 1)
     rest = [TABLE1_HEADERS[t] for t in tasks if TABLE1_HEADERS[t] not in worst]
-    evidence = (f"its rows are below every other row on {len(worst)} of {len(tasks)} tasks (needed: {needed})"
-                + (f"; not on {', '.join(rest)}" if rest else ""))
+    evidence = f"its rows are below every other row on {len(worst)} of {len(tasks)} tasks (needed: {needed})" + (
+        f"; not on {', '.join(rest)}" if rest else ""
+    )
     note = "rows compared: each model's layers 1, 2, L-1, L and every static baseline"
     return (HOLDS if len(worst) >= needed else FAILS), evidence, note
 

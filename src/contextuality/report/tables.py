@@ -91,8 +91,19 @@ def markdown(frame: pd.DataFrame, bold: pd.DataFrame | None = None, digits: int 
 # --------------------------------------------------------------------------------------------------
 # LaTeX
 
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "–": "--"}
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "–": "--",
+}
 # The marks of the report's tables: ≈ an approximate value, † a layer after the model's final norm.
 _LATEX_MARKS = {"≈": r"$\approx$", "†": r"$^\dagger$"}
 
@@ -106,9 +117,18 @@ def latex_escape(text: str, *, marks: bool = False) -> str:
     return "".join(special.get(char, char) for char in str(text))
 
 
-def latex_table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str, *, caption: str, label: str,
-                groups: Sequence[str | tuple[str, int]] = (), position: str = "t", size: str = r"\small",
-                tabcolsep: str = "3pt") -> str:
+def latex_table(
+    header: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    align: str,
+    *,
+    caption: str,
+    label: str,
+    groups: Sequence[str | tuple[str, int]] = (),
+    position: str = "t",
+    size: str = r"\small",
+    tabcolsep: str = "3pt",
+) -> str:
     """A booktabs table float (needs ``\\usepackage{booktabs}``) of text cells, each escaped with its marks.
 
     ``align`` is the tabular's column spec; ``caption`` is LaTeX already (escape its free text with
@@ -116,12 +136,26 @@ def latex_table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str
     ``(name, span)`` pairs whose name is centred over ``span`` columns and underlined (``\\multicolumn``,
     ``\\cmidrule``).
     """
-    lines = [rf"\begin{{table}}[{position}]", r"\centering", size, rf"\setlength{{\tabcolsep}}{{{tabcolsep}}}",
-             rf"\begin{{tabular}}{{{align}}}", r"\toprule"]
+    lines = [
+        rf"\begin{{table}}[{position}]",
+        r"\centering",
+        size,
+        rf"\setlength{{\tabcolsep}}{{{tabcolsep}}}",
+        rf"\begin{{tabular}}{{{align}}}",
+        r"\toprule",
+    ]
     if groups:
         lines += _latex_groups(groups)
-    lines += [_latex_row(header), r"\midrule", *(_latex_row(row) for row in rows), r"\bottomrule", r"\end{tabular}",
-              rf"\caption{{{caption}}}", rf"\label{{{label}}}", r"\end{table}"]
+    lines += [
+        _latex_row(header),
+        r"\midrule",
+        *(_latex_row(row) for row in rows),
+        r"\bottomrule",
+        r"\end{tabular}",
+        rf"\caption{{{caption}}}",
+        rf"\label{{{label}}}",
+        r"\end{table}",
+    ]
     return "\n".join(lines)
 
 
@@ -144,16 +178,22 @@ def _latex_groups(groups: Sequence[str | tuple[str, int]]) -> list[str]:
     return [" & ".join(cells) + r" \\", "".join(rules)]
 
 
-def latex(frame: pd.DataFrame, bold: pd.DataFrame | None = None, digits: int = 3, caption: str | None = None,
-          label: str | None = None) -> str:
+def latex(
+    frame: pd.DataFrame,
+    bold: pd.DataFrame | None = None,
+    digits: int = 3,
+    caption: str | None = None,
+    label: str | None = None,
+) -> str:
     """A booktabs LaTeX table of ``frame`` (needs ``\\usepackage{booktabs}``); ``bold`` marks cells."""
     cells = _cells(frame, bold, lambda cell: rf"\textbf{{{cell}}}", digits)
     cells = cells.map(lambda cell: cell if cell.startswith(r"\textbf") else latex_escape(cell))
     cells.columns = [latex_escape(column) for column in cells.columns]
     align = "l" + "r" * (len(cells.columns) - 1)
     styler = cells.style.hide(axis="index")
-    return styler.to_latex(column_format=align, hrules=True, caption=caption, label=label,
-                           position_float="centering" if caption else None)
+    return styler.to_latex(
+        column_format=align, hrules=True, caption=caption, label=label, position_float="centering" if caption else None
+    )
 
 
 def _cells(frame: pd.DataFrame, bold: pd.DataFrame | None, mark, digits: int) -> pd.DataFrame:

@@ -66,8 +66,9 @@ def batched_cluster_index(ys: np.ndarray, seed: int = 0, *, n_init: int = 10, ma
         c1 = np.einsum("bm,bmq->bq", assign, y) / np.maximum(n1, 1)[:, None]
         c0 = np.einsum("bm,bmq->bq", ~assign, y) / np.maximum(n0, 1)[:, None]
         # An emptied cluster keeps its old centre (Lloyd's usual rule).
-        centres = np.stack([np.where(n0[:, None] > 0, c0, centres[:, 0]),
-                            np.where(n1[:, None] > 0, c1, centres[:, 1])], axis=1)
+        centres = np.stack(
+            [np.where(n0[:, None] > 0, c0, centres[:, 0]), np.where(n1[:, None] > 0, c1, centres[:, 1])], axis=1
+        )
     dist = ((y[:, :, None, :] - centres[:, None]) ** 2).sum(-1)
     w2 = dist.min(-1).sum(-1).reshape(s, n_init).min(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -77,8 +78,10 @@ def batched_cluster_index(ys: np.ndarray, seed: int = 0, *, n_init: int = 10, ma
 def _check_rows(x: np.ndarray, m: int, components: int) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < m:
-        raise ValueError(f"clusters: a word has {x.shape[0] if x.ndim == 2 else x.shape} rows, fewer than "
-                         f"m = {m}; keep words with at least m usable occurrences")
+        raise ValueError(
+            f"clusters: a word has {x.shape[0] if x.ndim == 2 else x.shape} rows, fewer than "
+            f"m = {m}; keep words with at least m usable occurrences"
+        )
     if components > min(m, x.shape[1]):
         raise ValueError(f"clusters: components = {components} exceeds min(m, d) = {min(m, x.shape[1])}; lower it")
     return x
@@ -102,15 +105,17 @@ def _principal_scores(y: np.ndarray, components: int) -> np.ndarray:
     return vecs[..., top] * np.sqrt(np.clip(vals[:, top], 0.0, None))[:, None, :]
 
 
-def word_cluster_index(x: np.ndarray, *, m: int = 20, subsamples: int = 5, components: int = 5, seed: int,
-                       n_init: int = 10) -> float:
+def word_cluster_index(
+    x: np.ndarray, *, m: int = 20, subsamples: int = 5, components: int = 5, seed: int, n_init: int = 10
+) -> float:
     """Mean CI over R seeded subsamples of m rows of x (pass a seed derived from the word: same rows per layer)."""
     scores = _subsample_scores(x, m, subsamples, components, seed)
     return float(np.nanmean(batched_cluster_index(scores, seed, n_init=n_init)))
 
 
-def pseudo_word_scores(xa: np.ndarray, xb: np.ndarray, *, m: int, subsamples: int, components: int,
-                       seed: int) -> np.ndarray:
+def pseudo_word_scores(
+    xa: np.ndarray, xb: np.ndarray, *, m: int, subsamples: int, components: int, seed: int
+) -> np.ndarray:
     """(R, m, q): R seeded subsamples of a pseudo-word, ⌈m/2⌉ rows of word a and ⌊m/2⌋ of word b, each centred
     and written on its top q principal axes."""
     half = (m + 1) // 2
@@ -118,14 +123,30 @@ def pseudo_word_scores(xa: np.ndarray, xb: np.ndarray, *, m: int, subsamples: in
     if components > min(m, xa.shape[1]):
         raise ValueError(f"clusters: components = {components} exceeds min(m, d) = {min(m, xa.shape[1])}; lower it")
     rng = np.random.default_rng(seed)
-    y = np.stack([np.concatenate([xa[rng.choice(xa.shape[0], size=half, replace=False)],
-                                  xb[rng.choice(xb.shape[0], size=m - half, replace=False)]])
-                  for _ in range(subsamples)])
+    y = np.stack(
+        [
+            np.concatenate(
+                [
+                    xa[rng.choice(xa.shape[0], size=half, replace=False)],
+                    xb[rng.choice(xb.shape[0], size=m - half, replace=False)],
+                ]
+            )
+            for _ in range(subsamples)
+        ]
+    )
     return _principal_scores(y, components)
 
 
-def pseudo_word_cluster_index(xa: np.ndarray, xb: np.ndarray, *, m: int = 20, subsamples: int = 5,
-                              components: int = 5, seed: int, n_init: int = 10) -> float:
+def pseudo_word_cluster_index(
+    xa: np.ndarray,
+    xb: np.ndarray,
+    *,
+    m: int = 20,
+    subsamples: int = 5,
+    components: int = 5,
+    seed: int,
+    n_init: int = 10,
+) -> float:
     """The positive control's CI: the mean CI over R subsamples of m rows, half from each of two words."""
     scores = pseudo_word_scores(xa, xb, m=m, subsamples=subsamples, components=components, seed=seed)
     return float(np.nanmean(batched_cluster_index(scores, seed, n_init=n_init)))
@@ -140,16 +161,16 @@ def pseudo_word_pairs(words, *, seed: int) -> list[tuple[str, str]]:
     return [(shuffled[i], shuffled[i + 1]) for i in range(0, len(shuffled) - 1, 2)]
 
 
-def _gaussian_null(y: np.ndarray, ci: float, *, m: int, components: int, draws: int, seed: int,
-                   n_init: int) -> float:
+def _gaussian_null(y: np.ndarray, ci: float, *, m: int, components: int, draws: int, seed: int, n_init: int) -> float:
     sd = np.sqrt((y**2).sum(axis=0) / (m - 1))
     null = np.random.default_rng([seed, 1]).standard_normal((draws, m, components)) * sd
     null_ci = batched_cluster_index(null, seed + 1, n_init=n_init)
     return (1 + int(np.sum(null_ci <= ci))) / (draws + 1)
 
 
-def gaussian_null_p(x: np.ndarray, *, m: int = 20, components: int = 5, draws: int = 50, seed: int,
-                    n_init: int = 10) -> float:
+def gaussian_null_p(
+    x: np.ndarray, *, m: int = 20, components: int = 5, draws: int = 50, seed: int, n_init: int = 10
+) -> float:
     """C2: p = (1 + #{CI* ≤ CI})/(B + 1), CI* of B Gaussian samples of m points with the subsample's covariance.
 
     The subsample is word_cluster_index's first one (same seed); its scores on its principal axes have the
@@ -160,8 +181,9 @@ def gaussian_null_p(x: np.ndarray, *, m: int = 20, components: int = 5, draws: i
     return _gaussian_null(y, ci, m=m, components=components, draws=draws, seed=seed, n_init=n_init)
 
 
-def matched_mono_poly(table: pd.DataFrame, *, per_group: int, seed: int, bins: int = 8,
-                      by: tuple[str, ...] = ("n",)) -> pd.DataFrame:
+def matched_mono_poly(
+    table: pd.DataFrame, *, per_group: int, seed: int, bins: int = 8, by: tuple[str, ...] = ("n",)
+) -> pd.DataFrame:
     """Frequency-matched monosemous and polysemous words: equal counts per cell, at most per_group each.
 
     A cell is one bin of each covariate of ``by`` (``n``: log n, the STS count; any other column, e.g. ``zipf``:
@@ -180,14 +202,14 @@ def matched_mono_poly(table: pd.DataFrame, *, per_group: int, seed: int, bins: i
     for covariate in by:
         values = np.log(t["n"].to_numpy(np.float64)) if covariate == "n" else t[covariate].to_numpy(np.float64)
         if not np.isfinite(values).all():
-            raise ValueError(f"matched_mono_poly: column {covariate!r} has missing or infinite values; fill or drop "
-                             "those words")
+            raise ValueError(
+                f"matched_mono_poly: column {covariate!r} has missing or infinite values; fill or drop those words"
+            )
         edges = np.unique(np.quantile(values, np.linspace(0, 1, bins + 1)))
         index = np.clip(np.searchsorted(edges, values, side="right") - 1, 0, max(len(edges) - 2, 0))
         cell = cell * bins + index
     t = t.assign(bin=cell)
-    counts = t.groupby(["bin", "polysemy"]).size().unstack(fill_value=0).reindex(columns=["mono", "poly"],
-                                                                                 fill_value=0)
+    counts = t.groupby(["bin", "polysemy"]).size().unstack(fill_value=0).reindex(columns=["mono", "poly"], fill_value=0)
     take = counts.min(axis=1).to_numpy(np.float64)
     if take.sum() > per_group:  # scale every bin down alike, keeping the frequency profile
         take = np.floor(take * per_group / take.sum())
@@ -206,13 +228,28 @@ def cluster_contrast(ci_poly, ci_mono, *, seed: int = 0, resamples: int = 2000) 
     poly = np.asarray(ci_poly, dtype=np.float64)
     mono = np.asarray(ci_mono, dtype=np.float64)
     poly, mono = poly[~np.isnan(poly)], mono[~np.isnan(mono)]
-    out = {"delta_ci": np.nan, "ci_low": np.nan, "ci_high": np.nan, "mw_p": np.nan,
-           "n_poly": int(poly.size), "n_mono": int(mono.size)}
+    out = {
+        "delta_ci": np.nan,
+        "ci_low": np.nan,
+        "ci_high": np.nan,
+        "mw_p": np.nan,
+        "n_poly": int(poly.size),
+        "n_mono": int(mono.size),
+    }
     if poly.size < 2 or mono.size < 2:
         return out
-    boot = stats.bootstrap((poly, mono), lambda p, q, axis: p.mean(axis) - q.mean(axis), n_resamples=resamples,
-                           confidence_level=0.95, method="percentile", rng=np.random.default_rng(seed))
-    out.update(delta_ci=float(poly.mean() - mono.mean()), ci_low=float(boot.confidence_interval.low),
-               ci_high=float(boot.confidence_interval.high),
-               mw_p=float(stats.mannwhitneyu(poly, mono, alternative="two-sided").pvalue))
+    boot = stats.bootstrap(
+        (poly, mono),
+        lambda p, q, axis: p.mean(axis) - q.mean(axis),
+        n_resamples=resamples,
+        confidence_level=0.95,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    out.update(
+        delta_ci=float(poly.mean() - mono.mean()),
+        ci_low=float(boot.confidence_interval.low),
+        ci_high=float(boot.confidence_interval.high),
+        mw_p=float(stats.mannwhitneyu(poly, mono, alternative="two-sided").pvalue),
+    )
     return out

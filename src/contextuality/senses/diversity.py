@@ -36,18 +36,26 @@ def context_diversity(sentences: pd.DataFrame, spacy_words: pd.DataFrame, word_i
     # remove the word itself from its own sentence's vector
     own = index["word"].str.lower().map(vocabulary).fillna(-1).to_numpy(np.int64)
     keep = occurrences.col != own[occurrences.row]
-    vectors = sp.csr_matrix((occurrences.data[keep], (occurrences.row[keep], occurrences.col[keep])),
-                            shape=occurrences.shape)
+    vectors = sp.csr_matrix(
+        (occurrences.data[keep], (occurrences.row[keep], occurrences.col[keep])), shape=occurrences.shape
+    )
     units = normalize(vectors, norm="l2")  # a zero row stays zero
     words, word_ids = np.unique(index["word"].to_numpy(), return_inverse=True)
     group = sp.csr_matrix((np.ones(len(index)), (word_ids, np.arange(len(index)))), shape=(len(words), len(index)))
     sums = group @ units
     total = np.asarray(sums.multiply(sums).sum(axis=1), dtype=np.float64).ravel()  # |sum u_i|^2
-    self_terms = np.bincount(word_ids, weights=np.asarray(units.multiply(units).sum(axis=1)).ravel(),
-                             minlength=len(words))  # sum |u_i|^2: 1 per non-empty vector
+    self_terms = np.bincount(
+        word_ids, weights=np.asarray(units.multiply(units).sum(axis=1)).ravel(), minlength=len(words)
+    )  # sum |u_i|^2: 1 per non-empty vector
     n = np.bincount(word_ids, minlength=len(words)).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_cos = (total - self_terms) / (n * (n - 1))
     n_sentences = index.groupby("word")["sentence_id"].nunique().reindex(words).to_numpy()
-    return pd.DataFrame({"word": words, "n": n.astype(np.int64), "n_sentences": n_sentences.astype(np.int64),
-                         "context_diversity": np.where(n > 1, 1.0 - mean_cos, np.nan)})
+    return pd.DataFrame(
+        {
+            "word": words,
+            "n": n.astype(np.int64),
+            "n_sentences": n_sentences.astype(np.int64),
+            "context_diversity": np.where(n > 1, 1.0 - mean_cos, np.nan),
+        }
+    )

@@ -33,7 +33,9 @@ def glosses(root: Path) -> pd.DataFrame:
 def write_glosses(root: Path, out: Path) -> pd.DataFrame:
     table = glosses(root)
     counts = table["kind"].value_counts()
-    log.info("WordNet 3.0: %d definitions and %d example sentences", counts.get("definition", 0), counts.get("example", 0))
+    log.info(
+        "WordNet 3.0: %d definitions and %d example sentences", counts.get("definition", 0), counts.get("example", 0)
+    )
     with atomic_path(out) as tmp:
         table.to_parquet(tmp, index=False)
     return table

@@ -16,8 +16,18 @@ import pandas as pd
 log = logging.getLogger(__name__)
 
 POS_ORDER = ("n", "v", "a", "r")  # the last tie-break of the chosen POS
-COLUMNS = ["form", "n", "lemma", "pos", "n_synsets", "n_synsets_pos", "n_tagged_senses", "n_lexnames",
-           "semcor_entropy", "polysemy"]
+COLUMNS = [
+    "form",
+    "n",
+    "lemma",
+    "pos",
+    "n_synsets",
+    "n_synsets_pos",
+    "n_tagged_senses",
+    "n_lexnames",
+    "semcor_entropy",
+    "polysemy",
+]
 
 
 def semcor_counts(wordnet) -> dict[str, int]:
@@ -54,11 +64,25 @@ def form_senses(form: str, wordnet, counts: dict[str, int]) -> list[dict]:
         base_set = {base.lower() for base in bases}
         found = [(synset, synset_count(synset, base_set, counts)) for synset in wordnet.synsets(form, pos)]
         # the base named: the one with the most SemCor tags, then synsets (morphy lists "banks" before "bank")
-        weight = {base: (sum(count for synset, count in found if base in synset_names(synset)),
-                         sum(base in synset_names(synset) for synset, _ in found)) for base in bases}
+        weight = {
+            base: (
+                sum(count for synset, count in found if base in synset_names(synset)),
+                sum(base in synset_names(synset) for synset, _ in found),
+            )
+            for base in bases
+        }
         lemma = max(bases, key=lambda base: weight[base])  # max keeps the first of equals: morphy's order
-        rows += [{"form": form, "pos": pos, "lemma": lemma, "synset": synset.name(), "lexname": synset.lexname(),
-                  "count": count} for synset, count in found]
+        rows += [
+            {
+                "form": form,
+                "pos": pos,
+                "lemma": lemma,
+                "synset": synset.name(),
+                "lexname": synset.lexname(),
+                "count": count,
+            }
+            for synset, count in found
+        ]
     return rows
 
 
@@ -77,18 +101,26 @@ def sense_inventory(word_index: pd.DataFrame, wordnet) -> pd.DataFrame:
     counts = semcor_counts(wordnet)
     rows = [row for form in sorted(n_of.index) for row in form_senses(form, wordnet, counts)]
     senses = pd.DataFrame(rows, columns=["form", "pos", "lemma", "synset", "lexname", "count"])
-    log.info("%d of %d lower-cased forms have no WordNet synset (left out)",
-             len(n_of) - senses["form"].nunique(), len(n_of))
+    log.info(
+        "%d of %d lower-cased forms have no WordNet synset (left out)", len(n_of) - senses["form"].nunique(), len(n_of)
+    )
     if senses.empty:
         return pd.DataFrame({column: [] for column in COLUMNS})
 
-    by_pos = senses.groupby(["form", "pos"], sort=False).agg(
-        total=("count", "sum"), n_synsets_pos=("synset", "size"), n_tagged_senses=("count", lambda c: int((c > 0).sum())),
-        lemma=("lemma", "first"),
-    ).reset_index()
+    by_pos = (
+        senses.groupby(["form", "pos"], sort=False)
+        .agg(
+            total=("count", "sum"),
+            n_synsets_pos=("synset", "size"),
+            n_tagged_senses=("count", lambda c: int((c > 0).sum())),
+            lemma=("lemma", "first"),
+        )
+        .reset_index()
+    )
     by_pos["order"] = by_pos["pos"].map({pos: i for i, pos in enumerate(POS_ORDER)})
-    chosen = (by_pos.sort_values(["form", "total", "n_synsets_pos", "order"], ascending=[True, False, False, True])
-              .drop_duplicates("form"))
+    chosen = by_pos.sort_values(
+        ["form", "total", "n_synsets_pos", "order"], ascending=[True, False, False, True]
+    ).drop_duplicates("form")
 
     # entropy of the SemCor counts over the chosen POS's synsets
     tagged = senses.merge(chosen[["form", "pos", "total"]], on=["form", "pos"])
@@ -97,12 +129,20 @@ def sense_inventory(word_index: pd.DataFrame, wordnet) -> pd.DataFrame:
     entropy = pd.Series(-p * np.log2(p), index=tagged.index).groupby(tagged["form"]).sum()
 
     # over all POS: synsets as NLTK's synsets(form) gives them (a synset reached from two POS counts once)
-    all_pos = senses.drop_duplicates(["form", "synset"]).groupby("form").agg(
-        n_synsets=("synset", "size"), n_lexnames=("lexname", "nunique"))
+    all_pos = (
+        senses.drop_duplicates(["form", "synset"])
+        .groupby("form")
+        .agg(n_synsets=("synset", "size"), n_lexnames=("lexname", "nunique"))
+    )
     table = chosen.set_index("form").join(all_pos)
     table["n"] = n_of.reindex(table.index).astype("int64")
     table["semcor_entropy"] = entropy.reindex(table.index).fillna(0.0).astype("float64")
     table["polysemy"] = np.where(table["n_synsets"] == 1, "mono", "poly")
     table = table.reset_index()[COLUMNS]
-    return table.astype({"n_synsets": "int64", "n_synsets_pos": "int64", "n_tagged_senses": "int64",
-                         "n_lexnames": "int64"}).sort_values("form", kind="stable").reset_index(drop=True)
+    return (
+        table.astype(
+            {"n_synsets": "int64", "n_synsets_pos": "int64", "n_tagged_senses": "int64", "n_lexnames": "int64"}
+        )
+        .sort_values("form", kind="stable")
+        .reset_index(drop=True)
+    )

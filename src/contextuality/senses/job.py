@@ -36,9 +36,24 @@ from contextuality.store.reader import LayerReader, check_layer, read_manifest
 log = logging.getLogger(__name__)
 
 # The per-word table's columns, whatever a model lacks (no output layer: no alignment ranks)
-WORD_COLUMNS = ["model", "layer", "form", "n_used", "n_synsets", "pos", "polysemy", "context_diversity", "zipf",
-                "length", "self_similarity_centred", "self_similarity_standardised",
-                "cluster_index_centred", "cluster_index_standardised", "alignment_rank", "alignment_null_rank"]
+WORD_COLUMNS = [
+    "model",
+    "layer",
+    "form",
+    "n_used",
+    "n_synsets",
+    "pos",
+    "polysemy",
+    "context_diversity",
+    "zipf",
+    "length",
+    "self_similarity_centred",
+    "self_similarity_standardised",
+    "cluster_index_centred",
+    "cluster_index_standardised",
+    "alignment_rank",
+    "alignment_null_rank",
+]
 
 
 @dataclass(frozen=True)
@@ -90,8 +105,9 @@ class SenseContext:
 # The STS corpus's occurrences, as the sense measures use them
 
 
-def sts_occurrences(occurrences: pd.DataFrame, units: pd.DataFrame, spacy_words: pd.DataFrame, *,
-                    decoder: bool) -> tuple[pd.DataFrame, dict]:
+def sts_occurrences(
+    occurrences: pd.DataFrame, units: pd.DataFrame, spacy_words: pd.DataFrame, *, decoder: bool
+) -> tuple[pd.DataFrame, dict]:
     """The indexed occurrences whose stored unit is the whole spaCy word, with their lower-cased form.
 
     A subword model's piece ``bank`` also occurs inside longer words: only units whose word *is* the piece
@@ -100,9 +116,15 @@ def sts_occurrences(occurrences: pd.DataFrame, units: pd.DataFrame, spacy_words:
     ``token_last``) and the counts left out.
     """
     joined = occurrences[["word", "row"]].merge(
-        units[["row", "sentence_id", "word_position", "unit", "token_first", "token_last"]], on="row", how="left")
-    joined = joined.merge(spacy_words[["sentence_id", "position", "word"]].rename(
-        columns={"position": "word_position", "word": "spacy_word"}), on=["sentence_id", "word_position"], how="left")
+        units[["row", "sentence_id", "word_position", "unit", "token_first", "token_last"]], on="row", how="left"
+    )
+    joined = joined.merge(
+        spacy_words[["sentence_id", "position", "word"]].rename(
+            columns={"position": "word_position", "word": "spacy_word"}
+        ),
+        on=["sentence_id", "word_position"],
+        how="left",
+    )
     whole = joined["unit"].str.lower() == joined["spacy_word"].str.lower()
     initial = joined["word_position"] == 0
     keep = whole & ~(initial & decoder)
@@ -116,8 +138,16 @@ def sts_occurrences(occurrences: pd.DataFrame, units: pd.DataFrame, spacy_words:
 # The job
 
 
-def measure_senses(paths: SensePaths, settings: SenseSettings, *, seed: int, model: str, head_loader=None,
-                   threads: int = 1, progress=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def measure_senses(
+    paths: SensePaths,
+    settings: SenseSettings,
+    *,
+    seed: int,
+    model: str,
+    head_loader=None,
+    threads: int = 1,
+    progress=None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every sense measure of every layer of one model: the long ``rows`` table and the per-word table.
 
     One job per model: the imports, the output head, the tables and the separation design's permutations are
@@ -127,14 +157,18 @@ def measure_senses(paths: SensePaths, settings: SenseSettings, *, seed: int, mod
     from threadpoolctl import threadpool_limits
 
     if len(paths.layers) != len(paths.senses_layers):
-        raise StoreError(f"{len(paths.layers)} STS layer files but {len(paths.senses_layers)} of the usages' corpus; "
-                         "rerun snakemake so that both stores hold every layer")
+        raise StoreError(
+            f"{len(paths.layers)} STS layer files but {len(paths.senses_layers)} of the usages' corpus; "
+            "rerun snakemake so that both stores hold every layer"
+        )
     torch.set_num_threads(max(1, threads))
     with threadpool_limits(limits=threads):
         context = prepare(paths, settings, seed=seed, head_loader=head_loader)
         manifests = read_manifest(paths.manifest), read_manifest(paths.senses_manifest)
-        tables = [measure_layer(context, layer, paths, manifests, settings, seed=seed, model=model)
-                  for layer in (progress or (lambda layers: layers))(range(len(paths.layers)))]
+        tables = [
+            measure_layer(context, layer, paths, manifests, settings, seed=seed, model=model)
+            for layer in (progress or (lambda layers: layers))(range(len(paths.layers)))
+        ]
     rows = pd.concat([table for table, _ in tables], ignore_index=True)
     words = pd.concat([table for _, table in tables], ignore_index=True)
     return rows, words
@@ -143,16 +177,24 @@ def measure_senses(paths: SensePaths, settings: SenseSettings, *, seed: int, mod
 def prepare(paths: SensePaths, settings: SenseSettings, *, seed: int, head_loader=None) -> SenseContext:
     """The model's shared tables (see SenseContext)."""
     decoder = is_decoder(model_type_of(paths.model))
-    occurrences, dropped = sts_occurrences(pd.read_parquet(paths.occurrences), pd.read_parquet(paths.units),
-                                           pd.read_parquet(paths.spacy_words), decoder=decoder)
-    note = (f"{dropped['sentence_initial']} sentence-initial occurrences left out (decoder)" if decoder
-            else "encoder: sentence-initial occurrences kept")
+    occurrences, dropped = sts_occurrences(
+        pd.read_parquet(paths.occurrences),
+        pd.read_parquet(paths.units),
+        pd.read_parquet(paths.spacy_words),
+        decoder=decoder,
+    )
+    note = (
+        f"{dropped['sentence_initial']} sentence-initial occurrences left out (decoder)"
+        if decoder
+        else "encoder: sentence-initial occurrences kept"
+    )
     words = _word_table(occurrences, pd.read_parquet(paths.inventory), pd.read_parquet(paths.diversity))
     tagged = pd.read_parquet(paths.tagged_forms)
     missing = sorted(set(tagger.FORM_COLUMNS) - set(tagged.columns))
     if missing:
-        raise StoreError(f"{paths.tagged_forms}: lacks columns {missing}; rerun snakemake so that rule sense_tags "
-                         "writes it again")
+        raise StoreError(
+            f"{paths.tagged_forms}: lacks columns {missing}; rerun snakemake so that rule sense_tags writes it again"
+        )
     head, reason = head_loader() if head_loader is not None else (None, "no output head was loaded")
     tokens = token_ids_of(pd.read_parquet(paths.tokens), occurrences) if head is not None else None  # B1, B2
     usages, units = pd.read_parquet(paths.usages), pd.read_parquet(paths.senses_units)
@@ -160,17 +202,38 @@ def prepare(paths: SensePaths, settings: SenseSettings, *, seed: int, head_loade
     unstored, initial = int((usage_rows < 0).sum()), usages["position"].to_numpy() == 0
     if decoder:
         usage_rows = np.where(initial, -1, usage_rows)
-    usage_note = (f"{int(initial.sum())} sentence-initial usages left out (decoder)" if decoder
-                  else "encoder: sentence-initial usages kept") + f"; {unstored} usages not stored as one unit"
+    usage_note = (
+        f"{int(initial.sum())} sentence-initial usages left out (decoder)"
+        if decoder
+        else "encoder: sentence-initial usages kept"
+    ) + f"; {unstored} usages not stored as one unit"
     pairs = pd.read_parquet(paths.pairs)
     token_keys = usage_token_keys(usage_row_numbers(usages, units), units, pd.read_parquet(paths.senses_tokens))
-    design = separation.SeparationDesign(usages, pairs, permutations=settings.permutations,
-                                         bootstrap=settings.bootstrap, seed=seed,
-                                         lengths=sentence_lengths(usages, pd.read_parquet(paths.senses_spacy_words)),
-                                         token_keys=token_keys)
-    return SenseContext(decoder, occurrences, note, words, tagged, head, reason, tokens, usages, usage_rows, usage_note,
-                        design,
-                        token_note=_token_note(usages, pairs, token_keys, usage_rows), control={})
+    design = separation.SeparationDesign(
+        usages,
+        pairs,
+        permutations=settings.permutations,
+        bootstrap=settings.bootstrap,
+        seed=seed,
+        lengths=sentence_lengths(usages, pd.read_parquet(paths.senses_spacy_words)),
+        token_keys=token_keys,
+    )
+    return SenseContext(
+        decoder,
+        occurrences,
+        note,
+        words,
+        tagged,
+        head,
+        reason,
+        tokens,
+        usages,
+        usage_rows,
+        usage_note,
+        design,
+        token_note=_token_note(usages, pairs, token_keys, usage_rows),
+        control={},
+    )
 
 
 def sentence_lengths(usages: pd.DataFrame, spacy_words: pd.DataFrame) -> np.ndarray:
@@ -178,8 +241,10 @@ def sentence_lengths(usages: pd.DataFrame, spacy_words: pd.DataFrame) -> np.ndar
     lengths = spacy_words.groupby("sentence_id").size()
     found = lengths.reindex(usages["sentence_id"].to_numpy())
     if found.isna().any():
-        raise StoreError(f"{int(found.isna().sum())} usages name a sentence the usages' spaCy words lack; rerun "
-                         "snakemake so that rule sense_usages writes both together")
+        raise StoreError(
+            f"{int(found.isna().sum())} usages name a sentence the usages' spaCy words lack; rerun "
+            "snakemake so that rule sense_usages writes both together"
+        )
     return found.to_numpy(np.int64)
 
 
@@ -188,8 +253,10 @@ def usage_token_keys(usage_rows: np.ndarray, units: pd.DataFrame, tokens: pd.Dat
     the same key are the same input to the model's embedding layer."""
     ids = tokens.set_index("sentence_id")["input_ids"]
     unit = units.set_index("row").loc[usage_rows[usage_rows >= 0], ["sentence_id", "token_first", "token_last"]]
-    pieces = [tuple(np.asarray(ids.loc[sentence])[first:last + 1].tolist())
-              for sentence, first, last in unit.itertuples(index=False)]
+    pieces = [
+        tuple(np.asarray(ids.loc[sentence])[first : last + 1].tolist())
+        for sentence, first, last in unit.itertuples(index=False)
+    ]
     keys = np.full(len(usage_rows), -1, dtype=np.int64)
     keys[usage_rows >= 0] = pd.factorize(pd.Series(pieces, dtype=object))[0]
     return keys
@@ -202,12 +269,15 @@ def _token_note(usages: pd.DataFrame, pairs: pd.DataFrame, keys: np.ndarray, usa
     differ = usable & (keys[a] != keys[b])
     form = usages["form"].to_numpy()
     by_case = differ & (form[a] != form[b])
-    return (f"{int(differ.sum())} of {int(usable.sum())} usable pairs have different stored tokens "
-            f"({int(by_case.sum())} written differently, e.g. by a capital letter)")
+    return (
+        f"{int(differ.sum())} of {int(usable.sum())} usable pairs have different stored tokens "
+        f"({int(by_case.sum())} written differently, e.g. by a capital letter)"
+    )
 
 
-def measure_layer(context: SenseContext, layer: int, paths: SensePaths, manifests, settings: SenseSettings, *,
-                  seed: int, model: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+def measure_layer(
+    context: SenseContext, layer: int, paths: SensePaths, manifests, settings: SenseSettings, *, seed: int, model: str
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One layer's rows and words: the STS layer and the usages' layer, each read once."""
     rows = Rows(model, layer)
     check_layer(paths.layers[layer], manifests[0], layer)
@@ -219,12 +289,23 @@ def measure_layer(context: SenseContext, layer: int, paths: SensePaths, manifest
     # activations 1,000 times the median in SmolLM2) would shift the mean so far that every centred vector
     # points one way (spec pitfall 3)
     used = context.occurrences["row"].to_numpy()
-    mean, std = layer_moments(x[used[first:first + BLOCK_ROWS]] for first in range(0, len(used), BLOCK_ROWS))
-    words = regression_rows(rows, context.words, x, mean, std, context.occurrences, settings, context.note,
-                        context.tagged)
+    mean, std = layer_moments(x[used[first : first + BLOCK_ROWS]] for first in range(0, len(used), BLOCK_ROWS))
+    words = regression_rows(
+        rows, context.words, x, mean, std, context.occurrences, settings, context.note, context.tagged
+    )
     words = clusterability_rows(rows, words, x, mean, std, context.occurrences, settings, seed, context.note)
-    words = output_layer_rows(rows, words, x, context.occurrences, context.tokens, context.head, context.head_reason,
-                              settings, seed, after_final_norm=after_final_norm)
+    words = output_layer_rows(
+        rows,
+        words,
+        x,
+        context.occurrences,
+        context.tokens,
+        context.head,
+        context.head_reason,
+        settings,
+        seed,
+        after_final_norm=after_final_norm,
+    )
     del x
     with LayerReader(paths.senses_layers[layer], manifests[1]) as reader:
         stored = reader.rows(dtype=SENSE_LAYER_DTYPE)
@@ -237,8 +318,11 @@ def _word_table(occurrences: pd.DataFrame, inventory: pd.DataFrame, diversity: p
     counts = occurrences.groupby("form").size().rename("n_used").reset_index()
     table = counts.merge(inventory[["form", "n_synsets", "pos", "polysemy"]], on="form", how="inner")
     # a form's diversity: its casings' values weighted by their occurrences
-    weighted = diversity.assign(form=diversity["word"].str.lower(), weighted=diversity["context_diversity"] * diversity["n"],
-                                weight=diversity["n"].where(diversity["context_diversity"].notna(), 0))
+    weighted = diversity.assign(
+        form=diversity["word"].str.lower(),
+        weighted=diversity["context_diversity"] * diversity["n"],
+        weight=diversity["n"].where(diversity["context_diversity"].notna(), 0),
+    )
     sums = weighted.groupby("form")[["weighted", "weight"]].sum(min_count=1)
     by_form = (sums["weighted"] / sums["weight"].where(sums["weight"] > 0)).rename("context_diversity").reset_index()
     table = table.merge(by_form, on="form", how="left").sort_values("form").reset_index(drop=True)

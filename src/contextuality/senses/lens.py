@@ -67,8 +67,9 @@ def _mapped(head: OutputHead, batch, after_final_norm: bool):
     return _apply(head.final_norm, batch)
 
 
-def _batches(head: OutputHead, hidden: np.ndarray, after_final_norm: bool, batch_rows: int,
-             *, logits: bool = True) -> Iterator[tuple[slice, object]]:
+def _batches(
+    head: OutputHead, hidden: np.ndarray, after_final_norm: bool, batch_rows: int, *, logits: bool = True
+) -> Iterator[tuple[slice, object]]:
     """(rows, logits or lens inputs of those rows) batch by batch, as float32 torch tensors."""
     import torch
 
@@ -86,8 +87,9 @@ def _batches(head: OutputHead, hidden: np.ndarray, after_final_norm: bool, batch
             yield rows, z if bias is None else z + bias
 
 
-def lens_logits(head: OutputHead, hidden: np.ndarray, *, after_final_norm: bool,
-                batch_rows: int = BATCH_ROWS) -> np.ndarray:
+def lens_logits(
+    head: OutputHead, hidden: np.ndarray, *, after_final_norm: bool, batch_rows: int = BATCH_ROWS
+) -> np.ndarray:
     """The lens's logits (n×V float32) of the rows of one layer; for few rows (ranks: ``token_ranks``)."""
     hidden = _check_rows(head, hidden, "hidden")
     out = np.empty((hidden.shape[0], head.vocab_size), dtype=np.float32)
@@ -96,8 +98,9 @@ def lens_logits(head: OutputHead, hidden: np.ndarray, *, after_final_norm: bool,
     return out
 
 
-def lens_inputs(head: OutputHead, hidden: np.ndarray, *, after_final_norm: bool,
-                batch_rows: int = BATCH_ROWS) -> np.ndarray:
+def lens_inputs(
+    head: OutputHead, hidden: np.ndarray, *, after_final_norm: bool, batch_rows: int = BATCH_ROWS
+) -> np.ndarray:
     """What the unembedding multiplies, row by row (n×d float32): N_f(h), h, or the masked LM's T(h)."""
     hidden = _check_rows(head, hidden, "hidden")
     out = np.empty(hidden.shape, dtype=np.float32)
@@ -106,8 +109,9 @@ def lens_inputs(head: OutputHead, hidden: np.ndarray, *, after_final_norm: bool,
     return out
 
 
-def lens_input_mean(head: OutputHead, hidden: np.ndarray, *, after_final_norm: bool,
-                    batch_rows: int = BATCH_ROWS) -> np.ndarray:
+def lens_input_mean(
+    head: OutputHead, hidden: np.ndarray, *, after_final_norm: bool, batch_rows: int = BATCH_ROWS
+) -> np.ndarray:
     """m_ℓ of B4: the mean (d,) over all rows of the lens inputs (N_f(h), or T(h)), summed in float64."""
     hidden = _check_rows(head, hidden, "hidden")
     total = np.zeros(head.dim, dtype=np.float64)
@@ -116,8 +120,9 @@ def lens_input_mean(head: OutputHead, hidden: np.ndarray, *, after_final_norm: b
     return total / max(hidden.shape[0], 1)
 
 
-def token_ranks(head: OutputHead, hidden: np.ndarray, token_ids, *, after_final_norm: bool,
-                batch_rows: int = BATCH_ROWS) -> np.ndarray:
+def token_ranks(
+    head: OutputHead, hidden: np.ndarray, token_ids, *, after_final_norm: bool, batch_rows: int = BATCH_ROWS
+) -> np.ndarray:
     """B1/B2: r = #{v : z[v] > z[t]} for each row and its token t (0 = the lens's top-1), int64.
 
     ``token_ids`` (n,) or (n, k): k targets per row ranked under the same logits (own and next token in one
@@ -167,8 +172,16 @@ def frequency_baseline_ranks(token_ids, token_counts) -> np.ndarray:
     return (counts.size - np.searchsorted(ordered, counts[ids], side="right")).astype(np.int64)
 
 
-def centroid_alignment(head: OutputHead, centroids: np.ndarray, token_ids, null_token_ids, *, after_final_norm: bool,
-                       layer_mean, batch_rows: int = BATCH_ROWS) -> dict:
+def centroid_alignment(
+    head: OutputHead,
+    centroids: np.ndarray,
+    token_ids,
+    null_token_ids,
+    *,
+    after_final_norm: bool,
+    layer_mean,
+    batch_rows: int = BATCH_ROWS,
+) -> dict:
     """B4: the alignment of each word's centroid with its own output row, against a frequency-matched null.
 
     a_w = cos(M(c_w) − m, e_t − ē), with M the lens input map (N_f for a decoder before its last layer, the
@@ -207,8 +220,10 @@ def centroid_alignment(head: OutputHead, centroids: np.ndarray, token_ids, null_
 def _alignment_summary(out: dict, vocab_size: int) -> dict:
     """Medians, shares of rank < 10 (chance 10/V) and mean cosines, for the words and for the null."""
     n = int(out["rank"].size)
+
     def stat(values, how):
         return float(how(values)) if n else float("nan")
+
     return {"median_rank": stat(out["rank"], np.median), "null_median_rank": stat(out["null_rank"], np.median),
             "share_rank_lt_10": stat(out["rank"] < TOP, np.mean),
             "null_share_rank_lt_10": stat(out["null_rank"] < TOP, np.mean),

@@ -36,8 +36,15 @@ def knn_measures(design, cos, pair_ok) -> dict:
     graph = sp.csr_matrix((dist[order], cols[order], indptr), shape=(design.n, design.n))
     has = np.flatnonzero(np.diff(indptr) > 0)
     if has.size == 0:
-        return {"knn_accuracy": np.nan, "knn_majority": np.nan, "knn_chance": np.nan, "knn_ceiling": np.nan,
-                "knn_ci_low": np.nan, "knn_ci_high": np.nan, "n_knn": 0}
+        return {
+            "knn_accuracy": np.nan,
+            "knn_majority": np.nan,
+            "knn_chance": np.nan,
+            "knn_ceiling": np.nan,
+            "knn_ci_low": np.nan,
+            "knn_ci_high": np.nan,
+            "n_knn": 0,
+        }
     nn = NearestNeighbors(n_neighbors=1, metric="precomputed").fit(graph)
     query = graph if has.size == design.n else graph[has]
     neighbour = nn.kneighbors(query, n_neighbors=1, return_distance=False)[:, 0]
@@ -50,8 +57,16 @@ def knn_measures(design, cos, pair_ok) -> dict:
     lemma_n = np.bincount(design.lemma[has], minlength=design.n_lemmas).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         low, high = interval((design.boot_lemma_counts @ lemma_hits) / (design.boot_lemma_counts @ lemma_n))
-    return {"knn_accuracy": float(np.mean(hits)), "knn_majority": majority, "knn_chance": chance,
-            "knn_ceiling": ceiling, "knn_ci_low": low, "knn_ci_high": high, "n_knn": int(has.size)}
+    return {
+        "knn_accuracy": float(np.mean(hits)),
+        "knn_majority": majority,
+        "knn_chance": chance,
+        "knn_ceiling": ceiling,
+        "knn_ci_low": low,
+        "knn_ci_high": high,
+        "n_knn": int(has.size),
+    }
+
 
 def majority_and_chance(word: np.ndarray, sense: np.ndarray, used: np.ndarray) -> tuple[float, float]:
     """Leave-one-out majority sense and exact chance over the usages ``used`` (all usable in their words).
@@ -76,6 +91,7 @@ def majority_and_chance(word: np.ndarray, sense: np.ndarray, used: np.ndarray) -
     same = cells.groupby("word")["pairs"].sum()
     chance = float(np.mean(same.reindex(t["word"]).to_numpy() / (n_w * (n_w - 1))))
     return majority, chance
+
 
 def ari_measures(word: np.ndarray, sense: np.ndarray, unit, valid, seed) -> dict:
     """C5: mean ARI of k-means (K = the word's senses) against the gold senses, over words with ≥ 2

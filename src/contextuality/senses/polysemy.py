@@ -22,7 +22,9 @@ POS_LEVELS = ("n", "v", "a", "r")
 RESULT_COLUMNS = ["term", "beta", "se", "ci_low", "ci_high", "p", "n_words", "r2"]
 
 
-def _design(table: pd.DataFrame, y: str, diversity: bool, covariates: tuple[str, ...] = ()) -> tuple[pd.Series, pd.DataFrame]:
+def _design(
+    table: pd.DataFrame, y: str, diversity: bool, covariates: tuple[str, ...] = ()
+) -> tuple[pd.Series, pd.DataFrame]:
     """The z-scored response and design (const, continuous terms z-scored, POS dummies 0/1)."""
     needed = ["word", y, "n_synsets", "n", "pos"] + (["context_diversity"] if diversity else []) + list(covariates)
     missing = [c for c in needed if c not in table.columns]
@@ -31,13 +33,19 @@ def _design(table: pd.DataFrame, y: str, diversity: bool, covariates: tuple[str,
     t = table[needed].dropna()
     bad = sorted(set(t["pos"]) - set(POS_LEVELS))
     if bad:
-        raise ValueError(f"polysemy_regression: pos has values {bad}; allowed {list(POS_LEVELS)} "
-                         "(map satellite adjectives 's' to 'a')")
+        raise ValueError(
+            f"polysemy_regression: pos has values {bad}; allowed {list(POS_LEVELS)} "
+            "(map satellite adjectives 's' to 'a')"
+        )
     if (t["n_synsets"] < 1).any() or (t["n"] < 1).any():
-        raise ValueError("polysemy_regression: n_synsets and n must be ≥ 1 (their logs are regressors); "
-                         "drop words outside WordNet or without occurrences")
-    x = pd.DataFrame({"log_synsets": np.log(t["n_synsets"].to_numpy(np.float64)),
-                      "log_n": np.log(t["n"].to_numpy(np.float64))}, index=t.index)
+        raise ValueError(
+            "polysemy_regression: n_synsets and n must be ≥ 1 (their logs are regressors); "
+            "drop words outside WordNet or without occurrences"
+        )
+    x = pd.DataFrame(
+        {"log_synsets": np.log(t["n_synsets"].to_numpy(np.float64)), "log_n": np.log(t["n"].to_numpy(np.float64))},
+        index=t.index,
+    )
     if diversity:
         x["context_diversity"] = t["context_diversity"].astype(np.float64)
     for covariate in covariates:
@@ -48,8 +56,10 @@ def _design(table: pd.DataFrame, y: str, diversity: bool, covariates: tuple[str,
     response = t[y].astype(np.float64)
     for name, col in [(y, response), *x.items()]:
         if col.std(ddof=1) == 0 or not np.isfinite(col.std(ddof=1)):
-            raise ValueError(f"polysemy_regression: column {name!r} is constant over the {len(t)} words; "
-                             "drop it or widen the word set")
+            raise ValueError(
+                f"polysemy_regression: column {name!r} is constant over the {len(t)} words; "
+                "drop it or widen the word set"
+            )
     continuous = [c for c in x.columns if not c.startswith("pos_")]
     x[continuous] = (x[continuous] - x[continuous].mean()) / x[continuous].std(ddof=1)
     x.insert(0, "const", 1.0)
@@ -64,12 +74,15 @@ def _refuse_collinear(x: pd.DataFrame) -> None:
         return
     for k in range(1, values.shape[1]):
         if np.linalg.matrix_rank(values[:, : k + 1]) <= k:
-            raise ValueError(f"polysemy_regression: column {x.columns[k]!r} is collinear with "
-                             f"{list(x.columns[:k])}; drop one of them")
+            raise ValueError(
+                f"polysemy_regression: column {x.columns[k]!r} is collinear with "
+                f"{list(x.columns[:k])}; drop one of them"
+            )
 
 
-def polysemy_regression(table: pd.DataFrame, *, y: str = "self_similarity", diversity: bool = True,
-                        covariates: tuple[str, ...] = ()) -> pd.DataFrame:
+def polysemy_regression(
+    table: pd.DataFrame, *, y: str = "self_similarity", diversity: bool = True, covariates: tuple[str, ...] = ()
+) -> pd.DataFrame:
     """Standardised OLS betas (HC3) of y on log_synsets, log_n, context_diversity, the ``covariates`` (columns of
     ``table``, z-scored) and POS, one row per term.
 
@@ -77,13 +90,21 @@ def polysemy_regression(table: pd.DataFrame, *, y: str = "self_similarity", dive
     """
     response, x = _design(table, y, diversity, tuple(covariates))
     if len(x) <= x.shape[1]:
-        raise ValueError(f"polysemy_regression: {len(x)} words for {x.shape[1]} coefficients; "
-                         "widen the word set")
+        raise ValueError(f"polysemy_regression: {len(x)} words for {x.shape[1]} coefficients; widen the word set")
     fit = sm.OLS(response, x).fit(cov_type="HC3")
     ci = fit.conf_int(alpha=0.05)
-    return pd.DataFrame({"term": x.columns, "beta": fit.params.to_numpy(), "se": fit.bse.to_numpy(),
-                         "ci_low": ci[0].to_numpy(), "ci_high": ci[1].to_numpy(), "p": fit.pvalues.to_numpy(),
-                         "n_words": len(x), "r2": float(fit.rsquared)})[RESULT_COLUMNS]
+    return pd.DataFrame(
+        {
+            "term": x.columns,
+            "beta": fit.params.to_numpy(),
+            "se": fit.bse.to_numpy(),
+            "ci_low": ci[0].to_numpy(),
+            "ci_high": ci[1].to_numpy(),
+            "p": fit.pvalues.to_numpy(),
+            "n_words": len(x),
+            "r2": float(fit.rsquared),
+        }
+    )[RESULT_COLUMNS]
 
 
 def polysemy_without_diversity(table: pd.DataFrame, *, y: str = "self_similarity") -> pd.DataFrame:
@@ -91,15 +112,21 @@ def polysemy_without_diversity(table: pd.DataFrame, *, y: str = "self_similarity
     return polysemy_regression(table, y=y, diversity=False)
 
 
-def mono_poly_check(table: pd.DataFrame, *, y: str = "self_similarity", per_group: int = 200,
-                    seed: int = 0) -> dict:
+def mono_poly_check(table: pd.DataFrame, *, y: str = "self_similarity", per_group: int = 200, seed: int = 0) -> dict:
     """Frequency-matched monosemous vs polysemous words' y: mean difference (poly − mono), its 95% bootstrap
     interval, two-sided Mann–Whitney p and counts. ``polysemy`` is taken from n_synsets (1: mono) if absent."""
     t = table.dropna(subset=[y, "n", "n_synsets"])
     if "polysemy" not in t.columns:
         t = t.assign(polysemy=np.where(t["n_synsets"] == 1, "mono", "poly"))
     matched = matched_mono_poly(t, per_group=per_group, seed=seed)
-    r = cluster_contrast(matched.loc[matched["polysemy"] == "poly", y], matched.loc[matched["polysemy"] == "mono", y],
-                         seed=seed)
-    return {"delta": r["delta_ci"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "mw_p": r["mw_p"],
-            "n_poly": r["n_poly"], "n_mono": r["n_mono"]}
+    r = cluster_contrast(
+        matched.loc[matched["polysemy"] == "poly", y], matched.loc[matched["polysemy"] == "mono", y], seed=seed
+    )
+    return {
+        "delta": r["delta_ci"],
+        "ci_low": r["ci_low"],
+        "ci_high": r["ci_high"],
+        "mw_p": r["mw_p"],
+        "n_poly": r["n_poly"],
+        "n_mono": r["n_mono"],
+    }

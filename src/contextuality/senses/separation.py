@@ -54,8 +54,13 @@ USAGE_COLUMNS = ["usage_id", "lemma", "pos", "synset", "lexname", "form_lower", 
 PAIR_COLUMNS = ["usage_a", "usage_b", "same_sense", "same_lexname"]
 # A pair's shape: what a model-free predictor sees (|ΔL|, |Δposition|, |Δ words after the target|, mean length,
 # mean position); lengths in spaCy words.
-SHAPE_FEATURES = ("abs_length_difference", "abs_position_difference", "abs_tail_difference", "mean_length",
-                  "mean_position")
+SHAPE_FEATURES = (
+    "abs_length_difference",
+    "abs_position_difference",
+    "abs_tail_difference",
+    "mean_length",
+    "mean_position",
+)
 LENGTH_STRATA_CAP = 8  # the strata of |ΔL|: 0, 1, ..., 7, and 8 or more
 FOLDS = 5  # GroupKFold by lemma for the held-out threshold and the held-out logistic regressions
 RESAMPLE_CHUNK = 50  # lemma resamples handled at once in the bootstrap counts (bounds the memory)
@@ -89,8 +94,18 @@ def _pair_cosines(unit: np.ndarray, a: np.ndarray, b: np.ndarray, chunk: int = 4
 class SeparationDesign:
     """The vector-independent part of the sense-separation measures, built once per usage set."""
 
-    def __init__(self, usages: pd.DataFrame, pairs: pd.DataFrame, *, permutations: int = 1000,
-                 bootstrap: int = 200, seed: int = 0, lengths=None, token_keys=None, folds: int = FOLDS):
+    def __init__(
+        self,
+        usages: pd.DataFrame,
+        pairs: pd.DataFrame,
+        *,
+        permutations: int = 1000,
+        bootstrap: int = 200,
+        seed: int = 0,
+        lengths=None,
+        token_keys=None,
+        folds: int = FOLDS,
+    ):
         """``lengths``: each usage's sentence length in words (the shape measures; None: not measured);
         ``token_keys``: an integer per usage naming its stored unit's token sequence, -1 where unknown (the
         same-token AUROC; None: not measured)."""
@@ -109,8 +124,9 @@ class SeparationDesign:
         self.lemma = pd.factorize(usages["lemma"].astype(str) + "\x1f" + usages["pos"].astype(str))[0]
         self.sense = pd.factorize(usages["synset"])[0].astype(np.int64)
         if np.any(self.word[self.a] != self.word[self.b]):
-            raise ValueError("SeparationDesign: a pair joins usages of different (lemma, POS, form); "
-                             "pairs must stay within one word")
+            raise ValueError(
+                "SeparationDesign: a pair joins usages of different (lemma, POS, form); pairs must stay within one word"
+            )
         self.same = pairs["same_sense"].to_numpy(bool)
         if np.any(self.same != (self.sense[self.a] == self.sense[self.b])):
             raise ValueError("SeparationDesign: pairs.same_sense disagrees with the usages' synsets; rebuild")
@@ -121,14 +137,16 @@ class SeparationDesign:
         rng = np.random.default_rng(seed)
         # Pair -> word indicator (pairs × G), for per-word sums of any pair quantity.
         n_pairs = self.a.size
-        self.pair_to_word = sp.csr_matrix((np.ones(n_pairs), (np.arange(n_pairs), self.pair_word)),
-                                          shape=(n_pairs, self.n_words))
+        self.pair_to_word = sp.csr_matrix(
+            (np.ones(n_pairs), (np.arange(n_pairs), self.pair_word)), shape=(n_pairs, self.n_words)
+        )
         self.perm_same = self._permuted_same(rng)
         # Bootstrap: B' resamples of lemmas with replacement, as counts per lemma, then per word and pair.
         n_lemmas = int(self.lemma.max()) + 1 if n else 0
         draws = rng.integers(0, n_lemmas, size=(bootstrap, n_lemmas))
-        counts = np.bincount((draws + n_lemmas * np.arange(bootstrap)[:, None]).ravel(),
-                             minlength=bootstrap * n_lemmas).reshape(bootstrap, n_lemmas)
+        counts = np.bincount(
+            (draws + n_lemmas * np.arange(bootstrap)[:, None]).ravel(), minlength=bootstrap * n_lemmas
+        ).reshape(bootstrap, n_lemmas)
         word_lemma = np.zeros(self.n_words, dtype=np.int64)
         word_lemma[self.word] = self.lemma
         self.boot_word_counts = counts[:, word_lemma].astype(np.float64)  # (B', G)
@@ -146,11 +164,14 @@ class SeparationDesign:
         lengths = np.asarray(lengths, dtype=np.float64)
         position = usages["position"].to_numpy(np.float64)
         if lengths.shape != (self.n,) or not np.isfinite(lengths).all() or np.any(lengths <= position):
-            raise ValueError(f"SeparationDesign: lengths must be one finite sentence length per usage ({self.n}), "
-                             "longer than the usage's position; count the words of each usage's sentence")
+            raise ValueError(
+                f"SeparationDesign: lengths must be one finite sentence length per usage ({self.n}), "
+                "longer than the usage's position; count the words of each usage's sentence"
+            )
         la, lb, pa, pb = lengths[self.a], lengths[self.b], position[self.a], position[self.b]
-        shape = np.column_stack([np.abs(la - lb), np.abs(pa - pb), np.abs((la - pa) - (lb - pb)), (la + lb) / 2,
-                                 (pa + pb) / 2])
+        shape = np.column_stack(
+            [np.abs(la - lb), np.abs(pa - pb), np.abs((la - pa) - (lb - pb)), (la + lb) / 2, (pa + pb) / 2]
+        )
         return shape, np.minimum(shape[:, 0], LENGTH_STRATA_CAP).astype(np.int64)
 
     def _same_token(self, token_keys) -> np.ndarray | None:
@@ -158,8 +179,10 @@ class SeparationDesign:
             return None
         keys = np.asarray(token_keys)
         if keys.shape != (self.n,) or not np.issubdtype(keys.dtype, np.integer):
-            raise ValueError(f"SeparationDesign: token_keys must be one integer per usage ({self.n}), -1 where "
-                             "unknown; factorize each usage's stored token sequence")
+            raise ValueError(
+                f"SeparationDesign: token_keys must be one integer per usage ({self.n}), -1 where "
+                "unknown; factorize each usage's stored token sequence"
+            )
         return (keys[self.a] == keys[self.b]) & (keys[self.a] >= 0)
 
     def _permuted_same(self, rng) -> sp.csr_matrix:
@@ -173,11 +196,11 @@ class SeparationDesign:
             rows.append((bb + start) * self.n_words + self.pair_word[pp])
             cols.append(pp)
         rows, cols = np.concatenate(rows), np.concatenate(cols)
-        return sp.csr_matrix((np.ones(rows.size), (rows, cols)),
-                             shape=(self.permutations * self.n_words, self.a.size))
+        return sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(self.permutations * self.n_words, self.a.size))
 
-    def measure(self, vectors: np.ndarray, *, ari: bool = False, seed: int = 0, control=None,
-                controls: bool = True) -> dict:
+    def measure(
+        self, vectors: np.ndarray, *, ari: bool = False, seed: int = 0, control=None, controls: bool = True
+    ) -> dict:
         """One layer's sense-separation measures from its preprocessed usage vectors (row i = usage i).
 
         ``controls=False`` leaves out what the cosine adds beyond the shape and the same-token, stratified and
@@ -189,8 +212,10 @@ class SeparationDesign:
         """
         vectors = np.asarray(vectors, dtype=np.float64)
         if vectors.ndim != 2 or vectors.shape[0] != self.n:
-            raise ValueError(f"measure: vectors have shape {vectors.shape}, expected ({self.n}, d): "
-                             "one row per usage, in usage_id order")
+            raise ValueError(
+                f"measure: vectors have shape {vectors.shape}, expected ({self.n}, d): "
+                "one row per usage, in usage_id order"
+            )
         valid = ~np.isnan(vectors).any(axis=1)
         unit = unit_rows(np.where(valid[:, None], vectors, 0.0))
         pair_ok = valid[self.a] & valid[self.b]
@@ -224,27 +249,40 @@ class SeparationDesign:
         ok = pair_ok.astype(np.float64)
         tot_sum, tot_n = self.pair_to_word.T @ c, self.pair_to_word.T @ ok
         same_ok = ok * self.same
-        delta_w = self._word_delta(self.pair_to_word.T @ (c * self.same), self.pair_to_word.T @ same_ok,
-                                   tot_sum, tot_n)
+        delta_w = self._word_delta(self.pair_to_word.T @ (c * self.same), self.pair_to_word.T @ same_ok, tot_sum, tot_n)
         has = ~np.isnan(delta_w)
         if not has.any():  # no word has both kinds of pair: nothing to test
-            return {k: np.nan for k in ("delta", "delta_null_mean", "delta_null_sd", "delta_z", "delta_p",
-                                        "delta_ci_low", "delta_ci_high")} | {"n_words_delta": 0}
+            return {
+                k: np.nan
+                for k in (
+                    "delta",
+                    "delta_null_mean",
+                    "delta_null_sd",
+                    "delta_z",
+                    "delta_p",
+                    "delta_ci_low",
+                    "delta_ci_high",
+                )
+            } | {"n_words_delta": 0}
         delta = float(delta_w[has].mean())
         g = self.n_words
-        perm_w = self._word_delta((self.perm_same @ c).reshape(-1, g), (self.perm_same @ ok).reshape(-1, g),
-                                  tot_sum, tot_n)
+        perm_w = self._word_delta(
+            (self.perm_same @ c).reshape(-1, g), (self.perm_same @ ok).reshape(-1, g), tot_sum, tot_n
+        )
         null = np.nanmean(perm_w, axis=1)
         sd = float(null.std(ddof=1)) if self.permutations > 1 else np.nan
         # Bootstrap over lemmas: the resampled mean of Δ_w over words that have it.
         w = self.boot_word_counts * has
         boot = (w @ np.where(has, delta_w, 0.0)) / np.where(w.sum(1) > 0, w.sum(1), np.nan)
         return {
-            "delta": delta, "delta_null_mean": float(null.mean()), "delta_null_sd": sd,
+            "delta": delta,
+            "delta_null_mean": float(null.mean()),
+            "delta_null_sd": sd,
             "delta_z": (delta - float(null.mean())) / sd if sd > 0 else np.nan,
             "delta_p": (1 + int(np.sum(null >= delta))) / (self.permutations + 1),
             "n_words_delta": int(has.sum()),
-            "delta_ci_low": float(np.nanpercentile(boot, 2.5)), "delta_ci_high": float(np.nanpercentile(boot, 97.5)),
+            "delta_ci_low": float(np.nanpercentile(boot, 2.5)),
+            "delta_ci_high": float(np.nanpercentile(boot, 97.5)),
         }
 
     def _auroc(self, cos, pair_ok) -> dict:
@@ -252,12 +290,18 @@ class SeparationDesign:
         resamples = self._auc_resamples(cos, pos, neg)
         low, high = interval(resamples)
         coarse_low, coarse_high = interval(self._auc_resamples(cos, pos, coarse))
-        return {"auroc": pair_auc(cos, pos, neg), "auroc_coarse": pair_auc(cos, pos, coarse),
-                "n_pairs_same": int(pos.sum()), "n_pairs_different": int(neg.sum()),
-                "n_pairs_coarse": int(coarse.sum()),
-                "auroc_ci_low": low, "auroc_ci_high": high,
-                "auroc_coarse_ci_low": coarse_low, "auroc_coarse_ci_high": coarse_high,
-                "_auroc_resamples": (pair_ok, resamples)}
+        return {
+            "auroc": pair_auc(cos, pos, neg),
+            "auroc_coarse": pair_auc(cos, pos, coarse),
+            "n_pairs_same": int(pos.sum()),
+            "n_pairs_different": int(neg.sum()),
+            "n_pairs_coarse": int(coarse.sum()),
+            "auroc_ci_low": low,
+            "auroc_ci_high": high,
+            "auroc_coarse_ci_low": coarse_low,
+            "auroc_coarse_ci_high": coarse_high,
+            "_auroc_resamples": (pair_ok, resamples),
+        }
 
     def _auc_counts(self, score, pos, neg) -> tuple[np.ndarray, np.ndarray]:
         """Per lemma resample: the weighted Mann–Whitney count (ties ½) and its denominator Σw_p·Σw_n.
@@ -274,7 +318,7 @@ class SeparationDesign:
         hi = np.searchsorted(diff_score, pos_score, side="right")
         counts_out, totals = [], []
         for start in range(0, self.bootstrap, RESAMPLE_CHUNK):
-            counts = self.boot_word_counts[start:start + RESAMPLE_CHUNK]
+            counts = self.boot_word_counts[start : start + RESAMPLE_CHUNK]
             cum = np.zeros((counts.shape[0], diff_score.size + 1))
             np.cumsum(counts[:, diff_word], axis=1, out=cum[:, 1:])
             below, tied = cum[:, lo], cum[:, hi] - cum[:, lo]
@@ -303,14 +347,23 @@ class SeparationDesign:
         if self.length_stratum is not None:
             value = stratified_auc(cos, pos, neg, self.length_stratum)
             low, high = interval(self._auc_resamples(cos, pos, neg, self.length_stratum))
-            out.update(auroc_stratified=value, auroc_stratified_ci_low=low, auroc_stratified_ci_high=high,
-                       n_strata=int(np.unique(self.length_stratum[pos | neg]).size))
+            out.update(
+                auroc_stratified=value,
+                auroc_stratified_ci_low=low,
+                auroc_stratified_ci_high=high,
+                n_strata=int(np.unique(self.length_stratum[pos | neg]).size),
+            )
         if self.same_token is not None:
             p, q = pos & self.same_token, neg & self.same_token
             low, high = interval(self._auc_resamples(cos, p, q))
             differ = pair_ok & ~self.same_token
-            out.update(auroc_same_token=pair_auc(cos, p, q), auroc_same_token_ci_low=low, auroc_same_token_ci_high=high,
-                       n_pairs_same_token=int((p | q).sum()), n_pairs_token_differs=int(differ.sum()))
+            out.update(
+                auroc_same_token=pair_auc(cos, p, q),
+                auroc_same_token_ci_low=low,
+                auroc_same_token_ci_high=high,
+                n_pairs_same_token=int((p | q).sum()),
+                n_pairs_token_differs=int(differ.sum()),
+            )
         out.update(self._macro_auroc(cos, pos, neg))
         return out
 
@@ -319,22 +372,34 @@ class SeparationDesign:
         keep = pos | neg
         t = pd.DataFrame({"lemma": self.pair_lemma[keep], "cos": cos[keep], "pos": pos[keep].astype(np.float64)})
         if t.empty:
-            return {"auroc_macro": np.nan, "auroc_macro_ci_low": np.nan, "auroc_macro_ci_high": np.nan,
-                    "n_lemmas_macro": 0}
+            return {
+                "auroc_macro": np.nan,
+                "auroc_macro_ci_low": np.nan,
+                "auroc_macro_ci_high": np.nan,
+                "n_lemmas_macro": 0,
+            }
         t["rank_pos"] = t.groupby("lemma")["cos"].rank(method="average") * t["pos"]
         per = t.groupby("lemma").agg(n_pos=("pos", "sum"), n=("pos", "size"), rank_pos=("rank_pos", "sum"))
         per = per[(per["n_pos"] > 0) & (per["n_pos"] < per["n"])]
         if per.empty:
-            return {"auroc_macro": np.nan, "auroc_macro_ci_low": np.nan, "auroc_macro_ci_high": np.nan,
-                    "n_lemmas_macro": 0}
+            return {
+                "auroc_macro": np.nan,
+                "auroc_macro_ci_low": np.nan,
+                "auroc_macro_ci_high": np.nan,
+                "n_lemmas_macro": 0,
+            }
         n_pos, n_neg = per["n_pos"].to_numpy(), (per["n"] - per["n_pos"]).to_numpy()
         auc = (per["rank_pos"].to_numpy() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
         weights = self.boot_lemma_counts[:, per.index.to_numpy()]
         with np.errstate(invalid="ignore", divide="ignore"):
             boot = (weights @ auc) / weights.sum(1)
         low, high = interval(boot)
-        return {"auroc_macro": float(auc.mean()), "auroc_macro_ci_low": low, "auroc_macro_ci_high": high,
-                "n_lemmas_macro": int(auc.size)}
+        return {
+            "auroc_macro": float(auc.mean()),
+            "auroc_macro_ci_low": low,
+            "auroc_macro_ci_high": high,
+            "n_lemmas_macro": int(auc.size),
+        }
 
     def _folds(self, groups: np.ndarray):
         """GroupKFold by lemma over the given pairs (fewer folds when there are fewer lemmas); None if < 2."""
@@ -343,8 +408,14 @@ class SeparationDesign:
 
     def _heldout(self, cos, pair_ok) -> dict:
         """The held-out threshold's balanced accuracy, and the held-out AUROCs of shape and of cosine + shape."""
-        out = {k: np.nan for k in ("heldout_balanced_accuracy", "heldout_balanced_accuracy_ci_low",
-                                   "heldout_balanced_accuracy_ci_high")}
+        out = {
+            k: np.nan
+            for k in (
+                "heldout_balanced_accuracy",
+                "heldout_balanced_accuracy_ci_low",
+                "heldout_balanced_accuracy_ci_high",
+            )
+        }
         idx = np.flatnonzero(pair_ok)
         y, groups = self.same[idx], self.pair_lemma[idx]
         folds = self._folds(groups) if idx.size else None
@@ -354,21 +425,29 @@ class SeparationDesign:
         predicted = np.zeros(idx.size, dtype=bool)
         for train, test in folds.split(idx, y, groups):
             predicted[test] = cos[idx[test]] >= best_threshold(y[train], cos[idx[train]])
-        sums = {name: np.bincount(groups, weights=values.astype(np.float64), minlength=self.n_lemmas)
-                for name, values in (("tp", y & predicted), ("p", y), ("tn", ~y & ~predicted), ("n", ~y))}
+        sums = {
+            name: np.bincount(groups, weights=values.astype(np.float64), minlength=self.n_lemmas)
+            for name, values in (("tp", y & predicted), ("p", y), ("tn", ~y & ~predicted), ("n", ~y))
+        }
         boot = {name: self.boot_lemma_counts @ value for name, value in sums.items()}
         with np.errstate(invalid="ignore", divide="ignore"):
             resampled = 0.5 * (boot["tp"] / boot["p"] + boot["tn"] / boot["n"])
         low, high = interval(resampled)
-        out.update(heldout_balanced_accuracy=float(balanced_accuracy_score(y, predicted)),
-                   heldout_balanced_accuracy_ci_low=low, heldout_balanced_accuracy_ci_high=high)
+        out.update(
+            heldout_balanced_accuracy=float(balanced_accuracy_score(y, predicted)),
+            heldout_balanced_accuracy_ci_low=low,
+            heldout_balanced_accuracy_ci_high=high,
+        )
         if self.shape is not None:
             out.update(self._shape_auroc(pair_ok, idx, y, groups, folds))
             scores = np.full(cos.size, np.nan)
             scores[idx] = heldout_scores(np.column_stack([cos[idx], self.shape[idx]]), y, groups, folds)
             low, high = interval(self._auc_resamples(scores, pair_ok & self.same, pair_ok & ~self.same))
-            out.update(auroc_cosine_shape=pair_auc(scores, pair_ok & self.same, pair_ok & ~self.same),
-                       auroc_cosine_shape_ci_low=low, auroc_cosine_shape_ci_high=high)
+            out.update(
+                auroc_cosine_shape=pair_auc(scores, pair_ok & self.same, pair_ok & ~self.same),
+                auroc_cosine_shape_ci_low=low,
+                auroc_cosine_shape_ci_high=high,
+            )
         return out
 
     def _shape_auroc(self, pair_ok, idx, y, groups, folds) -> dict:
@@ -379,8 +458,11 @@ class SeparationDesign:
             scores[idx] = heldout_scores(self.shape[idx], y, groups, folds)
             pos, neg = pair_ok & self.same, pair_ok & ~self.same
             low, high = interval(self._auc_resamples(scores, pos, neg))
-            self._shape_cache[key] = {"auroc_shape": pair_auc(scores, pos, neg), "auroc_shape_ci_low": low,
-                                      "auroc_shape_ci_high": high}
+            self._shape_cache[key] = {
+                "auroc_shape": pair_auc(scores, pos, neg),
+                "auroc_shape_ci_low": low,
+                "auroc_shape_ci_high": high,
+            }
         return dict(self._shape_cache[key])
 
     def _control_difference(self, cos, pair_ok, control, resamples=None) -> dict:
@@ -390,13 +472,19 @@ class SeparationDesign:
         control's resamples are computed once per control (the same layer 0 at every layer)."""
         control = np.asarray(control, dtype=np.float64)
         if control.shape != cos.shape:
-            raise ValueError(f"measure: control has {control.shape} pair cosines, this design {cos.shape}; pass "
-                             "layer 0's result['cosines'] of the same design")
+            raise ValueError(
+                f"measure: control has {control.shape} pair cosines, this design {cos.shape}; pass "
+                "layer 0's result['cosines'] of the same design"
+            )
         both = pair_ok & ~np.isnan(control)
         pos, neg = both & self.same, both & ~self.same
         if not pos.any() or not neg.any():
-            return {"control_difference": np.nan, "control_difference_ci_low": np.nan,
-                    "control_difference_ci_high": np.nan, "control_difference_p": np.nan}
+            return {
+                "control_difference": np.nan,
+                "control_difference_ci_low": np.nan,
+                "control_difference_ci_high": np.nan,
+                "control_difference_p": np.nan,
+            }
         control = np.where(both, control, 0.0)
         key = hashlib.sha1(control.tobytes() + np.packbits(both).tobytes()).hexdigest()
         if key not in self._control_cache:
@@ -405,6 +493,9 @@ class SeparationDesign:
         diff = (resamples[1] if same_pairs else self._auc_resamples(cos, pos, neg)) - self._control_cache[key]
         low, high = interval(diff)
         finite = diff[np.isfinite(diff)]
-        return {"control_difference": pair_auc(cos, pos, neg) - pair_auc(control, pos, neg),
-                "control_difference_ci_low": low, "control_difference_ci_high": high,
-                "control_difference_p": (1 + int(np.sum(finite <= 0))) / (finite.size + 1)}
+        return {
+            "control_difference": pair_auc(cos, pos, neg) - pair_auc(control, pos, neg),
+            "control_difference_ci_low": low,
+            "control_difference_ci_high": high,
+            "control_difference_p": (1 + int(np.sum(finite <= 0))) / (finite.size + 1),
+        }

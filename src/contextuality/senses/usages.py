@@ -24,8 +24,19 @@ from contextuality.senses.inventory import pos_of
 log = logging.getLogger(__name__)
 
 POS_NAMES = {"n": "noun", "v": "verb", "a": "adjective", "r": "adverb"}
-USAGE_COLUMNS = ["usage_id", "sentence_id", "lemma", "pos", "synset", "lexname", "form", "form_lower", "position",
-                 "char_start", "n_senses"]
+USAGE_COLUMNS = [
+    "usage_id",
+    "sentence_id",
+    "lemma",
+    "pos",
+    "synset",
+    "lexname",
+    "form",
+    "form_lower",
+    "position",
+    "char_start",
+    "n_senses",
+]
 PAIR_COLUMNS = ["usage_a", "usage_b", "lemma", "pos", "form_lower", "same_sense", "same_lexname"]
 
 
@@ -45,8 +56,9 @@ def candidate_usages(wordnet, forms: set[str]) -> pd.DataFrame:
         examples = [text for text in examples if text]
         if not examples:
             continue
-        lemmas = sorted({lemma.name() for lemma in synset.lemmas()
-                         if "_" not in lemma.name() and lemma.name().lower() in forms})
+        lemmas = sorted(
+            {lemma.name() for lemma in synset.lemmas() if "_" not in lemma.name() and lemma.name().lower() in forms}
+        )
         for text in examples:
             items += [(synset.name(), lemma, pos_of(synset), synset.lexname(), text) for lemma in lemmas]
     texts = sorted({item[4] for item in items})
@@ -70,8 +82,9 @@ def candidate_usages(wordnet, forms: set[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["synset", "lemma", "pos", "lexname", "text", "form", "position", "char_start"])
 
 
-def build_usages(wordnet, forms: set[str], *, max_lemmas: int | None, seed: int
-                 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def build_usages(
+    wordnet, forms: set[str], *, max_lemmas: int | None, seed: int
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The usages, their same-form pairs and the second corpus's sentences (see the module and data contract).
 
     ``max_lemmas`` keeps a seeded random subset of that many (lemma, POS) types, all their usages.
@@ -87,22 +100,26 @@ def build_usages(wordnet, forms: set[str], *, max_lemmas: int | None, seed: int
         chosen = np.sort(np.random.default_rng(seed).choice(len(types), size=max_lemmas, replace=False))
         usages = usages.merge(types.iloc[chosen], on=["lemma_key", "pos"])
         log.info("kept a random %d types (seed %d): %d usages", max_lemmas, seed, len(usages))
-    usages = usages.sort_values(["lemma_key", "pos", "synset", "text", "position"], kind="stable").reset_index(drop=True)
+    usages = usages.sort_values(["lemma_key", "pos", "synset", "text", "position"], kind="stable").reset_index(
+        drop=True
+    )
     usages["lemma"] = usages["lemma_key"]
 
     # the second corpus: one sentence per distinct example text, in order of first use
     texts = usages.drop_duplicates("text")
     synset_ids = {name: i for i, name in enumerate(sorted(usages["synset"].unique()))}
-    sentences = pd.DataFrame({
-        "sentence_id": np.arange(len(texts), dtype=np.int64),
-        "year": np.zeros(len(texts), dtype=np.int32),  # the STS-only fields hold neutral values
-        "split": "wordnet",
-        "domain": texts["pos"].map(POS_NAMES).to_numpy(),
-        "pair_id": texts["synset"].map(synset_ids).to_numpy(np.int32),
-        "side": np.zeros(len(texts), dtype=np.int8),
-        "score": np.full(len(texts), np.nan),
-        "text": texts["text"].to_numpy(),
-    })
+    sentences = pd.DataFrame(
+        {
+            "sentence_id": np.arange(len(texts), dtype=np.int64),
+            "year": np.zeros(len(texts), dtype=np.int32),  # the STS-only fields hold neutral values
+            "split": "wordnet",
+            "domain": texts["pos"].map(POS_NAMES).to_numpy(),
+            "pair_id": texts["synset"].map(synset_ids).to_numpy(np.int32),
+            "side": np.zeros(len(texts), dtype=np.int8),
+            "score": np.full(len(texts), np.nan),
+            "text": texts["text"].to_numpy(),
+        }
+    )
     usages["sentence_id"] = usages["text"].map(dict(zip(sentences["text"], sentences["sentence_id"]))).astype("int64")
     usages["usage_id"] = np.arange(len(usages), dtype=np.int64)
     usages["form_lower"] = usages["form"].str.lower()
@@ -155,20 +172,44 @@ def check_targets(usages: pd.DataFrame, spacy_words: pd.DataFrame) -> None:
         )
 
 
-def write_senses_corpus(usages: pd.DataFrame, pairs: pd.DataFrame, sentences: pd.DataFrame, *,
-                        usages_out: Path, pairs_out: Path, sentences_out: Path, spacy_words_out: Path,
-                        word_index_out: Path) -> None:
+def write_senses_corpus(
+    usages: pd.DataFrame,
+    pairs: pd.DataFrame,
+    sentences: pd.DataFrame,
+    *,
+    usages_out: Path,
+    pairs_out: Path,
+    sentences_out: Path,
+    spacy_words_out: Path,
+    word_index_out: Path,
+) -> None:
     """Write the usages, pairs and the second corpus (sentences, spacy_words, word_index), atomically.
 
     ``word_index`` holds only the target tokens (the usages' words as written), sorted like STS's.
     """
     spacy_words = word_table(sentences)
     check_targets(usages, spacy_words)
-    index = (usages[["form", "sentence_id", "position"]].rename(columns={"form": "word"}).drop_duplicates()
-             .sort_values(["word", "sentence_id", "position"], kind="stable").reset_index(drop=True))
-    for table, out in ((usages, usages_out), (pairs, pairs_out), (sentences, sentences_out),
-                       (spacy_words, spacy_words_out), (index, word_index_out)):
+    index = (
+        usages[["form", "sentence_id", "position"]]
+        .rename(columns={"form": "word"})
+        .drop_duplicates()
+        .sort_values(["word", "sentence_id", "position"], kind="stable")
+        .reset_index(drop=True)
+    )
+    for table, out in (
+        (usages, usages_out),
+        (pairs, pairs_out),
+        (sentences, sentences_out),
+        (spacy_words, spacy_words_out),
+        (index, word_index_out),
+    ):
         with atomic_path(out) as tmp:
             table.to_parquet(tmp, index=False)
-    log.info("%d usages in %d sentences (%d target tokens), %d pairs (%d same-sense)", len(usages), len(sentences),
-             len(index), len(pairs), int(pairs["same_sense"].sum()))
+    log.info(
+        "%d usages in %d sentences (%d target tokens), %d pairs (%d same-sense)",
+        len(usages),
+        len(sentences),
+        len(index),
+        len(pairs),
+        int(pairs["same_sense"].sum()),
+    )

@@ -25,8 +25,9 @@ def preprocess(x: np.ndarray, mean: np.ndarray, std: np.ndarray, kind: str) -> n
         return x.copy()
     mean = np.asarray(mean, dtype=np.float64)
     if mean.shape != x.shape[-1:]:
-        raise ValueError(f"preprocess: mean has shape {mean.shape}, the rows have {x.shape[-1]} dimensions; "
-                         "pass the layer's moments")
+        raise ValueError(
+            f"preprocess: mean has shape {mean.shape}, the rows have {x.shape[-1]} dimensions; pass the layer's moments"
+        )
     centred = x - mean
     if kind == "centred":
         return centred
@@ -64,8 +65,10 @@ def layer_moments(blocks: Iterable[np.ndarray]) -> tuple[np.ndarray, np.ndarray]
             n, mean, m2 = k, b_mean, b_m2
             continue
         if b_mean.shape != mean.shape:
-            raise ValueError(f"layer_moments: a block has {b_mean.shape[0]} dimensions, earlier ones "
-                             f"{mean.shape[0]}; pass blocks of one layer")
+            raise ValueError(
+                f"layer_moments: a block has {b_mean.shape[0]} dimensions, earlier ones "
+                f"{mean.shape[0]}; pass blocks of one layer"
+            )
         total = n + k
         delta = b_mean - mean
         mean = mean + delta * (k / total)

@@ -12,10 +12,10 @@ import hashlib
 import json
 import logging
 import os
-import urllib.parse
 import tarfile
 import tempfile
 import time
+import urllib.parse
 import warnings
 from pathlib import Path
 
@@ -77,8 +77,14 @@ def fetch_wordnet(out_root: Path, *, version: str = VERSION, sha256: str = SDIST
     return record
 
 
-def write_wordnet_files(archive: Path, out_root: Path, *, sha256: str = SDIST_SHA256, version: str = VERSION,
-                        expected: dict[str, str] | None = None) -> dict:
+def write_wordnet_files(
+    archive: Path,
+    out_root: Path,
+    *,
+    sha256: str = SDIST_SHA256,
+    version: str = VERSION,
+    expected: dict[str, str] | None = None,
+) -> dict:
     """Check ``archive``'s digest, normalise and write its 18 WordNet files and the record (see fetch_wordnet)."""
     expected = FILE_SHA256 if expected is None else expected
     found = sha256_of(archive)
@@ -91,12 +97,17 @@ def write_wordnet_files(archive: Path, out_root: Path, *, sha256: str = SDIST_SH
     folder.mkdir(parents=True, exist_ok=True)
     digests = {}
     with tarfile.open(archive, "r:gz") as tar:
-        members = {Path(m.name).name: m for m in tar.getmembers()
-                   if m.name.startswith(f"{PACKAGE}-{version}/{ARCHIVE_FOLDER}/")}
+        members = {
+            Path(m.name).name: m
+            for m in tar.getmembers()
+            if m.name.startswith(f"{PACKAGE}-{version}/{ARCHIVE_FOLDER}/")
+        }
         missing = sorted(set(expected) - set(members))
         if missing:
-            raise WordNetError(f"{archive.name}: {ARCHIVE_FOLDER}/ lacks {', '.join(missing)}; expected the 18 "
-                               "files of WordNet 3.0: check the pinned version")
+            raise WordNetError(
+                f"{archive.name}: {ARCHIVE_FOLDER}/ lacks {', '.join(missing)}; expected the 18 "
+                "files of WordNet 3.0: check the pinned version"
+            )
         for name in sorted(expected):
             # the data filter refuses links, devices and paths leaving the folder (a plain file passes)
             member = tarfile.data_filter(members[name], str(folder))
@@ -203,7 +214,9 @@ def download_from_index(package: str, filename: str, dest: Path, *, error=ValueE
     shown = _redacted(os.environ.get("PIP_INDEX_URL", DEFAULT_INDEX).rstrip("/"))
     recover = "check the network or the package index (PIP_INDEX_URL), and the pinned version and digest"
     try:
-        request = urllib.request.Request(f"{index}/{package}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        request = urllib.request.Request(
+            f"{index}/{package}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+        )
         with opener.open(request, timeout=180) as response:
             files = json.loads(response.read())["files"]
         url = next(entry["url"] for entry in files if entry["filename"] == filename)
@@ -234,7 +247,9 @@ def _index_opener(index: str):
     passwords = urllib.request.HTTPPasswordMgrWithPriorAuth()
     passwords.add_password(None, f"{parts.scheme}://{host}/", user, password, is_authenticated=True)
     opener = urllib.request.build_opener(urllib.request.HTTPBasicAuthHandler(passwords))
-    secret = (parts.password, password) if parts.password is not None else (parts.username, user)  # a user alone: a token
+    secret = (
+        (parts.password, password) if parts.password is not None else (parts.username, user)
+    )  # a user alone: a token
     return bare, opener, [value for value in secret if value]
 
 

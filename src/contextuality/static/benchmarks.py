@@ -30,11 +30,13 @@ def _read_table(path: Path, **kwargs) -> pd.DataFrame:
 
 def _pairs(word1: Iterable[str], word2: Iterable[str], score: Iterable) -> pd.DataFrame:
     """Similarity pairs: lower-cased words and a float score."""
-    return pd.DataFrame({
-        "word1": [str(w).strip().lower() for w in word1],
-        "word2": [str(w).strip().lower() for w in word2],
-        "score": np.asarray(list(score), dtype=float),
-    })
+    return pd.DataFrame(
+        {
+            "word1": [str(w).strip().lower() for w in word1],
+            "word2": [str(w).strip().lower() for w in word2],
+            "score": np.asarray(list(score), dtype=float),
+        }
+    )
 
 
 def _tsv3(path: Path) -> pd.DataFrame:
@@ -45,8 +47,7 @@ def _tsv3(path: Path) -> pd.DataFrame:
 
 def load_simlex999(benchmark_root: str | os.PathLike) -> pd.DataFrame:
     """SimLex-999 (999 pairs), original release, column ``SimLex999``."""
-    df = _read_table(Path(benchmark_root) / files.SIMLEX999, sep="\t",
-                     quoting=csv.QUOTE_NONE)
+    df = _read_table(Path(benchmark_root) / files.SIMLEX999, sep="\t", quoting=csv.QUOTE_NONE)
     return _pairs(df["word1"], df["word2"], df["SimLex999"])
 
 
@@ -59,8 +60,7 @@ def load_men(benchmark_root: str | os.PathLike, form: Literal["lemma", "natural"
     df = _read_table(Path(benchmark_root) / files.MEN[form], sep=" ")
     if form == "lemma":
         strip = re.compile(r"-[a-z]$")
-        return _pairs((strip.sub("", w) for w in df["word1"]), (strip.sub("", w) for w in df["word2"]),
-                      df["score"])
+        return _pairs((strip.sub("", w) for w in df["word1"]), (strip.sub("", w) for w in df["word2"]), df["score"])
     return _pairs(df["word1"], df["word2"], df["score"])
 
 
@@ -115,8 +115,9 @@ def load_google(benchmark_root: str | os.PathLike) -> pd.DataFrame:
 def load_msr(benchmark_root: str | os.PathLike) -> pd.DataFrame:
     """MSR syntactic analogies (8,000), lower-cased; ``category`` is the POS relation type."""
     df = _read_table(Path(benchmark_root) / files.MSR, index_col=0)
-    out = pd.DataFrame({k: df[c].str.strip().str.lower() for k, c in
-                        zip("abcd", ("word1", "word2", "word3", "target"))})
+    out = pd.DataFrame(
+        {k: df[c].str.strip().str.lower() for k, c in zip("abcd", ("word1", "word2", "word3", "target"))}
+    )
     out["category"] = df["type"].to_numpy()
     return out.reset_index(drop=True)
 
@@ -133,8 +134,9 @@ _SEMEVAL_RATING = re.compile(r'^\s*(-?\d+(?:\.\d+)?)\s+"([^"]+):([^"]+)"\s*$')
 _SEMEVAL_PAIR = re.compile(r"([^\s:,.]+)\s*:\s*([^\s:,.]+)")
 
 
-def load_semeval2012_2(benchmark_root: str | os.PathLike,
-                       which: Literal["all", "train", "test"] = "all") -> SemEval2012:
+def load_semeval2012_2(
+    benchmark_root: str | os.PathLike, which: Literal["all", "train", "test"] = "all"
+) -> SemEval2012:
     """SemEval-2012 Task 2 with the gold ("golden") ratings: 79 subcategories for ``all``.
 
     Prototypes are the pairs the Phase 1 question shows (``Phase1Questions-<c>.txt``; some are
@@ -161,8 +163,7 @@ def _categories(path: Path) -> pd.DataFrame:
     """``,category,word`` CSV; rows with an empty word (category separators) are skipped."""
     df = _read_table(path, index_col=0)
     df = df[df["word"].str.strip() != ""]
-    return pd.DataFrame({"word": df["word"].str.strip().str.lower().to_numpy(),
-                         "category": df["category"].to_numpy()})
+    return pd.DataFrame({"word": df["word"].str.strip().str.lower().to_numpy(), "category": df["category"].to_numpy()})
 
 
 def load_bless(benchmark_root: str | os.PathLike) -> pd.DataFrame:

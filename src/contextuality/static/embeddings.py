@@ -23,8 +23,9 @@ class StaticEmbedding:
     index: dict[str, int]
 
     @classmethod
-    def from_arrays(cls, words: Sequence[str], vectors: np.ndarray,
-                    vocabulary: Iterable[str] | None = None) -> StaticEmbedding:
+    def from_arrays(
+        cls, words: Sequence[str], vectors: np.ndarray, vocabulary: Iterable[str] | None = None
+    ) -> StaticEmbedding:
         """Apply the same trimming, lower-casing, collision rule and normalisation as the file reader."""
         vectors = np.asarray(vectors)
         chosen: dict[str, tuple[str, int]] = {}

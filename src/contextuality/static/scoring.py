@@ -43,14 +43,30 @@ from sklearn.cluster import AgglomerativeClustering, KMeans
 from sklearn.metrics.cluster import contingency_matrix
 from threadpoolctl import threadpool_limits
 
-from contextuality.static.benchmarks import (
-    load_simlex999, load_men, load_ws353, load_rw, load_rg65, load_mturk287, load_ws353_relatedness, load_ws353_similarity, load_google, load_msr, SemEval2012, load_semeval2012_2, load_bless, load_ap, load_battig, load_essli_2c,
-)
 from contextuality.paper import TABLE1_TASKS
 from contextuality.static.benchmark_files import TASKS
+from contextuality.static.benchmarks import (
+    SemEval2012,
+    load_ap,
+    load_battig,
+    load_bless,
+    load_essli_2c,
+    load_google,
+    load_men,
+    load_msr,
+    load_mturk287,
+    load_rg65,
+    load_rw,
+    load_semeval2012_2,
+    load_simlex999,
+    load_ws353,
+    load_ws353_relatedness,
+    load_ws353_similarity,
+)
 from contextuality.static.embeddings import StaticEmbedding, load_embedding_text
 
 # --------------------------------------------------------------------------- scoring
+
 
 @dataclass(frozen=True)
 class TaskScore:
@@ -134,8 +150,11 @@ def score_categorization(emb: StaticEmbedding, items: pd.DataFrame, seed: int) -
     y = items["category"].to_numpy()[order]
     k = len(set(y))
     models = [AgglomerativeClustering(n_clusters=k, linkage="ward")]
-    models += [AgglomerativeClustering(n_clusters=k, metric=metric, linkage=linkage)
-               for metric in ("cosine", "euclidean") for linkage in ("average", "complete")]
+    models += [
+        AgglomerativeClustering(n_clusters=k, metric=metric, linkage=linkage)
+        for metric in ("cosine", "euclidean")
+        for linkage in ("average", "complete")
+    ]
     models.append(KMeans(n_clusters=k, n_init=10, random_state=seed))
     with threadpool_limits(limits=1, user_api="blas"):
         purity = max(cluster_purity(y, model.fit_predict(x)) for model in models)
@@ -176,20 +195,30 @@ def load_benchmarks(benchmark_root: str | os.PathLike, tasks: Sequence[str] = TA
     return {task: _SCORING[task][0](benchmark_root) for task in tasks}
 
 
-def evaluate_embedding(emb: StaticEmbedding, benchmark_root: str | os.PathLike | Mapping[str, object],
-                       seed: int = 0, tasks: Sequence[str] = TABLE1_TASKS) -> pd.DataFrame:
+def evaluate_embedding(
+    emb: StaticEmbedding,
+    benchmark_root: str | os.PathLike | Mapping[str, object],
+    seed: int = 0,
+    tasks: Sequence[str] = TABLE1_TASKS,
+) -> pd.DataFrame:
     """Score ``emb`` on ``tasks``: one row per task with task, metric, score, coverage, n_items.
 
     ``benchmark_root`` is the benchmark folder, or the output of :func:`load_benchmarks`.
     """
-    data = (benchmark_root if isinstance(benchmark_root, Mapping)
-            else load_benchmarks(benchmark_root, tasks))
+    data = benchmark_root if isinstance(benchmark_root, Mapping) else load_benchmarks(benchmark_root, tasks)
     rows = []
     for task in tasks:
         metric, scorer = TASK_METRIC[task], _SCORING[task][1]
         result = scorer(emb, data[task], seed)
-        rows.append({"task": task, "metric": metric, "score": result.score,
-                     "coverage": result.coverage, "n_items": result.n_items})
+        rows.append(
+            {
+                "task": task,
+                "metric": metric,
+                "score": result.score,
+                "coverage": result.coverage,
+                "n_items": result.n_items,
+            }
+        )
     return pd.DataFrame(rows, columns=["task", "metric", "score", "coverage", "n_items"])
 
 
@@ -198,8 +227,13 @@ def shared_vocabulary(word_index_path: str | os.PathLike) -> set[str]:
     return set(pd.read_parquet(word_index_path, columns=["word"])["word"].str.lower())
 
 
-def score_pc_layers(pc_files: Sequence[str | os.PathLike], vocabulary: set[str], benchmark_root: str | os.PathLike,
-                    label: str, seed: int) -> pd.DataFrame:
+def score_pc_layers(
+    pc_files: Sequence[str | os.PathLike],
+    vocabulary: set[str],
+    benchmark_root: str | os.PathLike,
+    label: str,
+    seed: int,
+) -> pd.DataFrame:
     """Score each ``layer_{L}.txt`` PC embedding of one model; rows carry ``model`` (``label``) and ``layer``."""
     if not pc_files:
         raise FileNotFoundError("no layer_*.txt PC embeddings to score")
@@ -212,8 +246,9 @@ def score_pc_layers(pc_files: Sequence[str | os.PathLike], vocabulary: set[str],
     return pd.concat(frames, ignore_index=True)
 
 
-def score_baseline_file(path: str | os.PathLike, vocabulary: set[str], benchmark_root: str | os.PathLike,
-                        label: str, seed: int) -> pd.DataFrame:
+def score_baseline_file(
+    path: str | os.PathLike, vocabulary: set[str], benchmark_root: str | os.PathLike, label: str, seed: int
+) -> pd.DataFrame:
     """Score a user-supplied static embedding (GloVe, FastText, ...) trimmed to ``vocabulary``."""
     emb = load_embedding_text(path, vocabulary)
     return evaluate_embedding(emb, benchmark_root, seed=seed).assign(model=label, layer=float("nan"))

@@ -18,8 +18,15 @@ from contextuality.store.reader import LayerReader, Manifest, check_layer
 EXPORT_CHUNK_SENTENCES = 1000
 
 
-def export_classic(layer_paths: list[Path], occurrences: pd.DataFrame, out_h5: Path, out_word2sent: Path,
-                   disk_factor: float = 1.2, sentences: pd.DataFrame | None = None, manifest: Manifest | None = None) -> None:
+def export_classic(
+    layer_paths: list[Path],
+    occurrences: pd.DataFrame,
+    out_h5: Path,
+    out_word2sent: Path,
+    disk_factor: float = 1.2,
+    sentences: pd.DataFrame | None = None,
+    manifest: Manifest | None = None,
+) -> None:
     """One HDF5 per model, one dataset per sentence index (a string) of shape ``(layers, tokens, dim)``.
 
     Also ``sentence_to_index`` (a JSON string, as allennlp's ``elmo`` command writes it: each sentence's
@@ -36,7 +43,9 @@ def export_classic(layer_paths: list[Path], occurrences: pd.DataFrame, out_h5: P
                 check_layer(path, manifest, layer)
             readers.append(LayerReader(path, manifest))
         needed = sum(reader.shape[0] * reader.shape[1] * reader.dtype.itemsize for reader in readers)
-        stack.enter_context(diskspace.reserve(out_h5, needed, disk_factor, ways=diskspace.ways_out(readers[0].dtype.name)))
+        stack.enter_context(
+            diskspace.reserve(out_h5, needed, disk_factor, ways=diskspace.ways_out(readers[0].dtype.name))
+        )
         offsets = readers[0].offsets
         ids = read_checked(readers[0].handle["sentence_ids"], readers[0].path)
         with atomic_path(out_h5) as tmp, h5py.File(tmp, "w") as out:
@@ -44,8 +53,12 @@ def export_classic(layer_paths: list[Path], occurrences: pd.DataFrame, out_h5: P
                 last = min(first + EXPORT_CHUNK_SENTENCES, len(ids))
                 chunk = np.stack([reader.rows(offsets[first], offsets[last]) for reader in readers])
                 for i in range(first, last):
-                    out.create_dataset(str(int(ids[i])), data=chunk[:, offsets[i] - offsets[first]:offsets[i + 1] - offsets[first]])
-            texts = {} if sentences is None else dict(zip(sentences["sentence_id"].tolist(), sentences["text"].tolist()))
+                    out.create_dataset(
+                        str(int(ids[i])), data=chunk[:, offsets[i] - offsets[first] : offsets[i + 1] - offsets[first]]
+                    )
+            texts = (
+                {} if sentences is None else dict(zip(sentences["sentence_id"].tolist(), sentences["text"].tolist()))
+            )
             to_index = {texts[int(i)]: str(int(i)) for i in ids if int(i) in texts}
             out.create_dataset("sentence_to_index", data=json.dumps(to_index))
     finally:

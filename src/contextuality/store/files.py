@@ -85,4 +85,3 @@ def read_checked(dataset: h5py.Dataset, path: Path, selection=np.s_[...]) -> np.
             f"{path}: dataset {dataset.name.lstrip('/')} fails its checksum or cannot be read ({err}): the file is "
             f"damaged; {REBUILD_HINT}"
         ) from None
-

@@ -30,8 +30,9 @@ def plan_sha256(tokens_path: str | Path, units_path: str | Path) -> str:
     return digest({"tokens": sha256_of(tokens_path), "units": sha256_of(units_path)})
 
 
-def shard_provenance(model: str, stored: dict, record_path: str | Path, tokens_path: str | Path,
-                     units_path: str | Path) -> dict:
+def shard_provenance(
+    model: str, stored: dict, record_path: str | Path, tokens_path: str | Path, units_path: str | Path
+) -> dict:
     """What every shard of ``model`` is made from: its weights, its plan and the shard settings that change what it
     stores (``stored``: ``core.settings.stored_params``, the extract rule's params)."""
     record = json.loads(Path(record_path).read_text())
@@ -83,5 +84,7 @@ def refuse_mismatch(path: Path, found: dict, expected: dict, against: str, hint:
         return
     field, value, wanted = differs
     origin = against or ORIGINS.get(field, f"the config (shard setting {field})")
-    raise StoreError(f"{path}: {field} is {value!r}, but {origin} has {wanted!r}: it was made by another "
-                     f"model, plan or setting; {hint}")
+    raise StoreError(
+        f"{path}: {field} is {value!r}, but {origin} has {wanted!r}: it was made by another "
+        f"model, plan or setting; {hint}"
+    )

@@ -28,7 +28,9 @@ def check_layer(path: str | Path, manifest: dict, layer: int) -> None:
     """Refuse a layer file that is not the manifest's layer ``layer`` (index, rows, dims)."""
     path = Path(path)
     if not 0 <= layer < manifest["n_layers"]:
-        raise StoreError(f"{path}: layer {layer} is out of range; the manifest lists layers 0-{manifest['n_layers'] - 1}")
+        raise StoreError(
+            f"{path}: layer {layer} is out of range; the manifest lists layers 0-{manifest['n_layers'] - 1}"
+        )
     with open_complete(path) as handle:
         found = (int(handle.attrs.get("layer", -1)), *handle["vectors"].shape)
     expected = (layer, manifest["rows"], manifest["dim"])
@@ -92,20 +94,27 @@ class LayerReader:
             self.shape, self.dtype = dataset.shape, dataset.dtype
             self.offsets = read_checked(self.handle["sentence_offsets"], self.path).astype(np.int64)
             if self.offsets[-1] != self.shape[0]:
-                raise StoreError(f"{self.path}: sentence_offsets ends at {self.offsets[-1]} but vectors has {self.shape[0]} rows")
+                raise StoreError(
+                    f"{self.path}: sentence_offsets ends at {self.offsets[-1]} but vectors has {self.shape[0]} rows"
+                )
             self.provenance = provenance.read(self.handle.attrs, self.path)
             if manifest is not None:
-                provenance.refuse_mismatch(self.path, self.provenance, manifest["provenance"], str(manifest.path),
-                                           REBUILD_HINT)
+                provenance.refuse_mismatch(
+                    self.path, self.provenance, manifest["provenance"], str(manifest.path), REBUILD_HINT
+                )
             if dataset.is_virtual:
                 self.sources = mapped_sources(self.path, dataset)
                 for source in self.sources:
                     self._open_source(source, manifest)
             elif manifest is not None:
-                raise StoreError(f"{self.path}: holds its own vectors, not a view of the shards listed in {manifest.path}; "
-                                 f"{REBUILD_HINT}")
+                raise StoreError(
+                    f"{self.path}: holds its own vectors, not a view of the shards listed in {manifest.path}; "
+                    f"{REBUILD_HINT}"
+                )
             else:  # a plain file (tests, hand-made stores): its own data
-                self.sources = [{"file": None, "dataset": "vectors", "first_row": 0, "rows": self.shape[0], "local_row": 0}]
+                self.sources = [
+                    {"file": None, "dataset": "vectors", "first_row": 0, "rows": self.shape[0], "local_row": 0}
+                ]
         except BaseException:
             self.close()
             raise
@@ -124,18 +133,29 @@ class LayerReader:
             )
         if shard_path not in self._shards:
             shard = self._shards[shard_path] = open_complete(shard_path)
-            provenance.refuse_mismatch(shard_path, provenance.read(shard.attrs, shard_path), self.provenance,
-                                       str(self.path), "delete the shard and rerun snakemake to extract it again")
+            provenance.refuse_mismatch(
+                shard_path,
+                provenance.read(shard.attrs, shard_path),
+                self.provenance,
+                str(self.path),
+                "delete the shard and rerun snakemake to extract it again",
+            )
             if manifest is not None:
                 position = manifest.shard_position(shard_path)
                 found = (int(shard.attrs.get("shard", -1)), int(shard.attrs.get("n_shards", -1)))
                 if found != (position, len(manifest["shards"])):
-                    raise StoreError(f"{shard_path}: records shard {found[0]} of {found[1]}, but {manifest.path} lists it "
-                                     f"as shard {position} of {len(manifest['shards'])}; {REBUILD_HINT}")
+                    raise StoreError(
+                        f"{shard_path}: records shard {found[0]} of {found[1]}, but {manifest.path} lists it "
+                        f"as shard {position} of {len(manifest['shards'])}; {REBUILD_HINT}"
+                    )
         shard = self._shards[shard_path]
         found = shard[source["dataset"]].shape if source["dataset"] in shard else "no such dataset"
         needed = (source["local_row"] + source["rows"], self.shape[1])
-        fits = found == needed if source["whole"] else isinstance(found, tuple) and found[0] >= needed[0] and found[1:] == needed[1:]
+        fits = (
+            found == needed
+            if source["whole"]
+            else isinstance(found, tuple) and found[0] >= needed[0] and found[1:] == needed[1:]
+        )
         if not fits:
             raise StoreError(
                 f"{shard_path}: {source['dataset']} is {found}, but {self.path} maps {source['rows']} rows x {self.shape[1]} "
@@ -156,7 +176,7 @@ class LayerReader:
             if first < last:
                 dataset, path = self._dataset(source)
                 local = first - source["first_row"] + source["local_row"]
-                _copy_rows(dataset, path, out[first - start:last - start], local, last - first)
+                _copy_rows(dataset, path, out[first - start : last - start], local, last - first)
         return out
 
     def close(self) -> None:
@@ -171,7 +191,9 @@ class LayerReader:
         self.close()
 
 
-def read_layer(path: str | Path, dtype: np.dtype | None = None, manifest: Manifest | None = None) -> tuple[np.ndarray, np.ndarray]:
+def read_layer(
+    path: str | Path, dtype: np.dtype | None = None, manifest: Manifest | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """A layer file's vectors as one in-memory array (stored dtype unless ``dtype``), and its offsets."""
     with LayerReader(path, manifest) as reader:
         return reader.rows(dtype=dtype), reader.offsets
@@ -182,7 +204,7 @@ def _copy_rows(dataset: h5py.Dataset, path: Path, out: np.ndarray, first: int, c
     step = count if out.dtype == dataset.dtype else max(1, READ_SLICE_ELEMENTS // max(out.shape[1], 1))
     for start in range(0, count, max(step, 1)):
         stop = min(start + step, count)
-        out[start:stop] = read_checked(dataset, path, np.s_[first + start:first + stop])
+        out[start:stop] = read_checked(dataset, path, np.s_[first + start : first + stop])
 
 
 def mapped_sources(path: Path, dataset: h5py.Dataset) -> list[dict]:
@@ -197,7 +219,9 @@ def mapped_sources(path: Path, dataset: h5py.Dataset) -> list[dict]:
         whole = selected.get_select_type() == h5py.h5s.SEL_ALL
         local = 0 if whole else _rectangle(selected, width, rows)[0]
         if first is None or local is None:
-            raise StoreError(f"{path}: its virtual dataset maps something other than whole rows ({j}th mapping); {REBUILD_HINT}")
+            raise StoreError(
+                f"{path}: its virtual dataset maps something other than whole rows ({j}th mapping); {REBUILD_HINT}"
+            )
         name = plist.get_virtual_filename(j)
         file = path if name == "." else Path(os.path.normpath(path.parent / name))
         sources.append({"file": file, "dataset": plist.get_virtual_dsetname(j), "first_row": first, "rows": rows,
@@ -205,8 +229,9 @@ def mapped_sources(path: Path, dataset: h5py.Dataset) -> list[dict]:
     sources.sort(key=lambda source: source["first_row"])
     starts = np.cumsum([0] + [source["rows"] for source in sources])
     if starts[-1] != dataset.shape[0] or any(source["first_row"] != start for source, start in zip(sources, starts)):
-        raise StoreError(f"{path}: its virtual dataset does not map each of its {dataset.shape[0]} rows exactly once; "
-                         f"{REBUILD_HINT}")
+        raise StoreError(
+            f"{path}: its virtual dataset does not map each of its {dataset.shape[0]} rows exactly once; {REBUILD_HINT}"
+        )
     return sources
 
 
@@ -217,6 +242,10 @@ def _rectangle(space, width: int, rows: int | None = None) -> tuple[int | None, 
         return None, 0
     (first, column), (last, last_column) = space.get_select_bounds()
     count = last - first + 1
-    if (column, last_column) != (0, width - 1) or space.get_select_npoints() != count * width or rows not in (None, count):
+    if (
+        (column, last_column) != (0, width - 1)
+        or space.get_select_npoints() != count * width
+        or rows not in (None, count)
+    ):
         return None, 0
     return first, count

@@ -11,8 +11,8 @@ import h5py
 import numpy as np
 import pandas as pd
 
-from contextuality.core.atomic import atomic_path
 from contextuality.core import layout
+from contextuality.core.atomic import atomic_path
 from contextuality.store import provenance
 from contextuality.store.files import REBUILD_HINT, StoreError, create_checked, layer_name, open_complete, read_checked
 
@@ -22,8 +22,9 @@ log = logging.getLogger(__name__)
 SHARD_HINT = "delete the shard and rerun snakemake to extract it again"
 
 
-def _shard_table(shard_paths: list[Path], expected: dict | None = None, against: str | None = None
-                 ) -> tuple[dict, np.ndarray, np.ndarray, list[int]]:
+def _shard_table(
+    shard_paths: list[Path], expected: dict | None = None, against: str | None = None
+) -> tuple[dict, np.ndarray, np.ndarray, list[int]]:
     """Attributes shared by the shards, gathered offsets and ids, and each shard's row count.
 
     Every shard's provenance must equal ``expected`` (held by ``against``; None: what the run would
@@ -36,13 +37,17 @@ def _shard_table(shard_paths: list[Path], expected: dict | None = None, against:
             if attrs is None:
                 attrs = dict(shard.attrs)
             elif (int(shard.attrs["n_layers"]), int(shard.attrs["dim"])) != (int(attrs["n_layers"]), int(attrs["dim"])):
-                raise StoreError(f"{path}: {shard.attrs['n_layers']} layers x {shard.attrs['dim']} dims, but "
-                                 f"{shard_paths[0]} has {attrs['n_layers']} x {attrs['dim']}; {REBUILD_HINT}")
+                raise StoreError(
+                    f"{path}: {shard.attrs['n_layers']} layers x {shard.attrs['dim']} dims, but "
+                    f"{shard_paths[0]} has {attrs['n_layers']} x {attrs['dim']}; {REBUILD_HINT}"
+                )
             found = provenance.read(shard.attrs, path)
             if expected is not None:
                 provenance.refuse_mismatch(path, found, expected, against, SHARD_HINT)
             else:
-                provenance.refuse_mismatch(path, found, provenance.read(attrs, shard_paths[0]), str(shard_paths[0]), SHARD_HINT)
+                provenance.refuse_mismatch(
+                    path, found, provenance.read(attrs, shard_paths[0]), str(shard_paths[0]), SHARD_HINT
+                )
             _check_shard_index(path, shard.attrs, position, len(shard_paths), required=expected is not None)
             local = read_checked(shard["sentence_offsets"], path).astype(np.int64)
             offsets.append(local[1:] + start)
@@ -62,12 +67,15 @@ def _check_shard_index(path: Path, attrs, position: int, count: int, *, required
         return
     found = (int(attrs.get("shard", -1)), int(attrs.get("n_shards", -1)))
     if found != (position, count):
-        raise StoreError(f"{path}: records shard {found[0]} of {found[1]}, but it stands as shard {position} of the "
-                         f"{count} shard files given; {SHARD_HINT}")
+        raise StoreError(
+            f"{path}: records shard {found[0]} of {found[1]}, but it stands as shard {position} of the "
+            f"{count} shard files given; {SHARD_HINT}"
+        )
 
 
-def write_manifest(shard_paths: list[Path], units_path: Path, out_manifest: Path, *, model: str = "",
-                   expected: dict | None = None) -> dict:
+def write_manifest(
+    shard_paths: list[Path], units_path: Path, out_manifest: Path, *, model: str = "", expected: dict | None = None
+) -> dict:
     """The model's ``manifest.json``, after checking the shards hold exactly the planned units.
 
     The manifest names the layers (``layers/layer_{LL}.h5``), the rows, dims and dtype, every shard with
@@ -93,16 +101,20 @@ def write_manifest(shard_paths: list[Path], units_path: Path, out_manifest: Path
     made_from = provenance.read(attrs, shard_paths[0])
     base = Path(out_manifest).parent
     manifest = {
-        "model": model or str(attrs.get("model", "")), "n_layers": n_layers, "rows": total, "dim": dim,
-        "dtype": str(attrs["dtype"]), "n_sentences": len(sentence_ids),
+        "model": model or str(attrs.get("model", "")),
+        "n_layers": n_layers,
+        "rows": total,
+        "dim": dim,
+        "dtype": str(attrs["dtype"]),
+        "n_sentences": len(sentence_ids),
         "layers": [layout.path(layout.LAYER_IN_EMBEDDINGS, layer=layer) for layer in range(n_layers)],
-        "shards": [
-            {"file": os.path.relpath(path, base), "rows": count} for path, count in zip(shard_paths, rows)
-        ],
-        "n_truncated_sentences": truncated, "n_skipped_sentences": skipped,
+        "shards": [{"file": os.path.relpath(path, base), "rows": count} for path, count in zip(shard_paths, rows)],
+        "n_truncated_sentences": truncated,
+        "n_skipped_sentences": skipped,
         # the decoder's final norm (GPT-2's ln_f, Llama's norm), which only the last layer has passed; "" if none
         "final_norm": str(attrs.get("final_norm", "")),
-        "provenance": made_from, "provenance_sha256": provenance.digest(made_from),
+        "provenance": made_from,
+        "provenance_sha256": provenance.digest(made_from),
     }
     with atomic_path(out_manifest) as tmp:
         tmp.write_text(json.dumps(manifest, indent=1) + "\n")
@@ -110,8 +122,13 @@ def write_manifest(shard_paths: list[Path], units_path: Path, out_manifest: Path
     return manifest
 
 
-def write_layer_file(shard_paths: list[Path], layer: int, out_path: Path, manifest: dict | None = None,
-                     manifest_path: Path | str = "manifest.json") -> None:
+def write_layer_file(
+    shard_paths: list[Path],
+    layer: int,
+    out_path: Path,
+    manifest: dict | None = None,
+    manifest_path: Path | str = "manifest.json",
+) -> None:
     """One layer's file: a virtual ``vectors`` dataset over the shards, plus offsets, ids and attributes.
 
     With the model's ``manifest``, every shard must record its provenance (the layer file copies it)."""
@@ -130,7 +147,7 @@ def write_layer_file(shard_paths: list[Path], layer: int, out_path: Path, manife
             # relative to the layer file's folder: HDF5 resolves it there, wherever the results folder lives;
             # the mapping is the only record of where the vectors are (readers follow it, and nothing else)
             relative = os.path.relpath(path, out_path.parent)
-            layout[start:start + count] = h5py.VirtualSource(relative, dataset, shape=(count, dim))
+            layout[start : start + count] = h5py.VirtualSource(relative, dataset, shape=(count, dim))
         start += count
     truncated = skipped = 0
     for path in shard_paths:
@@ -146,9 +163,13 @@ def write_layer_file(shard_paths: list[Path], layer: int, out_path: Path, manife
         create_checked(out, "sentence_offsets", offsets.shape, np.int64, data=offsets)
         create_checked(out, "sentence_ids", sentence_ids.shape, np.int64, data=sentence_ids)
         out.attrs.update(attrs)
-        out.attrs.update({
-            "layer": layer, "n_truncated_sentences": truncated, "n_skipped_sentences": skipped,
-            # 1 for the last layer of a pre-norm decoder: it has passed the final norm, the others have not
-            "after_final_norm": int(bool(attrs.get("final_norm", "")) and layer == n_layers - 1),
-            "complete": 1,
-        })
+        out.attrs.update(
+            {
+                "layer": layer,
+                "n_truncated_sentences": truncated,
+                "n_skipped_sentences": skipped,
+                # 1 for the last layer of a pre-norm decoder: it has passed the final norm, the others have not
+                "after_final_norm": int(bool(attrs.get("final_norm", "")) and layer == n_layers - 1),
+                "complete": 1,
+            }
+        )

@@ -13,7 +13,13 @@ from contextuality.core import layout
 from contextuality.core.settings import CorpusSettings, Settings
 from contextuality.extraction.faithful import encoder_problem
 from contextuality.models.sources import SOURCES
-from contextuality.workflow.schema import SCHEMA, ConfigError, check_duplicate_keys, fill_defaults, validate_against_schema
+from contextuality.workflow.schema import (
+    SCHEMA,
+    ConfigError,
+    check_duplicate_keys,
+    fill_defaults,
+    validate_against_schema,
+)
 from contextuality.workflow.targets import check_targets
 
 # What huggingface_hub treats as a commit (REGEX_COMMIT_HASH); anything else is looked up as a branch or tag.
@@ -47,17 +53,23 @@ def check_settings(settings: Settings) -> None:
         source = SOURCES[model.source]
         for field in source.required:
             if not _entry(model.build, field):
-                problems.append(f"models.{key}.{field}: missing; a '{source.name}' model needs {', '.join(source.required)}")
+                problems.append(
+                    f"models.{key}.{field}: missing; a '{source.name}' model needs {', '.join(source.required)}"
+                )
         if model.tokenization == "faithful" and (source.reads_words or model.indexing == "subword"):
             problems.append(
                 f"models.{key}.tokenization: 'faithful' rebuilds the paper's GPT-2 input from spaCy words; it needs a "
                 "Hugging Face decoder with indexing 'word'"
             )
-        elif model.tokenization == "faithful" and source.layers_in_config:  # built from the config: its architecture is known
+        elif (
+            model.tokenization == "faithful" and source.layers_in_config
+        ):  # built from the config: its architecture is known
             problems += filter(None, [encoder_problem(key, model.build.architecture)])
         if model.build.head and (not source.builds_head or model.build.architecture != "bert"):
-            problems.append(f"models.{key}.head: '{model.build.head}' is built only on a random 'bert'; remove it "
-                            "(a downloaded model's head is read from its own weights)")
+            problems.append(
+                f"models.{key}.head: '{model.build.head}' is built only on a random 'bert'; remove it "
+                "(a downloaded model's head is read from its own weights)"
+            )
         if source.reads_words and model.indexing == "subword":
             problems.append(f"models.{key}.indexing: ELMo reads whole spaCy words; allowed: 'word'")
         if model.build.download.gguf_file and not source.takes_gguf:
@@ -97,12 +109,14 @@ def name_problems(settings: Settings) -> list[str]:
     problems = [
         f"models.{key}: '{key}' is a reserved name ({reserved[key]} holds other files beside the model folders); "
         f"rename the model; reserved: {', '.join(reserved)}"
-        for key in settings.models if key in reserved
+        for key in settings.models
+        if key in reserved
     ]
     problems += [
         f"static.baselines.{label}: '{label}' is also a model key; Table 1 would show two rows of that name, so "
         "give the baseline another label"
-        for label in settings.static.baselines if label in settings.models
+        for label in settings.static.baselines
+        if label in settings.models
     ]
     return problems + corpus_name_problems(settings)
 
@@ -112,14 +126,18 @@ def corpus_name_problems(settings: Settings) -> list[str]:
     reserved = layout.reserved_corpus_names()
     problems = [
         f"corpus '{name}': a reserved name ({reserved[name]} holds the layout's own files); name the corpus otherwise"
-        for name in settings.corpora if name in reserved
+        for name in settings.corpora
+        if name in reserved
     ]
     if settings.corpora[settings.corpus.name] is not settings.corpus:
-        problems.append(f"corpora.{settings.corpus.name}: the study's corpus is named '{settings.corpus.name}' too; "
-                        "rename one of them (corpus.name names the study's corpus)")
+        problems.append(
+            f"corpora.{settings.corpus.name}: the study's corpus is named '{settings.corpus.name}' too; "
+            "rename one of them (corpus.name names the study's corpus)"
+        )
     problems += [
         f"corpora.{key}.name: '{corpus.name}' is not its key; a corpus of corpora is named by its key, so drop the name"
-        for key, corpus in settings.corpora.items() if corpus.name != key
+        for key, corpus in settings.corpora.items()
+        if corpus.name != key
     ]
     return problems
 
@@ -162,7 +180,9 @@ def hub_revision_problems(settings: Settings) -> list[str]:
     changes, so the run would not be reproducible; offline, huggingface_hub resolves it through the
     cache's ``refs/``, which says what was downloaded last, not what was configured.
     """
-    needed = "a commit hash is required: the full 40-character lower-case hash (a branch or tag such as 'main' can move)"
+    needed = (
+        "a commit hash is required: the full 40-character lower-case hash (a branch or tag such as 'main' can move)"
+    )
     problems = []
     for key, model in settings.models.items():
         revision = model.build.download.revision
@@ -181,14 +201,20 @@ def corpus_problems(corpus: CorpusSettings) -> list[str]:
         return [f"corpus.path: missing; corpus.source '{source}' reads the corpus file it names"]
     if source == "datasets":
         if bool(corpus.path) == bool(corpus.dataset):
-            return ["corpus.path / corpus.dataset: corpus.source 'datasets' reads exactly one of a local dataset folder "
-                    "(corpus.path) or a hub dataset (corpus.dataset, with corpus.revision)"]
+            return [
+                "corpus.path / corpus.dataset: corpus.source 'datasets' reads exactly one of a local dataset folder "
+                "(corpus.path) or a hub dataset (corpus.dataset, with corpus.revision)"
+            ]
         if corpus.dataset and not (corpus.revision and _COMMIT_HASH.fullmatch(corpus.revision)):
-            return [f"corpus.revision: {corpus.revision!r} is not a commit hash; a hub dataset is read only at a pinned "
-                    "commit (40 hex digits), so that a rerun reads the same sentences"]
+            return [
+                f"corpus.revision: {corpus.revision!r} is not a commit hash; a hub dataset is read only at a pinned "
+                "commit (40 hex digits), so that a rerun reads the same sentences"
+            ]
     if source in ("bundled", "hub") and (corpus.path or corpus.dataset):
-        return [f"corpus.path / corpus.dataset: unused with corpus.source '{source}' (the STS sentences); set "
-                "corpus.source to text, table or datasets to read them"]
+        return [
+            f"corpus.path / corpus.dataset: unused with corpus.source '{source}' (the STS sentences); set "
+            "corpus.source to text, table or datasets to read them"
+        ]
     return []
 
 
@@ -201,7 +227,11 @@ def check_corpus_keys_read(corpus: dict) -> None:
     """Raise ConfigError naming each corpus key given (before the schema's defaults fill it in) that the source
     ignores: ``text_column`` with a text file was accepted and read nothing."""
     source = corpus.get("source") or "bundled"
-    what = {"text": " (one sentence per line, no columns)", "bundled": " (the STS sentences)", "hub": " (the STS sentences)"}
+    what = {
+        "text": " (one sentence per line, no columns)",
+        "bundled": " (the STS sentences)",
+        "hub": " (the STS sentences)",
+    }
     problems = []
     for key, sources in _READ_BY.items():
         if corpus.get(key) is None or source in sources:
@@ -287,6 +317,8 @@ def default_comparison_line(given: dict, default: dict, configfiles, default_fil
         return None
     shown = "; ".join(differ[:3]) + (f"; and {len(differ) - 3} more" if len(differ) > 3 else "")
     files = " ".join(configfiles)
-    return (f"contextuality: {files} replaces {default_file} rather than adding to it, and leaves {len(differ)} of its "
-            f"settings to the schema's defaults ({shown}): this run is not the default comparison; to add to the "
-            f"default study instead: --configfile {default_file} {files}")
+    return (
+        f"contextuality: {files} replaces {default_file} rather than adding to it, and leaves {len(differ)} of its "
+        f"settings to the schema's defaults ({shown}): this run is not the default comparison; to add to the "
+        f"default study instead: --configfile {default_file} {files}"
+    )

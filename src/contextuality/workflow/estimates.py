@@ -29,14 +29,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
-
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from contextuality.core import layout
 from contextuality.core.diskspace import _size, ways_out
 from contextuality.core.settings import (
-    SENSE_LAYER_DTYPE, WINDOW_BATCHES, CorpusSettings, MeasureSettings, MetricsSettings, ModelSettings, Settings,
+    SENSE_LAYER_DTYPE,
+    WINDOW_BATCHES,
+    CorpusSettings,
+    MeasureSettings,
+    MetricsSettings,
+    ModelSettings,
+    Settings,
     shard_bounds,
 )
 from contextuality.models.loading import record_shape, record_weights_bytes
@@ -66,8 +71,10 @@ def shard_sentences(model: ModelSettings, corpus: CorpusSettings, tokens_path: s
     else:
         n_sentences = corpus.max_sentences or STS_SENTENCES
     window = WINDOW_BATCHES * model.batch_size
-    return max(last - first for first, last in
-               (shard_bounds(n_sentences, model.n_shards, shard, window) for shard in range(model.n_shards)))
+    return max(
+        last - first
+        for first, last in (shard_bounds(n_sentences, model.n_shards, shard, window) for shard in range(model.n_shards))
+    )
 
 
 def batch_tokens(model: ModelSettings, longest: int = MAX_SENTENCE_TOKENS) -> int:
@@ -119,8 +126,13 @@ def plan_lengths(tokens_path: str | Path):
 _PLAN_LENGTHS: dict = {}
 
 
-def extraction_mem_mb(model: ModelSettings, record_path: str | Path, attempt: int = 1,
-                      tokens_path: str | Path | None = None, shard: int | None = None) -> int:
+def extraction_mem_mb(
+    model: ModelSettings,
+    record_path: str | Path,
+    attempt: int = 1,
+    tokens_path: str | Path | None = None,
+    shard: int | None = None,
+) -> int:
     """Host memory (MB) of one shard job, from the model's size and shape and its batches.
 
     weights twice (the checkpoint and the built model while loading) + one pass's hidden states of
@@ -138,8 +150,13 @@ def extraction_mem_mb(model: ModelSettings, record_path: str | Path, attempt: in
     return int((EXTRACT_BASE_MB + 2 * weights_mb + batch_mb + window_mb) * attempt)
 
 
-def extraction_runtime_min(model: ModelSettings, corpus: CorpusSettings, record_path: str | Path,
-                           attempt: int = 1, tokens_path: str | Path | None = None) -> int:
+def extraction_runtime_min(
+    model: ModelSettings,
+    corpus: CorpusSettings,
+    record_path: str | Path,
+    attempt: int = 1,
+    tokens_path: str | Path | None = None,
+) -> int:
     """Minutes for one shard from the model size and the shard's share of sentences (``shard_sentences``).
 
     CPU-calibrated, so an upper bound on a GPU; 10 minutes are added for start-up and model loading,
@@ -173,8 +190,13 @@ def whole_layer_mem_mb(manifest_path: str | Path, attempt: int = 1) -> int:
     return int((elements * work_bytes / 1e6 + MEASURE_WORD_BATCHES_MB + MEASURE_BASE_MB) * attempt)
 
 
-def device_measure_mem_mb(model: ModelSettings, metrics: MetricsSettings, record_path: str | Path, attempt: int = 1,
-                          tokens_path: str | Path | None = None) -> int:
+def device_measure_mem_mb(
+    model: ModelSettings,
+    metrics: MetricsSettings,
+    record_path: str | Path,
+    attempt: int = 1,
+    tokens_path: str | Path | None = None,
+) -> int:
     """Host memory (MB) of one ``measure_model`` job: a shard job's (the model and its passes,
     ``extraction_mem_mb``, over every sentence of the plan) plus ``metrics.memory_mb`` (the occurrence index, the
     units, the drawn rows and the per-layer tables; on torch's CPU backend also the resident layers, which the
@@ -183,8 +205,14 @@ def device_measure_mem_mb(model: ModelSettings, metrics: MetricsSettings, record
     return int(extraction_mem_mb(whole, record_path, 1, tokens_path, 0) + metrics.measure.memory_mb) * attempt
 
 
-def device_measure_runtime_min(model: ModelSettings, corpus: CorpusSettings, metrics: MetricsSettings,
-                               record_path: str | Path, attempt: int = 1, tokens_path: str | Path | None = None) -> int:
+def device_measure_runtime_min(
+    model: ModelSettings,
+    corpus: CorpusSettings,
+    metrics: MetricsSettings,
+    record_path: str | Path,
+    attempt: int = 1,
+    tokens_path: str | Path | None = None,
+) -> int:
     """Minutes for one ``measure_model`` job: its forward passes over the whole corpus (a shard job's time for
     one shard of all sentences, CPU-calibrated: an upper bound on a GPU), twice over for the groups a small
     budget needs (groups in depth order cost about (groups + 1) / 2 full passes), and a CPU layer job's ten
@@ -347,7 +375,8 @@ def run_need(settings: Settings) -> RunNeed:
     sense_sentences = 0
     if settings.senses.enabled:
         sense_sentences = _parquet_rows(layout.path(layout.SENTENCES, corpus=layout.USAGES_CORPUS)) or int(
-            SENSE_SENTENCES_PER_TYPE * (settings.senses.max_lemmas or SENSE_TYPES))
+            SENSE_SENTENCES_PER_TYPE * (settings.senses.max_lemmas or SENSE_TYPES)
+        )
     itemsize = np.dtype(settings.extraction.storage_dtype).itemsize
     for key, model in settings.models.items():
         (layers, dim), shape_assumed = model_shape(model)
@@ -392,12 +421,15 @@ def estimate_line(settings: Settings, need: RunNeed, cores: int | None, free: in
         parts.append("stores no vectors (extraction.store)")
     cores = max(int(cores or 1), 1)
     seconds = need.seconds * CALIBRATION_CORES / cores
-    where = f"{cores} CPU core{'s' if cores > 1 else ''}" + (" (less: a GPU makes extraction far faster)" if gpus else "")
+    where = f"{cores} CPU core{'s' if cores > 1 else ''}" + (
+        " (less: a GPU makes extraction far faster)" if gpus else ""
+    )
     parts.append(f"has about {need.jobs} jobs and takes {_duration(seconds)} on {where}")
     notes = []
     if need.assumed:
-        notes.append(f"?: {', '.join(need.assumed)} assumed {UNBUILT_SHAPE[0]} layers x {UNBUILT_SHAPE[1]} dims "
-                     "until built")
+        notes.append(
+            f"?: {', '.join(need.assumed)} assumed {UNBUILT_SHAPE[0]} layers x {UNBUILT_SHAPE[1]} dims until built"
+        )
     if need.sentences_assumed:
         notes.append("the corpus assumed STS's size until it is read")
     notes.append("rough, docs/scaling.md")

@@ -28,7 +28,11 @@ USAGES_BENCHMARKS = {"senses_plan.tsv": "plan.tsv", "senses_manifest.tsv": "mani
 
 def _model_folders(folder: Path, corpora: set[str]) -> list[Path]:
     """The old layout's model folders in ``folder``: every child folder that is no corpus's."""
-    return sorted(path for path in folder.iterdir() if path.is_dir() and path.name not in corpora) if folder.is_dir() else []
+    return (
+        sorted(path for path in folder.iterdir() if path.is_dir() and path.name not in corpora)
+        if folder.is_dir()
+        else []
+    )
 
 
 def moves(results: Path, corpus: str) -> list[tuple[Path, Path]]:
@@ -37,12 +41,16 @@ def moves(results: Path, corpus: str) -> list[tuple[Path, Path]]:
     corpora = {corpus, usages}
     old, new = results / "corpus", results / "corpora"
     planned += [(old / name, new / corpus / name) for name in CORPUS_FILES]
-    planned += [(results / "senses" / "corpus" / path.name, new / usages / path.name)
-                for path in sorted((results / "senses" / "corpus").glob("*"))]
+    planned += [
+        (results / "senses" / "corpus" / path.name, new / usages / path.name)
+        for path in sorted((results / "senses" / "corpus").glob("*"))
+    ]
     for kind in ("embeddings", "metrics", "export"):
         planned += [(path, results / kind / corpus / path.name) for path in _model_folders(results / kind, corpora)]
-    planned += [(path, results / "embeddings" / usages / path.name)
-                for path in _model_folders(results / "senses" / "embeddings", set())]
+    planned += [
+        (path, results / "embeddings" / usages / path.name)
+        for path in _model_folders(results / "senses" / "embeddings", set())
+    ]
     planned += _benchmark_moves(results / "benchmarks", corpus)
     return [(source, target) for source, target in planned if source.exists()]
 
@@ -83,7 +91,9 @@ def migrate(results: Path, corpus: str, dry_run: bool = False) -> list[tuple[Pat
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--results", type=Path, default=Path(layout.RESULTS), help="the results folder (default: results)")
+    parser.add_argument(
+        "--results", type=Path, default=Path(layout.RESULTS), help="the results folder (default: results)"
+    )
     parser.add_argument("--corpus", default="sts", help="the study's corpus's name (corpus.name; default: sts)")
     parser.add_argument("--dry-run", action="store_true", help="print the moves, move nothing")
     args = parser.parse_args(argv)

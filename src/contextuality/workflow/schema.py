@@ -118,9 +118,11 @@ def _describe(error, overrides: dict | None = None) -> str:
         if isinstance(error.instance, float) and "integer" in _as_list(schema["type"]) and error.instance.is_integer():
             hint = f" (write {int(error.instance)}, not {error.instance!r})"
         if _nested_command_line_string(error, overrides):
-            hint = (f" (Snakemake passes a value nested in --config, such as {_nested_example(error)}, as a string: put "
-                    "it in a YAML file and add that file after the default config, --configfile config/config.yaml "
-                    "mine.yaml)")
+            hint = (
+                f" (Snakemake passes a value nested in --config, such as {_nested_example(error)}, as a string: put "
+                "it in a YAML file and add that file after the default config, --configfile config/config.yaml "
+                "mine.yaml)"
+            )
         return f"{key}: {error.instance!r} has the wrong type; expected {expected}{hint}"
     if error.validator in ("oneOf", "anyOf"):
         expected = " or ".join(_alternative(option) for option in error.validator_value)
@@ -132,8 +134,10 @@ def _describe(error, overrides: dict | None = None) -> str:
         return f"{key}: {error.message}"
     if error.validator == "pattern" and "propertyNames" in error.schema_path:
         noun = _NAMED_KEYS.get(key, "key")
-        return (f"{key}: {noun} {error.instance!r} is not allowed; it names files and folders, so it must match "
-                f"{schema['pattern']!r} in full (letters, digits, '_' and '-', starting with a letter or digit)")
+        return (
+            f"{key}: {noun} {error.instance!r} is not allowed; it names files and folders, so it must match "
+            f"{schema['pattern']!r} in full (letters, digits, '_' and '-', starting with a letter or digit)"
+        )
     if error.validator == "pattern":
         return f"{key}: {error.instance!r} does not match the allowed pattern {schema['pattern']!r}"
     return f"{key}: {error.message}"

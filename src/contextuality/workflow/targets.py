@@ -43,14 +43,37 @@ def command_line_targets(argv: list[str] | None = None) -> list[str]:
 
 
 # Commands that build nothing: no estimate, no disk check (each is an option of Snakemake's command line).
-_NOT_A_RUN = ("lint", "generate_unit_tests", "containerize", "export_cwl", "list_rules", "list_target_rules", "dag",
-              "rulegraph", "filegraph", "d3dag", "summary", "detailed_summary", "archive", "cleanup_metadata",
-              "cleanup_shadow", "unlock", "list_changes", "list_input_changes", "list_params_changes", "list_untracked",
-              "delete_all_output", "delete_temp_output", "touch", "print_compilation", "conda_create_envs_only")
+_NOT_A_RUN = (
+    "lint",
+    "generate_unit_tests",
+    "containerize",
+    "export_cwl",
+    "list_rules",
+    "list_target_rules",
+    "dag",
+    "rulegraph",
+    "filegraph",
+    "d3dag",
+    "summary",
+    "detailed_summary",
+    "archive",
+    "cleanup_metadata",
+    "cleanup_shadow",
+    "unlock",
+    "list_changes",
+    "list_input_changes",
+    "list_params_changes",
+    "list_untracked",
+    "delete_all_output",
+    "delete_temp_output",
+    "touch",
+    "print_compilation",
+    "conda_create_envs_only",
+)
 
 
 def command_kind(argv: list[str] | None = None) -> str | None:
-    """"run", "dry-run" or "report" for such a ``snakemake`` command; None for anything else (another command,
+    """ "run", "dry-run" or "report" for such a ``snakemake`` command; None for anything else (another command,
     a spawned job, not the snakemake CLI)."""
     args = command_line_args(argv)
     if args is None:
@@ -75,8 +98,10 @@ def report_config(argv: list[str] | None = None) -> str | None:
     args = command_line_args(argv)
     if command_kind(argv) != "report" or args.configfile or not Path(RUN_CONFIG).is_file():
         return None
-    print(f"contextuality: the report is of the last run here, whose config is {RUN_CONFIG}; "
-          "--configfile names another", file=sys.stderr)
+    print(
+        f"contextuality: the report is of the last run here, whose config is {RUN_CONFIG}; --configfile names another",
+        file=sys.stderr,
+    )
     return RUN_CONFIG
 
 
@@ -87,9 +112,10 @@ def record_run_config(config: dict) -> None:
     from contextuality.core.atomic import atomic_path
 
     with atomic_path(RUN_CONFIG) as partial:  # the project's one way to write: a temporary name, then rename
-        Path(partial).write_text("# The config of the last run here (contextuality.workflow.targets.RUN_CONFIG): "
-                                 "`snakemake --report` reads it when given no --configfile\n"
-                                 + yaml.safe_dump(config, sort_keys=False))
+        Path(partial).write_text(
+            "# The config of the last run here (contextuality.workflow.targets.RUN_CONFIG): "
+            "`snakemake --report` reads it when given no --configfile\n" + yaml.safe_dump(config, sort_keys=False)
+        )
 
 
 def layer_count(settings: Settings, key: str) -> int | None:
@@ -111,17 +137,23 @@ def check_targets(targets: list[str], settings: Settings) -> None:
     """
     problems = []
     if "store" in targets and settings.extraction.store is False:
-        problems.append("target store: extraction.store is false (never write the store); set extraction.store: auto "
-                        "or true to build it")
+        problems.append(
+            "target store: extraction.store is false (never write the store); set extraction.store: auto "
+            "or true to build it"
+        )
     for target in targets:
         baseline = layout.baseline_of(target)
         if baseline is not None and baseline not in settings.static.baselines:
             allowed = ", ".join(settings.static.baselines) or "none"
-            problems.append(f"target {target}: static baseline '{baseline}' is not in static.baselines; configured: {allowed}")
+            problems.append(
+                f"target {target}: static baseline '{baseline}' is not in static.baselines; configured: {allowed}"
+            )
         corpus = layout.corpus_of(target)
         if corpus is not None and corpus not in settings.corpora and corpus != layout.USAGES_CORPUS:
-            problems.append(f"target {target}: corpus '{corpus}' is not configured; configured corpora: "
-                            f"{', '.join(settings.corpora)}")
+            problems.append(
+                f"target {target}: corpus '{corpus}' is not configured; configured corpora: "
+                f"{', '.join(settings.corpora)}"
+            )
             continue
         key = layout.model_of(target)
         if key is None:
