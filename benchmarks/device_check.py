@@ -52,7 +52,7 @@ from contextuality.core.settings import ShardSettings  # noqa: E402
 from contextuality.corpus.words import word_index  # noqa: E402
 from contextuality.extraction import extract  # noqa: E402
 from contextuality.extraction.plan import build_occurrences, plan_model, write_plan  # noqa: E402
-from contextuality.measure import device_job  # noqa: E402
+from contextuality.measure import device_job, device_plan  # noqa: E402
 from contextuality.measure.layer_job import OccurrenceIndex, RowsInMemory, measure_rows, read_units  # noqa: E402
 from contextuality.models import loading, randommodels  # noqa: E402
 from contextuality.workflow.schema import load_settings  # noqa: E402
@@ -191,7 +191,7 @@ def tolerance(name, shard, measure, device, paths, folder, layers: list[int], ou
         for dtype, word_tol in (("float32", 1e-5), ("float64", 1e-10)):
             settings = dataclasses.replace(measure, compute_dtype=dtype)
             on_device = measure_rows(RowsInMemory(resident[slot], plan.unit_offsets, path=name, stored_dtype=shard.storage_dtype,
-                                                  block_rows=device_job.GPU_BLOCK_ROWS), layer, index, settings,
+                                                  block_rows=device_plan.GPU_BLOCK_ROWS), layer, index, settings,
                                      model=name, units=units)  # fmt: skip
             on_host = measure_rows(RowsInMemory(host.astype(dtype), plan.unit_offsets, path=name,
                                                 stored_dtype=shard.storage_dtype), layer, index, settings, model=name,
@@ -219,9 +219,9 @@ def eight_b_plans() -> list[dict]:
     rows, d, n_layers, weights = 400_000, 4096, 33, 8.03e9 * 2
     plans = []
     for gpu, total in (("80 GB", 79.6 * GIB), ("141 GB", 140.4 * GIB)):
-        reserve = device_job.reserve_bytes(d=d, n_layers=n_layers, batch_tokens=16_384, widest_window=4 * 64 * 64,
+        reserve = device_plan.reserve_bytes(d=d, n_layers=n_layers, batch_tokens=16_384, widest_window=4 * 64 * 64,
                                            itemsize=2, on_cuda=True)  # fmt: skip
-        plan = device_job.plan_groups(list(range(n_layers)), rows * d * 2, int(total - weights), 0.9, reserve)
+        plan = device_plan.plan_groups(list(range(n_layers)), rows * d * 2, int(total - weights), 0.9, reserve)
         full = sum((max(g) + 1) / n_layers for g in plan.groups)
         plans.append({"gpu": gpu, "groups": len(plan.groups), "layers_per_group": max(map(len, plan.groups)),
                       "full_pass_equivalents": round(full, 2), "layer_gib": round(plan.layer_bytes / GIB, 2),
@@ -250,11 +250,11 @@ def check_model(name, folder, spec, sentences, words, index, args, tmp: Path) ->
     whole_s = time.perf_counter() - started
     again = run_device(name, shard, measure, args.device, paths, folder, tmp / f"{name}-b", args.host_threads)
     room = (max(map(len, first["groups"])) - 1) * first["rows"] * first["dim"] * 2
-    os.environ[device_job.ROOM_BYTES_ENV] = str(max(room, first["rows"] * first["dim"] * 2))
+    os.environ[device_plan.ROOM_BYTES_ENV] = str(max(room, first["rows"] * first["dim"] * 2))
     try:
         split = run_device(name, shard, measure, args.device, paths, folder, tmp / f"{name}-c", args.host_threads)
     finally:
-        del os.environ[device_job.ROOM_BYTES_ENV]
+        del os.environ[device_plan.ROOM_BYTES_ENV]
     files = {key: {p.relative_to(tmp / f"{name}-{key}").as_posix(): p.read_bytes()
                    for p in sorted((tmp / f"{name}-{key}").rglob("*")) if p.is_file()} for key in "abc"}  # fmt: skip
     # the products floor of every layer, on the device, from one pass's rows

@@ -21,7 +21,7 @@ import torch
 from conftest import PROJECT
 from contextuality.core import layout
 from contextuality.core.archive import unpacked
-from contextuality.measure import device_job
+from contextuality.measure import device_job, device_plan
 from contextuality.workflow.checks import check_settings
 from contextuality.workflow.schema import ConfigError, load_settings
 from workflow_runs import DEVICE_SMOKE, smoke_config
@@ -103,7 +103,7 @@ def test_a_rerun_and_one_layer_per_pass_give_the_same_bytes(runs, tmp_path, monk
         assert len(rerun["groups"]) == 1
         assert _members(tmp_path / model / "a" / "part_0.tar") == expected
         layer_bytes = rerun["rows"] * rerun["dim"] * 4  # float32 storage in the smoke config
-        monkeypatch.setenv(device_job.ROOM_BYTES_ENV, str(int(1.5 * layer_bytes)))
+        monkeypatch.setenv(device_plan.ROOM_BYTES_ENV, str(int(1.5 * layer_bytes)))
         # a logger of the test's own: another test's logging setup (Snakemake's dictConfig) may disable the module's
         records: list[str] = []
         plan_log = logging.getLogger(f"test_device_path.{model}")
@@ -115,7 +115,7 @@ def test_a_rerun_and_one_layer_per_pass_give_the_same_bytes(runs, tmp_path, monk
         split = device_job.run_measure_model_job(**inputs, out_tar=tmp_path / model / "b" / "part_0.tar",
                                                  out_record=tmp_path / model / "b" / "part_0.json", log=plan_log)  # fmt: skip
         plan_log.removeHandler(handler)
-        monkeypatch.delenv(device_job.ROOM_BYTES_ENV)
+        monkeypatch.delenv(device_plan.ROOM_BYTES_ENV)
         assert split["groups"] == [[layer] for layer in range(shape["n_layers"])]
         assert any(f"{shape['n_layers']} group(s) of <= 1 layers" in line for line in records)
         assert _members(tmp_path / model / "b" / "part_0.tar") == expected
@@ -158,12 +158,12 @@ def test_a_pass_stopped_after_a_layer_gives_the_full_passes_hidden_states(archit
 
 
 def test_groups_are_consecutive_balanced_and_refuse_a_device_without_room_for_one_layer(monkeypatch):
-    monkeypatch.delenv(device_job.ROOM_BYTES_ENV, raising=False)
-    plan = device_job.plan_groups(list(range(13)), 100, 1000, 0.9, 100)  # room 800: 8 layers a group
+    monkeypatch.delenv(device_plan.ROOM_BYTES_ENV, raising=False)
+    plan = device_plan.plan_groups(list(range(13)), 100, 1000, 0.9, 100)  # room 800: 8 layers a group
     assert plan.groups == [list(range(7)), list(range(7, 13))]
-    assert device_job.plan_groups(list(range(4)), 100, 10_000, 0.9, 100).groups == [[0, 1, 2, 3]]
-    with pytest.raises(device_job.DeviceMemoryError, match="one layer's rows take"):
-        device_job.plan_groups([0, 1], 10 * device_job.MB, 5 * device_job.MB, 0.9, 0)
+    assert device_plan.plan_groups(list(range(4)), 100, 10_000, 0.9, 100).groups == [[0, 1, 2, 3]]
+    with pytest.raises(device_plan.DeviceMemoryError, match="one layer's rows take"):
+        device_plan.plan_groups([0, 1], 10 * device_plan.MB, 5 * device_plan.MB, 0.9, 0)
     assert device_job.part_layers(13, 2, 0) == list(range(6)) and device_job.part_layers(13, 2, 1) == list(range(6, 13))
 
 

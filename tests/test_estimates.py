@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from contextuality.workflow import estimates
+from contextuality.workflow import estimates, run_need
 from contextuality.workflow.schema import load_settings
 
 
@@ -192,7 +192,7 @@ def test_the_largest_shard_is_the_largest_the_shard_jobs_cut(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------
-# The whole run, before any job (estimates.run_need, estimate_line, check_fits)
+# The whole run, before any job (contextuality.workflow.run_need)
 
 import yaml  # noqa: E402
 
@@ -208,18 +208,18 @@ def test_the_default_runs_disk_is_its_rows_times_its_layers_before_any_model_is_
     """STS's 25,088 sentences and 800 sense types' 4,960 usages, in float16: MiniLM 13.2 pieces a sentence x 7 x
     384, SmolLM2 11.4 words x 31 x 576 (their shapes known before they are built), about 14 GB."""
     monkeypatch.chdir(tmp_path)  # no results/ here: nothing built, nothing written
-    need = estimates.run_need(_default_settings())
+    need = run_need.run_need(_default_settings())
     rows = {key: int(25088 * per) + int(int(6.2 * 800) * per) for key, per in (("minilm", 13.2), ("smollm2", 11.4))}
     expected = {"minilm": rows["minilm"] * 7 * 384 * 2 * 1.002, "smollm2": rows["smollm2"] * 31 * 576 * 2 * 1.002}
     assert {m.key: m.disk_bytes for m in need.models} == {
         key: pytest.approx(value, rel=1e-6) for key, value in expected.items()
     }
     assert not need.assumed and 13e9 < need.disk_bytes < 15e9
-    line = estimates.estimate_line(_default_settings(), need, 2, 40e9)
+    line = run_need.estimate_line(_default_settings(), need, 2, 40e9)
     assert line.startswith("contextuality: this run stores about 14.") and "40.00 GB free" in line
     assert "on 2 CPU cores" in line and "minutes" in line and f"about {need.jobs} jobs" in line
     # twice the cores, half the time
-    halves = [estimates.estimate_line(_default_settings(), need, cores, None) for cores in (2, 4)]
+    halves = [run_need.estimate_line(_default_settings(), need, cores, None) for cores in (2, 4)]
     minutes = [int(line.split("takes about ")[1].split(" ")[0]) for line in halves]
     assert minutes[1] == pytest.approx(minutes[0] / 2, abs=1)
 
@@ -227,19 +227,19 @@ def test_the_default_runs_disk_is_its_rows_times_its_layers_before_any_model_is_
 def test_an_unknown_models_shape_is_assumed_and_said_and_does_not_stop_a_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     settings = _settings(tmp_path)
-    need = estimates.run_need(settings)
+    need = run_need.run_need(settings)
     assert need.assumed == ["m"] and need.known_bytes == 0 and need.disk_bytes > 0
-    assert "m assumed 13 layers x 1024 dims until built" in estimates.estimate_line(settings, need, 2, 1)
-    estimates.check_fits(settings, need, free=1)  # only known sizes stop a run
+    assert "m assumed 13 layers x 1024 dims until built" in run_need.estimate_line(settings, need, 2, 1)
+    run_need.check_fits(settings, need, free=1)  # only known sizes stop a run
 
 
 def test_a_run_whose_vectors_cannot_fit_stops_naming_its_size_and_the_ways_out(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     settings = _default_settings()
-    need = estimates.run_need(settings)
-    estimates.check_fits(settings, need, free=need.disk_bytes + 1)
+    need = run_need.run_need(settings)
+    run_need.check_fits(settings, need, free=need.disk_bytes + 1)
     with pytest.raises(ConfigError) as err:
-        estimates.check_fits(settings, need, free=10**9)
+        run_need.check_fits(settings, need, free=10**9)
     message = str(err.value)
     assert "about 14." in message and "1.00 GB are free" in message and "smollm2 12." in message
     assert "storage_dtype: float16" not in message and "vectors are float16 already" in message
@@ -248,14 +248,14 @@ def test_a_run_whose_vectors_cannot_fit_stops_naming_its_size_and_the_ways_out(t
     config["extraction"]["storage_dtype"] = "float32"
     settings32 = load_settings(config)
     with pytest.raises(ConfigError, match="storage_dtype: float16"):
-        estimates.check_fits(settings32, estimates.run_need(settings32), free=10**9)
+        run_need.check_fits(settings32, run_need.run_need(settings32), free=10**9)
     # a rerun writes only what is not there yet
     shard = tmp_path / "results/embeddings/sts/smollm2/shards/shard_0.h5"
     shard.parent.mkdir(parents=True)
     with open(shard, "wb") as handle:
         handle.truncate(need.disk_bytes - 10**9 - 1000)
-    again = estimates.run_need(settings)
+    again = run_need.run_need(settings)
     assert again.written_bytes == need.disk_bytes - 10**9 - 1000
     with pytest.raises(ConfigError, match="written already"):
-        estimates.check_fits(settings, again, free=10**9)
-    estimates.check_fits(settings, again, free=10**9 + 1000)
+        run_need.check_fits(settings, again, free=10**9)
+    run_need.check_fits(settings, again, free=10**9 + 1000)

@@ -33,8 +33,9 @@ def test_dry_run_plans_the_default_jobs_and_one_extraction_job_per_shard_and_mod
     assert result.returncode == 0, result.stdout + result.stderr
     counts = job_counts(result.stdout)
     assert counts["sts_pairs"] == 1 and counts["corpus"] == 1 and counts["words"] == 1
-    assert counts["extract"] == 4 * len(base_config["models"])
-    assert counts["manifest"] == len(base_config["models"])
+    # each model over STS and over the senses' usages corpus (the one extract rule over {corpus})
+    assert counts["extract"] == 2 * 4 * len(base_config["models"])
+    assert counts["manifest"] == 2 * len(base_config["models"])
     # every shard job asks for extraction.threads threads
     blocks = [block for block in result.stdout.split("\n\n") if "rule extract:" in block]
     assert blocks and all("threads: 3" in block for block in blocks), blocks[:1]

@@ -20,7 +20,7 @@ from contextuality.paper import FIGURES
 from contextuality.report.figure_files import FORMATS as FIGURE_FORMATS, MODEL_FIGURES
 from contextuality.report.html import CATEGORIES
 from contextuality.static.benchmark_files import benchmark_files
-from contextuality.workflow import estimates
+from contextuality.workflow import estimates, run_need
 from contextuality.core.diskspace import free_bytes
 from contextuality.workflow.checks import check_half_precision_has_a_gpu, checked_settings, default_comparison_line
 from contextuality.workflow.schema import ConfigError
@@ -259,7 +259,7 @@ if workflow.is_main_process:
 
 # Before any job of a run (or a dry run), one line each: whether the config leaves the default comparison, and
 # what the whole run needs (its vectors' disk against the free space, its jobs and time); a run whose vectors
-# cannot fit stops here, not at its first shard (contextuality.workflow.estimates.check_fits). A run that builds
+# cannot fit stops here, not at its first shard (contextuality.workflow.run_need.check_fits). A run that builds
 # records its config, for `snakemake --report` given none.
 COMMAND = command_kind() if workflow.is_main_process else None
 if COMMAND in ("run", "dry-run"):
@@ -270,12 +270,12 @@ if COMMAND in ("run", "dry-run"):
         )
     if comparison:
         print(comparison, file=sys.stderr)
-    NEED = estimates.run_need(SETTINGS)
+    NEED = run_need.run_need(SETTINGS)
     FREE = free_bytes(Path(layout.RESULTS))
-    print(estimates.estimate_line(SETTINGS, NEED, workflow.resource_settings.cores, FREE, LOCAL_GPUS), file=sys.stderr)
+    print(run_need.estimate_line(SETTINGS, NEED, workflow.resource_settings.cores, FREE, LOCAL_GPUS), file=sys.stderr)
     if COMMAND == "run" and not command_line_targets():  # the whole run: a target may need a part of it
         try:
-            estimates.check_fits(SETTINGS, NEED, FREE, layout.RESULTS)
+            run_need.check_fits(SETTINGS, NEED, FREE, layout.RESULTS)
         except ConfigError as err:
             raise WorkflowError(str(err)) from None
     if COMMAND == "run":

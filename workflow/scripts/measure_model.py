@@ -8,7 +8,8 @@ from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.core.settings import MeasureSettings, Settings, from_params
 from contextuality.extraction.devices import DeviceError
 from contextuality.extraction.extract import ExtractionError
-from contextuality.measure.device_job import DeviceMemoryError, run_measure_model_job
+from contextuality.measure.device_job import run_measure_model_job
+from contextuality.measure.device_plan import DeviceMemoryError
 from contextuality.models.loading import ModelError
 from contextuality.store.files import StoreError
 

@@ -24,7 +24,6 @@ import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -35,85 +34,27 @@ from contextuality.core.archive import pack
 from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import WINDOW_BATCHES, MeasureSettings, ShardSettings, stored_params
 from contextuality.measure import backend
+from contextuality.measure.device_plan import (
+    GPU_BLOCK_ROWS,
+    MB,
+    GroupPlan,
+    free_device_bytes,
+    plan_groups,
+    reserve_bytes,
+)
 from contextuality.measure.layer_job import measure_rows_then, read_units
 from contextuality.measure.layer_pass import BLOCK_ROWS
 from contextuality.measure.layer_result import write_layer_results
 from contextuality.measure.layer_rows import OccurrenceIndex, RowsInMemory
-from contextuality.measure.streaming import BASE_MB, SQUARE_MATRICES
-from contextuality.measure.word_stats import BATCH_ELEMENTS
+from contextuality.measure.streaming import BASE_MB
 
 LOG = logging.getLogger(__name__)
 
-MB = 1 << 20
-# Rows per block of the full-layer passes on a GPU (a block's work is a few kernels; larger blocks, fewer launches).
-GPU_BLOCK_ROWS = 1 << 16
-# What the device keeps beside the resident layers: CUDA's context and the allocator's fragmentation.
-CUDA_CONTEXT_MB = 1536
-# A test's stand-in for the room the resident layers may take, in bytes (forces a schedule of several groups).
-ROOM_BYTES_ENV = "CONTEXTUALITY_DEVICE_ROOM_BYTES"
 # How the device job's errors end: the rows came from this job's own forward passes.
 NON_FINITE_REMEDY = (
     "the model produced them in this job's forward passes: check its weights, or compute in float32 "
     "(extraction.compute_dtype: float32; half precision overflows)"
 )
-
-
-class DeviceMemoryError(RuntimeError):
-    """Not even one layer fits the device's memory: the message says what would."""
-
-
-class GroupPlan(NamedTuple):
-    """The layers measured together, one forward pass per group, and the memory arithmetic behind it."""
-
-    groups: list  # lists of layer indices, ascending, consecutive
-    layer_bytes: int  # one resident layer: rows x dim x the storage dtype's bytes
-    room_bytes: int  # what the resident layers may take
-    free_bytes: int  # the device's free memory (or the CPU backend's budget) when the job planned
-    reserve_bytes: int  # kept for the model's forward pass and the measurement's work
-
-    def describe(self, n_layers: int) -> str:
-        passes = len(self.groups)
-        full = sum((max(group) + 1) / n_layers for group in self.groups)
-        return (f"{passes} group(s) of <= {max(len(g) for g in self.groups)} layers: {passes} forward pass(es), "
-                f"{full:.2f} full-pass equivalents with early stop; a layer holds {self.layer_bytes / MB:.0f} MB, the "
-                f"groups may take {self.room_bytes / MB:.0f} MB of {self.free_bytes / MB:.0f} MB free "
-                f"({self.reserve_bytes / MB:.0f} MB kept for the forward pass and the measurement)")  # fmt: skip
-
-
-def reserve_bytes(*, d: int, n_layers: int, batch_tokens: int, widest_window: int, itemsize: int, on_cuda: bool) -> int:
-    """Device memory kept beside the resident layers: a forward pass's hidden states of every layer (float32
-    at most) and a window of every layer's rows, the measurement's d x d float64 matrices and word batches
-    (float64 copies of a stacked batch, a few at once), and on CUDA the context and fragmentation."""
-    forward = batch_tokens * n_layers * d * 4 * 2
-    window = n_layers * widest_window * d * itemsize
-    measure = SQUARE_MATRICES * d * d * 8 + 8 * BATCH_ELEMENTS * 8 + GPU_BLOCK_ROWS * d * 8 * 3
-    return forward + window + measure + (CUDA_CONTEXT_MB * MB if on_cuda else 0)
-
-
-def plan_groups(layers: list[int], layer_bytes: int, free_bytes: int, fraction: float, reserve: int) -> GroupPlan:
-    """Consecutive groups of ``layers``, as few as fit: each group's rows within ``fraction`` of ``free_bytes``
-    less ``reserve`` (or the room ``ROOM_BYTES_ENV`` gives); sizes balanced (13 layers in 2 groups: 7 + 6)."""
-    room = int(os.environ[ROOM_BYTES_ENV]) if os.environ.get(ROOM_BYTES_ENV) else int(free_bytes * fraction) - reserve
-    if room < layer_bytes:
-        raise DeviceMemoryError(
-            f"one layer's rows take {layer_bytes / MB:.0f} MB, but the device has {free_bytes / MB:.0f} MB free and "
-            f"{max(room, 0) / MB:.0f} MB of it for layers (metrics.device_memory_fraction {fraction}, "
-            f"{reserve / MB:.0f} MB kept for the forward pass and the measurement): raise "
-            "metrics.device_memory_fraction or use a larger device, or measure from the store (metrics.on_device: false)"
-        )
-    per_group = max(1, room // layer_bytes)
-    count = -(-len(layers) // per_group)
-    groups = [list(part) for part in np.array_split(np.asarray(layers), count)]
-    return GroupPlan([[int(layer) for layer in group] for group in groups], layer_bytes, room, free_bytes, reserve)
-
-
-def free_device_bytes(device: str, memory_mb: int) -> int:
-    """The device's free memory (CUDA), or on torch's CPU backend the job's budget ``metrics.memory_mb``."""
-    if str(device).startswith("cuda"):
-        import torch
-
-        return int(torch.cuda.mem_get_info(torch.device(device))[0])
-    return memory_mb * MB
 
 
 # --------------------------------------------------------------------------------------------------

