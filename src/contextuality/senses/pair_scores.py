@@ -1,5 +1,6 @@
 """Scores of sense pairs that need no design: AUROCs (pooled and within strata), percentile intervals of
-bootstrap values, the held-out threshold and the held-out logistic regressions (``separation``)."""
+bootstrap values, the held-out threshold and the held-out logistic regressions (``separation``,
+``separation_controls``)."""
 
 from __future__ import annotations
 

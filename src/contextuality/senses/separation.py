@@ -16,38 +16,22 @@ preprocessing.
 * C5 ARI of k-means (K = the word's number of senses) against the gold senses (``ari=True``; it costs a
   k-means fit per word).
 
-What the cosine adds beyond a pair's shape (issue 36; WordNet's examples are constructed, and the examples of
-one synset resemble each other in length and position):
-
-* ``heldout_balanced_accuracy``: the WiC-style accuracy of "same sense if cos ≥ t", t chosen on the other
-  lemmas (GroupKFold by lemma, the threshold maximising the training folds' balanced accuracy), scored with
-  scikit-learn's ``balanced_accuracy_score`` on the held-out predictions.
-* ``auroc_shape`` and ``auroc_cosine_shape``: the held-out AUROC of a logistic regression on the pair's shape
-  alone (``SHAPE_FEATURES``: the two sentences' lengths and the target's positions) and on cosine + shape, both
-  predicted on held-out lemmas (``cross_val_predict`` with GroupKFold).
-* ``auroc_stratified``: the cosine AUROC with same- and different-sense pairs compared only within a stratum of
-  the length difference (|ΔL| = 0, 1, …, ``LENGTH_STRATA_CAP`` or more): Σ_s U_s / Σ_s P_s·N_s.
-* ``auroc_same_token``: the AUROC over the pairs whose two stored units are the same token sequence (a rotary
-  decoder's layer 0 is then exactly 0.5; same-form pairs can differ by a capital letter).
-* ``auroc_macro``: the mean over lemmas (with both kinds of pair) of each lemma's own AUROC.
-* ``control_difference``: AUROC(ℓ) − AUROC(layer 0) on the same pairs and the same lemma resamples (a paired
-  bootstrap), given layer 0's pair cosines.
+The controls of issue 36, what the cosine adds beyond a pair's shape and beyond layer 0 (the held-out
+threshold's balanced accuracy, the shape baselines, the stratified, same-token and per-lemma AUROCs, the paired
+difference from layer 0), are measured by ``contextuality.senses.separation_controls`` on the same design.
 
 Every interval is a percentile interval over the same ``bootstrap`` resamples of lemmas (with replacement).
 """
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from sklearn.metrics import balanced_accuracy_score
-from sklearn.model_selection import GroupKFold
 
 from contextuality.senses.neighbours import ari_measures, knn_measures
-from contextuality.senses.pair_scores import best_threshold, heldout_scores, interval, pair_auc, stratified_auc
+from contextuality.senses.pair_scores import interval, pair_auc
+from contextuality.senses.separation_controls import auroc_variants, control_difference, heldout_measures
 from contextuality.senses.vectors import unit_rows
 
 USAGE_COLUMNS = ["usage_id", "lemma", "pos", "synset", "lexname", "form_lower", "position"]
@@ -154,8 +138,9 @@ class SeparationDesign:
         self.n_lemmas, self.pair_lemma, self.folds = n_lemmas, self.lemma[self.a], folds
         self.shape, self.length_stratum = self._shape(usages, lengths)
         self.same_token = self._same_token(token_keys)
-        self._shape_cache: dict[bytes, dict] = {}
-        self._control_cache: dict[str, np.ndarray] = {}
+        # separation_controls' caches: the shape-only AUROC per set of usable pairs, the control's resamples
+        self.shape_cache: dict[bytes, dict] = {}
+        self.control_cache: dict[str, np.ndarray] = {}
 
     def _shape(self, usages: pd.DataFrame, lengths) -> tuple[np.ndarray | None, np.ndarray | None]:
         """(pairs × SHAPE_FEATURES) and each pair's |ΔL| stratum, or (None, None) without lengths."""
@@ -227,11 +212,11 @@ class SeparationDesign:
         out.update(self._auroc(cos, pair_ok))
         resamples = out.pop("_auroc_resamples")
         if controls:
-            out.update(self._auroc_variants(cos, pair_ok))
-            out.update(self._heldout(cos, pair_ok))
+            out.update(auroc_variants(self, cos, pair_ok))
+            out.update(heldout_measures(self, cos, pair_ok))
         out.update(knn_measures(self, cos, pair_ok))
         if control is not None:
-            out.update(self._control_difference(cos, pair_ok, control, resamples))
+            out.update(control_difference(self, cos, pair_ok, control, resamples))
         if ari:
             out.update(ari_measures(self.word, self.sense, unit, valid, seed))
         out["cosines"] = np.where(pair_ok, cos, np.nan)
@@ -287,9 +272,9 @@ class SeparationDesign:
 
     def _auroc(self, cos, pair_ok) -> dict:
         pos, neg, coarse = pair_ok & self.same, pair_ok & ~self.same, pair_ok & self.coarse_diff
-        resamples = self._auc_resamples(cos, pos, neg)
+        resamples = self.auc_resamples(cos, pos, neg)
         low, high = interval(resamples)
-        coarse_low, coarse_high = interval(self._auc_resamples(cos, pos, coarse))
+        coarse_low, coarse_high = interval(self.auc_resamples(cos, pos, coarse))
         return {
             "auroc": pair_auc(cos, pos, neg),
             "auroc_coarse": pair_auc(cos, pos, coarse),
@@ -327,7 +312,7 @@ class SeparationDesign:
             totals.append(w_pos.sum(1) * cum[:, -1])
         return np.concatenate(counts_out), np.concatenate(totals)
 
-    def _auc_resamples(self, score, pos, neg, strata=None) -> np.ndarray:
+    def auc_resamples(self, score, pos, neg, strata=None) -> np.ndarray:
         """The AUROC in each lemma resample (B',); with ``strata``, pairs are compared within a stratum only."""
         if strata is None:
             count, total = self._auc_counts(score, pos, neg)
@@ -339,163 +324,3 @@ class SeparationDesign:
                 count, total = count + c, total + t
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(total > 0, count / np.where(total > 0, total, 1.0), np.nan)
-
-    def _auroc_variants(self, cos, pair_ok) -> dict:
-        """The stratified, same-token and per-lemma (macro) AUROCs, each with its interval."""
-        pos, neg = pair_ok & self.same, pair_ok & ~self.same
-        out = {}
-        if self.length_stratum is not None:
-            value = stratified_auc(cos, pos, neg, self.length_stratum)
-            low, high = interval(self._auc_resamples(cos, pos, neg, self.length_stratum))
-            out.update(
-                auroc_stratified=value,
-                auroc_stratified_ci_low=low,
-                auroc_stratified_ci_high=high,
-                n_strata=int(np.unique(self.length_stratum[pos | neg]).size),
-            )
-        if self.same_token is not None:
-            p, q = pos & self.same_token, neg & self.same_token
-            low, high = interval(self._auc_resamples(cos, p, q))
-            differ = pair_ok & ~self.same_token
-            out.update(
-                auroc_same_token=pair_auc(cos, p, q),
-                auroc_same_token_ci_low=low,
-                auroc_same_token_ci_high=high,
-                n_pairs_same_token=int((p | q).sum()),
-                n_pairs_token_differs=int(differ.sum()),
-            )
-        out.update(self._macro_auroc(cos, pos, neg))
-        return out
-
-    def _macro_auroc(self, cos, pos, neg) -> dict:
-        """Each lemma's own AUROC (ranks within the lemma, ties ½), their mean and its lemma-bootstrap interval."""
-        keep = pos | neg
-        t = pd.DataFrame({"lemma": self.pair_lemma[keep], "cos": cos[keep], "pos": pos[keep].astype(np.float64)})
-        if t.empty:
-            return {
-                "auroc_macro": np.nan,
-                "auroc_macro_ci_low": np.nan,
-                "auroc_macro_ci_high": np.nan,
-                "n_lemmas_macro": 0,
-            }
-        t["rank_pos"] = t.groupby("lemma")["cos"].rank(method="average") * t["pos"]
-        per = t.groupby("lemma").agg(n_pos=("pos", "sum"), n=("pos", "size"), rank_pos=("rank_pos", "sum"))
-        per = per[(per["n_pos"] > 0) & (per["n_pos"] < per["n"])]
-        if per.empty:
-            return {
-                "auroc_macro": np.nan,
-                "auroc_macro_ci_low": np.nan,
-                "auroc_macro_ci_high": np.nan,
-                "n_lemmas_macro": 0,
-            }
-        n_pos, n_neg = per["n_pos"].to_numpy(), (per["n"] - per["n_pos"]).to_numpy()
-        auc = (per["rank_pos"].to_numpy() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
-        weights = self.boot_lemma_counts[:, per.index.to_numpy()]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            boot = (weights @ auc) / weights.sum(1)
-        low, high = interval(boot)
-        return {
-            "auroc_macro": float(auc.mean()),
-            "auroc_macro_ci_low": low,
-            "auroc_macro_ci_high": high,
-            "n_lemmas_macro": int(auc.size),
-        }
-
-    def _folds(self, groups: np.ndarray):
-        """GroupKFold by lemma over the given pairs (fewer folds when there are fewer lemmas); None if < 2."""
-        k = min(self.folds, int(np.unique(groups).size))
-        return GroupKFold(n_splits=k) if k >= 2 else None
-
-    def _heldout(self, cos, pair_ok) -> dict:
-        """The held-out threshold's balanced accuracy, and the held-out AUROCs of shape and of cosine + shape."""
-        out = {
-            k: np.nan
-            for k in (
-                "heldout_balanced_accuracy",
-                "heldout_balanced_accuracy_ci_low",
-                "heldout_balanced_accuracy_ci_high",
-            )
-        }
-        idx = np.flatnonzero(pair_ok)
-        y, groups = self.same[idx], self.pair_lemma[idx]
-        folds = self._folds(groups) if idx.size else None
-        # every training fold needs both kinds of pair (a threshold, a regression): else the measures are NaN
-        if folds is None or any(y[train].all() or not y[train].any() for train, _ in folds.split(idx, y, groups)):
-            return out
-        predicted = np.zeros(idx.size, dtype=bool)
-        for train, test in folds.split(idx, y, groups):
-            predicted[test] = cos[idx[test]] >= best_threshold(y[train], cos[idx[train]])
-        sums = {
-            name: np.bincount(groups, weights=values.astype(np.float64), minlength=self.n_lemmas)
-            for name, values in (("tp", y & predicted), ("p", y), ("tn", ~y & ~predicted), ("n", ~y))
-        }
-        boot = {name: self.boot_lemma_counts @ value for name, value in sums.items()}
-        with np.errstate(invalid="ignore", divide="ignore"):
-            resampled = 0.5 * (boot["tp"] / boot["p"] + boot["tn"] / boot["n"])
-        low, high = interval(resampled)
-        out.update(
-            heldout_balanced_accuracy=float(balanced_accuracy_score(y, predicted)),
-            heldout_balanced_accuracy_ci_low=low,
-            heldout_balanced_accuracy_ci_high=high,
-        )
-        if self.shape is not None:
-            out.update(self._shape_auroc(pair_ok, idx, y, groups, folds))
-            scores = np.full(cos.size, np.nan)
-            scores[idx] = heldout_scores(np.column_stack([cos[idx], self.shape[idx]]), y, groups, folds)
-            low, high = interval(self._auc_resamples(scores, pair_ok & self.same, pair_ok & ~self.same))
-            out.update(
-                auroc_cosine_shape=pair_auc(scores, pair_ok & self.same, pair_ok & ~self.same),
-                auroc_cosine_shape_ci_low=low,
-                auroc_cosine_shape_ci_high=high,
-            )
-        return out
-
-    def _shape_auroc(self, pair_ok, idx, y, groups, folds) -> dict:
-        """The shape-only held-out AUROC: it depends on the usable pairs only, so it is computed once for them."""
-        key = np.packbits(pair_ok).tobytes()
-        if key not in self._shape_cache:
-            scores = np.full(pair_ok.size, np.nan)
-            scores[idx] = heldout_scores(self.shape[idx], y, groups, folds)
-            pos, neg = pair_ok & self.same, pair_ok & ~self.same
-            low, high = interval(self._auc_resamples(scores, pos, neg))
-            self._shape_cache[key] = {
-                "auroc_shape": pair_auc(scores, pos, neg),
-                "auroc_shape_ci_low": low,
-                "auroc_shape_ci_high": high,
-            }
-        return dict(self._shape_cache[key])
-
-    def _control_difference(self, cos, pair_ok, control, resamples=None) -> dict:
-        """AUROC(ℓ) − AUROC(control) on the pairs usable in both, over the same lemma resamples (paired).
-
-        ``resamples``: (pair_ok, values) of this layer's pooled AUROC, reused when the pairs are the same; the
-        control's resamples are computed once per control (the same layer 0 at every layer)."""
-        control = np.asarray(control, dtype=np.float64)
-        if control.shape != cos.shape:
-            raise ValueError(
-                f"measure: control has {control.shape} pair cosines, this design {cos.shape}; pass "
-                "layer 0's result['cosines'] of the same design"
-            )
-        both = pair_ok & ~np.isnan(control)
-        pos, neg = both & self.same, both & ~self.same
-        if not pos.any() or not neg.any():
-            return {
-                "control_difference": np.nan,
-                "control_difference_ci_low": np.nan,
-                "control_difference_ci_high": np.nan,
-                "control_difference_p": np.nan,
-            }
-        control = np.where(both, control, 0.0)
-        key = hashlib.sha1(control.tobytes() + np.packbits(both).tobytes()).hexdigest()
-        if key not in self._control_cache:
-            self._control_cache = {key: self._auc_resamples(control, pos, neg)}
-        same_pairs = resamples is not None and np.array_equal(resamples[0], both)
-        diff = (resamples[1] if same_pairs else self._auc_resamples(cos, pos, neg)) - self._control_cache[key]
-        low, high = interval(diff)
-        finite = diff[np.isfinite(diff)]
-        return {
-            "control_difference": pair_auc(cos, pos, neg) - pair_auc(control, pos, neg),
-            "control_difference_ci_low": low,
-            "control_difference_ci_high": high,
-            "control_difference_p": (1 + int(np.sum(finite <= 0))) / (finite.size + 1),
-        }

@@ -51,16 +51,8 @@ def separation_rows(rows: Rows, context, stored: np.ndarray, mean, std) -> None:
 def _measure_rows(
     rows: Rows, r: dict, kind: str, note: str, token_note: str, *, permutations: int, bootstrap: int
 ) -> None:
-    """One layer's separation rows from ``SeparationDesign.measure``'s result (a missing key: NaN)."""
-
-    def get(key):
-        return r.get(key, np.nan)
-
-    def ci(name):
-        return get(f"{name}_ci_low"), get(f"{name}_ci_high")
-
-    pairs = r["n_pairs_same"] + r["n_pairs_different"]
-    boot = f"95% interval over {bootstrap} lemma resamples"
+    """One layer's separation rows from ``SeparationDesign.measure``'s result (a missing key: NaN): A1 and A2,
+    the controls of issue 36, then A3."""
     measured = partial(rows.add, "separation", preprocessing=kind)
 
     def add(measure, *, value, **kw):  # a control not measured on these vectors gets no row
@@ -68,6 +60,26 @@ def _measure_rows(
             return
         measured(measure, value=value, **kw)
 
+    boot = f"95% interval over {bootstrap} lemma resamples"
+    _pooled_rows(add, r, note, boot, permutations)
+    _control_rows(add, r, token_note, boot, bootstrap, layer=rows.layer)
+    _knn_rows(add, r, boot)
+
+
+def _get(r: dict, key: str):
+    return r.get(key, np.nan)
+
+
+def _ci(r: dict, name: str) -> tuple:
+    return _get(r, f"{name}_ci_low"), _get(r, f"{name}_ci_high")
+
+
+def _pairs(r: dict) -> int:
+    return r["n_pairs_same"] + r["n_pairs_different"]
+
+
+def _pooled_rows(add, r: dict, note: str, boot: str, permutations: int) -> None:
+    """A1 (within- minus between-sense cosine against label permutations) and A2 (the AUROC, fine and coarse)."""
     add(
         "delta_within_between",
         value=r["delta"],
@@ -77,82 +89,91 @@ def _measure_rows(
         n=r["n_words_delta"],
         note=f"{note}; p against {permutations} label permutations within word forms (floor {1 / (permutations + 1):.2g})",
     )
-    add("auroc_same_sense", value=r["auroc"], null=0.5, ci=ci("auroc"), n=pairs, note=f"{note}; {boot}")
+    add("auroc_same_sense", value=r["auroc"], null=0.5, ci=_ci(r, "auroc"), n=_pairs(r), note=f"{note}; {boot}")
     add(
         "auroc_same_sense_coarse",
         value=r["auroc_coarse"],
         null=0.5,
-        ci=ci("auroc_coarse"),
+        ci=_ci(r, "auroc_coarse"),
         n=r["n_pairs_same"] + r["n_pairs_coarse"],
         note=f"different-sense pairs whose lexicographer files differ; {boot}",
     )
+
+
+def _control_rows(add, r: dict, token_note: str, boot: str, bootstrap: int, *, layer: int) -> None:
+    """What the cosine adds beyond the pairs' shape (issue 36), and beyond layer 0 (from layer 1 on)."""
+    pairs = _pairs(r)
     add(
         "auroc_same_token",
-        value=get("auroc_same_token"),
+        value=_get(r, "auroc_same_token"),
         null=0.5,
-        ci=ci("auroc_same_token"),
-        n=get("n_pairs_same_token"),
+        ci=_ci(r, "auroc_same_token"),
+        n=_get(r, "n_pairs_same_token"),
         note=f"pairs of the same stored token sequence only: {token_note}",
     )
     add(
         "auroc_stratified",
-        value=get("auroc_stratified"),
+        value=_get(r, "auroc_stratified"),
         null=0.5,
-        ci=ci("auroc_stratified"),
+        ci=_ci(r, "auroc_stratified"),
         n=pairs,
         note=f"pairs compared within strata of the sentence-length difference (0 to {separation.LENGTH_STRATA_CAP}+ "
-        f"words, {get('n_strata'):.0f} strata); {boot}",
+        f"words, {_get(r, 'n_strata'):.0f} strata); {boot}",
     )
     add(
         "auroc_macro",
-        value=get("auroc_macro"),
+        value=_get(r, "auroc_macro"),
         null=0.5,
-        ci=ci("auroc_macro"),
-        n=get("n_lemmas_macro"),
+        ci=_ci(r, "auroc_macro"),
+        n=_get(r, "n_lemmas_macro"),
         note=f"mean of each lemma's own AUROC (n: lemmas with both kinds of pair); {boot}",
     )
     add(
         "auroc_shape",
-        value=get("auroc_shape"),
+        value=_get(r, "auroc_shape"),
         null=0.5,
-        ci=ci("auroc_shape"),
+        ci=_ci(r, "auroc_shape"),
         n=pairs,
         note="no model: a logistic regression on the pair's sentence lengths and target positions, "
         f"held out by lemma ({separation.FOLDS}-fold GroupKFold); {boot}",
     )
     add(
         "auroc_cosine_shape",
-        value=get("auroc_cosine_shape"),
-        null=get("auroc_shape"),
-        ci=ci("auroc_cosine_shape"),
+        value=_get(r, "auroc_cosine_shape"),
+        null=_get(r, "auroc_shape"),
+        ci=_ci(r, "auroc_cosine_shape"),
         n=pairs,
         note=f"cosine + shape, the same held-out logistic regression; null: shape alone; {boot}",
     )
     add(
         "heldout_balanced_accuracy",
-        value=get("heldout_balanced_accuracy"),
+        value=_get(r, "heldout_balanced_accuracy"),
         null=0.5,
-        ci=ci("heldout_balanced_accuracy"),
+        ci=_ci(r, "heldout_balanced_accuracy"),
         n=pairs,
         note=f"same sense if cos >= t, t chosen on held-out lemmas ({separation.FOLDS}-fold GroupKFold, best training "
         f"balanced accuracy); {boot}",
     )
-    if rows.layer > 0:
+    if layer > 0:
         add(
             "auroc_minus_layer0",
-            value=get("control_difference"),
+            value=_get(r, "control_difference"),
             null=0.0,
-            ci=ci("control_difference"),
-            p=get("control_difference_p"),
+            ci=_ci(r, "control_difference"),
+            p=_get(r, "control_difference_p"),
             n=pairs,
             note=f"AUROC here minus at layer 0 on the same pairs, paired bootstrap over {bootstrap} lemma resamples; "
             f"p: share of resamples <= 0 (floor {1 / (bootstrap + 1):.2g})",
         )
+
+
+def _knn_rows(add, r: dict, boot: str) -> None:
+    """A3: 1-NN sense accuracy against the leave-one-out majority, with its exact chance and ceiling."""
     add(
         "knn_accuracy",
         value=r["knn_accuracy"],
         null=r["knn_majority"],
-        ci=ci("knn"),
+        ci=_ci(r, "knn"),
         n=r["n_knn"],
         note=f"null: leave-one-out majority sense; exact chance {r['knn_chance']:.3f}; ceiling "
         f"{r['knn_ceiling']:.3f}; {boot}",

@@ -183,112 +183,152 @@ def clusterability_rows(
 ):
     """C1-C3: the cluster index of polysemous words against monosemous ones matched on STS and general frequency,
     and the positive control: pseudo-words made of two of those monosemous words, on the same statistic."""
+    matched, matching = _matched_words(words, settings, seed)
+    rows_of = _rows_of_words(occurrences, matched["word"])
+    group = matched.set_index("word")["polysemy"]
+    pseudo = clusters.pseudo_word_pairs(group.index[group == "mono"], seed=seed)
+    for kind in PREPROCESSINGS:
+        vectors = {word: preprocess(x[rows_of[word]], mean, std, kind) for word in matched["word"]}
+        ci, pseudo_ci = _cluster_indices(vectors, pseudo, settings, seed)
+        poly, mono = ci[group[ci.index] == "poly"].to_numpy(), ci[group[ci.index] == "mono"].to_numpy()
+        _contrast_rows(rows, kind, poly, mono, f"polysemous minus monosemous words {matching}; {note}")
+        _pseudo_word_rows(rows, kind, pseudo_ci, mono)
+        if settings.cluster_null_draws:
+            _gaussian_null_rows(rows, kind, vectors, ci.index, group, settings, seed)
+        words = words.merge(ci.rename(f"cluster_index_{kind}").rename_axis("form").reset_index(), on="form", how="left")
+    return words
+
+
+def _matched_words(words: pd.DataFrame, settings: SenseSettings, seed: int) -> tuple[pd.DataFrame, str]:
+    """The polysemous and monosemous words with enough STS occurrences, matched on their count and (where known)
+    Zipf frequency; and how they were matched, in words."""
     eligible = words[words["n_used"] >= settings.cluster_subsample].rename(columns={"form": "word", "n_used": "n"})
     by = ("n", "zipf") if "zipf" in eligible.columns else ("n",)
     matched = clusters.matched_mono_poly(
         eligible, per_group=settings.cluster_words, seed=seed, by=by, bins=4 if len(by) == 2 else 8
     )
     matching = "matched on STS count and Zipf frequency" if len(by) == 2 else "matched on STS count"
-    chosen = occurrences[occurrences["form"].isin(matched["word"])].sort_values(["form", "row"], kind="stable")
+    return matched, matching
+
+
+def _rows_of_words(occurrences: pd.DataFrame, words) -> dict[str, np.ndarray]:
+    """Each word's occurrence rows of the layer, in row order."""
+    chosen = occurrences[occurrences["form"].isin(words)].sort_values(["form", "row"], kind="stable")
     forms, starts = np.unique(chosen["form"].to_numpy(), return_index=True)
-    rows_of = dict(zip(forms, np.split(chosen["row"].to_numpy(), starts[1:])))
-    group = matched.set_index("word")["polysemy"]
-    pseudo = clusters.pseudo_word_pairs(group.index[group == "mono"], seed=seed)
-    shape = dict(m=settings.cluster_subsample, components=settings.cluster_components)
-    for kind in PREPROCESSINGS:
-        vectors = {word: preprocess(x[rows_of[word]], mean, std, kind) for word in matched["word"]}
-        index = {
-            word: clusters.word_cluster_index(
-                vectors[word], subsamples=settings.cluster_subsamples, seed=word_seed(seed, word), **shape
-            )
-            for word in matched["word"]
-        }
-        ci = pd.Series(index, dtype=np.float64)
-        poly, mono = ci[group[ci.index] == "poly"].to_numpy(), ci[group[ci.index] == "mono"].to_numpy()
-        pseudo_ci = np.array(
-            [
-                clusters.pseudo_word_cluster_index(
-                    vectors[a],
-                    vectors[b],
-                    subsamples=settings.cluster_subsamples,
-                    seed=word_seed(seed, f"{a}+{b}"),
-                    **shape,
-                )
-                for a, b in pseudo
-            ]
+    return dict(zip(forms, np.split(chosen["row"].to_numpy(), starts[1:])))
+
+
+def _subsample_shape(settings: SenseSettings) -> dict:
+    """The subsamples' size and principal components, as the cluster functions take them."""
+    return dict(m=settings.cluster_subsample, components=settings.cluster_components)
+
+
+def _cluster_indices(vectors: dict, pseudo, settings: SenseSettings, seed: int) -> tuple[pd.Series, np.ndarray]:
+    """Each word's cluster index (by word) and each pseudo-word's, every one on its own seed's subsamples."""
+    shape = _subsample_shape(settings)
+    index = {
+        word: clusters.word_cluster_index(
+            vectors[word], subsamples=settings.cluster_subsamples, seed=word_seed(seed, word), **shape
         )
-        if len(poly) < 2 or len(mono) < 2:
+        for word in vectors
+    }
+    pseudo_ci = np.array(
+        [
+            clusters.pseudo_word_cluster_index(
+                vectors[a],
+                vectors[b],
+                subsamples=settings.cluster_subsamples,
+                seed=word_seed(seed, f"{a}+{b}"),
+                **shape,
+            )
+            for a, b in pseudo
+        ]
+    )
+    return pd.Series(index, dtype=np.float64), pseudo_ci
+
+
+def _contrast_rows(rows: Rows, kind: str, poly: np.ndarray, mono: np.ndarray, note: str) -> None:
+    """C3: polysemous minus monosemous words' mean cluster index, and the polysemous words' mean."""
+    if len(poly) < 2 or len(mono) < 2:
+        rows.add(
+            "clusterability",
+            "delta_cluster_index",
+            kind,
+            np.nan,
+            n=len(poly) + len(mono),
+            note="not measurable: fewer than 2 matched words in a group",
+        )
+        return
+    contrast = clusters.cluster_contrast(poly, mono)
+    rows.add(
+        "clusterability",
+        "delta_cluster_index",
+        kind,
+        contrast["delta_ci"],
+        null=0.0,
+        ci=(contrast["ci_low"], contrast["ci_high"]),
+        p=contrast["mw_p"],
+        n=len(poly) + len(mono),
+        note=note,
+    )
+    rows.add(
+        "clusterability",
+        "cluster_index_poly",
+        kind,
+        poly.mean(),
+        null=mono.mean(),
+        n=len(poly),
+        note="null: the matched monosemous words' mean",
+    )
+
+
+def _pseudo_word_rows(rows: Rows, kind: str, pseudo_ci: np.ndarray, mono: np.ndarray) -> None:
+    """The positive control: pseudo-words minus the monosemous words they are made of, on the same statistic."""
+    if len(pseudo_ci) >= 2 and len(mono) >= 2:
+        contrast = clusters.cluster_contrast(pseudo_ci, mono)
+        rows.add(
+            "clusterability",
+            "delta_cluster_index_pseudo",
+            kind,
+            contrast["delta_ci"],
+            null=0.0,
+            ci=(contrast["ci_low"], contrast["ci_high"]),
+            p=contrast["mw_p"],
+            n=len(pseudo_ci) + len(mono),
+            note=f"positive control: {len(pseudo_ci)} pseudo-words (two matched monosemous words each, half "
+            "of every subsample from each) minus the monosemous words; two-sided Mann-Whitney p",
+        )
+    else:
+        rows.add(
+            "clusterability",
+            "delta_cluster_index_pseudo",
+            kind,
+            np.nan,
+            n=len(pseudo_ci),
+            note="not measurable: fewer than 2 pseudo-words or monosemous words",
+        )
+
+
+def _gaussian_null_rows(
+    rows: Rows, kind: str, vectors: dict, measured, group, settings: SenseSettings, seed: int
+) -> None:
+    """The share of polysemous (then monosemous) words whose cluster index beats a Gaussian of the same covariance."""
+    null = dict(draws=settings.cluster_null_draws, **_subsample_shape(settings))
+    for measure, polysemy_group in (
+        ("share_gaussian_null_rejected", "poly"),
+        ("share_gaussian_null_rejected_mono", "mono"),
+    ):
+        flags = [
+            clusters.gaussian_null_p(vectors[w], seed=word_seed(seed, w), **null)
+            for w in measured[group[measured] == polysemy_group]
+        ]
+        if flags:
             rows.add(
                 "clusterability",
-                "delta_cluster_index",
+                measure,
                 kind,
-                np.nan,
-                n=len(poly) + len(mono),
-                note="not measurable: fewer than 2 matched words in a group",
+                np.mean(np.array(flags) <= 0.05),
+                null=0.05,
+                n=len(flags),
+                note="Gaussian null of the same covariance, alpha 0.05 (conservative)",
             )
-        else:
-            contrast = clusters.cluster_contrast(poly, mono)
-            rows.add(
-                "clusterability",
-                "delta_cluster_index",
-                kind,
-                contrast["delta_ci"],
-                null=0.0,
-                ci=(contrast["ci_low"], contrast["ci_high"]),
-                p=contrast["mw_p"],
-                n=len(poly) + len(mono),
-                note=f"polysemous minus monosemous words {matching}; {note}",
-            )
-            rows.add(
-                "clusterability",
-                "cluster_index_poly",
-                kind,
-                poly.mean(),
-                null=mono.mean(),
-                n=len(poly),
-                note="null: the matched monosemous words' mean",
-            )
-        if len(pseudo_ci) >= 2 and len(mono) >= 2:
-            contrast = clusters.cluster_contrast(pseudo_ci, mono)
-            rows.add(
-                "clusterability",
-                "delta_cluster_index_pseudo",
-                kind,
-                contrast["delta_ci"],
-                null=0.0,
-                ci=(contrast["ci_low"], contrast["ci_high"]),
-                p=contrast["mw_p"],
-                n=len(pseudo_ci) + len(mono),
-                note=f"positive control: {len(pseudo_ci)} pseudo-words (two matched monosemous words each, half "
-                "of every subsample from each) minus the monosemous words; two-sided Mann-Whitney p",
-            )
-        else:
-            rows.add(
-                "clusterability",
-                "delta_cluster_index_pseudo",
-                kind,
-                np.nan,
-                n=len(pseudo_ci),
-                note="not measurable: fewer than 2 pseudo-words or monosemous words",
-            )
-        if settings.cluster_null_draws:
-            null = dict(draws=settings.cluster_null_draws, **shape)
-            for measure, flags in (
-                ("share_gaussian_null_rejected", [clusters.gaussian_null_p(vectors[w], seed=word_seed(seed, w), **null)
-                                                  for w in ci.index[group[ci.index] == "poly"]]),
-                ("share_gaussian_null_rejected_mono", [clusters.gaussian_null_p(vectors[w], seed=word_seed(seed, w),
-                                                                                **null)
-                                                       for w in ci.index[group[ci.index] == "mono"]]),
-            ):  # fmt: skip
-                if flags:
-                    rows.add(
-                        "clusterability",
-                        measure,
-                        kind,
-                        np.mean(np.array(flags) <= 0.05),
-                        null=0.05,
-                        n=len(flags),
-                        note="Gaussian null of the same covariance, alpha 0.05 (conservative)",
-                    )
-        words = words.merge(ci.rename(f"cluster_index_{kind}").rename_axis("form").reset_index(), on="form", how="left")
-    return words
