@@ -248,11 +248,11 @@ def test_every_figure_is_written_through_one_function_in_one_pair_of_formats():
 
 def test_every_figure_name_has_one_drawer_and_a_caption():
     from contextuality.paper import FIGURES
-    from contextuality.report import senses
+    from contextuality.report import sense_figures
     from contextuality.report.figure_files import MODEL_FIGURES
     from contextuality.senses.combine import SENSE_FIGURES
 
-    assert tuple(senses._drawers()) == SENSE_FIGURES
+    assert tuple(sense_figures._drawers()) == SENSE_FIGURES
     assert tuple(figures._PLOTTERS) == FIGURES
     names = (*FIGURES, *MODEL_FIGURES, *SENSE_FIGURES)
     assert [name for name in names if not (REPORT_DIR / f"fig_{name}.rst").is_file()] == []
