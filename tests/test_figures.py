@@ -8,7 +8,7 @@ import pytest
 from docutils.core import publish_parts
 from jinja2 import Environment
 
-from contextuality.report import figures
+from contextuality.report import figures, model_figures
 
 REPORT_DIR = Path(__file__).resolve().parents[1] / "workflow" / "report"
 CAPTIONS = (
@@ -203,12 +203,12 @@ def geometry_tables(depth=6, d=16, seed=0):
 def test_geometry_dashboard_and_rogue_dimensions(tmp_path, relative_depth):
     layers, post, rogue = geometry_tables()
     check_files(
-        *figures.plot_geometry_dashboard(
+        *model_figures.plot_geometry_dashboard(
             layers, post, "M", tmp_path / "g.png", tmp_path / "g.pdf", relative_depth=relative_depth
         )
     )
     check_files(
-        *figures.plot_rogue_dimensions(
+        *model_figures.plot_rogue_dimensions(
             rogue, layers, "M", tmp_path / "r.png", tmp_path / "r.pdf", relative_depth=relative_depth
         )
     )
@@ -218,17 +218,21 @@ def test_geometry_dashboard_and_rogue_dimensions(tmp_path, relative_depth):
 def test_top_rogue_dimensions_follow_each_layers_leaders():
     rogue = pd.DataFrame({"layer": [0, 0, 0, 1, 1, 1], "dimension": [5, 2, 9, 2, 7, 5], "rank": [1, 2, 3, 1, 2, 3],
                           "contribution": [0.5, 0.2, 0.1, 0.9, 0.05, 0.01], "share": np.nan})  # fmt: skip
-    assert figures.top_rogue_dimensions(rogue, per_layer=2) == [2, 5, 7]
-    assert figures.top_rogue_dimensions(rogue, per_layer=1, limit=1) == [2]
-    assert figures.top_rogue_dimensions(rogue.iloc[0:0]) == []
+    assert model_figures.top_rogue_dimensions(rogue, per_layer=2) == [2, 5, 7]
+    assert model_figures.top_rogue_dimensions(rogue, per_layer=1, limit=1) == [2]
+    assert model_figures.top_rogue_dimensions(rogue.iloc[0:0]) == []
 
 
 def test_per_model_figures_without_geometry_columns(tmp_path, run):
     """A table measured without the geometry panel (or an older one) still gives both figures, mostly empty."""
     tables, _ = run
-    check_files(*figures.plot_geometry_dashboard(tables["gpt2"], None, "GPT-2", tmp_path / "g.png", tmp_path / "g.pdf"))
+    check_files(
+        *model_figures.plot_geometry_dashboard(tables["gpt2"], None, "GPT-2", tmp_path / "g.png", tmp_path / "g.pdf")
+    )
     empty = pd.DataFrame(columns=["model", "layer", "dimension", "rank", "contribution", "share"])
-    check_files(*figures.plot_rogue_dimensions(empty, tables["gpt2"], "GPT-2", tmp_path / "r.png", tmp_path / "r.pdf"))
+    check_files(
+        *model_figures.plot_rogue_dimensions(empty, tables["gpt2"], "GPT-2", tmp_path / "r.png", tmp_path / "r.pdf")
+    )
 
 
 def test_every_figure_is_written_through_one_function_in_one_pair_of_formats():
@@ -248,11 +252,11 @@ def test_every_figure_is_written_through_one_function_in_one_pair_of_formats():
 
 def test_every_figure_name_has_one_drawer_and_a_caption():
     from contextuality.paper import FIGURES
-    from contextuality.report import senses
+    from contextuality.report import sense_figures
     from contextuality.report.figure_files import MODEL_FIGURES
     from contextuality.senses.combine import SENSE_FIGURES
 
-    assert tuple(senses._drawers()) == SENSE_FIGURES
+    assert tuple(sense_figures._drawers()) == SENSE_FIGURES
     assert tuple(figures._PLOTTERS) == FIGURES
     names = (*FIGURES, *MODEL_FIGURES, *SENSE_FIGURES)
     assert [name for name in names if not (REPORT_DIR / f"fig_{name}.rst").is_file()] == []

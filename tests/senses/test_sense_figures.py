@@ -6,7 +6,7 @@ import matplotlib.image
 import numpy as np
 import pandas as pd
 
-from contextuality.report.senses import sense_figures
+from contextuality.report.sense_figures import sense_figures
 from contextuality.senses.combine import SENSE_FIGURES
 
 

@@ -3,8 +3,8 @@
 import pandas as pd
 
 from contextuality.core.runtime import setup_job_logging
-from contextuality.report.figures import plot_geometry_dashboard, plot_rogue_dimensions
 from contextuality.report.inert import from_inert_json
+from contextuality.report.model_figures import plot_geometry_dashboard, plot_rogue_dimensions
 
 setup_job_logging(snakemake.log[0])
 layers = pd.read_parquet(snakemake.input.layers)

@@ -15,7 +15,7 @@ from contextuality.core.atomic import atomic_path
 FORMATS = ("png", "pdf")
 # No date or software version in a file: a rerun writes the same bytes.
 METADATA = {"png": {"Software": None}, "pdf": {"CreationDate": None, "ModDate": None}}
-# Each model's own figures (rule model_figures; report.figures draws them).
+# Each model's own figures (rule model_figures; report.model_figures draws them).
 MODEL_FIGURES = ("geometry", "rogue_dimensions")
 
 

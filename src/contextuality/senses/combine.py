@@ -19,5 +19,5 @@ ROW_COLUMNS = [
     "note",
 ]
 
-# The figures across models (rule senses_figures; report.senses draws them)
+# The figures across models (rule senses_figures; report.sense_figures draws them)
 SENSE_FIGURES = ("sense_separation", "sense_baselines", "logit_lens", "polysemy")
