@@ -465,7 +465,7 @@ def test_every_claim_is_also_checked_against_the_exact_baselines(tmp_path):
     assert "0.700" in row["evidence_exact"]
     assert status(results, "bert", "A7b") == "HOLDS"
     text = (tmp_path / "claims.md").read_text()
-    assert "| A3 | BERT | §6.1; §7 A3 | HOLDS (exact: FAILS) |" in text
+    assert "| A3 | BERT | §4.1, Fig. 1 | HOLDS (exact: FAILS) |" in text
     assert "Degenerate words (every occurrence identical up to storage rounding, so no MEV): layer 0: 3" in text
     old = evaluate_claims({"bert": paper_table("bert")}, None, {"bert": "BERT"}, {"bert": "bert"})
     assert set(old["status_exact"]) == {"N/A"}  # a table without exact baselines

@@ -154,7 +154,7 @@ rule model_pages:
         # the word senses are measured on the study's corpus only
         senses=branch(
             lambda wildcards: SETTINGS.senses.enabled and wildcards.corpus == MAIN_CORPUS,
-            then=layout.SENSE_LAYERS,
+            then=[layout.SENSE_LAYERS],
             otherwise=[],
         ),
     output:
