@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import queue
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -155,14 +156,12 @@ def hf_windows(
     layers = list(range(loaded.n_layers)) if layers is None else list(layers)
     window = WINDOW_BATCHES * batch_size
     n_sentences = len(plan.sentence_ids)
-    # reused per batch and layer (fresh tensors cost page faults): the token grid in the storage dtype,
-    # and the batch's rows of units gathered from it
-    cast, gathered = None, None
+    passes = _Passes(loaded, forward, pooling, device, on_cuda, storage, layers, batch_size, max_batch_tokens)
     # The windows' buffers: one handed back (``free``) is reused, else a new one is made. A buffer comes
     # back once the writer has written its rows (on CUDA once its copy to the host is queued: the device
     # runs copies in stream order). A writer that keeps up so reuses two or three; one that lags holds at
-    # most extract.WRITER_DEPTH + 2 (queued, being written, being filled), as ``ShardWriter.put`` waits while its
-    # queue is full. Fresh memory costs a page fault per page on first touch.
+    # most ``extract.WRITER_DEPTH`` + 2 (queued, being written, being filled), as ``ShardWriter.put`` waits
+    # while its queue is full. Fresh memory costs a page fault per page on first touch.
     free: queue.SimpleQueue = queue.SimpleQueue()
     starts = np.arange(0, n_sentences, window)
     widest = int(np.diff(plan.unit_offsets[np.append(starts, n_sentences)]).max(initial=0))
@@ -175,45 +174,79 @@ def hf_windows(
         except queue.Empty:
             buffer = torch.empty(len(layers) * widest * dim, dtype=storage, device=device)
         rows_of_window = front_view(buffer, (len(layers), n_rows, dim))  # in corpus order
-        filled = 0
-        for batch, ids, mask in padded_batches(plan, w0, w1, batch_size, loaded.tokenizer, max_batch_tokens):
-            rows, index, n_pieces = _selection(plan, batch, ids.shape[1], pooling)
+        filled = passes.fill(plan, w0, w1, base, rows_of_window)
+        if filled != n_rows:
+            raise ExtractionError(f"window of sentences {w0}-{w1 - 1}: {filled} rows computed, {n_rows} planned")
+        if not to_host:
+            yield base, rows_of_window, w1, lambda b=buffer: free.put(b)
+        else:
+            yield base, _for_writer(rows_of_window, buffer, free, on_cuda), w1
+
+
+@dataclass
+class _Passes:
+    """What every forward pass of ``hf_windows`` shares, and the buffers it reuses from batch to batch and layer
+    to layer (fresh tensors cost page faults): the token grid in the storage dtype (``cast``), and the batch's
+    rows of units gathered from it (``gathered``)."""
+
+    loaded: object
+    forward: object
+    pooling: str
+    device: str
+    on_cuda: bool
+    storage: object
+    layers: list[int]
+    batch_size: int
+    max_batch_tokens: int | None
+    cast: object = None
+    gathered: object = None
+
+    def fill(self, plan: Plan, w0: int, w1: int, base: int, rows_of_window) -> int:
+        """The forward passes of plan sentences ``[w0, w1)`` (one window): their units' rows into
+        ``rows_of_window`` (corpus order, its first row the plan's unit row ``base``). Returns the rows computed."""
+        import torch
+
+        device, filled = self.device, 0
+        tokenizer = self.loaded.tokenizer
+        for batch, ids, mask in padded_batches(plan, w0, w1, self.batch_size, tokenizer, self.max_batch_tokens):
+            rows, index, n_pieces = _selection(plan, batch, ids.shape[1], self.pooling)
             if not len(rows):
                 continue
             filled += len(rows)
             with torch.inference_mode():
-                hidden = forward(
+                hidden = self.forward(
                     torch.from_numpy(ids).to(device, non_blocking=True),
                     torch.from_numpy(mask).to(device, non_blocking=True),
                 )
                 index_t = torch.from_numpy(index).to(device, non_blocking=True)
                 positions = rows - base
-                if on_cuda:
+                if self.on_cuda:
                     positions = torch.from_numpy(positions).to(device, non_blocking=True)
                 counts = None if n_pieces is None else torch.from_numpy(n_pieces).to(device, dtype=torch.float32)
-                cast, gathered = _select_into(hidden, rows_of_window, positions, index_t, counts, storage, cast, gathered,
-                                              layers)  # fmt: skip
-        if filled != n_rows:
-            raise ExtractionError(f"window of sentences {w0}-{w1 - 1}: {filled} rows computed, {n_rows} planned")
-        if not to_host:
-            yield base, rows_of_window, w1, lambda b=buffer: free.put(b)
-        elif on_cuda:  # to pinned host memory without blocking
-            host = torch.empty((len(layers), n_rows, dim), dtype=storage, pin_memory=True)
-            host.copy_(rows_of_window, non_blocking=True)
-            bounds = torch.zeros(2, dtype=storage, pin_memory=True)  # the writer's finiteness check, reduced here
-            if n_rows:
-                bounds.copy_(torch.stack(torch.aminmax(rows_of_window)), non_blocking=True)
-            free.put(buffer)
-            done = torch.cuda.Event()
-            done.record()
-            yield base, DeviceBlock(host, done, bounds), w1
-        else:
-            # the writer's finiteness check, reduced here with the forward passes' threads (see HostBlock)
-            yield (
-                base,
-                HostBlock(rows_of_window, release=lambda b=buffer: free.put(b), bounds=block_extent(rows_of_window)),
-                w1,
-            )
+                self.cast, self.gathered = _select_into(hidden, rows_of_window, positions, index_t, counts,
+                                                        self.storage, self.cast, self.gathered, self.layers)  # fmt: skip
+        return filled
+
+
+def _for_writer(rows_of_window, buffer, free: queue.SimpleQueue, on_cuda: bool):
+    """A window's rows for the writer, with its finiteness check's bounds reduced here. On CUDA: a ``DeviceBlock``,
+    the rows copied to pinned host memory without blocking (``buffer`` goes back to ``free`` at once, the device
+    runs copies in stream order); else a ``HostBlock`` that hands ``buffer`` back once written."""
+    import torch
+
+    if on_cuda:  # to pinned host memory without blocking
+        storage, (n_layers, n_rows, dim) = rows_of_window.dtype, rows_of_window.shape
+        host = torch.empty((n_layers, n_rows, dim), dtype=storage, pin_memory=True)
+        host.copy_(rows_of_window, non_blocking=True)
+        bounds = torch.zeros(2, dtype=storage, pin_memory=True)  # the writer's finiteness check, reduced here
+        if n_rows:
+            bounds.copy_(torch.stack(torch.aminmax(rows_of_window)), non_blocking=True)
+        free.put(buffer)
+        done = torch.cuda.Event()
+        done.record()
+        return DeviceBlock(host, done, bounds)
+    # the writer's finiteness check, reduced here with the forward passes' threads (see HostBlock)
+    return HostBlock(rows_of_window, release=lambda b=buffer: free.put(b), bounds=block_extent(rows_of_window))
 
 
 def _select_into(hidden, rows_of_window, positions, index, counts, storage, cast, gathered, layers):
