@@ -127,22 +127,7 @@ def extract_shard(
     n_units = len(plan.units)
     dim = loaded.dim if isinstance(loaded, ElmoModel) else loaded.model.config.hidden_size
     needed = estimate_bytes(n_units, loaded.n_layers, dim, storage_dtype)
-    log.info(
-        "shard: %d sentences, %d model tokens, %d stored units; output %.1f MB (%d layers x %d dims, %s)",
-        len(plan.sentence_ids),
-        plan.n_tokens,
-        n_units,
-        needed / 1e6,
-        loaded.n_layers,
-        dim,
-        storage_dtype,
-    )
-    log.info(
-        "over-long sentences (max %d tokens): %d truncated, %d skipped",
-        loaded.max_length,
-        int(plan.truncated.sum()),
-        int(plan.skipped.sum()),
-    )
+    _log_shard(loaded, plan, needed, dim, storage_dtype)
     if isinstance(loaded, ElmoModel):
         windows = elmo_windows(
             loaded, plan, batch_size=batch_size, max_batch_tokens=max_batch_tokens, storage_dtype=storage_dtype
@@ -158,7 +143,7 @@ def extract_shard(
             storage_dtype=storage_dtype,
             forward=forward,
         )
-    started, done = time.perf_counter(), 0
+    started = time.perf_counter()
     bar = tqdm(total=len(plan.sentence_ids), unit="sent", mininterval=5, desc=f"extract {loaded.key}")
     cache = chunk_cache_bytes(n_units, dim, storage_dtype)
     with (
@@ -169,36 +154,14 @@ def extract_shard(
         check = finite_check(plan, out_h5, loaded.key, attrs.get("shard", 0), storage_dtype)
         writer = ShardWriter(out, out_h5, loaded.n_layers, n_units, dim, storage_dtype, depth=WRITER_DEPTH, check=check)
         try:
-            expected = 0
-            for base, block, window_end in windows:
-                if base != expected:
-                    raise ExtractionError(f"{out_h5}: a window starts at row {base}, expected {expected}")
-                writer.put(block)
-                expected += _rows(block)
-                bar.update(window_end - done)
-                done = window_end
-                bar.set_postfix(
-                    tokens_per_s=f"{plan.token_offsets[done] / max(time.perf_counter() - started, 1e-9):.0f}"
-                )
+            _write_windows(windows, writer, plan, out_h5, bar, started)
         finally:
             writer.close()
         bar.close()
         create_checked(out, "sentence_offsets", plan.unit_offsets.shape, np.int64, data=plan.unit_offsets)
         create_checked(out, "sentence_ids", plan.sentence_ids.shape, np.int64, data=plan.sentence_ids)
         out.attrs.update(attrs)
-        out.attrs.update(
-            {
-                "n_layers": loaded.n_layers,
-                "dim": dim,
-                "dtype": storage_dtype,
-                "pooling": pooling,
-                "max_length": loaded.max_length,
-                "n_truncated_sentences": int(plan.truncated.sum()),
-                "n_skipped_sentences": int(plan.skipped.sum()),
-                "first_row": plan.first_row,
-                "complete": 1,
-            }
-        )
+        out.attrs.update(_shard_attrs(loaded, plan, dim, storage_dtype, pooling))
     elapsed = time.perf_counter() - started
     stats = {
         "sentences": len(plan.sentence_ids),
@@ -211,6 +174,55 @@ def extract_shard(
     }
     log.info("done: %s", json.dumps(stats))
     return stats
+
+
+def _log_shard(loaded, plan: Plan, needed: int, dim: int, storage_dtype: str) -> None:
+    """The shard's size and output in the log, and its over-long sentences."""
+    log.info(
+        "shard: %d sentences, %d model tokens, %d stored units; output %.1f MB (%d layers x %d dims, %s)",
+        len(plan.sentence_ids),
+        plan.n_tokens,
+        len(plan.units),
+        needed / 1e6,
+        loaded.n_layers,
+        dim,
+        storage_dtype,
+    )
+    log.info(
+        "over-long sentences (max %d tokens): %d truncated, %d skipped",
+        loaded.max_length,
+        int(plan.truncated.sum()),
+        int(plan.skipped.sum()),
+    )
+
+
+def _write_windows(windows, writer: ShardWriter, plan: Plan, out_h5: Path, bar, started: float) -> None:
+    """Every window's rows to ``writer``, in corpus order (a window starting elsewhere is an error), the progress
+    bar following the windows' sentences and the tokens per second since ``started``."""
+    expected, done = 0, 0
+    for base, block, window_end in windows:
+        if base != expected:
+            raise ExtractionError(f"{out_h5}: a window starts at row {base}, expected {expected}")
+        writer.put(block)
+        expected += _rows(block)
+        bar.update(window_end - done)
+        done = window_end
+        bar.set_postfix(tokens_per_s=f"{plan.token_offsets[done] / max(time.perf_counter() - started, 1e-9):.0f}")
+
+
+def _shard_attrs(loaded, plan: Plan, dim: int, storage_dtype: str, pooling: str) -> dict:
+    """What the shard file records of its rows, beside the job's attributes: shape, dtype, pooling, losses."""
+    return {
+        "n_layers": loaded.n_layers,
+        "dim": dim,
+        "dtype": storage_dtype,
+        "pooling": pooling,
+        "max_length": loaded.max_length,
+        "n_truncated_sentences": int(plan.truncated.sum()),
+        "n_skipped_sentences": int(plan.skipped.sum()),
+        "first_row": plan.first_row,
+        "complete": 1,
+    }
 
 
 def _rows(block) -> int:
