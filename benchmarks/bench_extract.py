@@ -49,7 +49,7 @@ import yaml
 
 from contextuality.core import layout
 from contextuality.corpus.words import is_punct
-from contextuality.extraction import extract
+from contextuality.extraction import extract, windows
 from contextuality.extraction.heap import keep_freed_memory
 from contextuality.extraction.plan import plan_model, read_plan, write_plan
 from contextuality.models import loading
@@ -137,13 +137,13 @@ def main() -> None:
 
     def forward_only(plan) -> float:
         """Seconds of (b): the pipeline's forward passes (same windows, same batches), nothing stored."""
-        forward = extract.model_forward(loaded)
+        forward = windows.model_forward(loaded)
         window = extract.WINDOW_BATCHES * batch_size
         synchronize(args.device)
         started = time.perf_counter()
         for first in range(0, len(plan.sentence_ids), window):
             last = min(first + window, len(plan.sentence_ids))
-            for _, ids, mask in extract.padded_batches(
+            for _, ids, mask in windows.padded_batches(
                 plan, first, last, batch_size, loaded.tokenizer, max_batch_tokens
             ):
                 with torch.inference_mode():

@@ -50,7 +50,7 @@ from gpu_check import bert_base_folder, corpus, record_of, synchronize  # noqa: 
 
 from contextuality.core.settings import ShardSettings  # noqa: E402
 from contextuality.corpus.words import word_index  # noqa: E402
-from contextuality.extraction import extract  # noqa: E402
+from contextuality.extraction import extract, windows  # noqa: E402
 from contextuality.extraction.plan import build_occurrences, plan_model, write_plan  # noqa: E402
 from contextuality.measure import device_job, device_plan  # noqa: E402
 from contextuality.measure.layer_job import OccurrenceIndex, RowsInMemory, measure_rows, read_units  # noqa: E402
@@ -121,10 +121,10 @@ def forward_alone(shard: ShardSettings, record: dict, folder: Path, paths: dict,
 
     plan = read_plan(paths["tokens"], paths["units"])
     loaded = loading.load(record, folder, device, shard.compute_dtype, max_length=None, allow_pickle=False)
-    forward = extract.model_forward(loaded)
+    forward = windows.model_forward(loaded)
     window = extract.WINDOW_BATCHES * shard.batch_size
     batches = [(torch.from_numpy(ids), torch.from_numpy(mask)) for first in range(0, len(plan.sentence_ids), window)
-               for _, ids, mask in extract.padded_batches(plan, first, min(first + window, len(plan.sentence_ids)),
+               for _, ids, mask in windows.padded_batches(plan, first, min(first + window, len(plan.sentence_ids)),
                                                           shard.batch_size, loaded.tokenizer, shard.max_batch_tokens)]  # fmt: skip
     with torch.inference_mode():
         forward(batches[0][0].to(device), batches[0][1].to(device))  # warm up

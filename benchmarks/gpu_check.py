@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from contextuality.corpus.sts import read_release, release_files  # noqa: E402
-from contextuality.extraction import alignment, extract  # noqa: E402
+from contextuality.extraction import alignment, extract, windows  # noqa: E402
 from contextuality.extraction.plan import plan_model  # noqa: E402
 from contextuality.models import loading, randommodels  # noqa: E402
 
@@ -183,13 +183,13 @@ def check_model(name: str, folder: Path, spec: dict, sentences, words, args, tmp
             attrs={},
         )
         pipeline_s = time.perf_counter() - started
-        forward = extract.model_forward(loaded)
+        forward = windows.model_forward(loaded)
         window = extract.WINDOW_BATCHES * args.batch_size
         synchronize(args.device)
         started = time.perf_counter()
         for first in range(0, len(plan.sentence_ids), window):
             last = min(first + window, len(plan.sentence_ids))
-            for _, ids, mask in extract.padded_batches(plan, first, last, args.batch_size, loaded.tokenizer):
+            for _, ids, mask in windows.padded_batches(plan, first, last, args.batch_size, loaded.tokenizer):
                 with torch.inference_mode():
                     forward(torch.from_numpy(ids).to(args.device), torch.from_numpy(mask).to(args.device))
         synchronize(args.device)

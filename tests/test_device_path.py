@@ -131,7 +131,7 @@ def test_a_rerun_and_one_layer_per_pass_give_the_same_bytes(runs, tmp_path, monk
 def test_a_pass_stopped_after_a_layer_gives_the_full_passes_hidden_states(architecture):
     from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, LlamaConfig, LlamaForCausalLM
 
-    from contextuality.extraction.extract import model_forward
+    from contextuality.extraction.windows import model_forward
 
     torch.manual_seed(0)
     model = {

@@ -14,7 +14,7 @@ import torch
 
 from conftest import extract_planned, gather_layers, load_model, materialise
 from contextuality.corpus.words import word_index, word_table
-from contextuality.extraction import extract
+from contextuality.extraction import extract, windows
 from contextuality.extraction.extract import shard_bounds
 from contextuality.extraction.finite import NonFiniteError
 from contextuality.extraction.plan import build_occurrences
@@ -130,16 +130,16 @@ def test_batches_close_at_the_sentence_or_token_cap_and_a_longer_sentence_runs_a
     sentence cap closes; 5 and 9 would pad to 18; 20 is over the cap on its own and runs alone, named."""
     lengths = np.array([3, 3, 4, 5, 9, 20])
     names = np.array([10, 11, 12, 13, 14, 15])
-    with caplog.at_level("WARNING", logger="contextuality.extraction.extract"):
-        batches = list(extract.length_batches(np.arange(6), lengths, 3, 12, names))
+    with caplog.at_level("WARNING", logger="contextuality.extraction.windows"):
+        batches = list(windows.length_batches(np.arange(6), lengths, 3, 12, names))
     assert [b.tolist() for b in batches] == [[0, 1, 2], [3], [4], [5]]
     assert [r.getMessage() for r in caplog.records] == [
         "sentence 15 has 20 tokens, more than extraction.max_batch_tokens (12): it runs alone, and its forward pass "
         "holds 20 tokens"
     ]
     # without a cap only the sentence count closes a batch; unsorted (stateful ELMo) the widest so far pads
-    assert [b.tolist() for b in extract.length_batches(np.arange(6), lengths, 3, None, names)] == [[0, 1, 2], [3, 4, 5]]
-    assert [b.tolist() for b in extract.length_batches(np.arange(4), np.array([6, 1, 1, 2]), 4, 12, names)] == [
+    assert [b.tolist() for b in windows.length_batches(np.arange(6), lengths, 3, None, names)] == [[0, 1, 2], [3, 4, 5]]
+    assert [b.tolist() for b in windows.length_batches(np.arange(4), np.array([6, 1, 1, 2]), 4, 12, names)] == [
         [0, 1],
         [2, 3],
     ]
@@ -154,7 +154,7 @@ def test_a_token_cap_bounds_every_forward_pass_and_a_long_sentence_runs_alone(ti
     texts = SENTENCES + [long_text]
     sentences = pd.DataFrame({"sentence_id": range(len(texts)), "text": texts})
     words = word_table(sentences)
-    dim, forward = loaded.model.config.hidden_size, extract.model_forward(loaded)
+    dim, forward = loaded.model.config.hidden_size, windows.model_forward(loaded)
     runs = {}
     for cap in (None, 32):
         passes = []
@@ -165,7 +165,7 @@ def test_a_token_cap_bounds_every_forward_pass_and_a_long_sentence_runs_alone(ti
             return hidden
 
         caplog.clear()
-        with caplog.at_level("WARNING", logger="contextuality.extraction.extract"):
+        with caplog.at_level("WARNING", logger="contextuality.extraction.windows"):
             plan, _ = extract_planned(
                 loaded, sentences, words, tmp_path / str(cap), batch_size=16, max_batch_tokens=cap, forward=recording
             )
@@ -246,7 +246,7 @@ def test_subword_mode_maps_pieces_to_their_word(tiny_model, corpus, tmp_path):
 
 def test_shards_gathered_equal_a_one_shard_run(tiny_model, corpus, tmp_path, monkeypatch):
     loaded, _ = tiny_model
-    monkeypatch.setattr(extract, "WINDOW_BATCHES", 1)  # batch_size 2 -> windows of 2 sentences
+    monkeypatch.setattr(windows, "WINDOW_BATCHES", 1)  # batch_size 2 -> windows of 2 sentences
     sentences, words, _ = corpus
     one = tmp_path / "one"
     one.mkdir()
@@ -303,7 +303,7 @@ def test_over_long_sentences_under_policy_error_stop_with_the_sentence_id(tiny_m
 
 def _forward_changing(loaded, layer: int, change):
     """The model's forward pass with ``change(hidden, input_ids)`` applied to one layer's hidden states."""
-    forward = extract.model_forward(loaded)
+    forward = windows.model_forward(loaded)
 
     def changed(ids, mask):
         hidden = list(forward(ids, mask))

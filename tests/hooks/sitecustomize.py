@@ -55,27 +55,27 @@ _SLOW = os.environ.get("GUARANTEES_SLOW_EXTRACT")
 if _SLOW and sys.argv and sys.argv[0].endswith("extract.py"):
     import time
 
-    import contextuality.extraction.extract as _extract
+    import contextuality.extraction.windows as _windows
 
-    _padded_batches = _extract.padded_batches
+    _padded_batches = _windows.padded_batches
 
     def _slow_padded_batches(*args, **kwargs):  # called once per window of sentences
         time.sleep(float(_SLOW))
         yield from _padded_batches(*args, **kwargs)
 
-    _extract.padded_batches = _slow_padded_batches
+    _windows.padded_batches = _slow_padded_batches
 
 _SCALE = os.environ.get("GUARANTEES_SCALE_ACTIVATIONS")
 if _SCALE and sys.argv and sys.argv[0].endswith("extract.py"):
-    import contextuality.extraction.extract as _extract
+    import contextuality.extraction.windows as _windows
 
-    _model_forward = _extract.model_forward
+    _model_forward = _windows.model_forward
 
     def _scaled_model_forward(loaded):
         forward = _model_forward(loaded)
         return lambda ids, mask: [states * float(_SCALE) for states in forward(ids, mask)]
 
-    _extract.model_forward = _scaled_model_forward
+    _windows.model_forward = _scaled_model_forward
 
 _FAKE_GPUS = os.environ.get("TEST_FAKE_GPUS")
 if _FAKE_GPUS and sys.argv and sys.argv[0].endswith("extract.py"):
