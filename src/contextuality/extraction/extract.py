@@ -33,7 +33,6 @@ from contextuality.extraction.finite import finite_check
 from contextuality.extraction.heap import keep_freed_memory
 from contextuality.extraction.plan import read_plan
 from contextuality.extraction.windows import ExtractionError, elmo_windows, hf_windows, length_batches
-from contextuality.extraction.windows import model_forward as model_forward  # measure.device_job reads it here
 from contextuality.extraction.writer import ShardWriter, chunk_cache_bytes
 from contextuality.store.files import create_checked
 

@@ -1,6 +1,6 @@
 """Every layer measured where the forward passes leave it: the device job (rule ``measure_model``).
 
-The job runs the plan's forward passes itself, exactly as extraction runs them (``extract.hf_windows``:
+The job runs the plan's forward passes itself, exactly as extraction runs them (``windows.hf_windows``:
 the same windows, batches, pooling and cast to ``extraction.storage_dtype``, on the device), keeps the rows
 of a **group of layers** resident on the device for one pass over the corpus, and measures each layer of
 the group there with the one measurement path (``layer_job.measure_rows`` on torch's arrays), so no vector
@@ -134,14 +134,15 @@ def _deterministic(device: str) -> None:
 def fill_group(loaded, plan, group: list[int], resident, shard: ShardSettings, device: str, desc: str) -> None:
     """One pass over the corpus: the group's rows of every sentence into ``resident`` (group, rows, dim)."""
     from contextuality.extraction import extract
+    from contextuality.extraction import windows as passes
 
     if isinstance(loaded, extract.ElmoModel):
-        windows = ((base, block.rows[group], end, lambda: None) for base, block, end in extract.elmo_windows(
+        windows = ((base, block.rows[group], end, lambda: None) for base, block, end in passes.elmo_windows(
             loaded, plan, batch_size=shard.batch_size, max_batch_tokens=shard.max_batch_tokens,
             storage_dtype=shard.storage_dtype))  # fmt: skip
     else:
-        forward = stop_after(loaded, max(group), extract.model_forward(loaded))
-        windows = extract.hf_windows(
+        forward = stop_after(loaded, max(group), passes.model_forward(loaded))
+        windows = passes.hf_windows(
             loaded, plan, batch_size=shard.batch_size, max_batch_tokens=shard.max_batch_tokens, pooling=shard.pooling,
             device=device, storage_dtype=shard.storage_dtype, forward=forward, layers=group, to_host=False,
         )  # fmt: skip
