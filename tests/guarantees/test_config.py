@@ -371,7 +371,7 @@ def test_nothing_to_measure_stops_at_the_word_index_before_any_extraction_with_i
     # the line comes before Snakemake's report of the failed job, which then only repeats it from the log
     report = min(number for number, line in enumerate(lines) if line.startswith(("RuleException", "Error in rule")))
     assert ours < report, output
-    assert not (tmp_path / "results" / "corpus" / "word_index.parquet").exists()
+    assert not (tmp_path / "results" / "corpora" / "sts" / "word_index.parquet").exists()
 
 
 TARGET_CASES = {

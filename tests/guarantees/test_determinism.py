@@ -41,8 +41,8 @@ def _digests(folder: Path) -> dict[str, str]:
 @pytest.mark.slow
 def test_two_runs_with_the_same_seed_give_byte_identical_metric_tables(smoke_run, interrupted_smoke_run):
     """Two whole runs in separate directories (the second one even killed mid-shard and resumed)."""
-    first = smoke_run / "results" / "metrics" / KILLED_MODEL
-    second = interrupted_smoke_run["workdir"] / "results" / "metrics" / KILLED_MODEL
+    first = smoke_run / "results" / "metrics" / "sts" / KILLED_MODEL
+    second = interrupted_smoke_run["workdir"] / "results" / "metrics" / "sts" / KILLED_MODEL
     want = _digests(first)
     assert {"layers.csv", "layers.parquet", "words.parquet", "context_specific_words.csv"} <= set(want)
     assert any(name.startswith("pcs/") for name in want)

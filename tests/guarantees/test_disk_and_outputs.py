@@ -176,7 +176,7 @@ def test_workflow_stops_an_extraction_that_does_not_fit_on_disk(tmp_path):
         line.startswith("not enough disk for results/embeddings/sts/tiny-gpt2/shards/shard_0.h5") for line in first
     )
     # only the plan's small tables (written before extraction) exist: no shard, layer or temporary file
-    embeddings = tmp_path / "results" / "embeddings" / "tiny-gpt2"
+    embeddings = tmp_path / "results" / "embeddings" / "sts" / "tiny-gpt2"
     assert sorted(path.name for path in embeddings.rglob("*") if path.is_file()) == [
         "losses.json",
         "occurrences.parquet",

@@ -121,7 +121,7 @@ def test_a_dataset_folder_edited_in_place_reruns_the_corpus(tmp_path):
     configfile = write_config(tmp_path / "config.yaml", config)
     workdir = tmp_path / "run"
     workdir.mkdir()
-    target = "results/corpora/sts/corpus.json"
+    target = "results/corpora/corpus/corpus.json"  # a corpus not from STS is named `corpus` by default
     done = run_snakemake(workdir, target, "--cores", "1", configfile=configfile)
     assert done.returncode == 0, failure(done)
     first = json.loads((workdir / target).read_text())

@@ -48,7 +48,8 @@ def test_a_new_label_redraws_the_reports_only(smoke_run, tmp_path):
     config["models"]["tiny-bert"]["label"] = "a renamed tiny BERT"
     config["models"]["tiny-gpt2"]["stands_for"] = None
     planned = _planned(smoke_run, tmp_path, config)
-    assert set(planned) == {"figures", "model_figures", "senses_figures", "summary", "table1", "all"}, planned
+    reports = {"figures", "model_figures", "senses_figures", "summary", "table1", "report_pages", "model_pages", "all"}
+    assert set(planned) == reports, planned
     assert planned["figures"] == planned["summary"] == planned["table1"] == 1, planned
 
 
@@ -66,7 +67,8 @@ def test_a_pooling_change_re_extracts_that_model_only(smoke_run, tmp_path):
     config = smoke_config()
     config["models"]["tiny-gpt2"]["pooling"] = "mean"
     planned = _planned(smoke_run, tmp_path, config)
-    assert planned["extract"] == 4 and planned["measure_layer"] == LAYERS["tiny-gpt2"], planned
+    # its 4 shards of STS and 4 of the senses' usages (one extract rule over both corpora)
+    assert planned["extract"] == 8 and planned["measure_layer"] == LAYERS["tiny-gpt2"], planned
     assert not {"materialise_model", "download_model", "plan", "words"} & set(planned), planned
     assert yaml.safe_dump(config)  # the edited config is a valid one
 

@@ -199,7 +199,7 @@ def test_measuring_a_layer_set_that_misses_a_layer_stops_naming_it(smoke_run):
 def test_the_vectors_are_stored_once(smoke_run):
     """Shards hold rows x layers x dim x dtype bytes (+ chunk checksums); layer files are a few kB each."""
     for model in ("tiny-bert", "tiny-gpt2"):
-        folder = smoke_run / "results" / "embeddings" / model
+        folder = smoke_run / "results" / "embeddings" / "sts" / model
         manifest = read_manifest(folder / "manifest.json")
         vector_bytes = manifest["rows"] * manifest["n_layers"] * manifest["dim"] * np.dtype(manifest["dtype"]).itemsize
         files = sorted(folder.rglob("*.h5"))
