@@ -29,7 +29,7 @@ Targets on the 2-core CPU with all-MiniLM-L6-v2 and 2,000 STS sentences: (a)/(b)
 
     python benchmarks/bench_extract.py --model minilm --sentences 2000
 
-Needs `snakemake --cores 2 results/corpus/spacy_words.parquet resources/models/minilm/source.json` first
+Needs `snakemake --cores 2 results/corpora/sts/spacy_words.parquet resources/models/minilm/source.json` first
 (`--device cuda` and `--compute-dtype` run it on a GPU; benchmarks/gpu_check.sh does).
 """
 

@@ -1,6 +1,6 @@
 """Every word's self-similarity on every stored layer of a run, against a float64 brute force.
 
-    python benchmarks/self_similarity_check.py --embeddings results/embeddings/smollm2 --metrics results/metrics/smollm2
+    python benchmarks/self_similarity_check.py --embeddings results/embeddings/sts/smollm2 --metrics results/metrics/sts/smollm2
 
 For each layer file: the engine's self-similarity of every word (``word_stats``, as the measurement computes
 it now, in ``--compute-dtype``, default float32) and a float64 brute force (every word's unit rows in float64;

@@ -7,7 +7,7 @@ loads no pandas: the Snakefile imports it.
 Per-layer values come from the statistics files the author released with the paper's code
 (github.com/kawine/contextual). They are close to, but not exactly, what the paper's figures show, so ``reference_value``
 marks them approximate. The one value the paper states in its text (ELMo's input layer has
-self-similarity 1) is marked exact. Column names match ``results/metrics/{model}/layers.parquet`` so a
+self-similarity 1) is marked exact. Column names match ``results/metrics/{corpus}/{model}/layers.parquet`` so a
 run's table and the paper's line up by name.
 """
 

@@ -169,7 +169,7 @@ def count_losses(plan: Plan, word_index: pd.DataFrame, occurrences: pd.DataFrame
     }
 
 
-def loss_warning(model: str, losses: dict) -> str | None:
+def loss_warning(model: str, losses: dict, where: str | Path | None = None) -> str | None:
     """One line for the run's output when anything was lost; None when nothing was."""
     lost = losses["indexed_occurrences_lost"]
     if not (
@@ -187,7 +187,7 @@ def loss_warning(model: str, losses: dict) -> str | None:
     ]
     if losses["misaligned_words"]:
         parts.append(f"{losses['misaligned_words']} words read another word's position (tokenization: faithful)")
-    return f"WARNING model {model}: " + "; ".join(parts) + f" (results/embeddings/{model}/losses.json)"
+    return f"WARNING model {model}: " + "; ".join(parts) + (f" ({where})" if where else "")
 
 
 class NothingToMeasureError(RuntimeError):
@@ -254,7 +254,7 @@ def run_plan_job(
         occurrences.to_parquet(tmp, index=False)
     with atomic_path(out_losses) as tmp:
         tmp.write_text(json.dumps(losses, indent=1) + "\n")
-    warning = loss_warning(model_key, losses)
+    warning = loss_warning(model_key, losses, out_losses)
     if warning:
         log.warning(warning)
         print(warning, flush=True)  # the job's stdout: the terminal of the run (the log has it too)

@@ -46,7 +46,7 @@ LAYER_COLUMNS = [
     "n_degenerate_words", "n_zero_vectors", "after_final_norm",
     *GEOMETRY_COLUMNS,
 ]  # fmt: skip
-# The paper's measures per post-processing variant (results/metrics/{model}/postprocess.csv).
+# The paper's measures per post-processing variant (results/metrics/{corpus}/{model}/postprocess.csv).
 POSTPROCESS_COLUMNS = [
     "model", "layer", "postprocess", "self_similarity", "self_similarity_ci_low", "self_similarity_ci_high",
     "intra_sentence", "intra_sentence_ci_low", "intra_sentence_ci_high", "mev", "mev_ci_low", "mev_ci_high",

@@ -53,7 +53,7 @@ def losses_section(losses: dict[str, dict], labels: dict[str, str]) -> list[str]
         "Indexed occurrences a model could not store, so they are missing from its measurements: cut off "
         "at the model's length limit (`extraction.max_length_policy: truncate`), in skipped sentences "
         "(`skip`), or with no piece of their own because one piece spans two spaCy words (`cannot` -> "
-        "`can` + `not`). Details: `results/embeddings/{model}/losses.json`.",
+        "`can` + `not`). Details: `results/embeddings/{corpus}/{model}/losses.json`.",
         "",
     ]
     rows = [
