@@ -43,7 +43,8 @@ def test_two_runs_with_the_same_seed_give_byte_identical_metric_tables(smoke_run
     """Two whole runs in separate directories (the second one even killed mid-shard and resumed)."""
     first = smoke_run / "results" / "metrics" / "sts" / KILLED_MODEL
     second = interrupted_smoke_run["workdir"] / "results" / "metrics" / "sts" / KILLED_MODEL
-    want = _digests(first)
+    # the report's page of the tables (layers.html) is the whole run's: the interrupted run asked for the tables
+    want = {name: digest for name, digest in _digests(first).items() if not name.endswith(".html")}
     assert {"layers.csv", "layers.parquet", "words.parquet", "context_specific_words.csv"} <= set(want)
     assert any(name.startswith("pcs/") for name in want)
     assert _digests(second) == want
