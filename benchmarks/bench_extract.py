@@ -120,8 +120,10 @@ def main() -> None:
         max_length=model.max_length,
         allow_pickle=model.build.allow_pickle,
     )
-    sentences = pd.read_parquet(layout.SENTENCES, columns=["sentence_id", "text"]).iloc[: args.sentences]
-    words = pd.read_parquet(layout.SPACY_WORDS)
+    corpus = settings.corpus.name  # the study's corpus (its folder under results/corpora/)
+    sentences = pd.read_parquet(layout.path(layout.SENTENCES, corpus=corpus), columns=["sentence_id", "text"])
+    sentences = sentences.iloc[: args.sentences]
+    words = pd.read_parquet(layout.path(layout.SPACY_WORDS, corpus=corpus))
     words = words[words["sentence_id"].isin(sentences["sentence_id"])]
     indexing, pooling, tokenization = model.indexing, model.pooling, model.tokenization
     is_punct("warm-up")  # one-time spaCy start (about 1 s), like the model load: not part of any rate

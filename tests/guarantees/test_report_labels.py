@@ -131,6 +131,8 @@ def test_report_html_shows_hostile_labels_as_text(smoke_run, tmp_path):
         "senses_figures",
         "summary",
         "table1",
+        "report_pages",
+        "model_pages",
     }, dry.stdout
     run = run_snakemake(workdir, "--cores", "2", configfile=configfile)
     assert run.returncode == 0, failure(run)

@@ -169,6 +169,6 @@ rule model_pages:
     conda:
         "../../envs/analysis.yaml"
     params:
-        label=lambda wildcards: MODEL_LABELS[wildcards.model],
+        label=lambda wildcards: inert_json(MODEL_LABELS[wildcards.model]),
     script:
         "../scripts/report_pages.py"

@@ -8,6 +8,7 @@ import pandas as pd
 from contextuality.core.atomic import atomic_path
 from contextuality.core.runtime import setup_job_logging
 from contextuality.report.html import frame_markdown, markdown_html, page
+from contextuality.report.inert import from_inert_json
 
 setup_job_logging(snakemake.log[0])
 
@@ -18,7 +19,7 @@ def write(path, title, markdown):
 
 
 if snakemake.rule == "model_pages":
-    label = snakemake.params.label
+    label = from_inert_json(snakemake.params.label)  # inert in report.html's parameters (report/inert.py)
     parts = [f"# {label}: every layer's measurements", "", frame_markdown(pd.read_csv(snakemake.input.layers))]
     if snakemake.input.senses:
         parts += ["", f"## {label}: word senses by layer", "", frame_markdown(pd.read_csv(snakemake.input.senses[0]))]
