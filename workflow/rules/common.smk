@@ -280,9 +280,13 @@ if COMMAND in ("run", "dry-run"):
             raise WorkflowError(str(err)) from None
     if COMMAND == "run":
         record_run_config(GIVEN_CONFIG)
-elif COMMAND == "report" and MODELS and not Path(layout.path(layout.LAYERS_CSV, model=MODELS[0])).is_file():
+elif (
+    COMMAND == "report"
+    and MODELS
+    and not Path(layout.path(layout.LAYERS_CSV, corpus=MAIN_CORPUS, model=MODELS[0])).is_file()
+):
     raise WorkflowError(
-        f"the report needs the run's results, and {layout.path(layout.LAYERS_CSV, model=MODELS[0])} "
+        f"the report needs the run's results, and {layout.path(layout.LAYERS_CSV, corpus=MAIN_CORPUS, model=MODELS[0])} "
         "is not there: pass the run's config (snakemake --report --configfile <its files>), or run it first"
     )
 
