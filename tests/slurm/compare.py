@@ -12,7 +12,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-LOCAL_RULES = {"download_model", "corpus", "wordnet", "all"}  # `localrules:` the downloads; `all` has no action
+LOCAL_RULES = {"download_model", "corpus", "wordnet", "tagger", "all"}  # `localrules:` the downloads; `all` has no action
 IMAGE_SUFFIXES = {".png", ".pdf"}  # matplotlib embeds creation dates in PDFs; figures only need to exist
 
 
