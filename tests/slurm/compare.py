@@ -12,7 +12,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-LOCAL_RULES = {"download_model", "corpus", "wordnet", "tagger", "all"}  # `localrules:` the downloads; `all` has no action
+# `localrules:` the downloads (compute nodes often have no network); `all` has no action
+LOCAL_RULES = {"download_model", "corpus", "wordnet", "tagger", "all"}
 IMAGE_SUFFIXES = {".png", ".pdf"}  # matplotlib embeds creation dates in PDFs; figures only need to exist
 
 
