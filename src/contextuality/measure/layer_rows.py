@@ -8,6 +8,7 @@ groups the rows by word.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 import numpy as np
@@ -67,7 +68,7 @@ def read_units(path: str | Path) -> pd.DataFrame:
     return pq.read_table(path, columns=["row", "unit", "position"], read_dictionary=["unit"]).to_pandas()
 
 
-class LayerRows:
+class LayerRows(ABC):
     """Where one layer's rows come from, for the one measurement path (``measure_rows``).
 
     ``passes()`` gives every row once per call, in chunks of whole sentences (``streaming.Chunk``), as
@@ -86,19 +87,22 @@ class LayerRows:
     sentence_ids: np.ndarray | None = None  # corpus ids of the sentences (messages), when not in ``path``
     remedy: str | None = None  # the way out of a non-finite row (``finite.non_finite_error``'s when None)
 
+    @abstractmethod
     def passes(self, desc: str | None = None):
-        raise NotImplementedError
+        """Every row once, in chunks of whole sentences."""
 
+    @abstractmethod
     def first_rows(self, count: int):
-        raise NotImplementedError
+        """The layer's first ``count`` rows, as one array of the backend."""
 
-    def keep(self, chunk: Chunk) -> None:
+    def keep(self, chunk: Chunk) -> None:  # noqa: B027 (a default: most rows are not read again)
         """See a chunk of the first pass (nothing to do unless the rows are read again from a spill)."""
 
+    @abstractmethod
     def word_rows(self, first: int, last: int, index: OccurrenceIndex):
-        raise NotImplementedError
+        """Words ``first``..``last`` of ``index``: their occurrences' rows and the positions in that array."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a default: most rows hold nothing to let go)
         """Let go of what the rows hold (a spill file)."""
 
 
@@ -142,11 +146,11 @@ class RowsInChunks(LayerRows):
         """The layer's first rows (the point its moments are taken around)."""
         return self.reader.rows(0, min(count, self.n_rows))
 
-    def keep(self, chunk: Chunk) -> None:
+    def keep(self, chunk: Chunk) -> None:  # noqa: B027 (a default: most rows are not read again)
         self.spill.add(chunk)
 
     def word_rows(self, first: int, last: int, index: OccurrenceIndex):
         return self.spill.read(first, last, self.spill.dtype), np.arange(last - first)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a default: most rows hold nothing to let go)
         self.spill.close()
