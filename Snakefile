@@ -35,6 +35,7 @@ include: "workflow/rules/metrics.smk"
 include: "workflow/rules/static_embeddings.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/senses.smk"
+include: "workflow/rules/similarity.smk"
 
 
 rule all:

@@ -89,7 +89,19 @@ def final_outputs(wildcards):
         ]
     for model in MODELS:
         targets += model_outputs(model)
-    return targets
+    return targets + (similarity_outputs() if SETTINGS.similarity.enabled else [])
+
+
+def similarity_outputs():
+    """The similarity stage's files of every measured corpus: its rows, each model's sample and tables, and one
+    table per pair of models."""
+    targets = []
+    for corpus in CORPORA:
+        targets += filled(rules.similarity_rows.output, corpus=[corpus])
+        targets += filled(rules.similarity_sample.output, corpus=[corpus], model=MODELS)
+        targets += filled(rules.similarity_model.output, corpus=[corpus], model=MODELS)
+        targets += [layout.path(layout.SIMILARITY_PAIR, corpus=corpus, model_a=a, model_b=b) for a, b in MODEL_PAIRS]
+    return targets + [*rules.similarity_figures.output]
 
 
 def model_outputs(model):
@@ -395,6 +407,43 @@ def measured_on(wildcards):
             for part in parts
         ]
     return [layout.path(layout.MANIFEST, corpus=wildcards.corpus, model=wildcards.model)]
+
+
+# The similarity stage (similarity.smk): its settings as every table job's params, the pairs of models (by key)
+SIMILARITY_PARAMS = as_params(SETTINGS.similarity)
+MODEL_PAIRS = list(itertools.combinations(MODELS, 2))
+
+
+def similarity_sample_inputs(wildcards):
+    """Input function: what a model's similarity sample is gathered from: the device parts' samples (metrics.on_device),
+    else every layer file of the store with its shards and manifest."""
+    if SETTINGS.metrics.device.on_device:
+        parts = range(SETTINGS.metrics.device.device_parts)
+        return {"parts": [layout.path(layout.DEVICE_SAMPLE, corpus=wildcards.corpus, model=wildcards.model, part=part)
+                          for part in parts]}  # fmt: skip
+    return {
+        "layers": every_layer(layout.LAYER_FILE)(wildcards),
+        "shards": expand_shards(layout.SHARD)(wildcards),
+        "manifest": layout.path(layout.MANIFEST, corpus=wildcards.corpus, model=wildcards.model),
+    }
+
+
+def similarity_pooling(wildcards):
+    return SETTINGS.similarity.pooling_of(SETTINGS.models[wildcards.model])
+
+
+def similarity_sample_params(wildcards):
+    """What changes a model's similarity sample: its pooling and the sample's size."""
+    return {"pooling": similarity_pooling(wildcards), "max_rows": SETTINGS.similarity.max_rows}
+
+
+def pair_files(pattern, wildcards):
+    """``pattern`` of the wildcards' corpus for model_a, then model_b."""
+    return [layout.path(pattern, corpus=wildcards.corpus, model=model) for model in (wildcards.model_a, wildcards.model_b)]
+
+
+def similarity_mem_mb(sample_paths, attempt):
+    return estimates.similarity_mem_mb(sample_paths, SETTINGS.metrics.measure.memory_mb, attempt)
 
 
 def store_manifest_beside_device(wildcards):

@@ -17,9 +17,12 @@ if SETTINGS.metrics.device.on_device:
             tokens=rules.plan.output.tokens,
             units=rules.plan.output.units,
             occurrences=rules.plan.output.occurrences,
+            # the similarity stage's rows: the job gathers their sample from each resident layer
+            similarity_rows=layout.SIMILARITY_ROWS if SETTINGS.similarity.enabled else [],
         output:
             layers=layout.DEVICE_PART,
             record=layout.DEVICE_RECORD,
+            **({"sample": layout.DEVICE_SAMPLE} if SETTINGS.similarity.enabled else {}),
         log:
             layout.MEASURE_MODEL_LOG,
         benchmark:
@@ -38,6 +41,8 @@ if SETTINGS.metrics.device.on_device:
             shard=lambda wildcards: stored_params(SETTINGS.shard(wildcards.model)),
             batches=lambda wildcards: stateful_batches(SETTINGS.models[wildcards.model]),
             measure=as_params(SETTINGS.metrics.measure),
+            # what changes the similarity sample it gathers (none when the stage is off)
+            sample=lambda wildcards: similarity_sample_params(wildcards) if SETTINGS.similarity.enabled else None,
         script:
             "../scripts/measure_model.py"
 

@@ -9,6 +9,7 @@ from contextuality.core.settings import MeasureSettings, Settings, from_params
 from contextuality.extraction.devices import DeviceError
 from contextuality.extraction.extract import ExtractionError
 from contextuality.measure.device_job import run_measure_model_job
+from contextuality.measure.similarity_sample import SampleRequest
 from contextuality.measure.device_plan import DeviceMemoryError
 from contextuality.models.loading import ModelError
 from contextuality.store.files import StoreError
@@ -18,6 +19,13 @@ log = setup_job_logging(snakemake.log[0])
 # its memory share) is read from the config: a change reruns nothing.
 run = Settings.from_config(snakemake.config)
 with expected_errors(DeviceError, DeviceMemoryError, ModelError, ExtractionError, StoreError):
+    # the similarity stage's sample of the part's layers, gathered where they are resident
+    sample = None
+    if snakemake.params.sample is not None:
+        sample = SampleRequest.of(
+            Path(snakemake.input.similarity_rows), snakemake.wildcards.model, snakemake.params.sample["pooling"],
+            snakemake.params.sample["max_rows"], run.extraction.storage_dtype, Path(snakemake.output.sample),
+        )
     run_measure_model_job(
         model_key=snakemake.wildcards.model,
         shard=run.shard(snakemake.wildcards.model),
@@ -35,5 +43,6 @@ with expected_errors(DeviceError, DeviceMemoryError, ModelError, ExtractionError
         out_record=Path(snakemake.output.record),
         threads=snakemake.threads,
         gpus=snakemake.resources.gpu,  # the GPU this job was given (0 or 1): the one device policy
+        sample=sample,
         log=log,
     )

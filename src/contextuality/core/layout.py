@@ -63,6 +63,20 @@ CONTEXT_WORDS = f"{METRICS}/context_specific_words.csv"
 # what its rows were made from (the manifest's provenance, rows, dims and layers, without a store)
 DEVICE_PART = f"{METRICS}/device/part_{{part}}.tar"
 DEVICE_RECORD = f"{METRICS}/device/part_{{part}}.json"
+# ... and, with the similarity stage on, the similarity sample's rows of the part's layers (rule similarity_sample
+# joins the parts into the model's sample.h5)
+DEVICE_SAMPLE = f"{METRICS}/device/part_{{part}}.sample.h5"
+
+# Similarity across layers and models of a corpus: the word occurrences every model stores (joined on
+# sentence_id, word_position), each model's rows of a seeded sample of them, its within-model tables, and one
+# table per pair of models (``{model_a}`` before ``{model_b}`` by key)
+SIMILARITY = f"{RESULTS}/similarity/{{corpus}}"
+SIMILARITY_ROWS = f"{SIMILARITY}/rows.parquet"
+SIMILARITY_ROWS_RECORD = f"{SIMILARITY}/rows.json"
+SIMILARITY_SAMPLE = f"{SIMILARITY}/{{model}}/sample.h5"
+SIMILARITY_LAYERS = f"{SIMILARITY}/{{model}}/layers.csv"
+SIMILARITY_KNN = f"{SIMILARITY}/{{model}}/knn.npz"
+SIMILARITY_PAIR = f"{SIMILARITY}/pairs/{{model_a}}__{{model_b}}.csv"
 
 # Table 1's scores
 STATIC_SCORES = f"{RESULTS}/static/{{model}}/scores.csv"
@@ -106,6 +120,9 @@ MANIFEST_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/manifest.tsv"
 MEASURE_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/measure_layer_{{layer}}.tsv"
 MEASURE_MODEL_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/measure_model_{{part}}.tsv"
 COMBINE_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/combine_layers.tsv"
+SIMILARITY_SAMPLE_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/similarity_sample.tsv"
+SIMILARITY_MODEL_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/similarity_model.tsv"
+SIMILARITY_PAIR_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/similarity_pairs/{{model_a}}__{{model_b}}.tsv"
 MEASURE_SENSES_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/measure_senses.tsv"
 WORDNET_GLOSSES_BENCHMARK = f"{BENCHMARKS}/wordnet_glosses.tsv"
 SENSE_TAGS_BENCHMARK = f"{BENCHMARKS}/sense_tags.tsv"
@@ -143,6 +160,12 @@ MEASURE_SENSES_LOG = f"{LOGS}/measure_senses/{{corpus}}/{{model}}.log"
 SENSES_FIGURES_LOG = f"{LOGS}/senses_figures.log"
 REPORT_PAGES_LOG = f"{LOGS}/report_pages.log"
 MODEL_PAGES_LOG = f"{LOGS}/model_pages/{{corpus}}/{{model}}.log"
+SIMILARITY_ROWS_LOG = f"{LOGS}/similarity_rows/{{corpus}}.log"
+SIMILARITY_SAMPLE_LOG = f"{LOGS}/similarity_sample/{{corpus}}/{{model}}.log"
+SIMILARITY_MODEL_LOG = f"{LOGS}/similarity_model/{{corpus}}/{{model}}.log"
+SIMILARITY_PAIR_LOG = f"{LOGS}/similarity_pair/{{corpus}}/{{model_a}}__{{model_b}}.log"
+SIMILARITY_FIGURES_LOG = f"{LOGS}/similarity_figures.log"
+ATLAS_LOG = f"{LOGS}/atlas.log"
 
 # Every path of the layout by name (LAYER_IN_EMBEDDINGS is relative to a model's embeddings folder).
 PATTERNS = {name: value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)
@@ -197,7 +220,6 @@ def _prefix(folder: str) -> re.Pattern:
 _MODEL_FOLDERS = _folders("model")
 _CORPUS_FOLDERS = _folders("corpus")
 _MODEL_PREFIXES = [_prefix(folder) for folder in _MODEL_FOLDERS]
-_BASELINES_FOLDER = BASELINE_SCORES.split("{baseline}")[0]
 
 
 def _reserved(folders: list[str]) -> dict[str, str]:
@@ -227,6 +249,9 @@ def reserved_corpus_names() -> dict[str, str]:
     return _reserved(_CORPUS_FOLDERS) | {USAGES_CORPUS: path(CORPUS, corpus=USAGES_CORPUS) + "/"}
 
 
+_RESERVED_MODEL_KEYS = frozenset(reserved_model_keys())
+
+
 def parse(target: str) -> tuple[str, dict[str, str]] | None:
     """(name of the pattern, its wildcards) of a path of the layout, or None."""
     target = target.removeprefix("./")
@@ -240,12 +265,12 @@ def parse(target: str) -> tuple[str, dict[str, str]] | None:
 def model_of(target: str) -> str | None:
     """The model key of a path inside a model's folder (``results/metrics/{corpus}/{model}/...``), or None."""
     target = target.removeprefix("./")
-    if target.startswith(_BASELINES_FOLDER):
-        return None
     for prefix in _MODEL_PREFIXES:
         match = prefix.match(target)
         if match and "/" in target[match.end() :]:
-            return target[match.end() :].split("/", 1)[0]
+            name = target[match.end() :].split("/", 1)[0]
+            # a fixed folder beside the model folders (results/static/baselines/, results/similarity/{corpus}/pairs/)
+            return None if name in _RESERVED_MODEL_KEYS else name
     return None
 
 

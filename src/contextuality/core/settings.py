@@ -86,6 +86,7 @@ class ModelSettings:
     stateful: bool
     label: str  # resolved: the model key when no label is set
     stands_for: str | None
+    training: str  # resolved: "random" for a random model, "unknown" when the config does not say
 
     @property
     def source(self) -> str:
@@ -288,6 +289,31 @@ class SenseSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SimilaritySettings:
+    """The similarity stage: what its samples and tables depend on (``enabled`` aside, every field)."""
+
+    enabled: bool
+    max_rows: int | None
+    knn_rows: int
+    knn_k: int
+    measures: tuple[str, ...]
+    variants: tuple[str, ...]
+    pairs: str
+    null_draws: int
+    subword_pooling: str
+    compute_dtype: str
+    chunk_rows: int
+
+    def pooling_of(self, model: ModelSettings) -> str:
+        """How a model's sample pools a word's pieces: a subword-indexed model's by ``subword_pooling``
+        (``model``: the model's own ``pooling``); a word-indexed model stores one row per word, taken as
+        stored ("first")."""
+        if model.indexing != "subword":
+            return "first"
+        return model.pooling if self.subword_pooling == "model" else self.subword_pooling
+
+
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     """Every setting of a run."""
 
@@ -301,6 +327,7 @@ class Settings:
     figures: FigureSettings
     static: StaticSettings
     senses: SenseSettings
+    similarity: SimilaritySettings
 
     @classmethod
     def from_config(cls, config: dict) -> Settings:
@@ -324,6 +351,8 @@ class Settings:
             figures=_take(FigureSettings, config["figures"]),
             static=_take(StaticSettings, static, baselines=dict(sorted(static["baselines"].items()))),
             senses=_take(SenseSettings, config["senses"]),
+            similarity=_take(SimilaritySettings, config["similarity"], measures=tuple(sorted(config["similarity"]["measures"])),
+                             variants=tuple(sorted(config["similarity"]["variants"]))),
         )  # fmt: skip
 
     def plan(self, key: str) -> PlanSettings:
@@ -392,6 +421,7 @@ def _model(key: str, entry: dict, extraction: ExtractionSettings, seed: int) -> 
     build = _take(BuildSettings, entry, download=download, seed=seed if entry["source"] == "random" else None)
     return _take(
         ModelSettings, entry, key=key, build=build, label=entry["label"] or key,
+        training="random" if entry["source"] == "random" else entry["training"] or "unknown",
         batch_size=entry["batch_size"] or extraction.batch_size, n_shards=entry["n_shards"] or extraction.n_shards,
         max_batch_tokens=entry["max_batch_tokens"] or extraction.max_batch_tokens,
     )  # fmt: skip

@@ -46,6 +46,7 @@ from contextuality.measure.layer_job import measure_rows_then, read_units
 from contextuality.measure.layer_pass import BLOCK_ROWS
 from contextuality.measure.layer_result import write_layer_results
 from contextuality.measure.layer_rows import OccurrenceIndex, RowsInMemory
+from contextuality.measure.similarity_sample import SampleRequest
 from contextuality.measure.streaming import BASE_MB
 
 LOG = logging.getLogger(__name__)
@@ -181,11 +182,13 @@ def measure_model(
     out_folder: Path,
     provenance: dict,
     host_threads: int = 1,
+    sample: SampleRequest | None = None,
     log: logging.Logger = LOG,
 ) -> dict:
     """Measure part ``part`` of ``parts`` of the layers of ``model_key`` on ``device``, writing each layer's
     record, words table and PC vectors into ``out_folder`` (the layout's per-layer names, relative to the
-    model's metrics folder) with ``provenance``'s digest; ``host_threads`` finish layers on the host at once.
+    model's metrics folder) with ``provenance``'s digest; ``host_threads`` finish layers on the host at once;
+    with ``sample``, each layer's similarity sample gathered from its resident rows into ``sample.out``.
     Returns the job's figures (its layers, groups, seconds, peak device memory) and the model's shape."""
     import torch
 
@@ -221,11 +224,14 @@ def measure_model(
              groups.describe(loaded.n_layers) if layers else "nothing to measure")  # fmt: skip
     if on_cuda:
         torch.cuda.reset_peak_memory_stats(torch.device(device))
+    gathered: dict[int, np.ndarray] = {}
     seconds = _measure_groups(
         groups.groups, loaded=loaded, plan=plan, shard=shard, measure=measure, index=index, units=units,
         device=device, out_folder=out_folder, digest=provenance_module.digest(provenance), host_threads=host_threads,
-        model_key=model_key, log=log,
+        model_key=model_key, log=log, sample=sample, gathered=gathered,
     )  # fmt: skip
+    if sample is not None:
+        sample.write(gathered, model=model_key, n_layers=loaded.n_layers, provenance_sha256=provenance_module.digest(provenance))
     planned_peak = groups.reserve_bytes + max(map(len, groups.groups), default=0) * groups.layer_bytes
     figures = {
         "device": str(device), "layers": layers, "groups": groups.groups, "n_layers": loaded.n_layers, "rows": n_rows,
@@ -241,10 +247,12 @@ def measure_model(
 
 def _measure_groups(groups: list[list[int]], *, loaded, plan, shard: ShardSettings, measure: MeasureSettings, index,
                     units, device: str, out_folder: Path, digest: str, host_threads: int, model_key: str,
-                    log: logging.Logger) -> dict:  # fmt: skip
+                    log: logging.Logger, sample: SampleRequest | None = None,
+                    gathered: dict | None = None) -> dict:  # fmt: skip
     """Each group's pass over the corpus (``fill_group``), then each of its layers measured on the device and
-    finished on the host, in threads beside the device's next layer, into ``out_folder``. Returns the
-    seconds spent: forward passes, measuring on the device, on the host, and waiting for the host at the end."""
+    finished on the host, in threads beside the device's next layer, into ``out_folder`` (and its similarity
+    sample gathered into ``gathered``). Returns the seconds spent: forward passes, measuring on the device, on
+    the host, and waiting for the host at the end."""
     import torch
 
     on_cuda = str(device).startswith("cuda")
@@ -288,6 +296,8 @@ def _measure_groups(groups: list[list[int]], *, loaded, plan, shard: ShardSettin
                 )  # fmt: skip
                 finish = measure_rows_then(rows, layer, index, measure, model=model_key, units=units, log=log)
                 pending.append(host.submit(finish_and_write, layer, finish))
+                if sample is not None:
+                    gathered[layer] = backend.to_host(sample.gather(resident[slot]))
             if on_cuda:
                 torch.cuda.synchronize(torch.device(device))
             seconds["measure"] += time.perf_counter() - tick
@@ -347,10 +357,12 @@ def run_measure_model_job(
     out_record: Path,
     threads: int,
     gpus: int,
+    sample: SampleRequest | None = None,
     log: logging.Logger = LOG,
 ) -> dict:
     """Everything one ``measure_model`` job does: pick its device (``metrics.device``, its ``gpu`` resource),
-    measure its part's layers there, pack their files into ``out_tar``, write ``out_record``."""
+    measure its part's layers there, pack their files into ``out_tar``, write ``out_record`` (and with
+    ``sample``, the part's similarity sample)."""
     import torch
 
     from contextuality.core.runtime import tell_terminal
@@ -374,7 +386,7 @@ def run_measure_model_job(
             model_key=model_key, shard=shard, measure=measure, device=device, memory_fraction=memory_fraction,
             parts=parts, part=part, record_path=record_path, model_dir=model_dir, tokens_path=tokens_path,
             units_path=units_path, occurrences_path=occurrences_path, out_folder=staging, provenance=made_from,
-            host_threads=threads, log=log,
+            host_threads=threads, sample=sample, log=log,
         )  # fmt: skip
         pack(staging, out_tar)
         shutil.rmtree(staging, ignore_errors=True)

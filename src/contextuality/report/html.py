@@ -37,6 +37,8 @@ CATEGORIES = {
     "postprocess": "5. Geometry",
     "table1": "6. Static embeddings",
     "table1_by_layer": "6. Static embeddings",
+    "similarity": "7. Across models",
+    "similarity_pairs": "7. Across models",
 }
 
 _VERDICT = re.compile(r"\b(HOLDS|FAILS|PARTLY|MIXED|INCONCLUSIVE|N/A)(?![\w/])")

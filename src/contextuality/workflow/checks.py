@@ -80,7 +80,7 @@ def check_settings(settings: Settings) -> None:
         problems.append(
             f"extraction.compute_dtype: {extraction.compute_dtype} needs a CUDA device; on device 'cpu' use float32"
         )
-    problems += store_problems(settings)
+    problems += store_problems(settings) + similarity_problems(settings)
     problems += hub_revision_problems(settings) + name_problems(settings)
     problems += [problem for corpus in settings.corpora.values() for problem in corpus_problems(corpus)]
     if problems:
@@ -96,6 +96,37 @@ def store_problems(settings: Settings) -> list[str]:
         "set extraction.store: auto (or true), or change those keys (metrics.on_device: true measures on the device "
         "without a store)"
     ]
+
+
+def similarity_problems(settings: Settings) -> list[str]:
+    """One line per similarity setting that cannot run with the others (the schema checks each alone)."""
+    similarity = settings.similarity
+    if not similarity.enabled:
+        return []
+    problems = []
+    if similarity.max_rows is not None and similarity.knn_rows > similarity.max_rows:
+        problems.append(
+            f"similarity.knn_rows: {similarity.knn_rows} is more than similarity.max_rows ({similarity.max_rows}): the "
+            "k-NN rows are the first rows of the sample; lower knn_rows or raise max_rows"
+        )
+    if similarity.knn_k >= similarity.knn_rows:
+        problems.append(
+            f"similarity.knn_k: {similarity.knn_k} neighbours need more than {similarity.knn_rows} rows "
+            "(similarity.knn_rows); lower knn_k or raise knn_rows"
+        )
+    if similarity.max_rows is None and settings.metrics.device.on_device and not settings.stores:
+        problems.append(
+            "similarity.max_rows: null (every common row) needs the store, which this run does not write "
+            "(metrics.on_device: true): the cross-model tables read two models' rows at once; give a number "
+            "(e.g. 20000) or set extraction.store: true"
+        )
+    problems += [
+        f"models.{key}: a key holding '__' cannot name the similarity stage's pair tables "
+        "(results/similarity/{corpus}/pairs/{A}__{B}.csv); rename the model, or set similarity.enabled: false"
+        for key in settings.models
+        if "__" in key
+    ]
+    return problems
 
 
 def name_problems(settings: Settings) -> list[str]:

@@ -217,3 +217,11 @@ def device_measure_runtime_min(
     layers = (record_shape(record_path) or UNBUILT_SHAPE)[0]
     part = -(-layers // metrics.device.device_parts)
     return int((2 * extraction_runtime_min(whole, corpus, record_path, 1, tokens_path) + 10 * part) * attempt)
+
+
+def similarity_mem_mb(sample_paths, memory_mb: int, attempt: int = 1) -> int:
+    """MB of a similarity table job: the samples it holds whole (their files' sizes: uncompressed HDF5), the
+    engine's budget ``metrics.memory_mb`` (its block-row accumulators and chunks stay within it) and the
+    interpreter's; x attempt. Before a sample exists, the budget alone (the scheduler asks again on retry)."""
+    held = sum(Path(path).stat().st_size for path in sample_paths if Path(path).is_file())
+    return int((held / 1e6 + memory_mb + MEASURE_BASE_MB) * attempt)
