@@ -80,8 +80,9 @@ def test_random_bert_head_keeps_base_weights(models):
     with_head = load_file(models["bert-mlm"][1] / "model.safetensors")
     assert all(np.array_equal(base[name].numpy(), with_head[f"bert.{name}"].numpy()) for name in base)
     assert {name for name in with_head if not name.startswith("bert.")} >= {"cls.predictions.bias"}
-    unused = check_weights_load("tiny-bert", models["bert-mlm"][1], False, "test")
-    assert all(name.startswith("cls.") for name in unused)
+    loaded = check_weights_load("tiny-bert", models["bert-mlm"][1], False, "test")
+    assert loaded.unused and all(name.startswith("cls.") for name in loaded.unused)
+    assert loaded.n_parameters == sum(tensor.numel() for tensor in base.values())  # the base model's, head left out
     assert json.loads((models["bert-mlm"][1] / "config.json").read_text())["architectures"] == ["BertForPreTraining"]
 
 

@@ -39,6 +39,7 @@ from typing import ClassVar
 from contextuality.core import diskspace
 from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import BuildSettings, DownloadSettings
+from contextuality.models.kind import model_type_of
 from contextuality.models.loading import (
     ELMO_OPTIONS,
     ELMO_WEIGHTS,
@@ -283,14 +284,15 @@ def _build_bytes(settings: BuildSettings, download_dir: Path | None) -> int:
 
 def _hf_record(key: str, settings: BuildSettings, folder: Path) -> dict:
     """Safety checks of a Hugging Face folder (loaded once, in full), and what source.json says about its
-    weights and shape; ``unused_weights``: a task head's parameters the base model does not use."""
+    weights and shape; ``unused_weights``: a task head's parameters the base model does not use; ``n_parameters``
+    and ``model_type`` (config.json's) for the reports."""
     check_weights_format(key, folder, settings.allow_pickle)
     check_no_remote_code(key, folder)
     source = SOURCES[settings.source]
     origin = (
         f"source {source.name}, {source.identity(settings.download)}" if source.downloads else f"source {source.name}"
     )
-    unused = check_weights_load(key, folder, settings.allow_pickle, origin)
+    loaded = check_weights_load(key, folder, settings.allow_pickle, origin)
     files = weight_files(folder)
     digest = weights_digest(files)
     if settings.sha256 and settings.sha256 != digest:
@@ -305,7 +307,9 @@ def _hf_record(key: str, settings: BuildSettings, folder: Path) -> dict:
         "weights_bytes": sum(path.stat().st_size for path in files),
         "n_layers": n_layers,
         "dim": dim,
-        "unused_weights": unused,
+        "unused_weights": loaded.unused,
+        "n_parameters": loaded.n_parameters,  # the base model's, counted in that load (tied weights once)
+        "model_type": model_type_of(folder),
     }
 
 
