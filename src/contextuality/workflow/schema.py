@@ -87,6 +87,9 @@ def check_duplicate_keys(paths) -> None:
         raise ConfigError("\n".join(problems))
 
 
+# The schema's pattern of a sha256 digest (models.{key}.sha256, models.{key}.assemble.sha256), said in words.
+SHA256_PATTERN = "^[0-9a-f]{64}$(?!\\n)"
+
 # What the keys of a mapping whose key names must match a pattern are, for its message.
 _NAMED_KEYS = {"models": "model key", "static.baselines": "baseline label", "corpora": "corpus name"}
 
@@ -138,6 +141,8 @@ def _describe(error, overrides: dict | None = None) -> str:
             f"{key}: {noun} {error.instance!r} is not allowed; it names files and folders, so it must match "
             f"{schema['pattern']!r} in full (letters, digits, '_' and '-', starting with a letter or digit)"
         )
+    if error.validator == "pattern" and schema["pattern"] == SHA256_PATTERN:
+        return f"{key}: {error.instance!r} is not a full sha256 digest; write all 64 lowercase hexadecimal digits"
     if error.validator == "pattern":
         return f"{key}: {error.instance!r} does not match the allowed pattern {schema['pattern']!r}"
     return f"{key}: {error.message}"
