@@ -110,7 +110,7 @@ def cka(key_a: str, layer_a: int, depth_a: float, key_b: str, layer_b: int, dept
 
 
 def similarity_table(key_a: str, layers_a: int, key_b: str, layers_b: int, variants=("raw", "unit_rows")):
-    """A similarity table (spec 8.2) of planted values; within a model (A = B) the pairs ℓ <= m only."""
+    """A similarity table (the similarity rules' columns) of planted values; within a model (A = B) the pairs ℓ <= m only."""
     rows = []
     for variant in variants:
         shift = -0.05 if variant == "raw" else 0.0  # the variant read is visible in the values

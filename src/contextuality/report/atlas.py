@@ -1,6 +1,6 @@
 """The atlas: every model of a run side by side on relative depth (layer / (L - 1), 0 the input layer, 1 the last),
 as one table (``atlas.csv``, one row per model; ``.md`` and ``.html`` for people and the report) and the curves
-its figure draws (``atlas_curves.csv``, long format). Similarity spec section 6.1.
+its figure draws (``atlas_curves.csv``, long format).
 
 Inputs are read and checked by ``report.atlas_inputs``; the figures are ``report.atlas_figures``. The adjusted
 measures here are raw minus the *exact* baselines (``baseline_*_exact``: every row, no sampling), so the

@@ -1,7 +1,7 @@
 """The atlas's inputs, read and checked as they are read: every model's ``layers.csv``, ``rogue_dimensions.csv``,
 ``losses.json``, ``source.json`` and ``senses/layers.csv``, the run's ``claims.csv``, and the similarity tables
-(each model's within-model ``layers.csv``, each pair's ``pairs/{A}__{B}.csv``; docs/data-contract.md and the
-similarity spec's section 8.2). A value outside its range, a missing column or a table of another model stops
+(each model's within-model ``layers.csv``, each pair's ``pairs/{A}__{B}.csv``: one row per pair of layers and
+variant; docs/data-contract.md). A value outside its range, a missing column or a table of another model stops
 the atlas with one line naming the file and the column: a report across six models should not average a wrong
 number in silently.
 """
@@ -26,7 +26,7 @@ TRAININGS = ("pretrained", "sentence-encoder", "instruct", "random", "unknown")
 PER_MODEL = ("layers", "rogue", "losses", "records")
 OPTIONAL_PER_MODEL = ("senses", "within")  # empty when the run has no senses / no similarity stage
 # The similarity variant the atlas reads: rows L2-normalised before centring where the tables have it (a
-# decoder's massive activations otherwise decide raw CKA, similarity spec section 5), else the raw rows.
+# decoder's massive activations, one dimension carried by few rows, otherwise decide raw CKA), else the raw rows.
 PREFERRED_VARIANTS = ("unit_rows", "raw")
 
 COSINE, ADJUSTED = (-1.0, 1.0), (-2.0, 2.0)  # an adjusted cosine is a cosine minus a cosine
