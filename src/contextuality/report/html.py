@@ -37,6 +37,8 @@ CATEGORIES = {
     "postprocess": "5. Geometry",
     "table1": "6. Static embeddings",
     "table1_by_layer": "6. Static embeddings",
+    "atlas": "7. Atlas",  # the table's page and the figure on relative depth
+    "atlas_cka": "7. Atlas",
 }
 
 _VERDICT = re.compile(r"\b(HOLDS|FAILS|PARTLY|MIXED|INCONCLUSIVE|N/A)(?![\w/])")
