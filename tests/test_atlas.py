@@ -314,6 +314,25 @@ def test_inputs_of_another_model_or_without_the_new_record_keys_are_refused(tmp_
         read_inputs(params_models(), pairs_of()[:2], files)
 
 
+def test_a_similarity_table_of_another_depth_is_refused(tmp_path):
+    files = write_inputs(tmp_path)
+    similarity_table("dec", 31, "enc", 13).to_csv(files["pairs"][0], index=False)  # enc has 7 layers
+    with pytest.raises(AtlasInputError, match=r"dec__enc.csv: column 'layer_b' holds layers 0..12"):
+        read_inputs(params_models(), pairs_of(), files)
+    similarity_table("enc", 7, "enc", 7).assign(depth_a=lambda t: t["layer_a"] / 7).to_csv(files["within"][0])
+    with pytest.raises(AtlasInputError, match=r"enc/within.csv: column 'depth_a' holds"):
+        read_inputs(params_models(), pairs_of()[:0], {**files, "pairs": []})
+
+
+def test_rogue_shares_missing_or_undefined_leave_that_column_empty(tmp_path):
+    """No geometry panel: no rows in rogue_dimensions.csv; shares undefined (anisotropy within its noise): NaN."""
+    files = write_inputs(tmp_path)
+    pd.read_csv(files["rogue"][0]).iloc[:0].to_csv(files["rogue"][0], index=False)
+    pd.read_csv(files["rogue"][1]).assign(share=np.nan).to_csv(files["rogue"][1], index=False)
+    rows = atlas_rows(params_models(), read_inputs(params_models(), pairs_of(), files))
+    assert rows["rogue_top3_share_max"].isna().tolist() == [True, True, False]
+
+
 def test_senses_off_gives_empty_senses_columns_and_a_table_still_written(tmp_path):
     files = write_inputs(tmp_path / "in", senses=False)
     out = run_script(tmp_path / "out", files)

@@ -219,6 +219,15 @@ def read_similarity(path: str | Path, model_a: str, model_b: str, layers_a: int,
     _layers_within(table, layers_a, where, ("layer_a",))
     _layers_within(table, layers_b, where, ("layer_b",))
     check_ranges(table, SIMILARITY_RANGES, where)
+    for side, n_layers in (("a", layers_a), ("b", layers_b)):
+        # a table of another depth than the model's record (a stale table beside a rebuilt model)
+        off = np.abs(table[f"depth_{side}"] - table[f"layer_{side}"] / (n_layers - 1)) > TOLERANCE
+        if off.any():
+            row = table[off].iloc[0]
+            raise AtlasInputError(
+                f"{where}: column 'depth_{side}' holds {row[f'depth_{side}']!r} for layer {row[f'layer_{side}']}, "
+                f"not its relative depth among {n_layers} layers"
+            )
     return table
 
 
@@ -235,7 +244,7 @@ def read_inputs(models: Sequence[Mapping], pairs: Sequence[Sequence[str]], files
     for name in PER_MODEL + OPTIONAL_PER_MODEL:
         if len(lists[name]) != len(keys) and not (name in OPTIONAL_PER_MODEL and not lists[name]):
             raise AtlasInputError(f"input {name!r}: {len(lists[name])} files for {len(keys)} models {keys}")
-    if len(lists["pairs"]) != len(pairs) or any(a not in keys or b not in keys for a, b in pairs):
+    if len(lists["pairs"]) != len(pairs) or any(a not in keys or b not in keys or a == b for a, b in pairs):
         raise AtlasInputError(f"input 'pairs': {len(lists['pairs'])} files for the pairs {pairs} of models {keys}")
     _check_models(models)
     pairs = [tuple(pair) for pair in pairs]
