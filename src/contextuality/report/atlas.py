@@ -79,7 +79,7 @@ def column_docs(variant: str | None = None) -> dict[str, str]:
         "cka_first_last": f"{cka} of the input and the last layer",
         "closest_model": f"the other model with the highest {cka} of any layer pair",
         "closest_cka": "that grid maximum",
-        "mutual_knn_best": "the highest mutual 10-NN overlap with any layer of any other model (same variant)",
+        "mutual_knn_best": "the highest mutual k-NN overlap (`mutual_knn`) of any layer pair with any other model (same variant)",
     }
     return docs
 

@@ -12,6 +12,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -84,7 +85,7 @@ class AtlasInputs:
     def senses_on(self) -> bool:
         return bool(self.senses)
 
-    @property
+    @cached_property
     def variant(self) -> str | None:
         """The similarity variant every table has (unit_rows, else raw); None without similarity tables."""
         tables = [*self.within.values(), *self.pairs.values()]
