@@ -24,6 +24,9 @@ CAPTIONS = (
     "fig_geometry.rst",
     "fig_rogue_dimensions.rst",
     "postprocess_table.rst",
+    "atlas.rst",
+    "fig_atlas.rst",
+    "fig_atlas_cka.rst",
 )
 
 

@@ -66,6 +66,7 @@ def test_every_report_item_is_filed_under_the_question_it_answers():
         "4. Word senses",
         "5. Geometry",
         "6. Static embeddings",
+        "7. Across models",
     }
     assert set(CATEGORIES.values()) == questions
     from contextuality.paper import FIGURES
@@ -78,6 +79,9 @@ def test_every_report_item_is_filed_under_the_question_it_answers():
         assert (report / caption).is_file(), caption
     for name in ("claims", "summary", "table1"):  # the answers' pages (rule report_pages)
         assert (report / f"{name}.rst").is_file() and name in CATEGORIES
+    for name in ("atlas", "atlas_cka"):  # the atlas (rule atlas): its figures, and its table's page
+        assert (report / f"fig_{name}.rst").is_file() and name in CATEGORIES
+    assert (report / "atlas.rst").is_file()
 
 
 # --------------------------------------------------------------------------------------------------

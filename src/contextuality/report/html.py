@@ -37,6 +37,8 @@ CATEGORIES = {
     "postprocess": "5. Geometry",
     "table1": "6. Static embeddings",
     "table1_by_layer": "6. Static embeddings",
+    "atlas": "7. Across models",  # the atlas table's page, the figure on relative depth, the CKA maps
+    "atlas_cka": "7. Across models",
     "similarity": "7. Across models",
     "similarity_pairs": "7. Across models",
 }
