@@ -153,6 +153,7 @@ def write_inputs(folder: Path, senses: bool = True, models=MODELS) -> dict:
             files[name].append(str(model / f"{name}.csv"))
         losses = {"model": key, "units": 1000 * n_layers, "words_lost": {"truncated": 3, "skipped": 0, "spanning": 1}}
         record = {"key": key, "source": "random", "n_layers": n_layers, "dim": 32, "model_type": model_type,
+                  "lm_kind": {"gpt2": "causal", "llama": "causal"}.get(model_type, "masked"),
                   "n_parameters": 110_000 * n_layers}  # fmt: skip
         for name, value in (("losses", losses), ("records", record)):
             (model / f"{name}.json").write_text(json.dumps(value))
@@ -443,6 +444,7 @@ def test_the_atlas_of_the_smoke_runs_real_tables(smoke_run, tmp_path):
     for key, model_type in zip(keys, ("bert", "gpt2")):
         record = json.loads((smoke_run / "resources" / "models" / key / "source.json").read_text())
         record.setdefault("model_type", model_type)
+        record.setdefault("lm_kind", {"gpt2": "causal"}.get(model_type, "masked"))
         record.setdefault("n_parameters", 50_000)
         (tmp_path / f"{key}.json").write_text(json.dumps(record))
         files["records"].append(str(tmp_path / f"{key}.json"))

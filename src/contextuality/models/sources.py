@@ -41,7 +41,7 @@ from contextuality.core import diskspace
 from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import BuildSettings, DownloadSettings
 from contextuality.models.assemble import assemble
-from contextuality.models.kind import model_type_of
+from contextuality.models.kind import lm_kind, model_type_of
 from contextuality.models.loading import (
     ELMO_OPTIONS,
     ELMO_WEIGHTS,
@@ -300,8 +300,8 @@ def _build_bytes(settings: BuildSettings, download_dir: Path | None) -> int:
 
 def _hf_record(key: str, settings: BuildSettings, folder: Path) -> dict:
     """Safety checks of a Hugging Face folder (loaded once, in full), and what source.json says about its
-    weights and shape; ``unused_weights``: a task head's parameters the base model does not use; ``n_parameters``
-    and ``model_type`` (config.json's) for the reports."""
+    weights and shape; ``unused_weights``: a task head's parameters the base model does not use; ``n_parameters``,
+    ``model_type`` (config.json's) and ``lm_kind`` (``models.kind``'s) for the reports."""
     check_weights_format(key, folder, settings.allow_pickle)
     check_no_remote_code(key, folder)
     source = SOURCES[settings.source]
@@ -326,6 +326,7 @@ def _hf_record(key: str, settings: BuildSettings, folder: Path) -> dict:
         "unused_weights": loaded.unused,
         "n_parameters": loaded.n_parameters,  # the base model's, counted in that load (tied weights once)
         "model_type": model_type_of(folder),
+        "lm_kind": lm_kind(model_type_of(folder)),  # causal (a decoder), masked, or null: decided here, once
     }
 
 

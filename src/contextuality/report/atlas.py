@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 
 from contextuality.core.atomic import atomic_path
-from contextuality.models.kind import lm_kind
 from contextuality.models.sources import SOURCES
 from contextuality.report.atlas_inputs import AtlasInputs
 from contextuality.report.html import markdown_html, page
@@ -48,7 +47,7 @@ def column_docs(variant: str | None = None) -> dict[str, str]:
     docs = {
         "model": "the model's key in the config",
         "label": "its label",
-        "kind": "encoder, decoder (a causal LM: left context only) or bilstm (ELMo), from source.json `model_type`",
+        "kind": "encoder, decoder (a causal LM: left context only) or bilstm (ELMo), from source.json `lm_kind`",
         "training": "pretrained, sentence-encoder, instruct, random (an untrained control) or unknown",
         "n_layers": "layers L, the input layer (0) included",
         "dim": "vector size",
@@ -98,15 +97,11 @@ def nearest_layer(depth: float, n_layers: int) -> int:
 
 
 def model_kind(record: dict) -> str:
-    """encoder or decoder from source.json's ``model_type`` (``models.kind``, its one home); bilstm for a model
-    that is no Hugging Face folder (ELMo's options and weights: no model type)."""
+    """encoder or decoder from source.json's ``lm_kind`` (decided at the build by ``models.kind``, its one home);
+    bilstm for a model that is no Hugging Face folder (ELMo's options and weights: no model type)."""
     if not SOURCES[record["source"]].hf_folder:
         return "bilstm"
-    try:
-        kind = lm_kind(record["model_type"])
-    except ImportError as err:  # models.kind asks transformers which model types are decoders
-        raise RuntimeError(f"the atlas needs transformers to tell a decoder from an encoder: {err}") from err
-    return "decoder" if kind == "causal" else "encoder"
+    return "decoder" if record["lm_kind"] == "causal" else "encoder"
 
 
 def _extreme(values: pd.Series, largest: bool) -> tuple[float, int | None]:

@@ -136,7 +136,7 @@ def _layers_within(frame: pd.DataFrame, n_layers: int, where: str, columns=("lay
 
 
 def read_record(path: str | Path, key: str) -> dict:
-    """``source.json``: its shape and the two keys the atlas needs beyond it (``model_type``, ``n_parameters``)."""
+    """``source.json``: its shape and the keys the atlas needs beyond it (``lm_kind``, ``n_parameters``)."""
     record = json.loads(Path(path).read_text())
     if record.get("key", key) != key:
         raise AtlasInputError(f"{path}: key {record['key']!r}, not the model {key!r} it is given for")
@@ -144,8 +144,8 @@ def read_record(path: str | Path, key: str) -> dict:
         raise AtlasInputError(f"{path}: no 'n_parameters' (written by materialise_model: rebuild the model's record)")
     if record.get("source") not in SOURCES:
         raise AtlasInputError(f"{path}: source {record.get('source')!r} is none of {sorted(SOURCES)}")
-    if "model_type" not in record and SOURCES[record["source"]].hf_folder:  # ELMo's folder has no model type
-        raise AtlasInputError(f"{path}: no 'model_type' (written by materialise_model: rebuild the model's record)")
+    if "lm_kind" not in record and SOURCES[record["source"]].hf_folder:  # ELMo's folder has no model type
+        raise AtlasInputError(f"{path}: no 'lm_kind' (written by materialise_model: rebuild the model's record)")
     for name, least in (("n_layers", 2), ("dim", 1), ("n_parameters", 1)):
         value = record.get(name)
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
