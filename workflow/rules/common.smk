@@ -101,7 +101,7 @@ def similarity_outputs():
         targets += filled(rules.similarity_sample.output, corpus=[corpus], model=MODELS)
         targets += filled(rules.similarity_model.output, corpus=[corpus], model=MODELS)
         targets += [layout.path(layout.SIMILARITY_PAIR, corpus=corpus, model_a=a, model_b=b) for a, b in MODEL_PAIRS]
-    return targets + [*rules.similarity_figures.output]
+    return targets + [*rules.similarity_figures.output, *rules.atlas.output]
 
 
 def model_outputs(model):

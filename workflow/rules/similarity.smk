@@ -139,3 +139,59 @@ rule similarity_figures:
         labels=inert_json(MODEL_LABELS),
     script:
         "../scripts/similarity_figures.py"
+
+
+rule atlas:
+    # Seconds: every model of the run on one page, on relative depth: one row per model (anisotropy, context-
+    # specificity, MEV, rogue dimensions, the senses answers, CKA within and across), its curves and two figures.
+    input:
+        layers=expand(layout.LAYERS_CSV, corpus=MAIN_CORPUS, model=MODELS),
+        rogue=expand(layout.ROGUE, corpus=MAIN_CORPUS, model=MODELS),
+        losses=expand(layout.LOSSES, corpus=MAIN_CORPUS, model=MODELS),
+        records=expand(layout.MODEL_RECORD, model=MODELS),
+        senses=expand(layout.SENSE_LAYERS, corpus=MAIN_CORPUS, model=MODELS) if SETTINGS.senses.enabled else [],
+        claims=layout.path(layout.TABLE, name="claims", ext="csv"),
+        within=expand(layout.SIMILARITY_LAYERS, corpus=MAIN_CORPUS, model=MODELS),
+        pairs=[layout.path(layout.SIMILARITY_PAIR, corpus=MAIN_CORPUS, model_a=a, model_b=b) for a, b in MODEL_PAIRS],
+    output:
+        csv=layout.path(layout.TABLE, name="atlas", ext="csv"),
+        md=layout.path(layout.TABLE, name="atlas", ext="md"),
+        html=report(
+            layout.path(layout.TABLE, name="atlas", ext="html"),
+            caption="../report/atlas.rst",
+            category=CATEGORIES["atlas"],
+            labels={"table": "atlas"},
+        ),
+        curves=layout.path(layout.TABLE, name="atlas_curves", ext="csv"),
+        figure=[
+            report(
+                layout.path(layout.FIGURE, name="atlas", ext=ext),
+                caption="../report/fig_atlas.rst",
+                category=CATEGORIES["atlas"],
+                labels={"figure": "atlas", "format": ext},
+            )
+            for ext in FIGURE_FORMATS
+        ],
+        cka_figure=[
+            report(
+                layout.path(layout.FIGURE, name="atlas_cka", ext=ext),
+                caption="../report/fig_atlas_cka.rst",
+                category=CATEGORIES["atlas_cka"],
+                labels={"figure": "atlas_cka", "format": ext},
+            )
+            for ext in FIGURE_FORMATS
+        ],
+    log:
+        layout.ATLAS_LOG,
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        models=inert_json(
+            [
+                {"key": key, "label": m.label, "training": m.training, "stands_for": m.stands_for}
+                for key, m in SETTINGS.models.items()
+            ]
+        ),
+        pairs=[list(pair) for pair in MODEL_PAIRS],
+    script:
+        "../scripts/atlas.py"
