@@ -50,6 +50,11 @@ __all__ = ["MEASURES", "VARIANTS", "Grid", "Null", "layer_grid", "permutation_nu
 
 MEASURES = ("cka_biased", "cka_debiased", "procrustes", "mutual_knn")
 SELF_TERM_NOTE = "debiased self term <= 0"
+# A debiased self term hsic(X, X) is a squared norm (of the U-centred Gram matrix: Szekely & Rizzo 2014), 0 for
+# a constant layer or rows on a regular simplex (one-hot rows). Computed, such a 0 comes out as rounding
+# (+7e-16 for 8 one-hot rows, giving a debiased "CKA" of -2.9), so a self term at most this fraction of
+# ||X^T X||_F^2 counts as <= 0: NaN, with a note. Sums of float32 products carry relative errors near 1e-6.
+SELF_TERM_RTOL = {"float32": 1e-5, "float64": 1e-12}
 CONSTANT_NOTE = "a layer without variance"
 
 
@@ -80,6 +85,7 @@ class LayerTerms:
     frobenius_squared: np.ndarray  # ||X||_F^2
     row_squared: np.ndarray  # (n, L): |x_i|^2
     hsic_self: np.ndarray  # hsic(X, X)
+    hsic_self_positive: np.ndarray  # hsic(X, X) > 0 beyond the rounding of its terms (``SELF_TERM_RTOL``)
 
 
 def layer_terms(layers, centrings: list[Centring], chunk_rows: int, dtype: str) -> LayerTerms:
@@ -96,7 +102,8 @@ def layer_terms(layers, centrings: list[Centring], chunk_rows: int, dtype: str) 
         gram_squared[at] = float(xp.sum(gram * gram))
     frobenius_squared = row_squared.sum(axis=0)
     hsic_self = hsic(gram_squared, np.sum(row_squared * row_squared, axis=0), frobenius_squared**2, n)
-    return LayerTerms(gram_squared, frobenius_squared, row_squared, hsic_self)
+    positive = hsic_self > SELF_TERM_RTOL[dtype] * gram_squared
+    return LayerTerms(gram_squared, frobenius_squared, row_squared, hsic_self, positive)
 
 
 def hsic(cross_squared, row_products, frobenius_products, n: int):
@@ -110,7 +117,7 @@ def _cka(cross_squared, row_products, a: LayerTerms, b: LayerTerms, n: int):
     outer = lambda u, v: np.multiply.outer(u, v)  # noqa: E731
     with backend.quiet():
         biased = cross_squared / np.sqrt(outer(a.gram_squared, b.gram_squared))
-        both_positive = outer(a.hsic_self > 0, b.hsic_self > 0)
+        both_positive = outer(a.hsic_self_positive, b.hsic_self_positive)
         pair = hsic(cross_squared, row_products, outer(a.frobenius_squared, b.frobenius_squared), n)
         debiased = np.where(both_positive, pair / np.sqrt(np.abs(outer(a.hsic_self, b.hsic_self))), np.nan)
     return biased, debiased
