@@ -246,7 +246,8 @@ def test_6_a_layer_with_itself_is_exactly_one_and_the_grid_symmetric(models, bac
 def test_7_shuffled_rows_look_like_the_permutation_null(models, backend):
     """Rows of one model shuffled (a misaligned join): debiased CKA within 3 null sd of 0, the biased value within
     3 sd of the null's mean; the aligned pair lies far above its null (p = 1/(draws + 1)). The same seed gives
-    the same bytes, another seed other draws; numpy and torch give the same null."""
+    the same bytes, another seed other draws, centred rows held or centred again in each draw the same values;
+    numpy and torch give the same null."""
     x, y = models[0][0], models[1][1]
     shuffled = y[np.random.default_rng(8).permutation(len(y))]
     null = permutation_null(*on(backend, [x, y]), draws=30, seed=9)
@@ -258,6 +259,8 @@ def test_7_shuffled_rows_look_like_the_permutation_null(models, backend):
     again = permutation_null(*on(backend, [x, y]), draws=30, seed=9)
     assert again.debiased.tobytes() == null.debiased.tobytes() and again.biased.tobytes() == null.biased.tobytes()
     assert not np.array_equal(permutation_null(x, y, draws=30, seed=10).debiased, null.debiased)
+    streamed = permutation_null(*on(backend, [x, y]), draws=30, seed=9, memory_mb=0.01)  # centred again each draw
+    np.testing.assert_allclose(streamed.debiased, null.debiased, atol=1e-12, rtol=0)
     on_numpy = permutation_null(x, y, draws=30, seed=9, compute_dtype="float64")
     on_torch = permutation_null(*on("torch", [x, y]), draws=30, seed=9, compute_dtype="float64")
     np.testing.assert_allclose(on_torch.debiased, on_numpy.debiased, atol=1e-10, rtol=0)

@@ -22,10 +22,12 @@ device (``backend``); the d x d sums come to the host in float64, where the sing
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.linalg
+from threadpoolctl import ThreadpoolController
 
 from contextuality.measure import backend
 from contextuality.measure.similarity_knn import knn_indices, mutual_knn
@@ -180,15 +182,27 @@ def _pair_sums(
         sums, starts_a, starts_b = _block_products(
             layers_a, centrings_a, layers_b, centrings_b, block, b_first, chunk_rows, dtype, within
         )
-        for i, ell in enumerate(range(*block)):
-            for j, m in enumerate(range(b_first, len(layers_b))):
-                if within and m < ell:
-                    continue
-                product = sums[starts_a[i] : starts_a[i + 1], starts_b[j] : starts_b[j + 1]]
-                cross_squared[ell, m] = np.sum(product * product)
-                if nuclear and not identical[ell, m]:
-                    nuclear_norm[ell, m] = np.sum(scipy.linalg.svdvals(product, check_finite=False))
+        pairs = [(i, ell, j, m) for i, ell in enumerate(range(*block))
+                 for j, m in enumerate(range(b_first, len(layers_b))) if not (within and m < ell)]  # fmt: skip
+        products = {
+            (ell, m): sums[starts_a[i] : starts_a[i + 1], starts_b[j] : starts_b[j + 1]] for i, ell, j, m in pairs
+        }
+        for (ell, m), product in products.items():
+            cross_squared[ell, m] = np.sum(product * product)
+        asked = [pair for pair in products if nuclear and not identical[pair]]
+        for pair, value in zip(asked, nuclear_norms([products[pair] for pair in asked])):
+            nuclear_norm[pair] = value
     return cross_squared, nuclear_norm
+
+
+def nuclear_norms(matrices: list[np.ndarray]) -> list[float]:
+    """The sum of the singular values of each (float64, host) matrix. One BLAS thread per SVD, as many SVDs at
+    once as the BLAS has threads: a 2-threaded OpenBLAS SVD of a 576 x 576 matrix took 1.0 s on a loaded
+    2-core machine (its threads spin against the other processes' work), a 1-threaded one 0.045 s."""
+    controller = ThreadpoolController()
+    workers = max([pool["num_threads"] for pool in controller.info() if pool["user_api"] == "blas"] or [1])
+    with controller.limit(limits=1, user_api="blas"), ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda matrix: float(np.sum(scipy.linalg.svdvals(matrix, check_finite=False))), matrices))
 
 
 def identical_pairs(layers_a, centrings_a, layers_b, centrings_b, within: bool) -> np.ndarray:
@@ -311,33 +325,53 @@ class Null:
     biased: np.ndarray
 
 
-def _shuffled_cross_squared(x, centring_x, y, centring_y, order: np.ndarray, chunk_rows: int, dtype: str) -> float:
-    """||X^T Y[order]||_F^2: each chunk of X's rows against the rows of Y ``order`` puts beside them."""
-    xp = backend.namespace(x)
-    total = xp.zeros((x.shape[1], y.shape[1]), dtype=xp.float64, device=backend.device(x))
-    for start, stop in chunk_bounds(centring_x.n_rows, chunk_rows):
-        ours = centred_rows(x, centring_x, slice(start, stop), dtype)[0]
-        theirs = centred_rows(y, centring_y, order[start:stop], dtype)[0]
-        total += xp.astype(ours.T @ theirs, xp.float64)
+def _shuffled_cross_squared(rows_x, rows_y, n: int, order: np.ndarray, chunk_rows: int) -> float:
+    """||X^T Y[order]||_F^2: each chunk of X's centred rows (``rows_x(slice)``) against the centred rows of Y that
+    ``order`` puts beside them (``rows_y(positions)``), in float64 sums."""
+    total = None
+    for start, stop in chunk_bounds(n, chunk_rows):
+        ours = rows_x(slice(start, stop))
+        xp = backend.namespace(ours)
+        product = xp.astype(ours.T @ rows_y(order[start:stop]), xp.float64)
+        total = product if total is None else total + product
     return float(xp.sum(total * total))
 
 
+def _centred_layer(x, centring: Centring, chunk_rows: int, dtype: str):
+    """All of ``x``'s centred measured rows in ``dtype``, as one array of its namespace and device."""
+    xp = backend.namespace(x)
+    rows = xp.empty((centring.n_rows, x.shape[1]), dtype=backend.xp_dtype(xp, dtype), device=backend.device(x))
+    for start, stop, block, _ in centred_chunks(x, centring, chunk_rows, dtype):
+        rows[start:stop, :] = block
+    return rows
+
+
 def permutation_null(x, y, *, draws: int, seed, variant: str = "raw", keep=None, compute_dtype: str = "float32",
-                     chunk_rows: int = 16384) -> Null:  # fmt: skip
+                     chunk_rows: int = 16384, memory_mb: float = 2048) -> Null:  # fmt: skip
     """The row-permutation null of the pair (``x``, ``y``): ``draws`` permutations of y's measured rows from
     ``np.random.default_rng(seed)``, biased and debiased CKA of each (the same seed gives the same bytes).
-    Each layer's own sums are computed once; a draw costs one pass of X^T Y products."""
-    rows = _check_grid_arguments([x], [y], variant, keep, MEASURES, compute_dtype, chunk_rows, 1)
+    Each layer's own sums are computed once, and its centred rows held in ``compute_dtype`` when both fit
+    half of ``memory_mb`` (else centred again in every draw): a draw costs one pass of X^T Y products."""
+    rows = _check_grid_arguments([x], [y], variant, keep, MEASURES, compute_dtype, chunk_rows, memory_mb)
     if isinstance(draws, bool) or not isinstance(draws, (int, np.integer)) or draws < 1:
         raise ValueError(f"draws: a positive number of permutations; got {draws!r}")
     centring_x, centring_y = (layer_centring(layer, variant, rows, chunk_rows) for layer in (x, y))
     terms_x = layer_terms([x], [centring_x], chunk_rows, compute_dtype)
     terms_y = layer_terms([y], [centring_y], chunk_rows, compute_dtype)
-    rng, n = np.random.default_rng(seed), centring_x.n_rows
+    n = centring_x.n_rows
+    if n * (x.shape[1] + y.shape[1]) * backend.itemsize(compute_dtype) <= memory_mb * 2**20 / 2:
+        held_x, held_y = (
+            _centred_layer(u, c, chunk_rows, compute_dtype) for u, c in ((x, centring_x), (y, centring_y))
+        )
+        rows_x, rows_y = (lambda select: held_x[select, :]), (lambda positions: backend.take_rows(held_y, positions))
+    else:
+        rows_x = lambda select: centred_rows(x, centring_x, select, compute_dtype)[0]  # noqa: E731
+        rows_y = lambda positions: centred_rows(y, centring_y, positions, compute_dtype)[0]  # noqa: E731
+    rng = np.random.default_rng(seed)
     cross_squared, row_products = np.empty(draws), np.empty(draws)
     for draw in range(draws):
         order = rng.permutation(n)
-        cross_squared[draw] = _shuffled_cross_squared(x, centring_x, y, centring_y, order, chunk_rows, compute_dtype)
+        cross_squared[draw] = _shuffled_cross_squared(rows_x, rows_y, n, order, chunk_rows)
         row_products[draw] = terms_x.row_squared[:, 0] @ terms_y.row_squared[order, 0]
     biased, debiased = (values.reshape(-1) for values in _cka(cross_squared, row_products, terms_x, terms_y, n))
     sd = lambda values: float(np.std(values, ddof=1)) if draws > 1 else float("nan")  # noqa: E731
