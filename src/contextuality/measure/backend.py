@@ -5,9 +5,10 @@ streamed massive activations of ``rogue``) is written once against the array API
 ``array_api_compat`` (as scikit-learn and SciPy do): ``xp = namespace(X)`` is numpy's namespace for a
 numpy array and torch's for a tensor, on whatever device the tensor lives. This module gives the few
 things the standard lacks, each for both backends: ``einsum`` (both libraries have it, with the same
-subscripts), the order-preserving magnitude keys of float16 values (a bit view), host copies, dtypes by
-name, and index arrays moved to the data's device. Everything the engine computes on a host copy
-(seeded draws, eigen-solves of d x d matrices, the tables) stays plain numpy.
+subscripts), the k largest keys of each row (``top_k``), the order-preserving magnitude keys of float16
+values (a bit view), host copies, dtypes by name, and index arrays moved to the data's device. Everything
+the engine computes on a host copy (seeded draws, eigen-solves of d x d matrices, the tables) stays
+plain numpy.
 """
 
 from __future__ import annotations
@@ -116,6 +117,17 @@ def squared_norms(Y):
     if isinstance(Y, np.ndarray):
         return np.vecdot(Y, Y)
     return (Y * Y).sum(dim=-1)
+
+
+def top_k(keys, k: int):
+    """The column positions of the ``k`` largest entries of each row of ``keys`` (2-D), largest first: numpy's
+    argpartition and a sort of those k, or torch's ``topk`` (not in the array API standard). Equal keys may
+    come in either order: distinct keys give one answer on both backends."""
+    if not isinstance(keys, np.ndarray):
+        return _torch().topk(keys, k, dim=1, largest=True, sorted=True).indices
+    largest = np.argpartition(keys, keys.shape[1] - k, axis=1)[:, keys.shape[1] - k :]
+    order = np.argsort(np.take_along_axis(keys, largest, axis=1), axis=1)[:, ::-1]
+    return np.take_along_axis(largest, order, axis=1)
 
 
 def magnitude_keys(x):

@@ -7,6 +7,14 @@ occurrence matrix (spec 4.3: ``mev_truncated_svd``, ``mev_literal``, ``mev_cente
 in ``exact_baseline``) and the bootstrap interval of a mean (``bootstrap_ci``). Also the row helpers the
 other definitions share (``row_norms``, ``unit_rows``, ``sentence_rows``, ``row_blocks``).
 
+Representation similarity by its textbook definitions (spec similarity-atlas 4.1), the known answers of the
+streamed engine (``similarity``), O(n^2) in memory (n up to a few thousand): linear CKA from the n x n Gram
+matrices (Kornblith et al. 2019: ``cka_biased_gram``; with Song et al.'s 2012 unbiased HSIC, eq. 5, on the
+uncentred Grams with zeroed diagonals: ``cka_debiased_gram``), the Procrustes angle from the explicit
+orthogonal map (Williams et al. 2021: ``procrustes_angle_direct``), mutual k-NN from the full cosine matrix
+(Huh et al. 2024: ``mutual_knn_brute``), and a layer's rows under each of the engine's variants
+(``variant_rows``).
+
 Every function takes numpy arrays (any float dtype, float16 included) and computes in float64.
 Nothing here reads or writes files. Words are handled many at a time: an occurrence matrix holds the
 rows of several words one after another, and ``group_starts`` gives the first row of each word's block
@@ -224,3 +232,89 @@ def bootstrap_ci(
         batch=max(1, (1 << 22) // len(values)),
     )
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+# Representation similarity (spec similarity-atlas 4.1)
+
+
+def _float64(X) -> np.ndarray:
+    return np.asarray(X, dtype=np.float64)
+
+
+def _centred(X) -> np.ndarray:
+    X = _float64(X)
+    return X - X.mean(axis=0)
+
+
+def variant_rows(X, variant: str = "raw", keep=None) -> np.ndarray:
+    """The rows a variant measures, in float64, not centred: ``raw`` the rows; ``unit_rows`` each row at unit
+    norm (a zero row stays zero); ``standardize`` each dimension divided by its standard deviation (a
+    constant one set to 0); ``no_massive`` (or any ``keep``) only the rows where ``keep`` is True."""
+    X = _float64(X)
+    if keep is not None:
+        X = X[np.asarray(keep, dtype=bool)]
+    if variant == "unit_rows":
+        return unit_rows(X)
+    if variant == "standardize":
+        sd = X.std(axis=0)
+        return X / np.where(sd > 0, sd, np.inf)
+    return X
+
+
+def cka_biased_gram(X, Y) -> float:
+    """tr(K H L H) / sqrt(tr(K H K H) tr(L H L H)), K = X X^T and L = Y Y^T uncentred, H the centring matrix."""
+    X, Y = _float64(X), _float64(Y)
+    n = len(X)
+    H = np.eye(n) - 1.0 / n
+    KH, LH = (X @ X.T) @ H, (Y @ Y.T) @ H
+    trace = lambda A, B: np.sum(A * B.T)  # tr(A B) without forming A B  # noqa: E731
+    return float(trace(KH, LH) / np.sqrt(trace(KH, KH) * trace(LH, LH)))
+
+
+def hsic_unbiased(K, L) -> float:
+    """Song et al. (2012) eq. 5: [tr(K~ L~) + 1^T K~ 1 1^T L~ 1 / ((n-1)(n-2)) - 2/(n-2) 1^T K~ L~ 1] / (n (n-3)),
+    K~ and L~ the Gram matrices with their diagonals set to zero."""
+    n = len(K)
+    K, L = K - np.diag(np.diag(K)), L - np.diag(np.diag(L))
+    ones = np.ones(n)
+    value = np.sum(K * L.T) + ones @ K @ ones * (ones @ L @ ones) / ((n - 1) * (n - 2))  # tr(K~ L~) first
+    value -= 2.0 / (n - 2) * (ones @ K @ (L @ ones))
+    return float(value / (n * (n - 3)))
+
+
+def cka_debiased_gram(X, Y) -> float:
+    """hsic(K, L) / sqrt(hsic(K, K) hsic(L, L)) with Song et al.'s unbiased HSIC on the uncentred linear Grams;
+    NaN when a self term is <= 0."""
+    X, Y = _float64(X), _float64(Y)
+    K, L = X @ X.T, Y @ Y.T
+    self_x, self_y = hsic_unbiased(K, K), hsic_unbiased(L, L)
+    if self_x <= 0 or self_y <= 0:
+        return float("nan")
+    return hsic_unbiased(K, L) / float(np.sqrt(self_x * self_y))
+
+
+def procrustes_angle_direct(X, Y) -> float:
+    """The angle between centred X and Y, each scaled to unit Frobenius norm, after the orthogonal map Q that
+    brings Y closest to X (Schoenemann's solution: Y^T X = U S V^T, Q = U V^T; the narrower side zero-padded
+    to the wider): arccos <X, Y Q>."""
+    X, Y = _centred(X), _centred(Y)
+    width = max(X.shape[1], Y.shape[1])
+    X = np.pad(X, ((0, 0), (0, width - X.shape[1]))) / np.linalg.norm(X)
+    Y = np.pad(Y, ((0, 0), (0, width - Y.shape[1]))) / np.linalg.norm(Y)
+    U, _, Vt = np.linalg.svd(Y.T @ X)
+    return float(np.arccos(np.clip(np.sum(X * (Y @ (U @ Vt))), -1.0, 1.0)))
+
+
+def knn_brute(X, k: int) -> np.ndarray:
+    """Each row's k nearest rows by cosine of the centred rows (itself excluded; a zero row's cosines are 0),
+    most similar first, ties to the lower row index: from the full n x n cosine matrix."""
+    U = unit_rows(_centred(X))
+    cosines = U @ U.T
+    np.fill_diagonal(cosines, -np.inf)
+    return np.argsort(-cosines, axis=1, kind="stable")[:, :k]
+
+
+def mutual_knn_brute(X, Y, k: int) -> float:
+    """The mean over rows of |N_k^X(i) & N_k^Y(i)| / k (Huh et al. 2024), neighbours by ``knn_brute``."""
+    a, b = knn_brute(X, k), knn_brute(Y, k)
+    return float(np.mean(np.sum(a[:, :, None] == b[:, None, :], axis=(1, 2))) / k)
