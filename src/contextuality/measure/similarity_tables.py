@@ -140,18 +140,22 @@ def variant_rows(
 
 
 def _grid(layers_a, layers_b, pairs, *, variant, keep, settings, memory_mb):
-    """The engine's grid over every pair, or (``pairs: diagonal``) pair by pair into a grid of NaN elsewhere."""
+    """The engine's grid over every pair, or (``pairs: diagonal``) pair by pair into a grid of NaN elsewhere.
+    Mutual k-NN is not the grid's: its neighbours are found once per layer (``knn_of_layers``) and reused."""
     measures = tuple(measure for measure in GRID_MEASURES if measure in settings.measures)
     options = dict(variant=variant, keep=keep, measures=measures, compute_dtype=settings.compute_dtype,
                    chunk_rows=settings.chunk_rows, memory_mb=memory_mb)  # fmt: skip
     if settings.pairs == "all":
         return engine.layer_grid(layers_a, layers_b, **options)
-    n_b = len(layers_a if layers_b is None else layers_b)
-    grid = engine.empty_grid(len(layers_a), n_b)
+    others = layers_a if layers_b is None else layers_b
+    grid = None
     for a, b in pairs:
-        other = layers_a[b] if layers_b is None else layers_b[b]
-        single = engine.layer_grid([layers_a[a]], None if layers_b is None and a == b else [other], **options)
-        grid.put(a, b, single)
+        # a layer with itself is the within grid of one layer: exactly 1 and 0
+        single = engine.layer_grid([layers_a[a]], None if layers_b is None and a == b else [others[b]], **options)
+        grid = grid or engine.Grid.empty((len(layers_a), len(others)), single.n)
+        for name in ("cka_biased", "cka_debiased", "procrustes_angle", "procrustes_distance"):
+            getattr(grid, name)[a, b] = getattr(single, name)[0, 0]
+        grid.notes.update({(a, b): text for text in single.notes.values()})
     return grid
 
 
