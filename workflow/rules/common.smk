@@ -439,7 +439,9 @@ def similarity_sample_params(wildcards):
 
 def pair_files(pattern, wildcards):
     """``pattern`` of the wildcards' corpus for model_a, then model_b."""
-    return [layout.path(pattern, corpus=wildcards.corpus, model=model) for model in (wildcards.model_a, wildcards.model_b)]
+    return [
+        layout.path(pattern, corpus=wildcards.corpus, model=model) for model in (wildcards.model_a, wildcards.model_b)
+    ]
 
 
 def similarity_mem_mb(sample_paths, attempt):

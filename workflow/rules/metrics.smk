@@ -20,9 +20,9 @@ if SETTINGS.metrics.device.on_device:
             # the similarity stage's rows: the job gathers their sample from each resident layer
             similarity_rows=layout.SIMILARITY_ROWS if SETTINGS.similarity.enabled else [],
         output:
+            **({"sample": layout.DEVICE_SAMPLE} if SETTINGS.similarity.enabled else {}),
             layers=layout.DEVICE_PART,
             record=layout.DEVICE_RECORD,
-            **({"sample": layout.DEVICE_SAMPLE} if SETTINGS.similarity.enabled else {}),
         log:
             layout.MEASURE_MODEL_LOG,
         benchmark:

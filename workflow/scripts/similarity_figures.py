@@ -14,5 +14,7 @@ with expected_errors(StoreError):
         paths = {ext: snakemake.output[f"{model}_{ext}"] for ext in FORMATS}
         draw_model_similarity(read_table(path), labels.get(model, model), paths)
     draw_pairs_similarity(
-        [read_table(path) for path in snakemake.input.pairs], labels, {ext: snakemake.output[f"pairs_{ext}"] for ext in FORMATS}
+        [read_table(path) for path in snakemake.input.pairs],
+        labels,
+        {ext: snakemake.output[f"pairs_{ext}"] for ext in FORMATS},
     )

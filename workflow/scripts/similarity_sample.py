@@ -12,7 +12,10 @@ model, out = snakemake.wildcards.model, Path(snakemake.output.sample)
 with expected_errors(StoreError):
     if "parts" in snakemake.input.keys():
         run_similarity_sample_from_parts(
-            model=model, rows_path=Path(snakemake.input.rows), part_paths=list(map(Path, snakemake.input.parts)), out=out
+            model=model,
+            rows_path=Path(snakemake.input.rows),
+            part_paths=list(map(Path, snakemake.input.parts)),
+            out=out,
         )
     else:
         run_similarity_sample_from_store(

@@ -307,7 +307,7 @@ class SimilaritySettings:
     max_rows: int | None
     knn_rows: int
     knn_k: int
-    measures: tuple[str, ...]
+    measures: tuple[str, ...]  # sorted, as variants: the order they are written in changes nothing
     variants: tuple[str, ...]
     pairs: str
     null_draws: int
@@ -316,9 +316,7 @@ class SimilaritySettings:
     chunk_rows: int
 
     def pooling_of(self, model: ModelSettings) -> str:
-        """How a model's sample pools a word's pieces: a subword-indexed model's by ``subword_pooling``
-        (``model``: the model's own ``pooling``); a word-indexed model stores one row per word, taken as
-        stored ("first")."""
+        """How a model's sample pools a word's pieces (a word-indexed model's one row per word: as stored)."""
         if model.indexing != "subword":
             return "first"
         return model.pooling if self.subword_pooling == "model" else self.subword_pooling
@@ -345,8 +343,7 @@ class Settings:
         """The settings of a config validated against the schema (so every key is present)."""
         extraction = _take(ExtractionSettings, config["extraction"])
         corpus = _corpus(config["corpus"], config["corpus"]["name"])
-        metrics = config["metrics"]
-        static = config["static"]
+        metrics, static, similarity = config["metrics"], config["static"], config["similarity"]
         return cls(
             seed=config["seed"],
             corpus=corpus,
@@ -362,21 +359,16 @@ class Settings:
             figures=_take(FigureSettings, config["figures"]),
             static=_take(StaticSettings, static, baselines=dict(sorted(static["baselines"].items()))),
             senses=_take(SenseSettings, config["senses"]),
-            similarity=_take(SimilaritySettings, config["similarity"], measures=tuple(sorted(config["similarity"]["measures"])),
-                             variants=tuple(sorted(config["similarity"]["variants"]))),
+            similarity=_take(SimilaritySettings, similarity, measures=tuple(sorted(similarity["measures"])),
+                             variants=tuple(sorted(similarity["variants"]))),
         )  # fmt: skip
 
     def plan(self, key: str) -> PlanSettings:
         """The plan job's settings for model ``key``."""
-        model = self.models[key]
-        return PlanSettings(
-            indexing=model.indexing,
-            tokenization=model.tokenization,
-            max_length=model.max_length,
-            max_length_policy=self.extraction.max_length_policy,
-            min_occurrences=self.words.min_occurrences,
-            count=self.words.count,
-        )
+        model, words = self.models[key], self.words
+        return PlanSettings(indexing=model.indexing, tokenization=model.tokenization, max_length=model.max_length,
+                            max_length_policy=self.extraction.max_length_policy,
+                            min_occurrences=words.min_occurrences, count=words.count)  # fmt: skip
 
     @property
     def store_needed_by(self) -> list[str]:
@@ -434,7 +426,7 @@ def _model(key: str, entry: dict, extraction: ExtractionSettings, seed: int) -> 
                   seed=seed if entry["source"] == "random" else None)  # fmt: skip
     return _take(
         ModelSettings, entry, key=key, build=build, label=entry["label"] or key,
-        training="random" if entry["source"] == "random" else entry["training"] or "unknown",
+        training=entry["training"] or ("random" if build.seed is not None else "unknown"),  # seeded: a random model
         batch_size=entry["batch_size"] or extraction.batch_size, n_shards=entry["n_shards"] or extraction.n_shards,
         max_batch_tokens=entry["max_batch_tokens"] or extraction.max_batch_tokens,
     )  # fmt: skip

@@ -231,7 +231,9 @@ def measure_model(
         model_key=model_key, log=log, sample=sample, gathered=gathered,
     )  # fmt: skip
     if sample is not None:
-        sample.write(gathered, model=model_key, n_layers=loaded.n_layers, provenance_sha256=provenance_module.digest(provenance))
+        sample.write(
+            gathered, model=model_key, n_layers=loaded.n_layers, provenance_sha256=provenance_module.digest(provenance)
+        )
     planned_peak = groups.reserve_bytes + max(map(len, groups.groups), default=0) * groups.layer_bytes
     figures = {
         "device": str(device), "layers": layers, "groups": groups.groups, "n_layers": loaded.n_layers, "rows": n_rows,

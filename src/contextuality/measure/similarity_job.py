@@ -29,7 +29,7 @@ from contextuality.measure.similarity_sample import (
     sample_dtype,
     write_sample,
 )
-from contextuality.store.files import StoreError
+from contextuality.store.files import StoreError, layer_name
 
 LOG = logging.getLogger(__name__)
 _LEASES = []  # a GPU lease is held for the job's life (the kernel frees it when the process ends)
@@ -57,7 +57,9 @@ def run_similarity_rows(
 ) -> dict:
     """rows.parquet and rows.json of a corpus: its indexed occurrences every model stores."""
     stored = {model: joined.model_words(pd.read_parquet(path), model, path) for model, path in sorted(units.items())}
-    flags = {model: pd.read_parquet(path, columns=["sentence_id", "truncated", "skipped"]) for model, path in tokens.items()}
+    flags = {
+        model: pd.read_parquet(path, columns=["sentence_id", "truncated", "skipped"]) for model, path in tokens.items()
+    }
     rows, record = joined.common_rows(pd.read_parquet(word_index), stored, flags, seed)
     if len(rows) < 4:
         raise StoreError(
@@ -86,7 +88,9 @@ def run_similarity_sample_from_store(
     rows = joined.read_rows(rows_path, [model])
     first, pieces = joined.sample_rows(rows, model, joined.sample_size(len(rows), max_rows))
     if len(layer_paths) != manifest["n_layers"]:
-        raise StoreError(f"{manifest_path}: lists {manifest['n_layers']} layers, but the job was given {len(layer_paths)}")
+        raise StoreError(
+            f"{manifest_path}: lists {manifest['n_layers']} layers, but the job was given {len(layer_paths)}"
+        )
     if len(first) and int((first + pieces).max()) > manifest["rows"]:
         raise StoreError(f"{rows_path}: names rows beyond the {manifest['rows']} of {manifest_path} (made from another "
                          "plan); delete it and rerun snakemake")  # fmt: skip
@@ -160,7 +164,7 @@ def run_similarity_model(
         keep = tables.keep_mask(variant, layers, None)
         knn = tables.knn_of_layers(layers, variant, keep, settings)
         if knn is not None and variant != "no_massive":  # no_massive's rows depend on the pair: not kept
-            neighbours |= {f"{variant}_layer_{layer:02d}": indices for layer, indices in enumerate(knn)}
+            neighbours |= {f"{variant}_{layer_name(layer)}": indices for layer, indices in enumerate(knn)}
         parts.append(tables.variant_rows(layers, None, variant=variant, settings=settings, seed=seed,
                                          memory_mb=memory_mb, knn_a=knn, knn_b=knn, keep=keep))  # fmt: skip
     table = tables.finish_table(parts, corpus=corpus, model_a=model, n_a=len(layers), model_b=model, n_b=len(layers))
@@ -186,7 +190,10 @@ def run_similarity_pair(
             neighbours_a = tables.knn_of_layers(layers_a, variant, keep, settings)
             neighbours_b = tables.knn_of_layers(layers_b, variant, keep, settings)
         else:
-            neighbours_a, neighbours_b = _stored_knn(knn_a, variant, len(layers_a)), _stored_knn(knn_b, variant, len(layers_b))
+            neighbours_a, neighbours_b = (
+                _stored_knn(knn_a, variant, len(layers_a)),
+                _stored_knn(knn_b, variant, len(layers_b)),
+            )
         parts.append(tables.variant_rows(layers_a, layers_b, variant=variant, settings=settings, seed=seed,
                                          memory_mb=memory_mb, knn_a=neighbours_a, knn_b=neighbours_b, keep=keep))  # fmt: skip
     table = tables.finish_table(parts, corpus=corpus, model_a=model_a, n_a=len(layers_a), model_b=model_b,
@@ -196,7 +203,7 @@ def run_similarity_pair(
 
 
 def _stored_knn(knn: dict, variant: str, n_layers: int) -> list[np.ndarray] | None:
-    names = [f"{variant}_layer_{layer:02d}" for layer in range(n_layers)]
+    names = [f"{variant}_{layer_name(layer)}" for layer in range(n_layers)]
     return [knn[name] for name in names] if all(name in knn for name in names) else None
 
 

@@ -21,7 +21,7 @@ from contextuality.core.atomic import atomic_path
 from contextuality.core.digest import sha256_of
 from contextuality.measure import backend
 from contextuality.measure import similarity_join as joined
-from contextuality.store.files import StoreError, create_checked, open_complete, read_checked
+from contextuality.store.files import StoreError, create_checked, layer_name, open_complete, read_checked
 
 POOLINGS = ("mean", "first", "last")
 # Rows read from a layer file at a time while gathering (about 64 MB of a 1,024-dim float32 layer)
@@ -47,7 +47,9 @@ def gather(layer, first: np.ndarray, pieces: np.ndarray, pooling: str, dtype: st
         return xp.astype(backend.take_rows(layer, first + pieces - 1), backend.dtype(xp, dtype))
     # mean: every piece's row, summed per word in float32 (segments of consecutive rows), then divided
     word_of_piece = np.repeat(np.arange(len(first)), pieces)
-    piece_rows = np.repeat(first, pieces) + (np.arange(len(word_of_piece)) - np.repeat(np.cumsum(pieces) - pieces, pieces))
+    piece_rows = np.repeat(first, pieces) + (
+        np.arange(len(word_of_piece)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    )
     rows = xp.astype(backend.take_rows(layer, piece_rows), backend.dtype(xp, dtype))
     sums = xp.zeros((len(first), rows.shape[1]), dtype=rows.dtype, **_on(layer))
     sums = _index_add(sums, backend.index(word_of_piece, layer), rows)
@@ -91,7 +93,7 @@ def write_sample(path: Path, layers: dict[int, np.ndarray], attrs: dict) -> None
     """``sample.h5``: ``layer_{LL}`` per layer (checksummed chunks), the attributes, then ``complete``."""
     with atomic_path(path) as tmp, h5py.File(tmp, "w", track_order=True) as handle:
         for layer, rows in sorted(layers.items()):
-            create_checked(handle, f"layer_{layer:02d}", rows.shape, rows.dtype, data=rows)
+            create_checked(handle, layer_name(layer), rows.shape, rows.dtype, data=rows)
         for key, value in attrs.items():
             handle.attrs[key] = value
         handle.attrs["n_layers_in_file"] = len(layers)
@@ -107,7 +109,7 @@ def read_sample(path: str | Path, *, model: str, rows_digest: str, n_rows: int, 
         if problem:
             raise StoreError(f"{path}: {problem}; delete it and rerun snakemake to gather the sample again")
         names = sorted(name for name in handle if name.startswith("layer_"))
-        chosen = names if layers is None else [f"layer_{layer:02d}" for layer in layers]
+        chosen = names if layers is None else [layer_name(layer) for layer in layers]
         return [read_checked(handle[name], Path(path)) for name in chosen], attrs
 
 
@@ -118,7 +120,7 @@ def _sample_problem(handle, attrs: dict, *, model: str, rows_digest: str, n_rows
         return (f"was gathered from other rows (rows_sha256 {str(attrs.get('rows_sha256'))[:12]}...) than this run's "
                 f"rows.parquet ({rows_digest[:12]}...): the models' rows would not be the same occurrences")  # fmt: skip
     names = sorted(name for name in handle if name.startswith("layer_"))
-    if names != [f"layer_{layer:02d}" for layer in range(int(attrs.get("n_layers", -1)))]:
+    if names != [layer_name(layer) for layer in range(int(attrs.get("n_layers", -1)))]:
         return f"holds {len(names)} layer datasets, but the model has {attrs.get('n_layers')} layers"
     shapes = {handle[name].shape[0] for name in names}
     if shapes != {n_rows}:

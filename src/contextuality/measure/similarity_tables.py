@@ -155,7 +155,8 @@ def _grid(layers_a, layers_b, pairs, *, variant, keep, settings, memory_mb):
         grid = grid or engine.Grid.empty((len(layers_a), len(others)), single.n)
         for name in ("cka_biased", "cka_debiased", "procrustes_angle", "procrustes_distance"):
             getattr(grid, name)[a, b] = getattr(single, name)[0, 0]
-        grid.notes.update({(a, b): text for text in single.notes.values()})
+        if single.notes:
+            grid.notes[(a, b)] = "; ".join(single.notes.values())
     return grid
 
 
@@ -189,7 +190,9 @@ def _with_null(table, layers_a, layers_b, *, variant, keep, settings: Similarity
     return table
 
 
-def finish_table(parts: list[pd.DataFrame], *, corpus: str, model_a: str, n_a: int, model_b: str, n_b: int) -> pd.DataFrame:
+def finish_table(
+    parts: list[pd.DataFrame], *, corpus: str, model_a: str, n_a: int, model_b: str, n_b: int
+) -> pd.DataFrame:
     """The variants' rows as one table in TABLE_COLUMNS order, sorted by variant, layer_a, layer_b."""
     table = pd.concat(parts, ignore_index=True)
     table["corpus"], table["model_a"], table["model_b"] = corpus, model_a, model_b
