@@ -115,7 +115,7 @@ def read_sample(path: str | Path, *, model: str, rows_digest: str, n_rows: int, 
 
 def _sample_problem(handle, attrs: dict, *, model: str, rows_digest: str, n_rows: int) -> str | None:
     if attrs.get("model") != model:
-        return f"is model {attrs.get('model')!r}'s sample, not {model!r}'s"
+        return f"is the sample of model {attrs.get('model')!r}, not of {model!r}"
     if attrs.get("rows_sha256") != rows_digest:
         return (f"was gathered from other rows (rows_sha256 {str(attrs.get('rows_sha256'))[:12]}...) than this run's "
                 f"rows.parquet ({rows_digest[:12]}...): the models' rows would not be the same occurrences")  # fmt: skip
