@@ -14,6 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from contextuality.report.figure_files import save_figure  # noqa: E402
 from contextuality.report.figures import DPI, plain_text  # noqa: E402
@@ -50,6 +51,8 @@ def _heat(ax, grid: np.ndarray, title: str, xlabel: str, ylabel: str, scale: tup
     ax.set_xlabel(plain_text(xlabel), fontsize=8)
     ax.set_ylabel(plain_text(ylabel), fontsize=8)
     ax.tick_params(labelsize=7)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     return image
 
 
@@ -67,7 +70,7 @@ def draw_model_similarity(table: pd.DataFrame, label: str, paths: dict) -> None:
     for ax, (measure, variant, title) in zip(axes[0], panels):
         grid = grid_of(table, measure, variant, mirror=True)
         image = _heat(ax, grid, title, "layer", "layer", _scale(measure, grid))
-        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04).ax.tick_params(labelsize=7)
     n = int(table["n"].iloc[0]) if len(table) else 0
     fig.suptitle(plain_text(f"{label}: layer against layer ({n:,} word occurrences)"), fontsize=10)
     fig.tight_layout()
@@ -94,7 +97,7 @@ def draw_pairs_similarity(tables: list[pd.DataFrame], labels: dict[str, str], pa
             best = table[(table["variant"] == variant) & (table["best_for_a"] == 1)]
             if measure == "cka_debiased" and len(best):
                 ax.plot(best["layer_b"], best["layer_a"], "o", color="white", markersize=3, markeredgecolor="black")
-            fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+            fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04).ax.tick_params(labelsize=7)
     fig.suptitle("Across models: each layer of one against each layer of the other", fontsize=10)
     fig.tight_layout()
     save_figure(fig, paths, dpi=DPI)

@@ -32,6 +32,10 @@ HDF5_OVERHEAD = 1.002
 SENSE_SENTENCES_PER_TYPE = 6.2
 SENSE_TYPES = 2206  # (lemma, POS) types with examples in two or more senses that occur in STS (senses.max_lemmas: null)
 MEASURED_VALUES_PER_S = 1e7  # stored values a second, on 2 CPU cores
+# The similarity stage: n_sample x (every layer's dims, summed over the models)^2 flop of products per variant
+# (within-model pairs counted once, pairs of models in full) at float32 GEMM's rate on 2 idle CPU cores
+SIMILARITY_FLOP_PER_S = 4e10
+INDEXED_PER_SENTENCE = 10.0  # the word index's occurrences per STS sentence (about 250,000 of 25,088 sentences)
 SENSES_SHARE = 0.24
 JOB_START_S = 6.0
 CALIBRATION_CORES = 2
@@ -71,6 +75,8 @@ class ModelNeed:
 class RunNeed:
     models: list[ModelNeed] = field(default_factory=list)
     written_bytes: int = 0  # store files already there (a rerun writes only the rest)
+    similarity_bytes: int = 0  # the similarity stage's samples (every model's rows of every corpus's sample)
+    similarity_seconds: float = 0.0
     sentences_assumed: bool = False  # a corpus read by a job: STS's size assumed until it is
     jobs: int = 0
 
@@ -92,7 +98,7 @@ class RunNeed:
 
     @property
     def seconds(self) -> float:
-        return sum(m.seconds for m in self.models) + JOB_START_S * self.jobs
+        return sum(m.seconds for m in self.models) + self.similarity_seconds + JOB_START_S * self.jobs
 
 
 def _parquet_rows(path: str | Path) -> int | None:
@@ -186,7 +192,27 @@ def run_need(settings: Settings) -> RunNeed:
             folder = Path(layout.path(layout.SHARD, corpus=corpus, model=key, shard=0)).parent
             if folder.is_dir():
                 need.written_bytes += sum(path.stat().st_size for path in folder.glob("shard_*.h5"))
+    if settings.similarity.enabled:
+        _add_similarity(need, settings, {name: n for name, (n, _) in counted.items()})
     return need
+
+
+def _add_similarity(need: RunNeed, settings: Settings, sentences: dict[str, int]) -> None:
+    """The similarity stage's samples (disk), products (time) and jobs, for every measured corpus."""
+    import numpy as np
+
+    shapes = {key: model_shape(model)[0] for key, model in settings.models.items()}
+    widths = sum(layers * dim for layers, dim in shapes.values())
+    for n_sentences in sentences.values():
+        common = int(n_sentences * INDEXED_PER_SENTENCE)
+        n = common if settings.similarity.max_rows is None else min(common, settings.similarity.max_rows)
+        for key, (layers, dim) in shapes.items():
+            pooled = settings.models[key].indexing == "subword"
+            itemsize = 4 if pooled else np.dtype(settings.extraction.storage_dtype).itemsize
+            need.similarity_bytes += int(n * layers * dim * itemsize * HDF5_OVERHEAD)
+        need.similarity_seconds += n * widths**2 * len(settings.similarity.variants) / SIMILARITY_FLOP_PER_S
+        need.jobs += 1 + 2 * len(shapes) + len(shapes) * (len(shapes) - 1) // 2
+    need.jobs += 2  # the heat maps and the atlas
 
 
 def _duration(seconds: float) -> str:
@@ -212,6 +238,8 @@ def estimate_line(settings: Settings, need: RunNeed, cores: int | None, free: in
         parts.append(disk)
     else:
         parts.append("stores no vectors (extraction.store)")
+    if need.similarity_bytes:
+        parts.append(f"its similarity samples take about {_size(need.similarity_bytes)}")
     cores = max(int(cores or 1), 1)
     seconds = need.seconds * CALIBRATION_CORES / cores
     where = f"{cores} CPU core{'s' if cores > 1 else ''}" + (
