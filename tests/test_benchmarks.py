@@ -174,3 +174,14 @@ def test_self_similarity_check_on_the_smoke_store(smoke_run):
     printed = python("self_similarity_check.py", "--embeddings", smoke_run / "results/embeddings/sts/tiny-gpt2", "--metrics",
                      smoke_run / "results/metrics/sts/tiny-gpt2")  # fmt: skip
     assert "0 word-layers above 1e-05" in printed and "the run's tables: largest difference" in printed
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_bench_similarity_on_a_few_rows(backend):
+    """benchmarks/bench_similarity.py on 600 rows and two layers per model: every stage's line, the total, the
+    peak RSS and the load average."""
+    out = python("bench_similarity.py", "--rows", "600", "--knn-rows", "200", "--layers", "2", "--draws", "2",
+                 "--backend", backend)  # fmt: skip
+    has_lines(out, "synthetic layers: 600 rows", "[raw] (w1) within MiniLM:", "[unit_rows] (w1) within MiniLM:",
+              f"stage total ({backend}, raw, unit_rows):", "peak RSS:", "load average before:")  # fmt: skip
+    assert value(out, r"\(n\) nulls, 2 x 2 draws: +([\d.]+) s") >= 0

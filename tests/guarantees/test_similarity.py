@@ -123,6 +123,17 @@ def test_1_streamed_form_equals_the_gram_references(reference_tables, backend, v
     assert_grid_matches(across, across_table, TOLERANCE[compute_dtype], within=False)
 
 
+@pytest.mark.parametrize("variant", ["raw", "unit_rows"])
+def test_1_numpy_and_torch_give_the_same_grid(models, variant):
+    """float64 products: every measure within 1e-10 of the other backend's, the k-NN overlaps equal."""
+    a, b = models
+    grids = [layer_grid(on(backend, a), on(backend, b), variant=variant, compute_dtype="float64", knn_k=5)
+             for backend in BACKENDS]  # fmt: skip
+    for name in ("cka_biased", "cka_debiased", "procrustes_angle", "procrustes_distance"):
+        np.testing.assert_allclose(getattr(grids[1], name), getattr(grids[0], name), atol=1e-10, rtol=0, err_msg=name)
+    np.testing.assert_array_equal(grids[1].mutual_knn, grids[0].mutual_knn)
+
+
 def test_1_the_mask_is_the_massive_rows(reference_tables):
     keep = reference_tables["no_massive"][2]
     np.testing.assert_array_equal(np.flatnonzero(~keep), np.arange(N_ROWS)[MASSIVE_ROWS])

@@ -128,8 +128,8 @@ def _cka(cross_squared, row_products, a: LayerTerms, b: LayerTerms, n: int):
 def block_plan(widths_a, widths_b, *, within: bool, chunk_rows: int, itemsize: int, memory_mb: float):
     """Consecutive blocks [ℓ0, ℓ1) of A's layers, each as many as ``memory_mb`` holds (at least one): per layer
     of the block, its rows of the float64 accumulator (d_ℓ x the B columns: for a model with itself, its
-    layers from ℓ0 on) and its centred chunk (twice: the layer's, then the block's); beside them one B
-    layer's chunk (float64 and compute copies) and one product (compute and float64 copies)."""
+    layers from ℓ0 on), its columns of the block's centred chunk and of one product (compute and float64
+    copies); beside them one layer's chunk being centred (float64 and compute copies)."""
     budget, widest = memory_mb * 2**20, max(*widths_a, *widths_b)
     fixed = chunk_rows * widest * (8 + itemsize)
     blocks, first = [], 0
@@ -137,7 +137,7 @@ def block_plan(widths_a, widths_b, *, within: bool, chunk_rows: int, itemsize: i
         columns = sum(widths_b[first:] if within else widths_b)
         last, used = first, fixed
         while last < len(widths_a):
-            cost = widths_a[last] * (columns * 8 + 2 * chunk_rows * itemsize + widest * (8 + itemsize))
+            cost = widths_a[last] * (columns * 8 + chunk_rows * itemsize + widest * (8 + itemsize))
             if last > first and used + cost > budget:
                 break
             used, last = used + cost, last + 1
@@ -147,23 +147,24 @@ def block_plan(widths_a, widths_b, *, within: bool, chunk_rows: int, itemsize: i
 
 
 def _block_products(layers_a, centrings_a, layers_b, centrings_b, block, b_first, chunk_rows, dtype, within):
-    """X_ℓ^T [Y_m for m >= b_first] for the A layers ℓ of ``block``, summed over chunks in float64 (on the host)."""
+    """X_ℓ^T [Y_m for m >= b_first] for the A layers ℓ of ``block``, summed over chunks in float64 (on the host),
+    and the first column of each layer of the block (rows) and of B (columns)."""
     first, last = block
-    widths_a = [x.shape[1] for x in layers_a[first:last]]
-    starts_a = np.concatenate([[0], np.cumsum(widths_a)])
-    starts_b = np.concatenate([[0], np.cumsum([y.shape[1] for y in layers_b[b_first:]])])
-    xp = backend.namespace(layers_a[0])
-    total = xp.zeros((int(starts_a[-1]), int(starts_b[-1])), dtype=xp.float64, device=backend.device(layers_a[0]))
+    starts_a = np.concatenate([[0], np.cumsum([x.shape[1] for x in layers_a[first:last]])]).tolist()
+    starts_b = np.concatenate([[0], np.cumsum([y.shape[1] for y in layers_b[b_first:]])]).tolist()
+    xp, where = backend.namespace(layers_a[0]), backend.device(layers_a[0])
+    total = xp.zeros((starts_a[-1], starts_b[-1]), dtype=xp.float64, device=where)
     for start, stop in chunk_bounds(centrings_a[0].n_rows, chunk_rows):
         rows = slice(start, stop)
-        ours = [centred_rows(x, c, rows, dtype)[0] for x, c in zip(layers_a[first:last], centrings_a[first:last])]
-        ours = xp.concat(ours, axis=1) if len(ours) > 1 else ours[0]
+        ours = xp.empty((stop - start, starts_a[-1]), dtype=backend.xp_dtype(xp, dtype), device=where)
+        for at, ell in enumerate(range(first, last)):  # the block's layers side by side, each centred once
+            ours[:, starts_a[at] : starts_a[at + 1]] = centred_rows(layers_a[ell], centrings_a[ell], rows, dtype)[0]
         for at, m in enumerate(range(b_first, len(layers_b))):
-            if within and m < last:  # the block's own layers: already centred
-                theirs = ours[:, int(starts_a[m - first]) : int(starts_a[m - first + 1])]
+            if within and m < last:  # one of the block's own layers
+                theirs = ours[:, starts_a[m - first] : starts_a[m - first + 1]]
             else:
                 theirs = centred_rows(layers_b[m], centrings_b[m], rows, dtype)[0]
-            total[:, int(starts_b[at]) : int(starts_b[at + 1])] += xp.astype(ours.T @ theirs, xp.float64)
+            total[:, starts_b[at] : starts_b[at + 1]] += xp.astype(ours.T @ theirs, xp.float64)
     return backend.to_host(total), starts_a, starts_b
 
 
@@ -179,20 +180,27 @@ def _pair_sums(
                       memory_mb=memory_mb)  # fmt: skip
     for block in plan:
         b_first = block[0] if within else 0
-        sums, starts_a, starts_b = _block_products(
-            layers_a, centrings_a, layers_b, centrings_b, block, b_first, chunk_rows, dtype, within
-        )
-        pairs = [(i, ell, j, m) for i, ell in enumerate(range(*block))
-                 for j, m in enumerate(range(b_first, len(layers_b))) if not (within and m < ell)]  # fmt: skip
-        products = {
-            (ell, m): sums[starts_a[i] : starts_a[i + 1], starts_b[j] : starts_b[j + 1]] for i, ell, j, m in pairs
-        }
-        for (ell, m), product in products.items():
-            cross_squared[ell, m] = np.sum(product * product)
-        asked = [pair for pair in products if nuclear and not identical[pair]]
+        # one call per block: its accumulator is freed before the next block's is made
+        _reduce_block(cross_squared, nuclear_norm if nuclear else None, identical, block, b_first, within,
+                      *_block_products(layers_a, centrings_a, layers_b, centrings_b, block, b_first, chunk_rows,
+                                       dtype, within))  # fmt: skip
+    return cross_squared, nuclear_norm
+
+
+def _reduce_block(cross_squared, nuclear_norm, identical, block, b_first, within, sums, starts_a, starts_b) -> None:
+    """Each pair's ||X^T Y||_F^2 (and nuclear norm, where asked and not ``identical``) from one block's sums."""
+    products = {
+        (ell, m): sums[starts_a[i] : starts_a[i + 1], starts_b[j] : starts_b[j + 1]]
+        for i, ell in enumerate(range(*block))
+        for j, m in enumerate(range(b_first, len(starts_b) - 1 + b_first))
+        if not (within and m < ell)
+    }
+    for pair, product in products.items():
+        cross_squared[pair] = np.sum(product * product)
+    if nuclear_norm is not None:
+        asked = [pair for pair in products if not identical[pair]]
         for pair, value in zip(asked, nuclear_norms([products[pair] for pair in asked])):
             nuclear_norm[pair] = value
-    return cross_squared, nuclear_norm
 
 
 def nuclear_norms(matrices: list[np.ndarray]) -> list[float]:

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from contextuality.measure import backend
+from contextuality.measure.layer_job import COMPUTE_DTYPES as LAYER_COMPUTE_DTYPES
 from contextuality.measure.rogue import massive_activations
 
 VARIANTS = ("raw", "unit_rows", "standardize", "no_massive")
-COMPUTE_DTYPES = ("float32", "float64")
+COMPUTE_DTYPES = tuple(LAYER_COMPUTE_DTYPES)  # the engine's compute dtypes: metrics.compute_dtype's, by name
 # The debiased estimator divides by n (n - 3).
 MIN_ROWS = 4
 
