@@ -40,7 +40,9 @@ def _python_values() -> dict[str, tuple]:
     from contextuality.models import assemble
     from contextuality.models import sources as model_sources
     from contextuality.models.randommodels import HEADS
+    from contextuality.measure import similarity, similarity_rows, similarity_sample, similarity_tables
     from contextuality.paper import PAPER_MODELS
+    from contextuality.report.atlas_inputs import TRAININGS
 
     return {
         "$defs.corpus.source": corpus_sources.SOURCES,
@@ -53,6 +55,13 @@ def _python_values() -> dict[str, tuple]:
         "$defs.model.assemble.then": assemble.THEN,
         "$defs.model.head": (*HEADS, None),
         "$defs.model.stands_for": (*PAPER_MODELS, None),
+        # the config's "not stated" (null) is the atlas's "unknown"
+        "$defs.model.training": (*(training for training in TRAININGS if training != "unknown"), None),
+        "similarity.measures.items": similarity.MEASURES,
+        "similarity.variants.items": similarity_rows.VARIANTS,
+        "similarity.compute_dtype": similarity_rows.COMPUTE_DTYPES,
+        "similarity.subword_pooling": (*similarity_sample.POOLINGS, "model"),
+        "similarity.pairs": similarity_tables.PAIRS,
     }
 
 

@@ -17,8 +17,10 @@ from conftest import extract_planned, gather_layers, job_counts, load_model, mat
 from contextuality.corpus.words import word_index, word_table
 from contextuality.measure import similarity_join as joined
 from contextuality.measure import similarity_tables as tables
-from contextuality.measure.similarity_job import load_sample, read_table, run_similarity_model, sample_attrs
+from contextuality.measure.similarity_job import sample_attrs
 from contextuality.measure.similarity_sample import gather, gather_from_store, write_sample
+from contextuality.measure.similarity_table_job import load_sample, run_similarity_model
+from contextuality.measure.similarity_tables import read_table
 from contextuality.store.files import StoreError
 from contextuality.store.reader import LayerReader
 from contextuality.workflow.schema import load_settings
@@ -94,7 +96,9 @@ def test_a_sample_gathered_from_other_rows_is_refused_in_one_line(tmp_path):
     joined.write_rows(rows, record, tmp_path / "rows.parquet", tmp_path / "rows.json")
     first, pieces = joined.sample_rows(rows, "a", len(rows))
     layers = {layer: gather(x, first, pieces, "first", "float32") for layer, x in enumerate(_layers(_units(index), 1))}
-    write_sample(tmp_path / "a.h5", layers, sample_attrs("a", 3, tmp_path / "rows.parquet", "p" * 64, "first", len(rows)))
+    write_sample(
+        tmp_path / "a.h5", layers, sample_attrs("a", 3, tmp_path / "rows.parquet", "p" * 64, "first", len(rows))
+    )
     assert len(load_sample(tmp_path / "a.h5", tmp_path / "rows.parquet", "a", None)[0]) == 3
     # another join (another seed: another draw) is other rows
     other, record = joined.common_rows(index, stored, {"a": _flags(index)}, seed=2)
@@ -133,7 +137,10 @@ def test_a_subword_models_mean_pooled_pieces_are_its_word_rows_to_float16_roundi
     for name, indexing in (("sub", "subword"), ("word", "word")):
         out = tmp_path / name
         extract_planned(loaded, sentences, words, out, indexing=indexing, pooling="mean", storage_dtype="float16")
-        stores[name] = (gather_layers([out / "shard.h5"], out / "units.parquet", out), pd.read_parquet(out / "units.parquet"))
+        stores[name] = (
+            gather_layers([out / "shard.h5"], out / "units.parquet", out),
+            pd.read_parquet(out / "units.parquet"),
+        )
     stored = {name: joined.model_words(units, name) for name, (_, units) in stores.items()}
     rows, _ = joined.common_rows(index, stored, {name: _flags(index) for name in stores}, seed=1)
     assert (rows["n_pieces_sub"] > 1).any() and (rows["n_pieces_word"] == 1).all()

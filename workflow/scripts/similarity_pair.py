@@ -5,7 +5,7 @@ from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.core.settings import SimilaritySettings, from_params
-from contextuality.measure.similarity_job import run_similarity_pair, table_device
+from contextuality.measure.similarity_table_job import run_similarity_pair, table_device
 from contextuality.store.files import StoreError
 
 log = setup_job_logging(snakemake.log[0])

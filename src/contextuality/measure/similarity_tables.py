@@ -14,11 +14,15 @@ The measures are the engine's (``measure.similarity``); this module only schedul
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
+from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import SimilaritySettings
 from contextuality.measure import similarity as engine
+from contextuality.store.files import StoreError
 
 TABLE_COLUMNS = [
     "corpus", "model_a", "layer_a", "depth_a", "model_b", "layer_b", "depth_b", "variant", "n",
@@ -27,6 +31,8 @@ TABLE_COLUMNS = [
     "null_biased_mean", "null_biased_sd", "null_debiased_mean", "null_debiased_sd", "p_perm",
     "best_for_a", "best_for_b", "note",
 ]  # fmt: skip
+# similarity.pairs: every pair of layers, or each layer's nearest-depth partner (and within a model its neighbours)
+PAIRS = ("all", "diagonal")
 # The engine's measure names as the config names them (``procrustes`` gives both of its columns)
 GRID_MEASURES = ("cka_biased", "cka_debiased", "procrustes")
 
@@ -136,7 +142,7 @@ def variant_rows(
     else:
         table["best_for_a"] = table["best_for_b"] = 0
     return _with_null(table, layers_a, layers_a if within else layers_b, variant=variant, keep=keep,
-                      settings=settings, seed=seed)  # fmt: skip
+                      settings=settings, seed=seed, memory_mb=memory_mb)  # fmt: skip
 
 
 def _grid(layers_a, layers_b, pairs, *, variant, keep, settings, memory_mb):
@@ -170,7 +176,7 @@ def _with_knn(table: pd.DataFrame, knn_a, knn_b, settings: SimilaritySettings) -
     return table
 
 
-def _with_null(table, layers_a, layers_b, *, variant, keep, settings: SimilaritySettings, seed: int):
+def _with_null(table, layers_a, layers_b, *, variant, keep, settings: SimilaritySettings, seed: int, memory_mb: int):
     """The permutation null of every best-match row (NaN elsewhere, or with ``null_draws: 0``)."""
     for column in ("null_biased_mean", "null_biased_sd", "null_debiased_mean", "null_debiased_sd", "p_perm"):
         table[column] = np.nan
@@ -183,6 +189,7 @@ def _with_null(table, layers_a, layers_b, *, variant, keep, settings: Similarity
         null = engine.permutation_null(
             layers_a[a], layers_b[b], draws=settings.null_draws, seed=int(stream.generate_state(1)[0]),
             variant=variant, keep=keep, compute_dtype=settings.compute_dtype, chunk_rows=settings.chunk_rows,
+            memory_mb=memory_mb,
         )  # fmt: skip
         table.loc[i, ["null_biased_mean", "null_biased_sd", "null_debiased_mean", "null_debiased_sd"]] = [
             null.biased_mean, null.biased_sd, null.debiased_mean, null.debiased_sd]  # fmt: skip
@@ -200,3 +207,30 @@ def finish_table(
     table["depth_b"] = [depth(int(layer), n_b) for layer in table["layer_b"]]
     table = table.sort_values(["variant", "layer_a", "layer_b"], kind="stable").reset_index(drop=True)
     return table[TABLE_COLUMNS]
+
+
+def write_table(table: pd.DataFrame, path: Path) -> None:
+    """A table as CSV (every float with 17 significant digits: the same values give the same bytes)."""
+    with atomic_path(path) as tmp:
+        table.to_csv(tmp, index=False, float_format="%.17g")
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """A similarity table, checked: its columns are ``TABLE_COLUMNS`` and every value is in its range (CKA in
+    [0, 1] biased, at most 1 debiased; angle in [0, π/2]; mutual k-NN in [0, 1])."""
+    try:
+        table = pd.read_csv(path, keep_default_na=False, na_values=["", "NaN", "nan"])
+    except (OSError, ValueError) as err:
+        raise StoreError(f"{path}: not a readable table ({err}); delete it and rerun snakemake") from None
+    if list(table.columns) != TABLE_COLUMNS:
+        raise StoreError(f"{path}: its columns are not the similarity table's ({', '.join(TABLE_COLUMNS)}); "
+                         "delete it and rerun snakemake")  # fmt: skip
+    ranges = {"cka_biased": (-1e-9, 1 + 1e-9), "cka_debiased": (-np.inf, 1 + 1e-9),
+              "procrustes_angle": (0, np.pi / 2 + 1e-9), "mutual_knn": (0, 1), "p_perm": (0, 1)}  # fmt: skip
+    for column, (low, high) in ranges.items():
+        values = table[column].to_numpy(float)
+        bad = np.flatnonzero(~np.isnan(values) & ((values < low) | (values > high)))
+        if len(bad):
+            raise StoreError(f"{path}:{bad[0] + 2}: {column} {values[bad[0]]} is outside [{low:g}, {high:g}]; delete "
+                             "the table and rerun snakemake")  # fmt: skip
+    return table

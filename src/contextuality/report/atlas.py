@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 
 from contextuality.core.atomic import atomic_path
-from contextuality.models.sources import SOURCES
 from contextuality.report.atlas_inputs import AtlasInputs
 from contextuality.report.html import markdown_html, page
 from contextuality.report.senses import SENSE_CLAIMS, layer_series
@@ -98,8 +97,8 @@ def nearest_layer(depth: float, n_layers: int) -> int:
 
 def model_kind(record: dict) -> str:
     """encoder or decoder from source.json's ``lm_kind`` (decided at the build by ``models.kind``, its one home);
-    bilstm for a model that is no Hugging Face folder (ELMo's options and weights: no model type)."""
-    if not SOURCES[record["source"]].hf_folder:
+    bilstm for a model that is no Hugging Face folder (ELMo's options and weights: its record has no model type)."""
+    if "model_type" not in record:
         return "bilstm"
     return "decoder" if record["lm_kind"] == "causal" else "encoder"
 

@@ -18,8 +18,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from contextuality.models.sources import SOURCES
-
 # Rounding of float32 products (a cosine of 1.0000001) is not a range violation.
 TOLERANCE = 1e-6
 TRAININGS = ("pretrained", "sentence-encoder", "instruct", "random", "unknown")
@@ -142,9 +140,7 @@ def read_record(path: str | Path, key: str) -> dict:
         raise AtlasInputError(f"{path}: key {record['key']!r}, not the model {key!r} it is given for")
     if "n_parameters" not in record:
         raise AtlasInputError(f"{path}: no 'n_parameters' (written by materialise_model: rebuild the model's record)")
-    if record.get("source") not in SOURCES:
-        raise AtlasInputError(f"{path}: source {record.get('source')!r} is none of {sorted(SOURCES)}")
-    if "lm_kind" not in record and SOURCES[record["source"]].hf_folder:  # ELMo's folder has no model type
+    if "model_type" in record and "lm_kind" not in record:  # a Hugging Face folder's (ELMo's records neither)
         raise AtlasInputError(f"{path}: no 'lm_kind' (written by materialise_model: rebuild the model's record)")
     for name, least in (("n_layers", 2), ("dim", 1), ("n_parameters", 1)):
         value = record.get(name)
