@@ -71,12 +71,12 @@ def main(argv=None) -> dict:
     found = {name: measure(run) for name, run in zip(args.names, args.runs)}
     a, b = (found[name] for name in args.names)
     print(f"load average now: {' '.join(f'{v:.1f}' for v in os.getloadavg())} on {os.cpu_count()} cores")
-    print(f"{'':>14} {args.names[0]:>14} {args.names[1]:>14} {'ratio B/A':>10}")
+    print(f"{'':<14} {args.names[0]:>14} {args.names[1]:>14} {'ratio B/A':>10}")
     for key, label, unit in (("wall_s", "wall time", "min"), ("results_gb", "results/", "GB"),
                              ("models_gb", "models", "GB"), ("peak_rss_mb", "largest job", "MB")):  # fmt: skip
-        scale = 60 if unit == "min" else 1
+        scale, digits = (60, 1) if unit == "min" else (1, 3 if unit == "GB" else 1)
         ratio = b[key] / a[key] if a[key] else float("nan")
-        print(f"{label:>14} {a[key] / scale:>10.1f} {unit:<3} {b[key] / scale:>10.1f} {unit:<3} {ratio:>10.2f}")
+        print(f"{label:<14} {a[key] / scale:>10.{digits}f} {unit:<3} {b[key] / scale:>10.{digits}f} {unit:<3} {ratio:>10.2f}")
     print(f"largest jobs: {args.names[0]} {a['peak_job']}; {args.names[1]} {b['peak_job']}")
     return found
 

@@ -185,3 +185,11 @@ def test_bench_similarity_on_a_few_rows(backend):
     has_lines(out, "synthetic layers: 600 rows", "[raw] (w1) within MiniLM:", "[unit_rows] (w1) within MiniLM:",
               f"stage total ({backend}, raw, unit_rows):", "peak RSS:", "load average before:")  # fmt: skip
     assert value(out, r"\(n\) nulls, 2 x 2 draws: +([\d.]+) s") >= 0
+
+
+def test_compare_runs_on_the_smoke_run_and_itself(smoke_run):
+    """benchmarks/compare_runs.py: a run against itself gives ratios of 1 for its wall time, disk and largest job."""
+    out = python("compare_runs.py", smoke_run, smoke_run, "--names", "store", "device")
+    has_lines(out, "load average now:", "wall time", "results/", "largest job", "largest jobs: store")
+    assert value(out, r"wall time +([\d.]+) min") > 0
+    assert re.search(r"largest job +[\d.]+ MB +[\d.]+ MB +1\.00", out), out
