@@ -91,7 +91,7 @@ def test_a_rerun_and_one_layer_per_pass_give_the_same_bytes(runs, tmp_path, monk
         shape = json.loads(record.read_text())
         inputs = dict(
             model_key=model, shard=settings.shard(model), measure=settings.metrics.measure, requested_device="cpu",
-            memory_fraction=0.9, parts=1, part=0, record_path=record,
+            memory_fraction=0.9, job_memory_mb=16_384, parts=1, part=0, record_path=record,
             model_dir=unpacked(layout.path(layout.MODEL_FOLDER, model=model)),
             tokens_path=Path(layout.path(layout.TOKENS, corpus="sts", model=model)), units_path=Path(layout.path(layout.UNITS, corpus="sts", model=model)),
             occurrences_path=Path(layout.path(layout.OCCURRENCES, corpus="sts", model=model)), threads=1, gpus=0,

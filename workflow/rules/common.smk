@@ -350,7 +350,12 @@ def every_layer(pattern, corpus=None):
     return files
 
 
-# What each heavy job declares to the scheduler (contextuality.workflow.estimates; docs/scaling.md).
+# What each heavy job declares to the scheduler (contextuality.workflow.estimates; docs/scaling.md). A device job on
+# torch's CPU backend declares at most metrics.device_memory_fraction of this machine's memory (on a cluster, whose
+# nodes are not this machine, no cap); several at once stay within memory with --resources mem_mb=N.
+MACHINE_BYTES = None if ON_A_CLUSTER else estimates.machine_memory_bytes()
+
+
 def dataset_folder_files(corpus):
     """Every file of a local `datasets` corpus folder as it is now ([] for other sources, or a folder a rule makes)."""
     if corpus.source != "datasets" or corpus.path is None or not Path(corpus.path).is_dir():
@@ -380,8 +385,16 @@ def whole_layer_mem_mb(wildcards, input, attempt):
 
 def device_measure_mem_mb(wildcards, input, attempt):
     return estimates.device_measure_mem_mb(
-        SETTINGS.models[wildcards.model], SETTINGS.metrics, input.record, attempt, input.tokens
-    )  # the plan's lengths, as a shard job's
+        SETTINGS.models[wildcards.model],
+        SETTINGS.metrics,
+        input.record,
+        attempt,
+        input.tokens,
+        units_path=input.units,
+        storage_dtype=SETTINGS.extraction.storage_dtype,
+        gpus=given_gpus("measure_model", gpus_for_device_measure(wildcards)),
+        machine_bytes=MACHINE_BYTES,
+    )  # the plan's lengths, as a shard job's; on torch's CPU backend every layer of the part at once
 
 
 def device_measure_runtime_min(wildcards, input, attempt):

@@ -9,8 +9,8 @@ from contextuality.core.settings import MeasureSettings, Settings, from_params
 from contextuality.extraction.devices import DeviceError
 from contextuality.extraction.extract import ExtractionError
 from contextuality.measure.device_job import run_measure_model_job
-from contextuality.measure.similarity_sample import SampleRequest
 from contextuality.measure.device_plan import DeviceMemoryError
+from contextuality.measure.similarity_sample import SampleRequest
 from contextuality.models.loading import ModelError
 from contextuality.store.files import StoreError
 
@@ -23,8 +23,12 @@ with expected_errors(DeviceError, DeviceMemoryError, ModelError, ExtractionError
     sample = None
     if snakemake.params.sample is not None:
         sample = SampleRequest.of(
-            Path(snakemake.input.similarity_rows), snakemake.wildcards.model, snakemake.params.sample["pooling"],
-            snakemake.params.sample["max_rows"], run.extraction.storage_dtype, Path(snakemake.output.sample),
+            Path(snakemake.input.similarity_rows),
+            snakemake.wildcards.model,
+            snakemake.params.sample["pooling"],
+            snakemake.params.sample["max_rows"],
+            run.extraction.storage_dtype,
+            Path(snakemake.output.sample),
         )
     run_measure_model_job(
         model_key=snakemake.wildcards.model,
@@ -32,6 +36,7 @@ with expected_errors(DeviceError, DeviceMemoryError, ModelError, ExtractionError
         measure=from_params(MeasureSettings, snakemake.params.measure),
         requested_device=run.metrics.device.device,
         memory_fraction=run.metrics.device.device_memory_fraction,
+        job_memory_mb=snakemake.resources.mem_mb,  # what the scheduler gave it: the CPU backend plans its groups in it
         parts=run.metrics.device.device_parts,
         part=int(snakemake.wildcards.part),
         record_path=Path(snakemake.input.record),
