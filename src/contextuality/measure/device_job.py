@@ -168,10 +168,11 @@ def batch_tokens(plan, shard: ShardSettings) -> int:
     return tokens if shard.max_batch_tokens is None else min(tokens, max(shard.max_batch_tokens, longest))
 
 
-def job_reserve(plans: list, shard: ShardSettings, *, d: int, n_layers: int, on_cuda: bool) -> int:
+def job_reserve(plans: list, shard: ShardSettings, *, d: int, n_layers: int, on_cuda: bool,
+                layer_measures: bool = True) -> int:  # fmt: skip
     """What a job that runs the forward passes of ``plans`` keeps beside its resident layers (``reserve_bytes``: its
-    largest pass, its widest window), and on torch's CPU backend its own part beside the layers (interpreter, index,
-    units, samples)."""
+    largest pass, its widest window, and with ``layer_measures`` the layer measurement's work), and on torch's CPU
+    backend its own part beside the layers (interpreter, index, units, samples)."""
     window = WINDOW_BATCHES * shard.batch_size
     widest, tokens = 0, 1
     for plan in plans:
@@ -179,7 +180,8 @@ def job_reserve(plans: list, shard: ShardSettings, *, d: int, n_layers: int, on_
         widest = max(widest, int(np.diff(plan.unit_offsets[np.append(starts, len(plan.sentence_ids))]).max(initial=0)))
         tokens = max(tokens, batch_tokens(plan, shard))
     reserve = reserve_bytes(d=d, n_layers=n_layers, batch_tokens=tokens, widest_window=widest,
-                            itemsize=backend.itemsize(shard.storage_dtype), on_cuda=on_cuda)  # fmt: skip
+                            itemsize=backend.itemsize(shard.storage_dtype), on_cuda=on_cuda,
+                            layer_measures=layer_measures)  # fmt: skip
     return reserve + (0 if on_cuda else BASE_MB * MB)
 
 

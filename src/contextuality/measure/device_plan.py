@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from contextuality.measure.layer_pass import BLOCK_ROWS
 from contextuality.measure.streaming import SQUARE_MATRICES
 from contextuality.measure.word_stats import BATCH_ELEMENTS
 
@@ -52,13 +53,17 @@ class GroupPlan(NamedTuple):
                 f"({self.reserve_bytes / MB:.0f} MB kept for the forward pass and the measurement)")  # fmt: skip
 
 
-def reserve_bytes(*, d: int, n_layers: int, batch_tokens: int, widest_window: int, itemsize: int, on_cuda: bool) -> int:
+def reserve_bytes(*, d: int, n_layers: int, batch_tokens: int, widest_window: int, itemsize: int, on_cuda: bool,
+                  layer_measures: bool = True) -> int:  # fmt: skip
     """Device memory kept beside the resident layers: a forward pass's hidden states of every layer (float32
-    at most) and a window of every layer's rows, the measurement's d x d float64 matrices and word batches
-    (float64 copies of a stacked batch, a few at once), and on CUDA the context and fragmentation."""
+    at most) and a window of every layer's rows; with ``layer_measures`` (measure_model's, not the sense job's,
+    whose measures run on host copies) the measurement's d x d float64 matrices, word batches (float64 copies of
+    a stacked batch, a few at once) and blocks of rows (``GPU_BLOCK_ROWS``, on the CPU ``layer_pass.BLOCK_ROWS``);
+    and on CUDA the context and fragmentation."""
     forward = batch_tokens * n_layers * d * 4 * 2
     window = n_layers * widest_window * d * itemsize
-    measure = SQUARE_MATRICES * d * d * 8 + 8 * BATCH_ELEMENTS * 8 + GPU_BLOCK_ROWS * d * 8 * 3
+    blocks = GPU_BLOCK_ROWS if on_cuda else BLOCK_ROWS
+    measure = SQUARE_MATRICES * d * d * 8 + 8 * BATCH_ELEMENTS * 8 + blocks * d * 8 * 3 if layer_measures else 0
     return forward + window + measure + (CUDA_CONTEXT_MB * MB if on_cuda else 0)
 
 

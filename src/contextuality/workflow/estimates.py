@@ -214,10 +214,11 @@ def device_measure_mem_mb(
     if gpus:
         return int(extraction_mem_mb(whole, record_path, 1, tokens_path, 0) + metrics.measure.memory_mb) * attempt
     layers = (record_shape(record_path) or UNBUILT_SHAPE)[0]
+    part = -(-layers // metrics.device.device_parts)  # the largest part's layers
     return cpu_device_job_mb(
-        model, record_path, [tokens_path], rows=plan_rows(units_path), layers_at_once=-(-layers // metrics.device.device_parts),
-        models=1, storage_dtype=storage_dtype, fraction=metrics.device.device_memory_fraction,
-        machine_bytes=machine_bytes, attempt=attempt,
+        model, record_path, [tokens_path], rows=plan_rows(units_path), layers_at_once=part, models=1,
+        storage_dtype=storage_dtype, fraction=metrics.device.device_memory_fraction, machine_bytes=machine_bytes,
+        attempt=attempt,
     )  # fmt: skip
 
 
@@ -243,13 +244,10 @@ def device_senses_mem_mb(
     work = sense_memory.work_bytes(rows, dim)
     if gpus:
         whole = dataclasses.replace(model, n_shards=1)
-        host = (
-            extraction_mem_mb(whole, record_path, 1, tokens_paths[0], 0)
-            + (2 * record_weights_bytes(record_path) + work) / 1e6
-        )
-        return int(host) * attempt
+        head = 2 * record_weights_bytes(record_path)  # the model with its output head, twice while loading
+        return int(extraction_mem_mb(whole, record_path, 1, tokens_paths[0], 0) + (head + work) / 1e6) * attempt
     return cpu_device_job_mb(
-        model, record_path, tokens_paths, rows=rows, layers_at_once=layers, models=2, work_bytes=work,
+        model, record_path, tokens_paths, rows=rows, layers_at_once=layers, models=2, sense_work_bytes=work,
         storage_dtype=storage_dtype, fraction=metrics.device.device_memory_fraction, machine_bytes=machine_bytes,
         attempt=attempt,
     )  # fmt: skip
@@ -257,11 +255,12 @@ def device_senses_mem_mb(
 
 def cpu_device_job_mb(model: ModelSettings, record_path: str | Path, tokens_paths: list, *, rows: int, layers_at_once: int,
                       models: int, storage_dtype: str, fraction: float, machine_bytes: int | None, attempt: int,
-                      work_bytes: int = 0) -> int:  # fmt: skip
+                      sense_work_bytes: int | None = None) -> int:  # fmt: skip
     """MB (of 2**20 bytes, as the job plans) of a device job on torch's CPU backend that holds ``layers_at_once``
     layers of ``rows`` rows: the job's own arithmetic (``device_plan``: ``held_bytes`` of ``models`` models,
     ``reserve_bytes`` of its largest pass and widest window, from the plans once they exist, the host part, and
-    ``work_bytes``), x attempt, capped at ``fraction`` of ``machine_bytes``."""
+    the measures' work: the layer measurement's, or ``sense_work_bytes`` for the sense job's), x attempt, capped at
+    ``fraction`` of ``machine_bytes``."""
     import numpy as np
 
     from contextuality.measure import device_plan  # the measurement's libraries: not in the Snakefile's start
@@ -273,11 +272,13 @@ def cpu_device_job_mb(model: ModelSettings, record_path: str | Path, tokens_path
     longest, widest = max(shape[0] for shape in shapes), max(shape[1] for shape in shapes)
     itemsize = np.dtype(storage_dtype).itemsize
     reserve = device_plan.reserve_bytes(d=dim, n_layers=n_layers, batch_tokens=batch_tokens(whole, longest),
-                                        widest_window=widest, itemsize=itemsize, on_cuda=False)  # fmt: skip
+                                        widest_window=widest, itemsize=itemsize, on_cuda=False,
+                                        layer_measures=sense_work_bytes is None)  # fmt: skip
+    reserve += BASE_MB * device_plan.MB + (sense_work_bytes or 0)
+    held = device_plan.held_bytes(record_weights_bytes(record_path), models)
     need = device_plan.cpu_job_bytes(
-        held=device_plan.held_bytes(record_weights_bytes(record_path), models),
-        reserve=reserve + BASE_MB * device_plan.MB + work_bytes, layer_bytes=rows * dim * itemsize, n_layers=layers_at_once,
-    )  # fmt: skip
+        held=held, reserve=reserve, layer_bytes=rows * dim * itemsize, n_layers=layers_at_once
+    )
     declared = need * attempt
     if machine_bytes:
         declared = min(declared, int(fraction * machine_bytes))
