@@ -10,6 +10,9 @@ word are left out where a decoder has no left context there (counted in the rows
 Output: ``rows`` (long format: one row per measure and preprocessing, with its null, interval, p and count) and
 ``words`` (one row per word form of the STS index with a WordNet entry: its per-layer values). The measures
 themselves: ``sts_measures`` (P1, W4, C1-C3), ``output_layer`` (B1-B4), ``separation_rows`` (A1-A3).
+From the store each layer is read here (``measure_layer``); on the device path (``metrics.on_device``) the job's
+own forward passes make it (``senses.device``), and the same per-layer measures take its rows
+(``measure_layer_rows``).
 """
 
 from __future__ import annotations
