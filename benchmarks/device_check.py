@@ -55,6 +55,7 @@ from contextuality.extraction.plan import build_occurrences, plan_model, write_p
 from contextuality.measure import device_job, device_plan  # noqa: E402
 from contextuality.measure.layer_job import OccurrenceIndex, RowsInMemory, measure_rows, read_units  # noqa: E402
 from contextuality.models import loading, randommodels  # noqa: E402
+from contextuality.workflow.estimates import machine_memory_bytes  # noqa: E402
 from contextuality.workflow.schema import load_settings  # noqa: E402
 
 # SmolLM2-135M's configuration (its config.json): a Llama decoder with tied embeddings
@@ -164,10 +165,13 @@ def members(tar: Path) -> dict[str, bytes]:
 
 
 def run_device(name, shard, measure, device, paths, folder, out: Path, host_threads: int) -> dict:
+    # on torch's CPU backend the job plans in its memory: here 0.9 of the machine's, the workflow's cap
+    job_memory_mb = int(0.9 * (machine_memory_bytes() or 8 << 30)) >> 20
     figures = device_job.measure_model(
-        model_key=name, shard=shard, measure=measure, device=device, memory_fraction=0.9, parts=1, part=0,
-        record_path=paths["record"], model_dir=folder, tokens_path=paths["tokens"], units_path=paths["units"],
-        occurrences_path=paths["occurrences"], out_folder=out, provenance={"check": name}, host_threads=host_threads,
+        model_key=name, shard=shard, measure=measure, device=device, memory_fraction=0.9, job_memory_mb=job_memory_mb,
+        parts=1, part=0, record_path=paths["record"], model_dir=folder, tokens_path=paths["tokens"],
+        units_path=paths["units"], occurrences_path=paths["occurrences"], out_folder=out, provenance={"check": name},
+        host_threads=host_threads,
     )  # fmt: skip
     return figures
 

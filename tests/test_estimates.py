@@ -3,6 +3,7 @@ docs/scaling.md."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -270,3 +271,108 @@ def test_a_run_whose_vectors_cannot_fit_stops_naming_its_size_and_the_ways_out(t
     with pytest.raises(ConfigError, match="written already"):
         run_need.check_fits(settings, again, free=10**9)
     run_need.check_fits(settings, again, free=10**9 + 1000)
+
+
+def _units(tmp_path, name: str, rows: int):
+    """A plan's units.parquet of ``rows`` rows (the estimates read its footer's row count only)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / name
+    pq.write_table(pa.table({"row": pa.array(range(rows), pa.int64())}), path)
+    return path
+
+
+MIB = 2**20
+# SmolLM2-135M on STS: 31 layers x 576 dims, 538 MB of weights, 284,807 word rows (328 MB a float16 layer)
+SMOLLM2 = {"weights_bytes": 538_090_408, "n_layers": 31, "dim": 576}
+SMOLLM2_ROWS = 284_807
+
+
+def _cpu_beside_layers(d: int, n_layers: int, models: int = 1) -> int:
+    """What a CPU device job of STS-length plans holds and keeps beside its layers (docs/scaling.md): the
+    interpreter and the model(s) twice, one pass of 64 x 128 tokens and one window of 256 x 64 rows of every layer,
+    measure_model's d x d matrices, word batches and blocks of 2,048 rows (the sense job's own work is counted
+    apart), and the host part."""
+    held = 1000 * MIB + 2 * models * SMOLLM2["weights_bytes"]
+    forward = 64 * 128 * n_layers * d * 4 * 2
+    window = n_layers * 256 * 64 * d * 2
+    work = 8 * d * d * 8 + 8 * 2**20 * 8 + 2048 * d * 8 * 3 if models == 1 else 0
+    return held + forward + window + work + 512 * MIB
+
+
+def test_a_cpu_device_job_declares_its_parts_layers_at_once_capped_by_the_machine(tmp_path):
+    """On torch's CPU backend measure_model declares what it holds and keeps beside its layers plus every layer of its
+    part (SmolLM2: 31 x 328 MB), so the job given it plans one group; capped at device_memory_fraction of the
+    machine, where the job then plans more groups. On a GPU the declaration is as before."""
+    from contextuality.measure import device_plan
+
+    settings = _settings(tmp_path, batch_size=64)
+    model, metrics = settings.models["m"], settings.metrics
+    record = _record(tmp_path, **SMOLLM2)
+    tokens, units = _plan(tmp_path, [20] * 600), _units(tmp_path, "units.parquet", SMOLLM2_ROWS)
+    assert estimates.batch_tokens(model, 128) == 64 * 128
+    layer = SMOLLM2_ROWS * 576 * 2
+    need = _cpu_beside_layers(576, 31) + 31 * layer
+    declare = dict(units_path=units, storage_dtype="float16")
+    got = estimates.device_measure_mem_mb(model, metrics, record, 1, tokens, **declare)
+    # 9,700 MiB of layers; 2,026 held, 1,116 a pass, 558 a window, 111 the measurement's work, 512 the host part
+    assert got == -(-need // MIB) == 14_024
+    assert estimates.device_measure_mem_mb(model, metrics, record, 2, tokens, **declare) == -(-2 * need // MIB)
+    two_parts = dataclasses.replace(metrics, device=dataclasses.replace(metrics.device, device_parts=2))
+    assert estimates.device_measure_mem_mb(model, two_parts, record, 1, tokens, **declare) == -(
+        -(_cpu_beside_layers(576, 31) + 16 * layer) // MIB
+    )  # part 0 of 2: 15 layers, part 1: 16
+    # capped at 0.9 (metrics.device_memory_fraction) of an 8 GiB machine, retries too
+    small = 8 * 2**30
+    for attempt in (1, 2):
+        capped = estimates.device_measure_mem_mb(
+            model, metrics, record, attempt, tokens, **declare, machine_bytes=small
+        )
+        assert capped == -(-int(0.9 * small) // MIB)
+    assert (
+        estimates.device_measure_mem_mb(model, metrics, record, 1, tokens, **declare, machine_bytes=64 * 2**30) == got
+    )
+    # a GPU job's layers are in the GPU's memory: its host declaration is a shard job's plus metrics.memory_mb
+    gpu = estimates.device_measure_mem_mb(model, metrics, record, 1, tokens, **declare, gpus=1, machine_bytes=small)
+    whole = dataclasses.replace(model, n_shards=1)
+    assert gpu == int(estimates.extraction_mem_mb(whole, record, 1, tokens, 0) + 2048)
+    # the job plans its groups in what it was given, with the same arithmetic (the plan's actual passes are no larger)
+    reserve = device_plan.reserve_bytes(d=576, n_layers=31, batch_tokens=64 * 128, widest_window=256 * 64, itemsize=2,
+                                        on_cuda=False) + 512 * MIB  # fmt: skip
+    held = device_plan.held_bytes(SMOLLM2["weights_bytes"])
+
+    def groups(job_memory_mb):
+        free = device_plan.free_device_bytes("cpu", job_memory_mb, held)
+        return device_plan.plan_groups(list(range(31)), layer, free, device_plan.usable_fraction("cpu", 0.9), reserve,
+                                       job_memory_mb).groups  # fmt: skip
+
+    assert groups(got) == [list(range(31))]
+    assert len(groups(capped)) == 4  # 7,373 MiB: 3,049 of it for layers beside 4,324 held and kept, 9 a group
+    with pytest.raises(device_plan.DeviceMemoryError, match="the job was given 2048 MB of host memory"):
+        groups(2048)
+
+
+def test_a_cpu_device_sense_job_declares_both_corpora_every_layer_two_models_and_the_measures_work(tmp_path):
+    """The sense job on the device path: both corpora's rows in every layer at once (the usages' plan beside the
+    study corpus's), the model with its output head loaded beside the one it runs, and the measures' float32 rows
+    of one layer of both with their word batches and tables (``senses.memory``)."""
+    from contextuality.senses import memory
+
+    settings = _settings(tmp_path, batch_size=64)
+    model, metrics = settings.models["m"], settings.metrics
+    record = _record(tmp_path, **SMOLLM2)
+    tokens = [_plan(tmp_path, [20] * 600)] * 2
+    units = [_units(tmp_path, "units.parquet", SMOLLM2_ROWS), _units(tmp_path, "usages_units.parquet", 150_000)]
+    rows = SMOLLM2_ROWS + 150_000
+    work = rows * 576 * 4 + (384 + 1024) * MIB
+    assert memory.work_bytes(rows, 576) == work
+    need = _cpu_beside_layers(576, 31, models=2) + work + 31 * rows * 576 * 2
+    declare = dict(tokens_paths=tokens, units_paths=units, storage_dtype="float16")
+    assert estimates.device_senses_mem_mb(model, metrics, record, 1, **declare) == -(-need // MIB)
+    assert estimates.device_senses_mem_mb(model, metrics, record, 1, **declare, machine_bytes=16 * 2**30) == -(
+        -int(0.9 * 16 * 2**30) // MIB
+    )
+    whole = dataclasses.replace(model, n_shards=1)
+    gpu = estimates.device_senses_mem_mb(model, metrics, record, 1, **declare, gpus=1)
+    assert gpu == int(estimates.extraction_mem_mb(whole, record, 1, tokens[0], 0) + (2 * 538_090_408 + work) / 1e6)

@@ -77,9 +77,9 @@ def audited_smoke_run(tmp_path_factory) -> Path:
     return _RUNS["smoke"]
 
 
-# The smoke config measured on the device (torch's CPU backend here), with no store and no senses (which read it)
-DEVICE_SMOKE = {"metrics": {"on_device": True, "device": "cpu"}, "extraction": {"store": False},
-                "senses": {"enabled": False}}  # fmt: skip
+# The smoke config measured on the device (torch's CPU backend here), with no store: every layer, the sense measures'
+# too, computed where the forward passes leave it
+DEVICE_SMOKE = {"metrics": {"on_device": True, "device": "cpu"}, "extraction": {"store": False}}
 
 
 def device_smoke_run(tmp_path_factory) -> Path:

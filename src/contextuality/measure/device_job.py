@@ -5,7 +5,8 @@ the same windows, batches, pooling and cast to ``extraction.storage_dtype``, on 
 of a **group of layers** resident on the device for one pass over the corpus, and measures each layer of
 the group there with the one measurement path (``layer_job.measure_rows`` on torch's arrays), so no vector
 goes to a disk. A model whose layers do not all fit is measured in groups (``plan_groups``), sized at run
-time from the device's free memory and ``metrics.device_memory_fraction``; a group's pass stops after its
+time from the device's free memory and ``metrics.device_memory_fraction`` (on torch's CPU backend, from the
+memory the job was given, its ``mem_mb``: ``device_plan``); a group's pass stops after its
 deepest layer (``stop_after``). The per-layer files are those ``measure_layer`` writes, packed into one tar
 per part (the layer count is known only once the model is built), beside a record of what the rows were
 made from (``DEVICE_RECORD``: the manifest's provenance, rows, dims and layers). docs/scaling.md gives
@@ -39,8 +40,10 @@ from contextuality.measure.device_plan import (
     MB,
     GroupPlan,
     free_device_bytes,
+    held_bytes,
     plan_groups,
     reserve_bytes,
+    usable_fraction,
 )
 from contextuality.measure.layer_job import measure_rows_then, read_units
 from contextuality.measure.layer_pass import BLOCK_ROWS
@@ -121,7 +124,7 @@ def part_layers(n_layers: int, parts: int, part: int) -> list[int]:
     return list(range(part * n_layers // parts, (part + 1) * n_layers // parts))
 
 
-def _deterministic(device: str) -> None:
+def deterministic(device: str) -> None:
     """Deterministic reductions on the device: the same rows give the same bytes, run after run."""
     import torch
 
@@ -165,6 +168,23 @@ def batch_tokens(plan, shard: ShardSettings) -> int:
     return tokens if shard.max_batch_tokens is None else min(tokens, max(shard.max_batch_tokens, longest))
 
 
+def job_reserve(plans: list, shard: ShardSettings, *, d: int, n_layers: int, on_cuda: bool,
+                layer_measures: bool = True) -> int:  # fmt: skip
+    """What a job that runs the forward passes of ``plans`` keeps beside its resident layers (``reserve_bytes``: its
+    largest pass, its widest window, and with ``layer_measures`` the layer measurement's work), and on torch's CPU
+    backend its own part beside the layers (interpreter, index, units, samples)."""
+    window = WINDOW_BATCHES * shard.batch_size
+    widest, tokens = 0, 1
+    for plan in plans:
+        starts = np.arange(0, len(plan.sentence_ids), window)
+        widest = max(widest, int(np.diff(plan.unit_offsets[np.append(starts, len(plan.sentence_ids))]).max(initial=0)))
+        tokens = max(tokens, batch_tokens(plan, shard))
+    reserve = reserve_bytes(d=d, n_layers=n_layers, batch_tokens=tokens, widest_window=widest,
+                            itemsize=backend.itemsize(shard.storage_dtype), on_cuda=on_cuda,
+                            layer_measures=layer_measures)  # fmt: skip
+    return reserve + (0 if on_cuda else BASE_MB * MB)
+
+
 def measure_model(
     *,
     model_key: str,
@@ -172,6 +192,7 @@ def measure_model(
     measure: MeasureSettings,
     device: str,
     memory_fraction: float,
+    job_memory_mb: int,
     parts: int,
     part: int,
     record_path: Path,
@@ -187,7 +208,8 @@ def measure_model(
 ) -> dict:
     """Measure part ``part`` of ``parts`` of the layers of ``model_key`` on ``device``, writing each layer's
     record, words table and PC vectors into ``out_folder`` (the layout's per-layer names, relative to the
-    model's metrics folder) with ``provenance``'s digest; ``host_threads`` finish layers on the host at once;
+    model's metrics folder) with ``provenance``'s digest; on torch's CPU backend its groups planned in
+    ``job_memory_mb`` (the job's mem_mb); ``host_threads`` finish layers on the host at once;
     with ``sample``, each layer's similarity sample gathered from its resident rows into ``sample.out``.
     Returns the job's figures (its layers, groups, seconds, peak device memory) and the model's shape."""
     import torch
@@ -197,7 +219,7 @@ def measure_model(
     from contextuality.models.loading import final_norm
     from contextuality.store import provenance as provenance_module
 
-    _deterministic(device)
+    deterministic(device)
     started = time.perf_counter()
     record = json.loads(Path(record_path).read_text())
     plan = read_plan(tokens_path, units_path)
@@ -206,19 +228,15 @@ def measure_model(
     units = read_units(units_path) if measure.geometry else None
     n_rows = len(plan.units)
     elmo = isinstance(loaded, ElmoModel)
-    d = _dim(loaded)
+    d = model_dim(loaded)
     layers = part_layers(loaded.n_layers, parts, part)
     itemsize = backend.itemsize(shard.storage_dtype)
     on_cuda = str(device).startswith("cuda")
-    window = WINDOW_BATCHES * shard.batch_size
-    starts = np.arange(0, len(plan.sentence_ids), window)
-    widest = int(np.diff(plan.unit_offsets[np.append(starts, len(plan.sentence_ids))]).max(initial=0))
-    reserve = reserve_bytes(d=d, n_layers=loaded.n_layers, batch_tokens=batch_tokens(plan, shard), widest_window=widest,
-                            itemsize=itemsize, on_cuda=on_cuda)  # fmt: skip
-    if not on_cuda:  # the host job's own part beside the layers (interpreter, index, units, samples)
-        reserve += BASE_MB * MB
-    groups = plan_groups(layers, n_rows * d * itemsize, free_device_bytes(device, measure.memory_mb), memory_fraction,
-                         reserve) if layers else GroupPlan([], n_rows * d * itemsize, 0, 0, reserve)  # fmt: skip
+    reserve = job_reserve([plan], shard, d=d, n_layers=loaded.n_layers, on_cuda=on_cuda)
+    free = free_device_bytes(device, job_memory_mb, held_bytes(int(record.get("weights_bytes", 0))))
+    fraction, layer_bytes = usable_fraction(device, memory_fraction), n_rows * d * itemsize
+    groups = (plan_groups(layers, layer_bytes, free, fraction, reserve, None if on_cuda else job_memory_mb)
+              if layers else GroupPlan([], layer_bytes, 0, 0, reserve))  # fmt: skip
     log.info("%s on %s: %d rows x %d dims, layers %s of %d; %s", model_key, device, n_rows, d,
              f"{layers[0]}-{layers[-1]}" if layers else "none", loaded.n_layers,
              groups.describe(loaded.n_layers) if layers else "nothing to measure")  # fmt: skip
@@ -259,7 +277,7 @@ def _measure_groups(groups: list[list[int]], *, loaded, plan, shard: ShardSettin
 
     on_cuda = str(device).startswith("cuda")
     storage = getattr(torch, shard.storage_dtype)
-    n_rows, d = len(plan.units), _dim(loaded)
+    n_rows, d = len(plan.units), model_dim(loaded)
     block_rows = GPU_BLOCK_ROWS if on_cuda else BLOCK_ROWS
     seconds, host_seconds = {"forward": 0.0, "measure": 0.0}, []
 
@@ -293,7 +311,7 @@ def _measure_groups(groups: list[list[int]], *, loaded, plan, shard: ShardSettin
             for slot, layer in enumerate(group):
                 rows = RowsInMemory(
                     resident[slot], plan.unit_offsets, path=f"{model_key} layer {layer} ({device})",
-                    stored_dtype=shard.storage_dtype, after_final_norm=_after_final_norm(loaded, layer),
+                    stored_dtype=shard.storage_dtype, after_final_norm=layer_after_final_norm(loaded, layer),
                     block_rows=block_rows, sentence_ids=plan.sentence_ids, remedy=NON_FINITE_REMEDY,
                 )  # fmt: skip
                 finish = measure_rows_then(rows, layer, index, measure, model=model_key, units=units, log=log)
@@ -313,14 +331,14 @@ def _measure_groups(groups: list[list[int]], *, loaded, plan, shard: ShardSettin
     return {**seconds, "host": sum(host_seconds)}
 
 
-def _dim(loaded) -> int:
+def model_dim(loaded) -> int:
     """The model's hidden size (ELMo's: its output's)."""
     from contextuality.extraction.extract import ElmoModel
 
     return loaded.dim if isinstance(loaded, ElmoModel) else loaded.model.config.hidden_size
 
 
-def _after_final_norm(loaded, layer: int) -> int:
+def layer_after_final_norm(loaded, layer: int) -> int:
     """1 for a pre-norm decoder's last layer, which transformers returns after the final norm (as the store's
     layer files record it)."""
     from contextuality.extraction.extract import ElmoModel
@@ -348,6 +366,7 @@ def run_measure_model_job(
     measure: MeasureSettings,
     requested_device: str,
     memory_fraction: float,
+    job_memory_mb: int,
     parts: int,
     part: int,
     record_path: Path,
@@ -363,7 +382,7 @@ def run_measure_model_job(
     log: logging.Logger = LOG,
 ) -> dict:
     """Everything one ``measure_model`` job does: pick its device (``metrics.device``, its ``gpu`` resource),
-    measure its part's layers there, pack their files into ``out_tar``, write ``out_record`` (and with
+    measure its part's layers there (on torch's CPU backend in groups that fit ``job_memory_mb``, its mem_mb), pack their files into ``out_tar``, write ``out_record`` (and with
     ``sample``, the part's similarity sample)."""
     import torch
 
@@ -386,9 +405,9 @@ def run_measure_model_job(
         staging.mkdir(parents=True)
         figures = measure_model(
             model_key=model_key, shard=shard, measure=measure, device=device, memory_fraction=memory_fraction,
-            parts=parts, part=part, record_path=record_path, model_dir=model_dir, tokens_path=tokens_path,
-            units_path=units_path, occurrences_path=occurrences_path, out_folder=staging, provenance=made_from,
-            host_threads=threads, sample=sample, log=log,
+            job_memory_mb=job_memory_mb, parts=parts, part=part, record_path=record_path, model_dir=model_dir,
+            tokens_path=tokens_path, units_path=units_path, occurrences_path=occurrences_path, out_folder=staging,
+            provenance=made_from, host_threads=threads, sample=sample, log=log,
         )  # fmt: skip
         pack(staging, out_tar)
         shutil.rmtree(staging, ignore_errors=True)

@@ -10,12 +10,15 @@ word are left out where a decoder has no left context there (counted in the rows
 Output: ``rows`` (long format: one row per measure and preprocessing, with its null, interval, p and count) and
 ``words`` (one row per word form of the STS index with a WordNet entry: its per-layer values). The measures
 themselves: ``sts_measures`` (P1, W4, C1-C3), ``output_layer`` (B1-B4), ``separation_rows`` (A1-A3).
+From the store each layer is read here (``measure_layer``); on the device path (``metrics.on_device``) the job's
+own forward passes make it (``senses.device``), and the same per-layer measures take its rows
+(``measure_layer_rows``).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -56,12 +59,12 @@ WORD_COLUMNS = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SensePaths:
-    """The files one ``measure_senses`` job reads (the rule's named inputs): every layer of both corpora."""
+    """The files one ``measure_senses`` job reads (the rule's named inputs). From the store: every layer of both
+    corpora with their manifests; on the device path (``senses.device``) none of those, the job computing the
+    layers from the model and both corpora's plans (``tokens``, ``units``, ``senses_tokens``, ``senses_units``)."""
 
-    layers: list[Path]  # the STS corpus's layer files, layer 0 first
-    manifest: Path
     occurrences: Path
     units: Path
     tokens: Path
@@ -71,13 +74,15 @@ class SensePaths:
     tagged_forms: Path
     usages: Path
     pairs: Path
-    senses_layers: list[Path]  # the usages' layer files, the same layers
-    senses_manifest: Path
     senses_units: Path
     senses_tokens: Path
     senses_spacy_words: Path
     model: Path
     record: Path
+    layers: list[Path] = field(default_factory=list)  # the STS corpus's layer files, layer 0 first
+    manifest: Path | None = None
+    senses_layers: list[Path] = field(default_factory=list)  # the usages' layer files, the same layers
+    senses_manifest: Path | None = None
 
 
 @dataclass
@@ -278,13 +283,47 @@ def _token_note(usages: pd.DataFrame, pairs: pd.DataFrame, keys: np.ndarray, usa
 def measure_layer(
     context: SenseContext, layer: int, paths: SensePaths, manifests, settings: SenseSettings, *, seed: int, model: str
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """One layer's rows and words: the STS layer and the usages' layer, each read once."""
+    """One layer's rows and words from the store: the STS layer and the usages' layer, each checked against its
+    manifest and read once, one at a time (the STS layer is let go before the usages' is read)."""
     rows = Rows(model, layer)
     check_layer(paths.layers[layer], manifests[0], layer)
     check_layer(paths.senses_layers[layer], manifests[1], layer)
     with LayerReader(paths.layers[layer], manifests[0]) as reader:
         x = reader.rows(dtype=SENSE_LAYER_DTYPE)
         after_final_norm = bool(int(reader.handle.attrs.get("after_final_norm", 0)))
+    words, mean, std = sts_layer_rows(context, rows, x, after_final_norm, settings, seed=seed)
+    del x
+    with LayerReader(paths.senses_layers[layer], manifests[1]) as reader:
+        stored = reader.rows(dtype=SENSE_LAYER_DTYPE)
+    separation_rows(rows, context, stored, mean, std)
+    return rows.frame(), words.assign(model=model, layer=layer).reindex(columns=WORD_COLUMNS)
+
+
+def measure_layer_rows(
+    context: SenseContext,
+    layer: int,
+    x: np.ndarray,
+    after_final_norm: bool,
+    usage_x: np.ndarray,
+    settings: SenseSettings,
+    *,
+    seed: int,
+    model: str,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One layer's rows and words from its rows in memory (the device path): ``x`` the STS layer's rows and
+    ``usage_x`` the usages' layer's, each float32 (``SENSE_LAYER_DTYPE``) in storage order, as the store holds them;
+    ``after_final_norm`` as the store's layer file records it."""
+    rows = Rows(model, layer)
+    words, mean, std = sts_layer_rows(context, rows, x, after_final_norm, settings, seed=seed)
+    separation_rows(rows, context, usage_x, mean, std)
+    return rows.frame(), words.assign(model=model, layer=layer).reindex(columns=WORD_COLUMNS)
+
+
+def sts_layer_rows(
+    context: SenseContext, rows: Rows, x: np.ndarray, after_final_norm: bool, settings: SenseSettings, *, seed: int
+) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """The STS layer's measures (P1, W4, C1-C3, B1-B5) into ``rows``: returns the per-word table and the moments
+    (mean, standard deviation) of the rows the measures use, which the usages' separation measures share."""
     # the moments of the rows the measures use: a decoder's sentence-initial rows (its attention sink, with
     # activations 1,000 times the median in SmolLM2) would shift the mean so far that every centred vector
     # points one way (spec pitfall 3)
@@ -306,11 +345,7 @@ def measure_layer(
         seed,
         after_final_norm=after_final_norm,
     )
-    del x
-    with LayerReader(paths.senses_layers[layer], manifests[1]) as reader:
-        stored = reader.rows(dtype=SENSE_LAYER_DTYPE)
-    separation_rows(rows, context, stored, mean, std)
-    return rows.frame(), words.assign(model=model, layer=layer).reindex(columns=WORD_COLUMNS)
+    return words, mean, std
 
 
 def _word_table(occurrences: pd.DataFrame, inventory: pd.DataFrame, diversity: pd.DataFrame) -> pd.DataFrame:

@@ -41,6 +41,7 @@ from contextuality.core.settings import (
     shard_bounds,
 )
 from contextuality.models.loading import record_shape, record_weights_bytes
+from contextuality.senses import memory as sense_memory
 
 EXTRACT_BASE_MB = 1000
 TOKENS_PER_SENTENCE = 15
@@ -53,7 +54,8 @@ UNBUILT_SHAPE = (13, 1024)
 # Before a manifest exists: the paper's largest layer, 330k WordPieces x 1024 dims
 UNBUILT_LAYER_ELEMENTS = 330_000 * 1024
 MEASURE_BASE_MB = 1024
-MEASURE_WORD_BATCHES_MB = 6 * 64  # batches of words (about 64 MB each, a few at once, the variants' copies included)
+# Before a plan exists: the rows of the paper's largest layer
+UNBUILT_ROWS = 330_000
 
 
 def shard_sentences(model: ModelSettings, corpus: CorpusSettings, tokens_path: str | Path | None = None) -> int:
@@ -183,7 +185,7 @@ def whole_layer_mem_mb(manifest_path: str | Path, attempt: int = 1) -> int:
         elements = shape["rows"] * shape["dim"]
     except (OSError, ValueError, KeyError):
         elements = UNBUILT_LAYER_ELEMENTS
-    return int((elements * work_bytes / 1e6 + MEASURE_WORD_BATCHES_MB + MEASURE_BASE_MB) * attempt)
+    return int((elements * work_bytes / 1e6 + sense_memory.WORD_BATCHES_MB + sense_memory.WORK_BASE_MB) * attempt)
 
 
 def device_measure_mem_mb(
@@ -192,13 +194,117 @@ def device_measure_mem_mb(
     record_path: str | Path,
     attempt: int = 1,
     tokens_path: str | Path | None = None,
+    *,
+    units_path: str | Path | None = None,
+    storage_dtype: str = "float32",
+    gpus: int = 0,
+    machine_bytes: int | None = None,
 ) -> int:
-    """Host memory (MB) of one ``measure_model`` job: a shard job's (the model and its passes,
-    ``extraction_mem_mb``, over every sentence of the plan) plus ``metrics.memory_mb`` (the occurrence index, the
-    units, the drawn rows and the per-layer tables; on torch's CPU backend also the resident layers, which the
-    job's groups keep within it); x attempt."""
+    """Host memory (MB) of one ``measure_model`` job; x attempt.
+
+    On a GPU (``gpus``): a shard job's (the model and its passes, ``extraction_mem_mb``, over every sentence of
+    the plan) plus ``metrics.memory_mb`` (the occurrence index, the units, the drawn rows and the per-layer
+    tables); its layers are in the GPU's memory. On torch's CPU backend the layers are in the host's: what the job
+    holds (``device_plan.held_bytes``: the interpreter, the model twice while loading), its reserve (a forward
+    pass, a window, the measurement's work) and every layer of its part at once (rows x dim x the storage dtype's
+    bytes), so one forward pass measures them; capped at ``metrics.device_memory_fraction`` of ``machine_bytes``
+    (this machine's memory, ``machine_memory_bytes``; None on a cluster, whose nodes are not this machine): a
+    job given less plans more groups (``device_plan.plan_groups``)."""
     whole = dataclasses.replace(model, n_shards=1)
-    return int(extraction_mem_mb(whole, record_path, 1, tokens_path, 0) + metrics.measure.memory_mb) * attempt
+    if gpus:
+        return int(extraction_mem_mb(whole, record_path, 1, tokens_path, 0) + metrics.measure.memory_mb) * attempt
+    layers = (record_shape(record_path) or UNBUILT_SHAPE)[0]
+    part = -(-layers // metrics.device.device_parts)  # the largest part's layers
+    return cpu_device_job_mb(
+        model, record_path, [tokens_path], rows=plan_rows(units_path), layers_at_once=part, models=1,
+        storage_dtype=storage_dtype, fraction=metrics.device.device_memory_fraction, machine_bytes=machine_bytes,
+        attempt=attempt,
+    )  # fmt: skip
+
+
+def device_senses_mem_mb(
+    model: ModelSettings,
+    metrics: MetricsSettings,
+    record_path: str | Path,
+    attempt: int = 1,
+    *,
+    tokens_paths: list,
+    units_paths: list,
+    storage_dtype: str = "float32",
+    gpus: int = 0,
+    machine_bytes: int | None = None,
+) -> int:
+    """Host memory (MB) of one ``measure_senses`` job on the device path (``senses.device``); x attempt. Both
+    corpora's plans (``tokens_paths``, ``units_paths``: the study's, the usages'), and beside what
+    ``device_measure_mem_mb`` counts for a whole model, a second model (the one with its output head) and the sense
+    measures' work (``senses.memory.work_bytes``: a layer of both corpora in float32, batches of words). On torch's
+    CPU backend every layer of both corpora at once, capped as ``device_measure_mem_mb``'s."""
+    rows = sum(plan_rows(path) for path in units_paths)
+    layers, dim = record_shape(record_path) or UNBUILT_SHAPE
+    work = sense_memory.work_bytes(rows, dim)
+    if gpus:
+        whole = dataclasses.replace(model, n_shards=1)
+        head = 2 * record_weights_bytes(record_path)  # the model with its output head, twice while loading
+        return int(extraction_mem_mb(whole, record_path, 1, tokens_paths[0], 0) + (head + work) / 1e6) * attempt
+    return cpu_device_job_mb(
+        model, record_path, tokens_paths, rows=rows, layers_at_once=layers, models=2, sense_work_bytes=work,
+        storage_dtype=storage_dtype, fraction=metrics.device.device_memory_fraction, machine_bytes=machine_bytes,
+        attempt=attempt,
+    )  # fmt: skip
+
+
+def cpu_device_job_mb(model: ModelSettings, record_path: str | Path, tokens_paths: list, *, rows: int, layers_at_once: int,
+                      models: int, storage_dtype: str, fraction: float, machine_bytes: int | None, attempt: int,
+                      sense_work_bytes: int | None = None) -> int:  # fmt: skip
+    """MB (of 2**20 bytes, as the job plans) of a device job on torch's CPU backend that holds ``layers_at_once``
+    layers of ``rows`` rows: the job's own arithmetic (``device_plan``: ``held_bytes`` of ``models`` models,
+    ``reserve_bytes`` of its largest pass and widest window, from the plans once they exist, the host part, and
+    the measures' work: the layer measurement's, or ``sense_work_bytes`` for the sense job's), x attempt, capped at
+    ``fraction`` of ``machine_bytes``."""
+    import numpy as np
+
+    from contextuality.measure import device_plan  # the measurement's libraries: not in the Snakefile's start
+    from contextuality.measure.streaming import BASE_MB
+
+    whole = dataclasses.replace(model, n_shards=1)
+    n_layers, dim = record_shape(record_path) or UNBUILT_SHAPE
+    shapes = [shard_shape(whole, path, 0) for path in tokens_paths]
+    longest, widest = max(shape[0] for shape in shapes), max(shape[1] for shape in shapes)
+    itemsize = np.dtype(storage_dtype).itemsize
+    reserve = device_plan.reserve_bytes(d=dim, n_layers=n_layers, batch_tokens=batch_tokens(whole, longest),
+                                        widest_window=widest, itemsize=itemsize, on_cuda=False,
+                                        layer_measures=sense_work_bytes is None)  # fmt: skip
+    reserve += BASE_MB * device_plan.MB + (sense_work_bytes or 0)
+    held = device_plan.held_bytes(record_weights_bytes(record_path), models)
+    need = device_plan.cpu_job_bytes(
+        held=held, reserve=reserve, layer_bytes=rows * dim * itemsize, n_layers=layers_at_once
+    )
+    declared = need * attempt
+    if machine_bytes:
+        declared = min(declared, int(fraction * machine_bytes))
+    return -(-declared // device_plan.MB)
+
+
+def plan_rows(units_path: str | Path | None) -> int:
+    """The rows a plan stores (``units.parquet``'s footer), or before it exists the paper's largest layer's."""
+    if units_path is not None and Path(units_path).is_file():
+        import pyarrow.parquet as pq  # the footer only: no pandas in the Snakefile's process
+
+        return pq.read_metadata(units_path).num_rows
+    return UNBUILT_ROWS
+
+
+def machine_memory_bytes() -> int | None:
+    """This machine's physical memory, from ``os.sysconf`` (pages x page size: POSIX, the same on Linux and macOS,
+    nothing to parse; Linux's /proc/meminfo ``MemTotal`` is the same figure), or None where the system does not say.
+    A container's memory limit is not seen: there, bound the jobs with ``--resources mem_mb=N``."""
+    import os
+
+    try:
+        pages, page = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return pages * page if pages > 0 and page > 0 else None
 
 
 def device_measure_runtime_min(

@@ -273,5 +273,6 @@ def check_fits(settings: Settings, need: RunNeed, free: int, where: str | Path =
     raise ConfigError(
         f"not enough disk for this run: its stored vectors take about {_size(need.known_bytes)} ({per_model}){written}, "
         f"and {_size(free)} are free in {Path(where).absolute()}; {ways_out(settings.extraction.storage_dtype)}, or "
-        "measure on a GPU without the store (config/on-device.yaml with extraction.store: auto and senses.enabled: false)"
+        "measure every layer beside its forward passes without the store (config/on-device.yaml: a GPU, or torch's CPU "
+        "backend)"
     )
