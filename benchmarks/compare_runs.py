@@ -76,7 +76,9 @@ def main(argv=None) -> dict:
                              ("models_gb", "models", "GB"), ("peak_rss_mb", "largest job", "MB")):  # fmt: skip
         scale, digits = (60, 1) if unit == "min" else (1, 3 if unit == "GB" else 1)
         ratio = b[key] / a[key] if a[key] else float("nan")
-        print(f"{label:<14} {a[key] / scale:>10.{digits}f} {unit:<3} {b[key] / scale:>10.{digits}f} {unit:<3} {ratio:>10.2f}")
+        print(
+            f"{label:<14} {a[key] / scale:>10.{digits}f} {unit:<3} {b[key] / scale:>10.{digits}f} {unit:<3} {ratio:>10.2f}"
+        )
     print(f"largest jobs: {args.names[0]} {a['peak_job']}; {args.names[1]} {b['peak_job']}")
     return found
 

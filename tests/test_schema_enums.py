@@ -35,12 +35,12 @@ def _python_values() -> dict[str, tuple]:
     from contextuality.corpus import sources as corpus_sources
     from contextuality.corpus.sts import RELEASES
     from contextuality.corpus.words import COUNT_MODES
+    from contextuality.measure import similarity, similarity_rows, similarity_sample, similarity_tables
     from contextuality.measure.layer_job import COMPUTE_DTYPES, SELF_SIMILARITY_MODES
     from contextuality.measure.transforms import VARIANTS
     from contextuality.models import assemble
     from contextuality.models import sources as model_sources
     from contextuality.models.randommodels import HEADS
-    from contextuality.measure import similarity, similarity_rows, similarity_sample, similarity_tables
     from contextuality.paper import PAPER_MODELS
     from contextuality.report.atlas_inputs import TRAININGS
 
