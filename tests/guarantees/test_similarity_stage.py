@@ -209,3 +209,37 @@ def test_a_new_sample_size_reruns_only_the_similarity_rules(smoke_run, tmp_path)
     counts = job_counts(result.stdout)
     assert set(counts) - {"all"} == {"similarity_sample", "similarity_model", "similarity_pair",
                                      "similarity_figures", "atlas"}, counts  # fmt: skip
+
+
+def test_a_sample_of_every_row_is_mapped_not_held_and_checked_by_its_digest(tmp_path):
+    """similarity.max_rows: null writes unchunked datasets with their sha256; the reader maps them (numpy memmaps,
+    paged in by the OS as the engine reads chunks) and refuses one whose bytes changed."""
+    from contextuality.measure.similarity_sample import SampleWriter, read_sample
+
+    rows = np.random.default_rng(0).normal(size=(50, 4)).astype(np.float16)
+    writer = SampleWriter(tmp_path / "s.h5", contiguous=True)
+    writer.add(0, rows)
+    writer.finish({"model": "m", "n_layers": 1, "rows_sha256": "r" * 64, "provenance_sha256": "p", "pooling": "first",
+                   "n_rows": 50})  # fmt: skip
+    (layer,), _ = read_sample(tmp_path / "s.h5", model="m", rows_digest="r" * 64, n_rows=50)
+    assert isinstance(layer, np.memmap) and np.array_equal(layer, rows)
+    del layer
+    import h5py
+
+    with h5py.File(tmp_path / "s.h5", "r") as handle:
+        offset = handle["layer_00"].id.get_offset()
+    with open(tmp_path / "s.h5", "r+b") as handle:  # one byte of the vectors flipped
+        handle.seek(offset + 7)
+        byte = handle.read(1)
+        handle.seek(offset + 7)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(StoreError, match="does not match its sha256"):
+        read_sample(tmp_path / "s.h5", model="m", rows_digest="r" * 64, n_rows=50)
+
+
+def test_every_row_on_the_device_path_is_refused_before_any_job():
+    from contextuality.workflow.checks import similarity_problems
+
+    settings = load_settings({"models": {}, "metrics": {"on_device": True}, "similarity": {"max_rows": None}})
+    (problem,) = similarity_problems(settings)
+    assert problem.startswith("similarity.max_rows: null") and "metrics.on_device: false" in problem

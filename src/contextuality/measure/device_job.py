@@ -242,16 +242,13 @@ def measure_model(
              groups.describe(loaded.n_layers) if layers else "nothing to measure")  # fmt: skip
     if on_cuda:
         torch.cuda.reset_peak_memory_stats(torch.device(device))
-    gathered: dict[int, np.ndarray] = {}
     seconds = _measure_groups(
         groups.groups, loaded=loaded, plan=plan, shard=shard, measure=measure, index=index, units=units,
         device=device, out_folder=out_folder, digest=provenance_module.digest(provenance), host_threads=host_threads,
-        model_key=model_key, log=log, sample=sample, gathered=gathered,
+        model_key=model_key, log=log, sample=sample,
     )  # fmt: skip
     if sample is not None:
-        sample.write(
-            gathered, model=model_key, n_layers=loaded.n_layers, provenance_sha256=provenance_module.digest(provenance)
-        )
+        sample.finish(model=model_key, n_layers=loaded.n_layers, provenance_sha256=provenance_module.digest(provenance))
     planned_peak = groups.reserve_bytes + max(map(len, groups.groups), default=0) * groups.layer_bytes
     figures = {
         "device": str(device), "layers": layers, "groups": groups.groups, "n_layers": loaded.n_layers, "rows": n_rows,
@@ -267,11 +264,10 @@ def measure_model(
 
 def _measure_groups(groups: list[list[int]], *, loaded, plan, shard: ShardSettings, measure: MeasureSettings, index,
                     units, device: str, out_folder: Path, digest: str, host_threads: int, model_key: str,
-                    log: logging.Logger, sample: SampleRequest | None = None,
-                    gathered: dict | None = None) -> dict:  # fmt: skip
+                    log: logging.Logger, sample: SampleRequest | None = None) -> dict:  # fmt: skip
     """Each group's pass over the corpus (``fill_group``), then each of its layers measured on the device and
     finished on the host, in threads beside the device's next layer, into ``out_folder`` (and its similarity
-    sample gathered into ``gathered``). Returns the seconds spent: forward passes, measuring on the device, on
+    sample written by ``sample``). Returns the seconds spent: forward passes, measuring on the device, on
     the host, and waiting for the host at the end."""
     import torch
 
@@ -317,7 +313,7 @@ def _measure_groups(groups: list[list[int]], *, loaded, plan, shard: ShardSettin
                 finish = measure_rows_then(rows, layer, index, measure, model=model_key, units=units, log=log)
                 pending.append(host.submit(finish_and_write, layer, finish))
                 if sample is not None:
-                    gathered[layer] = backend.to_host(sample.gather(resident[slot]))
+                    sample.add(layer, resident[slot])
             if on_cuda:
                 torch.cuda.synchronize(torch.device(device))
             seconds["measure"] += time.perf_counter() - tick

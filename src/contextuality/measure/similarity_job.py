@@ -19,6 +19,7 @@ from tqdm import tqdm
 from contextuality.core.digest import sha256_of
 from contextuality.measure import similarity_join as joined
 from contextuality.measure.similarity_sample import (
+    SampleWriter,
     gather_from_store,
     sample_dtype,
     write_sample,
@@ -71,13 +72,16 @@ def run_similarity_sample_from_store(
         raise StoreError(f"{rows_path}: names rows beyond the {manifest['rows']} of {manifest_path} (made from another "
                          "plan); delete it and rerun snakemake")  # fmt: skip
     dtype = sample_dtype(pieces, manifest["dtype"])
-    layers = {}
+    # every common row (max_rows: null): unchunked datasets the table jobs map instead of holding them
+    writer = SampleWriter(out, contiguous=max_rows is None)
     for layer, path in enumerate(tqdm(layer_paths, desc=f"{model} similarity sample", unit="layer", mininterval=5)):
         with LayerReader(path, manifest) as reader:
-            layers[layer] = gather_from_store(reader, first, pieces, pooling, dtype)
-        _check_finite(layers[layer], path, model, layer)
-    attrs = sample_attrs(model, manifest["n_layers"], rows_path, manifest["provenance_sha256"], pooling, len(first))
-    write_sample(out, layers, attrs)
+            rows = gather_from_store(reader, first, pieces, pooling, dtype)
+        _check_finite(rows, path, model, layer)
+        writer.add(layer, rows)
+    writer.finish(
+        sample_attrs(model, manifest["n_layers"], rows_path, manifest["provenance_sha256"], pooling, len(first))
+    )
 
 
 def run_similarity_sample_from_parts(*, model: str, rows_path: Path, part_paths: list[Path], out: Path) -> None:
@@ -88,7 +92,7 @@ def run_similarity_sample_from_parts(*, model: str, rows_path: Path, part_paths:
     from contextuality.store.files import open_complete, read_checked
 
     expected = sha256_of(rows_path)
-    layers, attrs = {}, None
+    layers, attrs = {}, None  # the parts' layers are held whole: the device path refuses max_rows: null
     for path in part_paths:
         with open_complete(path) as handle:
             found = {key: (value.item() if hasattr(value, "item") else value) for key, value in handle.attrs.items()}

@@ -11,7 +11,9 @@ provenance digest of what made the vectors, the pooling and ``complete``; ``read
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import hashlib
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
@@ -89,15 +91,54 @@ def gather_from_store(reader, first: np.ndarray, pieces: np.ndarray, pooling: st
     return out
 
 
-def write_sample(path: Path, layers: dict[int, np.ndarray], attrs: dict) -> None:
-    """``sample.h5``: ``layer_{LL}`` per layer (checksummed chunks), the attributes, then ``complete``."""
-    with atomic_path(path) as tmp, h5py.File(tmp, "w", track_order=True) as handle:
-        for layer, rows in sorted(layers.items()):
-            create_checked(handle, layer_name(layer), rows.shape, rows.dtype, data=rows)
+class SampleWriter:
+    """``sample.h5`` written layer by layer (a layer's rows leave memory once written), under a temporary name
+    renamed into place by ``finish``: ``layer_{LL}`` per layer, the attributes, then ``complete``. Datasets are
+    chunked with checksums; ``contiguous`` (a sample of every common row, ``similarity.max_rows: null``) writes
+    unchunked datasets, each with its sha256, which ``read_sample`` maps instead of holding them."""
+
+    def __init__(self, path: Path, contiguous: bool = False):
+        self.path, self.contiguous, self.layers = Path(path), contiguous, 0
+        self._stack = contextlib.ExitStack()
+        self.handle = h5py.File(self._stack.enter_context(atomic_path(self.path)), "w", track_order=True)
+
+    def add(self, layer: int, rows) -> None:
+        rows = np.ascontiguousarray(backend.to_host(rows))
+        if self.contiguous:
+            dataset = self.handle.create_dataset(layer_name(layer), data=rows)
+            dataset.attrs["sha256"] = hashlib.sha256(rows.data).hexdigest()
+        else:
+            create_checked(self.handle, layer_name(layer), rows.shape, rows.dtype, data=rows)
+        self.layers += 1
+
+    def finish(self, attrs: dict) -> None:
         for key, value in attrs.items():
-            handle.attrs[key] = value
-        handle.attrs["n_layers_in_file"] = len(layers)
-        handle.attrs["complete"] = 1
+            self.handle.attrs[key] = value
+        self.handle.attrs["n_layers_in_file"] = self.layers
+        self.handle.attrs["complete"] = 1
+        self.handle.close()
+        self._stack.close()  # renames the finished file into place
+
+
+def write_sample(path: Path, layers: dict[int, np.ndarray], attrs: dict) -> None:
+    """A whole sample at once (``SampleWriter``)."""
+    writer = SampleWriter(path)
+    for layer, rows in sorted(layers.items()):
+        writer.add(layer, rows)
+    writer.finish(attrs)
+
+
+def _mapped(dataset, path: Path) -> np.ndarray:
+    """An unchunked dataset as a read-only map of the file (the OS pages it in as chunks are read), after checking
+    its sha256 block by block."""
+    mapped = np.memmap(path, dtype=dataset.dtype, mode="r", offset=dataset.id.get_offset(), shape=dataset.shape)
+    digest, flat = hashlib.sha256(), mapped.reshape(-1)
+    for start in range(0, flat.size, 1 << 24):
+        digest.update(flat[start : start + (1 << 24)].data)
+    if digest.hexdigest() != dataset.attrs.get("sha256"):
+        raise StoreError(f"{path}: dataset {dataset.name.lstrip('/')} does not match its sha256 (the file is damaged); "
+                         "delete it and rerun snakemake to gather the sample again")  # fmt: skip
+    return mapped
 
 
 def read_sample(path: str | Path, *, model: str, rows_digest: str, n_rows: int, layers=None) -> tuple[list, dict]:
@@ -110,7 +151,10 @@ def read_sample(path: str | Path, *, model: str, rows_digest: str, n_rows: int, 
             raise StoreError(f"{path}: {problem}; delete it and rerun snakemake to gather the sample again")
         names = sorted(name for name in handle if name.startswith("layer_"))
         chosen = names if layers is None else [layer_name(layer) for layer in layers]
-        return [read_checked(handle[name], Path(path)) for name in chosen], attrs
+        read = lambda dataset: (
+            _mapped(dataset, Path(path)) if dataset.chunks is None else read_checked(dataset, Path(path))
+        )  # noqa: E731
+        return [read(handle[name]) for name in chosen], attrs
 
 
 def _sample_problem(handle, attrs: dict, *, model: str, rows_digest: str, n_rows: int) -> str | None:
@@ -139,6 +183,7 @@ class SampleRequest:
     dtype: str
     rows_path: Path
     out: Path
+    writer: list = field(default_factory=list)  # the open SampleWriter, once the first layer is added
 
     @classmethod
     def of(cls, rows_path: Path, model: str, pooling: str, max_rows: int | None, stored_dtype: str, out: Path):
@@ -146,13 +191,16 @@ class SampleRequest:
         first, pieces = joined.sample_rows(rows, model, joined.sample_size(len(rows), max_rows))
         return cls(first, pieces, pooling, sample_dtype(pieces, stored_dtype), Path(rows_path), Path(out))
 
-    def gather(self, resident_layer):
+    def add(self, layer: int, resident_layer) -> None:
+        """The sample's rows of one resident layer, written at once (the file is opened at the first layer)."""
         if len(self.first) and int((self.first + self.pieces).max()) > resident_layer.shape[0]:
             raise StoreError(f"{self.rows_path}: names rows beyond the {resident_layer.shape[0]} this job's plan stores "
                              "(made from another plan); delete it and rerun snakemake")  # fmt: skip
-        return gather(resident_layer, self.first, self.pieces, self.pooling, self.dtype)
+        if not self.writer:
+            self.writer.append(SampleWriter(self.out))
+        self.writer[0].add(layer, gather(resident_layer, self.first, self.pieces, self.pooling, self.dtype))
 
-    def write(self, gathered: dict, *, model: str, n_layers: int, provenance_sha256: str) -> None:
-        write_sample(self.out, gathered, {"model": model, "n_layers": n_layers, "rows_sha256": sha256_of(self.rows_path),
-                                          "provenance_sha256": provenance_sha256, "pooling": self.pooling,
-                                          "n_rows": len(self.first)})  # fmt: skip
+    def finish(self, *, model: str, n_layers: int, provenance_sha256: str) -> None:
+        writer = self.writer[0] if self.writer else SampleWriter(self.out)  # a part without layers: an empty sample
+        writer.finish({"model": model, "n_layers": n_layers, "rows_sha256": sha256_of(self.rows_path),
+                       "provenance_sha256": provenance_sha256, "pooling": self.pooling, "n_rows": len(self.first)})  # fmt: skip

@@ -127,11 +127,11 @@ def similarity_problems(settings: Settings) -> list[str]:
             f"similarity.knn_k: {similarity.knn_k} neighbours need more than {similarity.knn_rows} rows "
             "(similarity.knn_rows); lower knn_k or raise knn_rows"
         )
-    if similarity.max_rows is None and settings.metrics.device.on_device and not settings.stores:
+    if similarity.max_rows is None and settings.metrics.device.on_device:
         problems.append(
-            "similarity.max_rows: null (every common row) needs the store, which this run does not write "
-            "(metrics.on_device: true): the cross-model tables read two models' rows at once; give a number "
-            "(e.g. 20000) or set extraction.store: true"
+            "similarity.max_rows: null (every common row) is measured from the store, but metrics.on_device: true "
+            "gathers the sample in the device job, which holds it whole; give a number (e.g. 20000), or measure from "
+            "the store (metrics.on_device: false)"
         )
     problems += [
         f"models.{key}: a key holding '__' cannot name the similarity stage's pair tables "
