@@ -507,7 +507,8 @@ def pair_files(pattern, wildcards):
 
 
 def similarity_mem_mb(sample_paths, attempt):
-    return estimates.similarity_mem_mb(sample_paths, SETTINGS.metrics.measure.memory_mb, attempt)
+    mapped = SETTINGS.similarity.max_rows is None  # a sample of every row is mapped, not held
+    return estimates.similarity_mem_mb(sample_paths, SETTINGS.metrics.measure.memory_mb, attempt, mapped)
 
 
 def store_manifest_beside_device(wildcards):

@@ -119,9 +119,9 @@ JOB_BASE_MB = 256
 def engine_budget_mb(memory_mb: int, layers: list) -> int:
     """The engine's share of the job's budget ``metrics.memory_mb``: what the samples it holds leave (at least
     JOB_BASE_MB): the job's peak stays near the budget however large the samples."""
-    held = sum(
-        int(layer.nbytes) if hasattr(layer, "nbytes") else layer.numel() * layer.element_size() for layer in layers
-    )
+    held = sum(0 if isinstance(layer, np.memmap)  # a mapped sample of every row: paged in, never held
+               else int(layer.nbytes) if hasattr(layer, "nbytes") else layer.numel() * layer.element_size()
+               for layer in layers)  # fmt: skip
     return max(JOB_BASE_MB, int(memory_mb - held / 2**20 - JOB_BASE_MB))
 
 

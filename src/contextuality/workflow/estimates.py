@@ -325,9 +325,10 @@ def device_measure_runtime_min(
     return int((2 * extraction_runtime_min(whole, corpus, record_path, 1, tokens_path) + 10 * part) * attempt)
 
 
-def similarity_mem_mb(sample_paths, memory_mb: int, attempt: int = 1) -> int:
-    """MB of a similarity table job: the samples it holds whole (their files' sizes: uncompressed HDF5), the
-    engine's budget ``metrics.memory_mb`` (its block-row accumulators and chunks stay within it) and the
-    interpreter's; x attempt. Before a sample exists, the budget alone (the scheduler asks again on retry)."""
-    held = sum(Path(path).stat().st_size for path in sample_paths if Path(path).is_file())
+def similarity_mem_mb(sample_paths, memory_mb: int, attempt: int = 1, mapped: bool = False) -> int:
+    """MB of a similarity table job: the samples it holds whole (their files' sizes: uncompressed HDF5; none when
+    ``mapped``, a sample of every row, ``similarity.max_rows: null``), the engine's budget ``metrics.memory_mb`` (its
+    block-row accumulators and chunks stay within it) and the interpreter's; x attempt. Before a sample exists,
+    the budget alone (the scheduler asks again on retry)."""
+    held = 0 if mapped else sum(Path(path).stat().st_size for path in sample_paths if Path(path).is_file())
     return int((held / 1e6 + memory_mb + MEASURE_BASE_MB) * attempt)
