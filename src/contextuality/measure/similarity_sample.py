@@ -151,10 +151,12 @@ def read_sample(path: str | Path, *, model: str, rows_digest: str, n_rows: int, 
             raise StoreError(f"{path}: {problem}; delete it and rerun snakemake to gather the sample again")
         names = sorted(name for name in handle if name.startswith("layer_"))
         chosen = names if layers is None else [layer_name(layer) for layer in layers]
-        read = lambda dataset: (
-            _mapped(dataset, Path(path)) if dataset.chunks is None else read_checked(dataset, Path(path))
-        )  # noqa: E731
-        return [read(handle[name]) for name in chosen], attrs
+        return [_read(handle[name], Path(path)) for name in chosen], attrs
+
+
+def _read(dataset, path: Path) -> np.ndarray:
+    """A layer of the sample: held (chunked, each chunk's checksum verified), or mapped (unchunked)."""
+    return _mapped(dataset, path) if dataset.chunks is None else read_checked(dataset, path)
 
 
 def _sample_problem(handle, attrs: dict, *, model: str, rows_digest: str, n_rows: int) -> str | None:
