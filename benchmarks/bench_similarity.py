@@ -79,6 +79,18 @@ def null_stage(models: dict, across, variant: str, draws: int) -> float:
     return time.perf_counter() - started
 
 
+def check_against_numpy(models: dict, host: dict, variant: str) -> None:
+    """The across grid of the first 2 layers of each model on the benchmark's backend (float32 products) against
+    numpy's float64 on the same rows; fails (exit 1) beyond 1e-5 in debiased CKA."""
+    ours = similarity.layer_grid(models["MiniLM"][:2], models["SmolLM2"][:2], variant=variant)
+    reference = similarity.layer_grid(host["MiniLM"][:2], host["SmolLM2"][:2], variant=variant, compute_dtype="float64")
+    worst = float(np.nanmax(np.abs(ours.cka_debiased - reference.cka_debiased)))
+    print(f"check [{variant}]: debiased CKA against numpy float64 on 2 x 2 layers: max |difference| {worst:.2e} "
+          f"(target <= 1e-5): {'ok' if worst <= 1e-5 else 'FAILED'}")  # fmt: skip
+    if not worst <= 1e-5:
+        raise SystemExit(1)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=20_000, help="common rows of the sample (similarity.max_rows)")
@@ -91,6 +103,10 @@ def main(argv=None) -> None:
     parser.add_argument("--memory-mb", type=float, default=1024, help="the engine's accumulators and chunks (the layers "
                         "beside them: 0.82 GB at 20,000 rows)")  # fmt: skip
     parser.add_argument("--backend", choices=["numpy", "torch"], default="numpy", help="torch: its CPU backend")
+    parser.add_argument("--device", default=None, help="a torch device for the layers (cuda:0 on a GPU; implies torch)")
+    parser.add_argument(
+        "--check", action="store_true", help="also: the across grid of 2 x 2 layers against numpy float64"
+    )
     parser.add_argument("--layers", type=int, default=None, help="fewer layers per model (a quick run)")
     args = parser.parse_args(argv)
     variants = args.variants.split(",")
@@ -102,11 +118,15 @@ def main(argv=None) -> None:
               for seed, (name, (n, dim)) in enumerate(SHAPES.items(), start=1)}  # fmt: skip
     print(f"synthetic layers: {args.rows} rows, " + ", ".join(f"{name} {len(layers)} x {layers[0].shape[1]}" for name, layers in models.items())
           + f" (float16, {sum(x.nbytes for layers in models.values() for x in layers) / 2**30:.2f} GiB) in {time.perf_counter() - started:.1f} s")  # fmt: skip
-    if args.backend == "torch":
+    host = models
+    if args.backend == "torch" or args.device:
         import torch
 
-        models = {name: [torch.from_numpy(x) for x in layers] for name, layers in models.items()}
-        print(f"torch {torch.__version__}, CPU backend, {torch.get_num_threads()} threads")
+        args.backend = "torch"
+        torch.backends.cuda.matmul.allow_tf32 = False  # as the device jobs: float32 products, not TF32
+        device = args.device or "cpu"
+        models = {name: [torch.from_numpy(x).to(device) for x in layers] for name, layers in models.items()}
+        print(f"torch {torch.__version__} on {device}, {torch.get_num_threads()} CPU threads")
     grid = dict(measures=PRODUCT_MEASURES, memory_mb=args.memory_mb)
     warm = [x[:200, :64] for x in models["MiniLM"][:2]]  # untimed: the first calls' imports and thread pools
     similarity.layer_grid(warm, measures=[*PRODUCT_MEASURES, "mutual_knn"])
@@ -124,6 +144,8 @@ def main(argv=None) -> None:
               f"(x) across: {across_time:8.1f} s   (k) mutual {args.knn_k}-NN, {sum(map(len, models.values()))} layers at "
               f"{args.knn_rows} rows, {knn_pairs} pairs: {knn_time:6.1f} s   (n) nulls, {len(models['MiniLM'])} x {args.draws} "
               f"draws: {null_time:6.1f} s   sum {subtotal:7.1f} s")  # fmt: skip
+    if args.check:
+        check_against_numpy(models, host, variants[0])
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         f"stage total ({args.backend}, {', '.join(variants)}): {total:.1f} s ({total / 60:.2f} min; target <= 10 min on 2 idle cores)"

@@ -180,8 +180,11 @@ def test_self_similarity_check_on_the_smoke_store(smoke_run):
 def test_bench_similarity_on_a_few_rows(backend):
     """benchmarks/bench_similarity.py on 600 rows and two layers per model: every stage's line, the total, the
     peak RSS and the load average."""
+    check = ["--check"] if backend == "torch" else []  # the GPU check's comparison, here on torch's CPU backend
     out = python("bench_similarity.py", "--rows", "600", "--knn-rows", "200", "--layers", "2", "--draws", "2",
-                 "--backend", backend)  # fmt: skip
+                 "--backend", backend, *check)  # fmt: skip
+    if check:
+        has_lines(out, "check [raw]: debiased CKA against numpy float64")
     has_lines(out, "synthetic layers: 600 rows", "[raw] (w1) within MiniLM:", "[unit_rows] (w1) within MiniLM:",
               f"stage total ({backend}, raw, unit_rows):", "peak RSS:", "load average before:")  # fmt: skip
     assert value(out, r"\(n\) nulls, 2 x 2 draws: +([\d.]+) s") >= 0
