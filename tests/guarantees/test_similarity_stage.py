@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import extract_planned, gather_layers, job_counts, load_model, materialise, run_snakemake
+from conftest import extract_planned, gather_layers, job_counts, load_model, materialise, run_snakemake, write_config
 from contextuality.corpus.words import word_index, word_table
 from contextuality.measure import similarity_join as joined
 from contextuality.measure import similarity_tables as tables
@@ -184,12 +184,15 @@ def _digest(path: Path) -> str:
 
 @pytest.mark.slow
 def test_the_same_sample_and_seed_give_byte_identical_tables(smoke_run, tmp_path):
+    from threadpoolctl import threadpool_limits
+
     folder = smoke_run / "results" / "similarity" / "sts"
     settings = load_settings(yaml_config(smoke_config_path())).similarity
     for model in ("tiny-bert", "tiny-gpt2"):
-        run_similarity_model(corpus="sts", model=model, sample_path=folder / model / "sample.h5",
-                             rows_path=folder / "rows.parquet", settings=settings, seed=7, memory_mb=2048,
-                             out_csv=tmp_path / f"{model}.csv", out_knn=tmp_path / f"{model}.npz")  # fmt: skip
+        with threadpool_limits(limits=1):  # the job's BLAS threads (extraction.threads: 1 in the smoke config)
+            run_similarity_model(corpus="sts", model=model, sample_path=folder / model / "sample.h5",
+                                 rows_path=folder / "rows.parquet", settings=settings, seed=7, memory_mb=2048,
+                                 out_csv=tmp_path / f"{model}.csv", out_knn=tmp_path / f"{model}.npz")  # fmt: skip
         assert _digest(tmp_path / f"{model}.csv") == _digest(folder / model / "layers.csv")
         assert _digest(tmp_path / f"{model}.npz") == _digest(folder / model / "knn.npz")
 
@@ -204,7 +207,8 @@ def yaml_config(path: Path) -> dict:
 def test_a_new_sample_size_reruns_only_the_similarity_rules(smoke_run, tmp_path):
     workdir = tmp_path / "run"
     shutil.copytree(smoke_run, workdir, symlinks=True)
-    result = run_snakemake(workdir, "-n", "--config", "similarity={'max_rows': 1000}", configfile=smoke_config_path())
+    overlay = write_config(tmp_path / "fewer_rows.yaml", {"similarity": {"max_rows": 1000, "knn_rows": 1000}})
+    result = run_snakemake(workdir, "-n", "--configfile", str(smoke_config_path()), str(overlay))
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
     assert set(counts) - {"all"} == {"similarity_sample", "similarity_model", "similarity_pair",
