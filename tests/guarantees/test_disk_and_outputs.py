@@ -209,8 +209,9 @@ def smoke(smoke_run):
     benchmarks = {name for name in files if (layout.parse(name) or ("",))[0].endswith("_BENCHMARK")}
     # every shard and every layer of the two smoke models, every shard of their usages' store, their sense jobs
     # shards 5, layers 7, usage shards 5, sense jobs 2; corpus, words, the tagger's job (sense_tags); per model
-    # plan, manifest, combine, and the usages' plan and manifest
-    assert len(benchmarks) == 5 + 7 + 5 + 2 + 3 + 2 * 5, sorted(benchmarks)
+    # plan, manifest, combine, and the usages' plan and manifest; the similarity stage: per model its sample and
+    # within table, and the one pair's table
+    assert len(benchmarks) == 5 + 7 + 5 + 2 + 3 + 2 * 5 + 2 * 2 + 1, sorted(benchmarks)
     return workdir, outputs, logs, files - benchmarks, smoke_audit()
 
 

@@ -48,7 +48,8 @@ def test_a_new_label_redraws_the_reports_only(smoke_run, tmp_path):
     config["models"]["tiny-bert"]["label"] = "a renamed tiny BERT"
     config["models"]["tiny-gpt2"]["stands_for"] = None
     planned = _planned(smoke_run, tmp_path, config)
-    reports = {"figures", "model_figures", "senses_figures", "summary", "table1", "report_pages", "model_pages", "all"}
+    reports = {"figures", "model_figures", "senses_figures", "summary", "table1", "report_pages", "model_pages",
+               "similarity_figures", "atlas", "all"}  # fmt: skip
     assert set(planned) == reports, planned
     assert planned["figures"] == planned["summary"] == planned["table1"] == 1, planned
 

@@ -133,6 +133,8 @@ def test_report_html_shows_hostile_labels_as_text(smoke_run, tmp_path):
         "table1",
         "report_pages",
         "model_pages",
+        "similarity_figures",
+        "atlas",
     }, dry.stdout
     run = run_snakemake(workdir, "--cores", "2", configfile=configfile)
     assert run.returncode == 0, failure(run)

@@ -92,6 +92,11 @@ def test_deleting_one_layer_file_plans_exactly_its_rebuild_and_what_depends_on_i
         "table1": 1,
         "model_pages": 1,
         "report_pages": 1,
+        "similarity_sample": 1,  # the model's sample is gathered from every layer file: again, then its tables
+        "similarity_model": 1,
+        "similarity_pair": 1,
+        "similarity_figures": 1,
+        "atlas": 1,
         "all": 1,
     }, output
     assert _planned_layers(output, "layer_file") == {"02"} and _planned_layers(output, "measure_layer") == {"02"}
