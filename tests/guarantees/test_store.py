@@ -282,9 +282,10 @@ def test_a_run_without_a_shared_filesystem_equals_a_local_run(smoke_run, tmp_pat
         compared += 1
     assert compared > 30
     # each heavy job's timings went to the storage too (Snakemake's benchmark files): of the STS corpus 4 shards,
-    # 4 layers, the sense job, the plan, manifest and combining jobs; of the usages' corpus 4 shards, plan, manifest
+    # 4 layers, the sense job, the plan, manifest and combining jobs, the similarity sample and the model's similarity
+    # table; of the usages' corpus 4 shards, plan, manifest
     benchmarks = storage / "results" / "benchmarks"
-    assert len(list((benchmarks / "sts" / MODEL).glob("*.tsv"))) == 4 + 4 + 1 + 3
+    assert len(list((benchmarks / "sts" / MODEL).glob("*.tsv"))) == 4 + 4 + 1 + 3 + 2
     assert len(list((benchmarks / "usages" / MODEL).glob("*.tsv"))) == 4 + 2
     for name in ("summary.md", "claims.md", "table1.md", "losses.csv"):
         assert (storage / "results" / "tables" / name).stat().st_size > 0
