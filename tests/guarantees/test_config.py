@@ -193,6 +193,19 @@ CONFIG_CASES = {
         lambda c: c.update(corpora={"../x": {"source": "text", "path": "x.txt"}}),
         "corpora: corpus name '../x' is not allowed; it names files and folders",
     ),
+    # issue 42, hole 4: a corpus of corpora had none of the study corpus's checks
+    "second_corpus_hub_revision_not_a_hash": (
+        lambda c: c.update(corpora={"hubsts": {"source": "hub", "hub_revisions": {"2012": "main"}}}),
+        "corpora.hubsts.hub_revisions.2012: 'main' is not a commit hash; a commit hash is required",
+    ),
+    "second_corpus_key_its_source_ignores": (
+        lambda c: c.update(corpora={"glosses": {"source": "text", "path": "x.txt", "text_column": "s"}}),
+        "corpora.glosses.text_column: unused with corpora.glosses.source 'text' (one sentence per line, no columns)",
+    ),
+    "second_corpus_without_its_path": (
+        lambda c: c.update(corpora={"glosses": {"source": "table"}}),
+        "corpora.glosses.path: missing; corpora.glosses.source 'table' reads the corpus file it names",
+    ),
     "baseline_label_that_is_a_model_key": (
         lambda c: c["static"].update(baselines={"tiny-bert": "glove.txt"}),
         "static.baselines.tiny-bert: 'tiny-bert' is also a model key; Table 1 would show two rows of that name",
@@ -607,3 +620,20 @@ def test_half_precision_where_no_job_can_have_a_gpu_stops_the_run_before_any_job
     for resources in (["--resources", "gpu=1"], ["--set-resources", "extract:gpu=1"]):
         result = run_snakemake(tmp_path, "-n", "--cores", "1", *resources, configfile=tmp_path / "config.yaml")
         assert result.returncode == 0 and "rule extract:" in result.stdout, failure(result)
+
+
+def test_a_malformed_release_file_of_a_second_corpus_stops_the_run_before_any_job(tmp_path):
+    """Issue 42, hole 4: the release files of a bundled corpus of ``corpora`` are checked as the study's are."""
+    import shutil
+
+    from conftest import STS_DIR
+
+    bundled = tmp_path / "sts"
+    shutil.copytree(STS_DIR / "2012", bundled / "2012")
+    broken = bundled / "2012" / "test" / "STS.gs.MSRpar.txt"
+    broken.write_text("not a score\n" + broken.read_text().split("\n", 1)[1])
+    config = _broken(
+        lambda c: c.update(corpora={"sts2012": {"source": "bundled", "bundled_dir": str(bundled), "years": [2012]}})
+    )
+    problems = _problems(config)
+    assert f"{broken}:1:" in problems, problems

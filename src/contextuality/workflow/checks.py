@@ -37,13 +37,14 @@ def checked_settings(config: dict, *, configfiles=(), targets=(), overrides=None
     check_duplicate_keys(configfiles)  # a key given twice: YAML would keep the last silently
     # One clear line per problem first; Snakemake's validate then fills in the schema's defaults.
     validate_against_schema(config, SCHEMA, overrides)
-    check_corpus_keys_read(config.get("corpus") or {})  # on the keys as given: a default is never "unused"
+    check_corpus_keys_read(config)  # every corpus's, on the keys as given: a default is never "unused"
     settings = Settings.from_config(fill_defaults(config))
     check_settings(settings)
     # Targets naming an unconfigured model or a layer out of range stop the run here too, before any
     # job, in one line (the DAG would say "No rule to produce ..." or raise inside an input function).
     check_targets(list(targets), settings)
-    check_bundled_corpus(settings.corpus)  # a malformed release file: its FILE:LINE message, before any job
+    for corpus in settings.corpora.values():  # a malformed release file: its FILE:LINE message, before any job
+        check_bundled_corpus(corpus)
     return settings
 
 
@@ -84,7 +85,11 @@ def check_settings(settings: Settings) -> None:
         )
     problems += store_problems(settings) + similarity_problems(settings)
     problems += hub_revision_problems(settings) + name_problems(settings)
-    problems += [problem for corpus in settings.corpora.values() for problem in corpus_problems(corpus)]
+    problems += [
+        problem
+        for key, corpus in settings.corpora.items()
+        for problem in corpus_problems(corpus, "corpus" if corpus is settings.corpus else f"corpora.{key}")
+    ]
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 
@@ -217,49 +222,53 @@ def _entry(build, field: str):
     return getattr(build.download, field) if hasattr(build.download, field) else getattr(build, field)
 
 
+_NEEDED_HASH = (
+    "a commit hash is required: the full 40-character lower-case hash (a branch or tag such as 'main' can move)"
+)
+
+
 def hub_revision_problems(settings: Settings) -> list[str]:
-    """One line per hub revision that is not a full commit hash: hub models and corpus.hub_revisions.
+    """One line per hub model's revision that is not a full commit hash (a corpus's: ``corpus_problems``).
 
     A branch or tag (``main``, ``v1.0``) or a shortened hash names different files as the repository
     changes, so the run would not be reproducible; offline, huggingface_hub resolves it through the
     cache's ``refs/``, which says what was downloaded last, not what was configured.
     """
-    needed = (
-        "a commit hash is required: the full 40-character lower-case hash (a branch or tag such as 'main' can move)"
-    )
     problems = []
     for key, model in settings.models.items():
         revision = model.build.download.revision
         if SOURCES[model.source].pinned_revision and revision and not _COMMIT_HASH.fullmatch(str(revision)):
-            problems.append(f"models.{key}.revision: {revision!r} is not a commit hash; {needed}")
-    for year, revision in settings.corpus.hub_revisions.items():
-        if not _COMMIT_HASH.fullmatch(str(revision)):
-            problems.append(f"corpus.hub_revisions.{year}: {revision!r} is not a commit hash; {needed}")
+            problems.append(f"models.{key}.revision: {revision!r} is not a commit hash; {_NEEDED_HASH}")
     return problems
 
 
-def corpus_problems(corpus: CorpusSettings) -> list[str]:
-    """What a corpus source other than STS needs: a path, or for 'datasets' a hub id at a commit."""
-    source = corpus.source
+def corpus_problems(corpus: CorpusSettings, at: str = "corpus") -> list[str]:
+    """What any corpus needs, the study's (``at`` 'corpus') and each of ``corpora`` (``at`` 'corpora.{key}'):
+    a path for a file source, for 'datasets' one folder or a hub id at a commit, hub revisions at a commit."""
+    source, problems = corpus.source, []
+    problems += [
+        f"{at}.hub_revisions.{year}: {revision!r} is not a commit hash; {_NEEDED_HASH}"
+        for year, revision in corpus.hub_revisions.items()
+        if not _COMMIT_HASH.fullmatch(str(revision))
+    ]
     if source in ("text", "table") and not corpus.path:
-        return [f"corpus.path: missing; corpus.source '{source}' reads the corpus file it names"]
-    if source == "datasets":
-        if bool(corpus.path) == bool(corpus.dataset):
-            return [
-                "corpus.path / corpus.dataset: corpus.source 'datasets' reads exactly one of a local dataset folder "
-                "(corpus.path) or a hub dataset (corpus.dataset, with corpus.revision)"
-            ]
-        if corpus.dataset and not (corpus.revision and _COMMIT_HASH.fullmatch(corpus.revision)):
-            return [
-                f"corpus.revision: {corpus.revision!r} is not a commit hash; a hub dataset is read only at a pinned "
-                "commit (40 hex digits), so that a rerun reads the same sentences"
-            ]
+        problems.append(f"{at}.path: missing; {at}.source '{source}' reads the corpus file it names")
+    if source == "datasets" and bool(corpus.path) == bool(corpus.dataset):
+        problems.append(
+            f"{at}.path / {at}.dataset: {at}.source 'datasets' reads exactly one of a local dataset folder "
+            f"({at}.path) or a hub dataset ({at}.dataset, with {at}.revision)"
+        )
+    elif source == "datasets" and corpus.dataset and not (corpus.revision and _COMMIT_HASH.fullmatch(corpus.revision)):
+        problems.append(
+            f"{at}.revision: {corpus.revision!r} is not a commit hash; a hub dataset is read only at a pinned "
+            "commit (40 hex digits), so that a rerun reads the same sentences"
+        )
     if source in ("bundled", "hub") and (corpus.path or corpus.dataset):
-        return [
-            f"corpus.path / corpus.dataset: unused with corpus.source '{source}' (the STS sentences); set "
-            "corpus.source to text, table or datasets to read them"
-        ]
-    return []
+        problems.append(
+            f"{at}.path / {at}.dataset: unused with {at}.source '{source}' (the STS sentences); set "
+            f"{at}.source to text, table or datasets to read them"
+        )
+    return problems
 
 
 # The corpus keys each source reads, of those only some sources read (path and dataset: corpus_problems).
@@ -267,9 +276,18 @@ _READ_BY = {"text_column": ("table", "datasets"), "id_column": ("table", "datase
             "split": ("datasets",), "revision": ("datasets",)}  # fmt: skip
 
 
-def check_corpus_keys_read(corpus: dict) -> None:
-    """Raise ConfigError naming each corpus key given (before the schema's defaults fill it in) that the source
-    ignores: ``text_column`` with a text file was accepted and read nothing."""
+def check_corpus_keys_read(config: dict) -> None:
+    """Raise ConfigError naming each key of a corpus (``corpus`` and each of ``corpora``), as given before the
+    schema's defaults fill it in, that its source ignores: ``text_column`` with a text file read nothing."""
+    corpora = [("corpus", config.get("corpus") or {})]
+    corpora += [(f"corpora.{key}", entry or {}) for key, entry in (config.get("corpora") or {}).items()]
+    problems = [problem for at, corpus in corpora for problem in corpus_keys_problems(corpus, at)]
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+def corpus_keys_problems(corpus: dict, at: str = "corpus") -> list[str]:
+    """One line per key of one corpus (at config key ``at``) that its source ignores."""
     source = corpus.get("source") or "bundled"
     what = {
         "text": " (one sentence per line, no columns)",
@@ -280,13 +298,12 @@ def check_corpus_keys_read(corpus: dict) -> None:
     for key, sources in _READ_BY.items():
         if corpus.get(key) is None or source in sources:
             continue
-        readers = " and ".join(repr(s) for s in sources) + (" with corpus.dataset" if key == "revision" else "")
-        problems.append(f"corpus.{key}: unused with corpus.source '{source}'{what.get(source, '')}; it is read only by "
+        readers = " and ".join(repr(s) for s in sources) + (f" with {at}.dataset" if key == "revision" else "")
+        problems.append(f"{at}.{key}: unused with {at}.source '{source}'{what.get(source, '')}; it is read only by "
                         f"source {readers}: remove it")  # fmt: skip
     if corpus.get("revision") is not None and source == "datasets" and corpus.get("dataset") is None:
-        problems.append("corpus.revision: unused without corpus.dataset (a local folder has no revision); remove it")
-    if problems:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+        problems.append(f"{at}.revision: unused without {at}.dataset (a local folder has no revision); remove it")
+    return problems
 
 
 def check_bundled_corpus(corpus: CorpusSettings) -> None:
