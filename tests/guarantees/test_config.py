@@ -164,6 +164,12 @@ CONFIG_CASES = {
         lambda c: c["corpus"].update(hub_revisions={"2012\n": "0" * 40}),
         "corpus.hub_revisions: unknown key(s) '2012\\n'; allowed keys match",
     ),
+    # issue 42: `2012: <hash>` unquoted is an integer key, and jsonschema's pattern ended in a TypeError traceback
+    "hub_revision_year_unquoted": (
+        lambda c: c["corpus"].update(hub_revisions={2012: "0" * 40}),
+        "corpus.hub_revisions: the key 2012 is read by YAML as int, not text; allowed: keys as text (the years "
+        "'2012' to '2016'); quote it: '2012':",
+    ),
     # its scores went to results/static/baselines/../../elsewhere/evil.csv, outside the run
     "baseline_label_naming_a_path": (
         lambda c: c["static"].update(baselines={"../../elsewhere/evil": "glove.txt"}),

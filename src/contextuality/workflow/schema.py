@@ -203,12 +203,29 @@ def strict_validator_class():
     return validators.extend(Draft202012Validator, type_checker=checker)
 
 
+def _keys_not_text(section: dict, at: str = ""):
+    """One line per key that YAML read as a number, a boolean or null (an unquoted year: ``2012:``)."""
+    for key, value in section.items():
+        where = f"{at}.{key}" if at else str(key)
+        if not isinstance(key, str):
+            years = " (the years '2012' to '2016')" if at.endswith("hub_revisions") else ""
+            yield (
+                f"{at or '(top level)'}: the key {key!r} is read by YAML as {type(key).__name__}, not text; allowed: "
+                f"keys as text{years}; quote it: '{key}':"
+            )
+        elif isinstance(value, dict):
+            yield from _keys_not_text(value, where)
+
+
 def validate_against_schema(config: dict, schema_path: str | Path, overrides: dict | None = None) -> None:
     """Raise ConfigError listing every schema violation, one line each (no schema dump).
 
     ``overrides``: the values given with ``--config`` (Snakemake's ``overwrite_config``), which some messages name.
     """
     schema = yaml.safe_load(Path(schema_path).read_text())
+    unquoted = list(_keys_not_text(config))
+    if unquoted:  # jsonschema's patterns would raise a TypeError on them
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(unquoted))
     validator = strict_validator_class()(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
