@@ -212,6 +212,21 @@ CONFIG_CASES = {
         lambda c: c.update(corpora={"glosses": {"source": "table"}}),
         "corpora.glosses.path: missing; corpora.glosses.source 'table' reads the corpus file it names",
     ),
+    # issue 42: one folder for both on a case-insensitive file system (macOS, Windows)
+    "model_keys_differing_only_by_case": (
+        lambda c: c["models"].update({"Tiny-Bert": copy.deepcopy(c["models"]["tiny-bert"])}),
+        "models.tiny-bert: model key 'tiny-bert' differs from 'Tiny-Bert' only by case, so on a case-insensitive file "
+        "system (macOS, Windows) both would be one folder of results/embeddings/{corpus}/; allowed: names that differ "
+        "in more than case; rename one of them",
+    ),
+    "corpus_names_differing_only_by_case": (
+        lambda c: c.update(corpora={"STS": {"source": "text", "path": "x.txt"}}),
+        "corpora.STS: corpus name 'STS' differs from 'sts' only by case, so on a case-insensitive file system",
+    ),
+    "model_key_reserved_but_for_case": (
+        lambda c: c["models"].update(Baselines=c["models"].pop("tiny-gpt2")),
+        "models.Baselines: 'Baselines' is a reserved name (results/static/baselines/ holds other files",
+    ),
     "baseline_label_that_is_a_model_key": (
         lambda c: c["static"].update(baselines={"tiny-bert": "glove.txt"}),
         "static.baselines.tiny-bert: 'tiny-bert' is also a model key; Table 1 would show two rows of that name",

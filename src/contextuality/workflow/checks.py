@@ -155,12 +155,14 @@ def name_problems(settings: Settings) -> list[str]:
     would give Table 1 two rows of one name.
     """
     reserved = layout.reserved_model_keys()
+    folded = {name.casefold(): name for name in reserved}  # 'Baselines' is baselines/ where case is ignored
     problems = [
-        f"models.{key}: '{key}' is a reserved name ({reserved[key]} holds other files beside the model folders); "
-        f"rename the model; reserved: {', '.join(reserved)}"
+        f"models.{key}: '{key}' is a reserved name ({reserved[folded[key.casefold()]]} holds other files beside the "
+        f"model folders); rename the model; reserved: {', '.join(reserved)}"
         for key in settings.models
-        if key in reserved
+        if key.casefold() in folded
     ]
+    problems += case_problems([f"models.{key}" for key in settings.models], "model key", "results/embeddings/{corpus}/")
     problems += [
         f"static.baselines.{label}: '{label}' is also a model key; Table 1 would show two rows of that name, so "
         "give the baseline another label"
@@ -173,11 +175,17 @@ def name_problems(settings: Settings) -> list[str]:
 def corpus_name_problems(settings: Settings) -> list[str]:
     """One line per corpus named like a folder the layout reserves, like the study's corpus, or unlike its key."""
     reserved = layout.reserved_corpus_names()
+    folded = {name.casefold(): name for name in reserved}
     problems = [
-        f"corpus '{name}': a reserved name ({reserved[name]} holds the layout's own files); name the corpus otherwise"
+        f"corpus '{name}': a reserved name ({reserved[folded[name.casefold()]]} holds the layout's own files); name "
+        "the corpus otherwise"
         for name in settings.corpora
-        if name in reserved
+        if name.casefold() in folded
     ]
+    keys = [
+        "corpus.name" if corpus is settings.corpus else f"corpora.{name}" for name, corpus in settings.corpora.items()
+    ]
+    problems += case_problems(keys, "corpus name", "results/corpora/", list(settings.corpora))
     if settings.corpora[settings.corpus.name] is not settings.corpus:
         problems.append(
             f"corpora.{settings.corpus.name}: the study's corpus is named '{settings.corpus.name}' too; "
@@ -188,6 +196,22 @@ def corpus_name_problems(settings: Settings) -> list[str]:
         for key, corpus in settings.corpora.items()
         if corpus.name != key
     ]
+    return problems
+
+
+def case_problems(keys: list[str], noun: str, parent: str, names: list[str] | None = None) -> list[str]:
+    """One line per name (``names``, or the last part of each config key of ``keys``) that differs from an earlier
+    one only by case: on a case-insensitive file system (macOS, Windows) the two would share one folder."""
+    seen: dict[str, str] = {}
+    problems = []
+    for key, name in zip(keys, names or [key.rsplit(".", 1)[-1] for key in keys]):
+        first = seen.setdefault(name.casefold(), name)
+        if first != name:
+            problems.append(
+                f"{key}: {noun} '{name}' differs from '{first}' only by case, so on a case-insensitive file system "
+                f"(macOS, Windows) both would be one folder of {parent}; allowed: names that differ in more than "
+                "case; rename one of them"
+            )
     return problems
 
 
