@@ -151,3 +151,53 @@ def test_report_html_shows_hostile_labels_as_text(smoke_run, tmp_path):
     assert "include:: " in description  # the label is there, as text
     summary = (workdir / "results" / "tables" / "summary.md").read_text()
     assert r"\<script\>alert(1)\</script\>" in summary and SCRIPT not in summary
+
+
+# issue 42, hole 5: a Markdown link in a label or a corpus word became a live javascript: link in the HTML pages
+HOSTILE_LINKS = [
+    "javascript:alert(1)",
+    "JaVaScRiPt:alert(1)",
+    "\x01javascript:alert(1)",
+    "vbscript:msgbox(1)",
+    "data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==",
+    "java&#115;cript:alert(1)",
+    "file:///etc/passwd",
+]
+
+
+def _links(page_html: str) -> list[str]:
+    return re.findall(r'<a href="([^"]*)"', page_html)
+
+
+def test_report_pages_link_only_http_https_and_relative_addresses():
+    from contextuality.report.html import markdown_html
+
+    safe = "[paper](https://arxiv.org/abs/1909.00512) [plain](http://example.org/?a=1&b=2) [page](metrics/sts/m/layers.html) [here](#top)"
+    assert _links(markdown_html(safe)) == [
+        "https://arxiv.org/abs/1909.00512",
+        "http://example.org/?a=1&amp;b=2",
+        "metrics/sts/m/layers.html",
+        "#top",
+    ]
+    for url in HOSTILE_LINKS:
+        shown = markdown_html(f"| model | x |\n|---|---|\n| [click]({url}) | 1 |\n\n[click]({url})")
+        assert "<a " not in shown, (url, shown)
+        assert shown.count("[click](") == 2, shown  # shown as the text it is
+
+
+def test_a_hostile_label_and_corpus_words_are_text_on_a_models_page():
+    import pandas as pd
+
+    from contextuality.report.html import frame_markdown, markdown_html, model_page
+    from contextuality.report.tables import md_text
+
+    words = json.dumps([["[a](javascript:alert(1))", 9], ["**bold**", 3], [SCRIPT, 2], ["`x`", 1]])
+    layers = pd.DataFrame({"layer": [0], "self_similarity": [0.5], "massive_top_units": [words]})
+    corpus_page = markdown_html(frame_markdown(layers))  # as it was read before, the words alone
+    assert "<a " not in corpus_page and "<strong>" not in corpus_page and "<code>" not in corpus_page, corpus_page
+    label = f"[me](javascript:alert(1)) **x** {SCRIPT}\n\n# Injected"
+    shown = markdown_html(model_page(label, layers))
+    assert "<a " not in shown and "<script>" not in shown and "<strong>" not in shown and "<h1>Injected" not in shown
+    assert "[me](javascript:alert(1)) **x** &lt;script&gt;alert(1)&lt;/script&gt; # Injected: every layer" in shown
+    assert "[a](javascript:alert(1))" in shown and "<td class=num>0.500</td>" in shown
+    assert "<a " not in markdown_html(md_text("[l](javascript:1)"))  # a label escaped for Markdown stays text

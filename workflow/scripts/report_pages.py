@@ -7,7 +7,7 @@ import pandas as pd
 
 from contextuality.core.atomic import atomic_path
 from contextuality.core.runtime import setup_job_logging
-from contextuality.report.html import frame_markdown, markdown_html, page
+from contextuality.report.html import markdown_html, model_page, page
 from contextuality.report.inert import from_inert_json
 
 setup_job_logging(snakemake.log[0])
@@ -20,10 +20,10 @@ def write(path, title, markdown):
 
 if snakemake.rule == "model_pages":
     label = from_inert_json(snakemake.params.label)  # inert in report.html's parameters (report/inert.py)
-    parts = [f"# {label}: every layer's measurements", "", frame_markdown(pd.read_csv(snakemake.input.layers))]
-    if snakemake.input.senses:
-        parts += ["", f"## {label}: word senses by layer", "", frame_markdown(pd.read_csv(snakemake.input.senses[0]))]
-    write(snakemake.output.layers, f"{label}: per layer", "\n".join(parts))
+    senses = pd.read_csv(snakemake.input.senses[0]) if snakemake.input.senses else None
+    write(
+        snakemake.output.layers, f"{label}: per layer", model_page(label, pd.read_csv(snakemake.input.layers), senses)
+    )
 else:
     for name, title in (
         ("claims", "The paper's claims, checked"),

@@ -15,6 +15,8 @@ from __future__ import annotations
 import html
 import re
 
+from contextuality.report.tables import md_escape, md_text
+
 # The question each report item answers: its category in Snakemake's report, by figure or table name.
 ANSWERS = "1. The answers"
 CATEGORIES = {
@@ -60,26 +62,60 @@ blockquote { border-left: 3px solid #d0d0d5; margin-left: 0; padding-left: 1em; 
 """
 
 
+# A backslash escape (what ``tables.md_text`` writes before a label's markup characters) or a code span, whichever
+# comes first: an escaped character is text, never markup, and a code span's backslashes are its own.
+_ESCAPE_OR_CODE = re.compile(r"\\([!-/:-@\[-`{-~])|(`[^`]*`)")
+_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
+_HELD = re.compile("\x00(\\d+)\x00")
+
+
+def safe_href(url: str) -> bool:
+    """True for an http(s) link or a relative one; ``javascript:``, ``data:`` and any other scheme are not links
+    here, nor is anything with a colon before its first '/' or '?' (a scheme however spelled). A browser drops
+    control characters and spaces from a URL before it reads the scheme."""
+    bare = "".join(char for char in url if char > " " and char != "\x7f")
+    scheme = _SCHEME.match(bare)
+    if scheme:
+        return scheme.group(1).lower() in ("http", "https")
+    return ":" not in re.split(r"[/?]", bare, maxsplit=1)[0]
+
+
 def _inline(text: str) -> str:
-    """Escape, then code spans, links, bold and italics."""
-    parts = re.split(r"(`[^`]*`)", text)
-    out = []
-    for part in parts:
-        if part.startswith("`") and part.endswith("`") and len(part) > 1:
-            out.append(f"<code>{html.escape(part[1:-1])}</code>")
-            continue
-        part = html.escape(part, quote=False)
-        part = re.sub(
-            r"\[([^\]]+)\]\(([^)\s]+)\)", lambda m: f'<a href="{html.escape(m.group(2))}">{m.group(1)}</a>', part
-        )
-        part = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", part)
-        part = re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", r"<em>\1</em>", part)
-        out.append(part)
-    return "".join(out)
+    """Escape, then backslash escapes and code spans, links (http, https and relative only), bold and italics."""
+    shown, raw = [], []  # what each held piece shows (HTML) and what it is (text)
+
+    def hold(html_text: str, text: str) -> str:
+        shown.append(html_text)
+        raw.append(text)
+        return f"\x00{len(shown) - 1}\x00"
+
+    def token(match) -> str:
+        if match.group(1) is not None:
+            return hold(html.escape(match.group(1)), match.group(1))
+        return hold(f"<code>{html.escape(match.group(2)[1:-1])}</code>", match.group(0))
+
+    def link(match) -> str:
+        url = html.unescape(_HELD.sub(lambda held: raw[int(held.group(1))], match.group(2)))
+        if not safe_href(url):
+            return match.group(0)  # shown as the text it is
+        return f'<a href="{html.escape(url)}">{match.group(1)}</a>'
+
+    text = _ESCAPE_OR_CODE.sub(token, text.replace("\x00", "\ufffd"))
+    text = _LINK.sub(link, html.escape(text, quote=False))
+    text = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", text)
+    text = re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", r"<em>\1</em>", text)
+    return _HELD.sub(lambda held: shown[int(held.group(1))], text)
 
 
 def _verdicts(cell_html: str) -> str:
-    return _VERDICT.sub(lambda m: f'<span class="verdict {m.group(1).replace("/", "")}">{m.group(1)}</span>', cell_html)
+    """Verdicts coloured in the text of ``cell_html``, never inside a tag (a link's address)."""
+    return "".join(
+        part
+        if part.startswith("<")
+        else _VERDICT.sub(lambda m: f'<span class="verdict {m.group(1).replace("/", "")}">{m.group(1)}</span>', part)
+        for part in re.split(r"(<[^>]*>)", cell_html)
+    )
 
 
 def _cells(line: str) -> list[str]:
@@ -150,17 +186,30 @@ def markdown_html(text: str) -> str:
 
 
 def frame_markdown(frame, digits: int = 3) -> str:
-    """A table (pandas DataFrame) as a Markdown pipe table, floats to ``digits`` decimals."""
+    """A table (pandas DataFrame) as a Markdown pipe table, floats to ``digits`` decimals, text shown as written
+    (corpus words such as ``massive_top_units``: every markup character backslash-escaped)."""
 
     def cell(value) -> str:
         if isinstance(value, float):
             return "" if value != value else f"{value:.{digits}f}"
+        if isinstance(value, str):
+            value = md_escape(value)
         return str(value).replace("|", "\\|")
 
     header = "| " + " | ".join(map(str, frame.columns)) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
     rows = ["| " + " | ".join(cell(value) for value in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join([header, rule, *rows])
+
+
+def model_page(label: str, layers, senses=None) -> str:
+    """The Markdown of a model's page of per-layer tables (``layers``, and ``senses`` when given: DataFrames), its
+    label shown as written (``tables.md_text``: no label becomes a heading, link or markup)."""
+    shown = md_text(label)
+    parts = [f"# {shown}: every layer's measurements", "", frame_markdown(layers)]
+    if senses is not None:
+        parts += ["", f"## {shown}: word senses by layer", "", frame_markdown(senses)]
+    return "\n".join(parts)
 
 
 def page(title: str, body_html: str) -> str:

@@ -47,8 +47,13 @@ def md_text(text) -> str:
     """Free text from the config (a label) shown as written in Markdown: markup characters backslash-escaped
     and line breaks made spaces, so no label becomes a heading, link, image or raw HTML. ``|`` is left to
     ``md_cell`` (in a table cell)."""
-    text = "".join("\\" + char if char in _MD_SPECIAL else char for char in " ".join(str(text).split()))
+    text = md_escape(" ".join(str(text).split()))
     return _MD_LINE_START.sub(lambda match: match[1] + "\\" + match[2], text, count=1)
+
+
+def md_escape(text: str) -> str:
+    """Every markup character of ``text`` backslash-escaped (``md_text`` less its line breaks and line start)."""
+    return "".join("\\" + char if char in _MD_SPECIAL else char for char in text)
 
 
 def md_cell(text) -> str:
