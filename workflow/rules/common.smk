@@ -14,7 +14,7 @@ from contextuality.core.runtime import prepend_python_path
 from contextuality.core.settings import as_params, batch_params, stateful_batches, stored_params
 from contextuality.corpus.sources import folder_files, is_sts
 from contextuality.corpus.sts import bundled_release_paths
-from contextuality.extraction.devices import LOCAL_GPUS_ENV, gpu_line, visible_gpus
+from contextuality.extraction.devices import LOCAL_GPUS_ENV, DeviceError, gpu_line, visible_gpus
 from contextuality.models.sources import SOURCES
 from contextuality.paper import FIGURES
 from contextuality.report.figure_files import FORMATS as FIGURE_FORMATS, MODEL_FIGURES
@@ -23,6 +23,7 @@ from contextuality.static.benchmark_files import benchmark_files
 from contextuality.workflow import estimates, run_need
 from contextuality.core.diskspace import free_bytes
 from contextuality.workflow.checks import check_half_precision_has_a_gpu, checked_settings, default_comparison_line
+from contextuality.workflow.prerun import check_device_has_a_gpu
 from contextuality.workflow.schema import ConfigError
 from contextuality.workflow.targets import command_kind, command_line_targets, record_run_config
 
@@ -222,7 +223,10 @@ def corpus_inputs(wildcards):
 ON_A_CLUSTER = workflow.global_resources["_nodes"].value is not None
 GIVEN_GPUS = workflow.global_resources.get("gpu")
 if (GIVEN_GPUS is None or GIVEN_GPUS.value is None) and not ON_A_CLUSTER:
-    LOCAL_GPUS = visible_gpus()
+    try:
+        LOCAL_GPUS = visible_gpus()
+    except DeviceError as err:
+        raise WorkflowError(str(err)) from None
     workflow.register_resource("gpu", LOCAL_GPUS)
     if workflow.is_main_process and LOCAL_GPUS:
         print(gpu_line(LOCAL_GPUS), file=sys.stderr)
@@ -260,9 +264,12 @@ def given_gpus(rule, own):
     return own if given is None else getattr(given, "value", given)
 
 
-# Half precision where no extraction job can be given a GPU stops here, not in the first shard job.
+# Half precision where no extraction job can be given a GPU stops here, not in the first shard job; so does
+# metrics.device: cuda on a machine (or run) with no GPU, not in every device job after the builds.
 if workflow.is_main_process:
     try:
+        if not ON_A_CLUSTER:
+            check_device_has_a_gpu(SETTINGS, LOCAL_GPUS, GIVEN_GPUS is not None and GIVEN_GPUS.value is not None)
         check_half_precision_has_a_gpu(
             SETTINGS, extract_job_gpus(), given_gpus("measure_model", gpus_for_device_measure(None))
         )
