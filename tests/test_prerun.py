@@ -59,3 +59,81 @@ def test_metrics_device_cuda_without_a_gpu_is_refused_before_any_job(tmp_path, v
     ), result.stdout[-2000:]
     assert "set metrics.device: auto" in _message(result)
     assert _dry_run(tmp_path, config, "--resources", "gpu=1", env={"CUDA_VISIBLE_DEVICES": visible}).returncode == 0
+
+
+# --------------------------------------------------------------------------------------------------
+# Hole 7: the disk check sizes the corpus from the config's own input
+
+
+def _default_with_corpus(senses: bool = True, **corpus):
+    import yaml
+
+    from conftest import PROJECT
+    from contextuality.workflow.schema import load_settings
+
+    config = yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())
+    config["corpus"] = {**config["corpus"], **corpus} if corpus.get("source", "bundled") == "bundled" else corpus
+    config["senses"]["enabled"] = senses
+    return load_settings(config)
+
+
+def _parquet(path, rows: int):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"x": list(range(rows))}), path)
+
+
+def test_a_stale_corpus_table_of_a_quick_run_does_not_size_the_real_one(tmp_path, monkeypatch):
+    """After a quick run (corpus.max_sentences: 120) its tables stay; the real run's STS still counts 25,088
+    sentences (its release's gold lines), its plans giving a rate of rows a sentence, not a count."""
+    from contextuality.workflow import run_need
+    from contextuality.workflow.schema import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    _parquet(tmp_path / "results/corpora/sts/sentences.parquet", 120)
+    for model, rows in (("minilm", 1584), ("smollm2", 1368)):  # 13.2 and 11.4 rows a sentence, as STS's
+        _parquet(tmp_path / f"results/embeddings/sts/{model}/units.parquet", rows)
+        _parquet(tmp_path / f"results/embeddings/sts/{model}/tokens.parquet", 120)
+    settings = _default_with_corpus()
+    need = run_need.run_need(settings)
+    assert 13e9 < need.disk_bytes < 15e9 and not need.unknown_corpora
+    with pytest.raises(ConfigError, match="not enough disk for this run"):
+        run_need.check_fits(settings, need, free=2 * 10**9)
+
+
+@pytest.mark.parametrize("rows, fits", [(200, True), (300_000, False)])
+def test_a_table_corpus_is_sized_by_its_own_rows(tmp_path, monkeypatch, rows, fits):
+    """A 200-row CSV was refused as if it were STS (14 GB against 5 GB free: it needs 2.5 GB, the sense usages'
+    vectors most of it); a 300,000-row one let through on 20 GB, though it needs about 150 GB. Its rows count (a
+    quoted field over two lines is one row)."""
+    from contextuality.workflow import run_need
+    from contextuality.workflow.schema import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    table = tmp_path / "corpus.csv"
+    table.write_text("text\n" + '"a sentence\nover two lines"\n' + "a plain sentence of some words\n" * (rows - 1))
+    settings = _default_with_corpus(source="table", path=str(table))
+    need = run_need.run_need(settings)
+    free = 5 * 10**9 if fits else 20 * 10**9
+    if fits:
+        run_need.check_fits(settings, need, free=free)
+    else:
+        with pytest.raises(ConfigError, match="not enough disk for this run"):
+            run_need.check_fits(settings, need, free=free)
+
+
+def test_a_corpus_that_cannot_be_counted_is_said_unknown_and_never_refused(tmp_path, monkeypatch):
+    """A hub dataset not yet downloaded: its size is unknown, said in the line, and no assumed size refuses it."""
+    from contextuality.workflow import run_need
+
+    monkeypatch.chdir(tmp_path)
+    settings = _default_with_corpus(senses=False, source="datasets", dataset="someone/corpus", revision="a" * 40)
+    need = run_need.run_need(settings)
+    name = settings.corpus.name
+    assert need.unknown_corpora == [name] and need.disk_bytes == 0
+    line = run_need.estimate_line(settings, need, 2, 1)
+    assert line.startswith(f"contextuality: this run stores vectors of a size unknown until {name} is read, with")
+    assert f"{name}: a corpus counted only when its corpus job reads it" in line
+    run_need.check_fits(settings, need, free=1)

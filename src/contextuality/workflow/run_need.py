@@ -4,8 +4,10 @@ The per-job disk check (contextuality.core.diskspace.reserve) stops a shard that
 starts, minutes in; the Snakefile prints ``estimate_line`` before any job and stops a run whose vectors cannot
 fit (``check_fits``). Calibrated on the default run (docs/scaling.md):
 
+* each corpus's sentences counted from the config's own input (``corpus_size``: a release's gold lines, a file's
+  lines, a table's rows), or unknown (a hub corpus, a dataset folder: not counted, and said);
 * stored rows per sentence: 11.4 spaCy words (SmolLM2: 285,266 over STS's 25,088 sentences) or 13.2 model
-  pieces (MiniLM's WordPieces), until the plan (``units.parquet``) gives the count; a row holds
+  pieces (MiniLM's WordPieces), until the plan (``units.parquet``) gives its rate; a row holds
   layers x dims values of ``extraction.storage_dtype``, each vector stored once (the layer files are views),
   plus 0.2% for HDF5's metadata;
 * the sense usages: 6.2 sentences per (lemma, POS) type (4,957 for the default run's 800 types), until
@@ -23,9 +25,10 @@ from pathlib import Path
 
 from contextuality.core import layout
 from contextuality.core.diskspace import _size, ways_out
-from contextuality.core.settings import CorpusSettings, ModelSettings, Settings
+from contextuality.core.settings import ModelSettings, Settings
 from contextuality.models.loading import record_shape, record_weights_bytes
-from contextuality.workflow.estimates import CPU_TOKENS_PER_S_23M, STS_SENTENCES, TOKENS_PER_SENTENCE, UNBUILT_SHAPE
+from contextuality.workflow.corpus_size import corpus_sentences
+from contextuality.workflow.estimates import CPU_TOKENS_PER_S_23M, TOKENS_PER_SENTENCE, UNBUILT_SHAPE
 
 UNITS_PER_SENTENCE = {"word": 11.4, "subword": 13.2}
 HDF5_OVERHEAD = 1.002
@@ -77,7 +80,7 @@ class RunNeed:
     written_bytes: int = 0  # store files already there (a rerun writes only the rest)
     similarity_bytes: int = 0  # the similarity stage's samples (every model's rows of every corpus's sample)
     similarity_seconds: float = 0.0
-    sentences_assumed: bool = False  # a corpus read by a job: STS's size assumed until it is
+    unknown_corpora: list[str] = field(default_factory=list)  # a corpus counted only when its job reads it
     jobs: int = 0
 
     @property
@@ -108,24 +111,6 @@ def _parquet_rows(path: str | Path) -> int | None:
     import pyarrow.parquet as pq  # the footer only
 
     return pq.read_metadata(path).num_rows
-
-
-def corpus_sentences(corpus: CorpusSettings) -> tuple[int, bool]:
-    """A corpus's sentences (the corpus job's table once it exists), and whether the count is assumed."""
-    rows = _parquet_rows(layout.path(layout.SENTENCES, corpus=corpus.name))
-    if rows is not None:
-        return rows, False
-    assumed = False
-    if corpus.source == "text" and corpus.path and Path(corpus.path).is_file():
-        with open(corpus.path, "rb") as handle:
-            n = sum(1 for line in handle if line.strip())
-    elif corpus.source in ("bundled", "hub"):
-        n = STS_SENTENCES
-    else:
-        n, assumed = STS_SENTENCES, True
-    if corpus.max_sentences is not None:
-        n = min(n, corpus.max_sentences)
-    return n, assumed
 
 
 def model_shape(model: ModelSettings) -> tuple[tuple[int, int], bool]:
@@ -159,8 +144,12 @@ def params_millions(model: ModelSettings, shape: tuple[int, int]) -> float:
 
 
 def _rows(model: ModelSettings, corpus: str, sentences: int) -> int:
-    rows = _parquet_rows(layout.path(layout.UNITS, corpus=corpus, model=model.key))
-    return rows if rows is not None else int(sentences * UNITS_PER_SENTENCE[model.indexing])
+    """A model's stored rows of ``sentences`` sentences of ``corpus``: at its plan's rows a sentence once the plan
+    exists (a rate, as the plan may be of another run's sentences), else ``UNITS_PER_SENTENCE``."""
+    units = _parquet_rows(layout.path(layout.UNITS, corpus=corpus, model=model.key))
+    planned = _parquet_rows(layout.path(layout.TOKENS, corpus=corpus, model=model.key))  # one row a sentence
+    per_sentence = units / planned if units is not None and planned else UNITS_PER_SENTENCE[model.indexing]
+    return int(sentences * per_sentence)
 
 
 def run_need(settings: Settings) -> RunNeed:
@@ -168,9 +157,10 @@ def run_need(settings: Settings) -> RunNeed:
     CPU cores."""
     import numpy as np
 
-    counted = {name: corpus_sentences(corpus) for name, corpus in settings.corpora.items()}
-    sentences = sum(n for n, _ in counted.values())
-    need = RunNeed(sentences_assumed=any(a for _, a in counted.values()), jobs=12)  # corpus, words, figures, tables
+    known = {name: corpus_sentences(corpus) for name, corpus in settings.corpora.items()}
+    counted = {name: n for name, n in known.items() if n is not None}  # an unknown corpus: neither disk nor time
+    sentences = sum(counted.values())
+    need = RunNeed(unknown_corpora=[name for name, n in known.items() if n is None], jobs=12)
     sense_sentences = 0
     if settings.senses.enabled:
         sense_sentences = _parquet_rows(layout.path(layout.SENTENCES, corpus=layout.USAGES_CORPUS)) or int(
@@ -179,7 +169,7 @@ def run_need(settings: Settings) -> RunNeed:
     itemsize = np.dtype(settings.extraction.storage_dtype).itemsize
     for key, model in settings.models.items():
         (layers, dim), shape_assumed = model_shape(model)
-        rows = sum(_rows(model, name, n) for name, (n, _) in counted.items())
+        rows = sum(_rows(model, name, n) for name, n in counted.items())
         sense_rows = _rows(model, layout.USAGES_CORPUS, sense_sentences) if settings.senses.enabled else 0
         disk = int((rows + sense_rows) * layers * dim * itemsize * HDF5_OVERHEAD) if settings.stores else 0
         tokens = (sentences + sense_sentences) * TOKENS_PER_SENTENCE
@@ -193,7 +183,7 @@ def run_need(settings: Settings) -> RunNeed:
             if folder.is_dir():
                 need.written_bytes += sum(path.stat().st_size for path in folder.glob("shard_*.h5"))
     if settings.similarity.enabled:
-        _add_similarity(need, settings, {name: n for name, (n, _) in counted.items()})
+        _add_similarity(need, settings, counted)
     return need
 
 
@@ -231,6 +221,11 @@ def estimate_line(settings: Settings, need: RunNeed, cores: int | None, free: in
     if settings.stores:
         per_model = ", ".join(f"{m.key} {_size(m.disk_bytes)}{'?' if m.assumed else ''}" for m in need.models)
         disk = f"stores about {_size(need.disk_bytes)} of vectors ({per_model})"
+        unknown = ", ".join(need.unknown_corpora)
+        if unknown and not need.disk_bytes:
+            disk = f"stores vectors of a size unknown until {unknown} is read"
+        elif unknown:
+            disk += f" besides those of {unknown}, of a size unknown until read"
         if need.written_bytes:
             disk += f", {_size(need.to_write)} of it still to write"
         if free is not None:
@@ -251,8 +246,8 @@ def estimate_line(settings: Settings, need: RunNeed, cores: int | None, free: in
         notes.append(
             f"?: {', '.join(need.assumed)} assumed {UNBUILT_SHAPE[0]} layers x {UNBUILT_SHAPE[1]} dims until built"
         )
-    if need.sentences_assumed:
-        notes.append("the corpus assumed STS's size until it is read")
+    if need.unknown_corpora:
+        notes.append(f"{', '.join(need.unknown_corpora)}: a corpus counted only when its corpus job reads it")
     notes.append(f"rough: {CALIBRATION}, docs/scaling.md")
     return f"contextuality: this run {'; '.join(parts)} ({'; '.join(notes)})"
 
