@@ -137,3 +137,22 @@ def test_a_corpus_that_cannot_be_counted_is_said_unknown_and_never_refused(tmp_p
     assert line.startswith(f"contextuality: this run stores vectors of a size unknown until {name} is read, with")
     assert f"{name}: a corpus counted only when its corpus job reads it" in line
     run_need.check_fits(settings, need, free=1)
+
+
+@pytest.mark.parametrize("variant", ["store", "device", "two-corpora"])
+def test_the_run_need_line_counts_the_jobs_the_run_plans(tmp_path, variant):
+    """The line's job count is the dry run's: the device path's jobs instead of the store's (48, where the line
+    said 69), and every corpus's (107 with a second corpus, where it said 75)."""
+    import re
+
+    from conftest import job_counts
+
+    config = smoke_config(**(DEVICE_SMOKE if variant == "device" else {}))
+    if variant == "two-corpora":
+        extra = tmp_path / "extra.txt"
+        extra.write_text("a sentence of a few words\nanother sentence of a few words\n" * 50)
+        config["corpora"] = {"extra": {"source": "text", "path": str(extra)}}
+    result = _dry_run(tmp_path, config)
+    assert result.returncode == 0, result.stdout[-2000:]
+    said = int(re.search(r"has about (\d+) jobs", result.stderr).group(1))
+    assert said == job_counts(result.stdout)["total"]

@@ -160,7 +160,7 @@ def run_need(settings: Settings) -> RunNeed:
     known = {name: corpus_sentences(corpus) for name, corpus in settings.corpora.items()}
     counted = {name: n for name, n in known.items() if n is not None}  # an unknown corpus: neither disk nor time
     sentences = sum(counted.values())
-    need = RunNeed(unknown_corpora=[name for name, n in known.items() if n is None], jobs=12)
+    need = RunNeed(unknown_corpora=[name for name, n in known.items() if n is None])
     sense_sentences = 0
     if settings.senses.enabled:
         sense_sentences = _parquet_rows(layout.path(layout.SENTENCES, corpus=layout.USAGES_CORPUS)) or int(
@@ -177,14 +177,41 @@ def run_need(settings: Settings) -> RunNeed:
         measure_s = rows * layers * dim / MEASURED_VALUES_PER_S
         seconds = (extract_s + measure_s) * (1 + (SENSES_SHARE if settings.senses.enabled else 0))
         need.models.append(ModelNeed(key, disk, seconds, shape_assumed))
-        need.jobs += 5 + model.n_shards + 2 * layers + ((4 + model.n_shards + layers) if settings.senses.enabled else 0)
         for corpus in [*counted, layout.USAGES_CORPUS]:
             folder = Path(layout.path(layout.SHARD, corpus=corpus, model=key, shard=0)).parent
             if folder.is_dir():
                 need.written_bytes += sum(path.stat().st_size for path in folder.glob("shard_*.h5"))
     if settings.similarity.enabled:
         _add_similarity(need, settings, counted)
+    need.jobs = count_jobs(settings, {key: model_shape(model)[0][0] for key, model in settings.models.items()})
     return need
+
+
+def count_jobs(settings: Settings, layers: dict[str, int]) -> int:
+    """The jobs of the whole run, as its rules plan them: per corpus, per model, per model and corpus (the store's
+    jobs only where the run stores, the device path's instead of the store path's), the sense usages' and the
+    similarity stage's; ``layers``: each model's layers stored (input layer included)."""
+    from contextuality.models.sources import SOURCES
+
+    senses, similarity, device = settings.senses.enabled, settings.similarity.enabled, settings.metrics.device
+    jobs = 4 + (1 + len(settings.static.baselines) if settings.static.enabled else 0)  # figures, summary, pages, all
+    jobs += 7 if senses else 0  # wordnet, tagger, its tags, inventory, usages, context diversity, figures
+    jobs += 2 if similarity else 0  # the heat maps and the atlas
+    for corpus in settings.corpora.values():  # corpus, words, the STS pairs, the similarity rows
+        jobs += 2 + (corpus.source in ("bundled", "hub")) + similarity
+    models, usages_stored = settings.models, settings.stores or not device.on_device
+    for key, model in models.items():
+        n, shards = layers[key], model.n_shards
+        store = shards + 1 + n  # shards, manifest, layer files
+        jobs += (
+            3 + SOURCES[model.source].downloads + settings.static.enabled + senses
+        )  # build, figures, pages, scores, senses
+        per_corpus = 2 + settings.extraction.export_classic + (store if settings.stores else 0)  # plan, combine
+        per_corpus += (device.device_parts + n) if device.on_device else n  # the layers measured
+        per_corpus += 2 if similarity else 0  # its sample and tables
+        jobs += per_corpus * len(settings.corpora)
+        jobs += (1 + (store if usages_stored else 0)) if senses else 0  # the usages' plan and store
+    return jobs + (len(models) * (len(models) - 1) // 2) * len(settings.corpora) * similarity
 
 
 def _add_similarity(need: RunNeed, settings: Settings, sentences: dict[str, int]) -> None:
@@ -201,8 +228,6 @@ def _add_similarity(need: RunNeed, settings: Settings, sentences: dict[str, int]
             itemsize = 4 if pooled else np.dtype(settings.extraction.storage_dtype).itemsize
             need.similarity_bytes += int(n * layers * dim * itemsize * HDF5_OVERHEAD)
         need.similarity_seconds += n * widths**2 * len(settings.similarity.variants) / SIMILARITY_FLOP_PER_S
-        need.jobs += 1 + 2 * len(shapes) + len(shapes) * (len(shapes) - 1) // 2
-    need.jobs += 2  # the heat maps and the atlas
 
 
 def _duration(seconds: float) -> str:
