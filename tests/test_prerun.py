@@ -156,3 +156,38 @@ def test_the_run_need_line_counts_the_jobs_the_run_plans(tmp_path, variant):
     assert result.returncode == 0, result.stdout[-2000:]
     said = int(re.search(r"has about (\d+) jobs", result.stderr).group(1))
     assert said == job_counts(result.stdout)["total"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Hole 8: named targets get the disk check of the jobs they plan
+
+
+@pytest.mark.parametrize("target", ["all", "store"])
+def test_named_targets_are_refused_when_the_shards_they_plan_cannot_fit(tmp_path, target):
+    """`snakemake all` and `snakemake store` skipped the whole-run refusal: with 1 MB free the smoke run's shards
+    (1.3 MB of the study corpus's, 5.4 MB with the usages') now stop them once planned, before any job."""
+    from workflow_runs import hook_env
+
+    result = run_snakemake(tmp_path, target, "--cores", "2", configfile=write_config(tmp_path / "c.yaml", smoke_config()),
+                           env=hook_env(TEST_FREE_BYTES=str(10**6)), timeout=600)  # fmt: skip
+    assert result.returncode != 0
+    message = _message(result)
+    assert message.startswith(f"not enough disk for the jobs of {target}: the shards they write take about "), message
+    assert "and 1.00 MB are free in" in message and "or ask for fewer targets" in message
+    assert not (tmp_path / "logs").exists()  # no job ran
+
+
+def test_the_planned_check_counts_only_the_shards_planned(tmp_path, monkeypatch):
+    """One shard of four is a quarter of its model's store of that corpus; a shard already there is replaced."""
+    from contextuality.workflow import run_need
+    from contextuality.workflow.schema import ConfigError, load_settings
+
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(smoke_config())
+    need = run_need.run_need(settings)
+    gpt2 = next(model for model in need.models if model.key == "tiny-gpt2")
+    quarter = gpt2.store_bytes["sts"] // 4
+    jobs = [("extract", {"corpus": "sts", "model": "tiny-gpt2", "shard": "0"}), ("plan", {"model": "tiny-bert"})]
+    run_need.check_planned_fits(settings, need, jobs, quarter, "results", ["shard_0.h5"])
+    with pytest.raises(ConfigError, match=r"not enough disk for the jobs of shard_0.h5: .* \(tiny-gpt2 "):
+        run_need.check_planned_fits(settings, need, jobs, quarter - 1, "results", ["shard_0.h5"])

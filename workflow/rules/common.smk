@@ -311,6 +311,18 @@ elif (
     )
 
 
+# Targets named (`snakemake all`, `snakemake store`, a file): the whole-run check above is skipped (a target may need
+# a part of the run), and the shards that the targets' jobs write are checked once they are planned, before any job.
+onstart:
+    if COMMAND == "run" and command_line_targets():
+        try:
+            free = free_bytes(Path(layout.RESULTS))
+            planned = [(job.rule.name, dict(job.wildcards_dict)) for job in workflow.dag.needrun_jobs()]
+            run_need.check_planned_fits(SETTINGS, NEED, planned, free, layout.RESULTS, command_line_targets())
+        except ConfigError as err:
+            raise WorkflowError(str(err)) from None
+
+
 def n_layers_of(model):
     """Layers a model returns (input layer included): a random model's from its config, any other's from
     its source.json once built (the build is a checkpoint: the DAG's layer files follow from it)."""

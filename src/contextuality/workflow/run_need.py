@@ -72,6 +72,7 @@ class ModelNeed:
     disk_bytes: int
     seconds: float
     assumed: bool  # the shape is the paper's largest, assumed until the model is built
+    store_bytes: dict[str, int] = field(default_factory=dict)  # by corpus (the usages' too), when the run stores
 
 
 @dataclass
@@ -176,7 +177,10 @@ def run_need(settings: Settings) -> RunNeed:
         extract_s = tokens * params_millions(model, (layers, dim)) / (CPU_TOKENS_PER_S_23M * 23)
         measure_s = rows * layers * dim / MEASURED_VALUES_PER_S
         seconds = (extract_s + measure_s) * (1 + (SENSES_SHARE if settings.senses.enabled else 0))
-        need.models.append(ModelNeed(key, disk, seconds, shape_assumed))
+        store = {name: _rows(model, name, n) for name, n in counted.items()}
+        store |= {layout.USAGES_CORPUS: sense_rows} if settings.senses.enabled else {}
+        store = {name: int(n * layers * dim * itemsize * HDF5_OVERHEAD) for name, n in store.items()}
+        need.models.append(ModelNeed(key, disk, seconds, shape_assumed, store if settings.stores else {}))
         for corpus in [*counted, layout.USAGES_CORPUS]:
             folder = Path(layout.path(layout.SHARD, corpus=corpus, model=key, shard=0)).parent
             if folder.is_dir():
@@ -295,4 +299,33 @@ def check_fits(settings: Settings, need: RunNeed, free: int, where: str | Path =
         f"and {_size(free)} are free in {Path(where).absolute()}; {ways_out(settings.extraction.storage_dtype)}, or "
         "measure every layer beside its forward passes without the store (config/on-device.yaml: a GPU, or torch's CPU "
         "backend)"
+    )
+
+
+def check_planned_fits(settings: Settings, need: RunNeed, jobs, free: int, where: str | Path, targets) -> None:
+    """Raise ConfigError when the shards that the jobs planned for ``targets`` write exceed ``free``.
+
+    ``jobs``: (rule name, wildcards) of every job the targets plan (the DAG's, known only once it is built: the
+    Snakefile's onstart); each extraction job writes its model's store of its corpus over its shard count, less
+    the shard file it replaces. Only known sizes count, as in ``check_fits``."""
+    from contextuality.workflow.schema import ConfigError
+
+    by_key = {model.key: model for model in need.models}
+    planned: dict[str, int] = {}
+    for rule, wildcards in jobs:
+        model = by_key.get(wildcards.get("model")) if rule == "extract" else None
+        corpus_bytes = model.store_bytes.get(wildcards.get("corpus")) if model and not model.assumed else None
+        if corpus_bytes is None:
+            continue
+        shard = Path(layout.path(layout.SHARD, corpus=wildcards["corpus"], model=model.key, shard=wildcards["shard"]))
+        replaced = shard.stat().st_size if shard.is_file() else 0
+        planned[model.key] = planned.get(model.key, 0) + corpus_bytes // settings.models[model.key].n_shards - replaced
+    to_write = sum(planned.values())
+    if to_write <= free:
+        return
+    per_model = ", ".join(f"{key} {_size(n)}" for key, n in planned.items())
+    raise ConfigError(
+        f"not enough disk for the jobs of {' '.join(targets)}: the shards they write take about {_size(to_write)} "
+        f"({per_model}), and {_size(free)} are free in {Path(where).absolute()}; {ways_out(settings.extraction.storage_dtype)}, "
+        "or ask for fewer targets"
     )
