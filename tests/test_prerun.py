@@ -191,3 +191,34 @@ def test_the_planned_check_counts_only_the_shards_planned(tmp_path, monkeypatch)
     run_need.check_planned_fits(settings, need, jobs, quarter, "results", ["shard_0.h5"])
     with pytest.raises(ConfigError, match=r"not enough disk for the jobs of shard_0.h5: .* \(tiny-gpt2 "):
         run_need.check_planned_fits(settings, need, jobs, quarter - 1, "results", ["shard_0.h5"])
+
+
+# --------------------------------------------------------------------------------------------------
+# A local model that is not there: found before any job
+
+
+@pytest.mark.parametrize("case", ["missing_folder", "not_a_hf_folder", "missing_gguf", "missing_elmo_weights"])
+def test_a_local_model_that_is_not_there_stops_the_run_before_any_job(tmp_path, case):
+    """It was found in the model's download job, after the corpus and the other models' builds, as "not a Hugging
+    Face folder (no config.json)" even for a path that does not exist."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    entries = {
+        "missing_folder": ({"source": "path", "path": str(tmp_path / "nosuch")}, "models.m.path: "
+                           f"{tmp_path / 'nosuch'} does not exist; allowed: a Hugging Face model folder (config.json)"),
+        "not_a_hf_folder": ({"source": "path", "path": str(empty)},
+                            f"models.m.path: {empty} is not a Hugging Face model folder (no config.json); allowed: "),
+        "missing_gguf": ({"source": "path", "path": str(empty), "gguf_file": "m.gguf"},
+                         f"models.m.gguf_file: m.gguf is not in {empty}; allowed: the name of a GGUF file"),
+        "missing_elmo_weights": ({"source": "elmo", "options": "https://example.org/options.json",
+                                  "weights": str(tmp_path / "w.hdf5")},
+                                 f"models.m.weights: {tmp_path / 'w.hdf5'} does not exist; allowed: a local file or"),
+    }  # fmt: skip
+    entry, expected = entries[case]
+    config = smoke_config()
+    config["models"] = {"tiny-gpt2": config["models"]["tiny-gpt2"], "m": {**entry, "indexing": "word"}}
+    result = _dry_run(tmp_path, config)
+    assert result.returncode != 0
+    lines = (result.stdout + result.stderr).splitlines()
+    assert any(line.strip().startswith(expected) for line in lines), result.stdout[-2000:]
+    assert "Traceback" not in result.stdout + result.stderr
