@@ -222,3 +222,23 @@ def test_a_local_model_that_is_not_there_stops_the_run_before_any_job(tmp_path, 
     lines = (result.stdout + result.stderr).splitlines()
     assert any(line.strip().startswith(expected) for line in lines), result.stdout[-2000:]
     assert "Traceback" not in result.stdout + result.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# --config given a nested value: the overlay after the user's own config files
+
+
+def test_a_nested_command_line_value_names_the_users_own_config_files_with_the_overlay(tmp_path):
+    """The refusal suggested `--configfile config/config.yaml mine.yaml` even to a smoke run: it names the run's
+    own config files now, then the overlay."""
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    write_config(workdir / "smoke.yaml", smoke_config())
+    result = run_snakemake(workdir, "-n", "--cores", "1", "--configfile", "smoke.yaml", "--config",
+                           "extraction={batch_size: 32}")  # fmt: skip
+    assert result.returncode != 0
+    assert (
+        "extraction.batch_size: '32' has the wrong type; expected integer (Snakemake passes a value nested in "
+        "--config, such as 'extraction={batch_size: 32}', as a string: put it in a YAML file and add that file after "
+        "your config files, --configfile smoke.yaml mine.yaml)"
+    ) in result.stdout + result.stderr, result.stdout[-2000:]
