@@ -242,3 +242,25 @@ def test_a_nested_command_line_value_names_the_users_own_config_files_with_the_o
         "--config, such as 'extraction={batch_size: 32}', as a string: put it in a YAML file and add that file after "
         "your config files, --configfile smoke.yaml mine.yaml)"
     ) in result.stdout + result.stderr, result.stdout[-2000:]
+
+
+# --------------------------------------------------------------------------------------------------
+# extraction.store: false: one rule for the target `store` and a store file named
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["store", "results/embeddings/sts/tiny-gpt2/shards/shard_0.h5", "results/embeddings/sts/tiny-gpt2/manifest.json",
+     "results/embeddings/sts/tiny-gpt2/layers/layer_01.h5"],
+)  # fmt: skip
+def test_store_false_refuses_every_store_file_as_it_refuses_the_target_store(tmp_path, target):
+    """`snakemake store` was refused, but a shard, the manifest or a layer file named on the command line was built."""
+    config = smoke_config(**DEVICE_SMOKE)
+    result = _dry_run(tmp_path, config, target)
+    assert result.returncode != 0
+    assert (
+        f"target {target}: extraction.store is false (never write the store); set extraction.store: auto or true "
+        "to build it"
+    ) in result.stdout + result.stderr, result.stdout[-2000:]
+    plan = "results/embeddings/sts/tiny-gpt2/units.parquet"  # not a store file: planned as before
+    assert _dry_run(tmp_path, config, plan).returncode == 0

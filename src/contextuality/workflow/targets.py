@@ -135,12 +135,12 @@ def check_targets(targets: list[str], settings: Settings) -> None:
     a configured model; a single layer's file must name a
     layer in the model's range (when the range is known); a static baseline's scores a configured one.
     """
-    problems = []
-    if "store" in targets and settings.extraction.store is False:
-        problems.append(
-            "target store: extraction.store is false (never write the store); set extraction.store: auto "
-            "or true to build it"
-        )
+    problems = [
+        f"target {target}: extraction.store is false (never write the store); set extraction.store: auto or true to "
+        "build it"
+        for target in targets
+        if settings.extraction.store is False and (target == "store" or _is_store_file(target))
+    ]
     for target in targets:
         baseline = layout.baseline_of(target)
         if baseline is not None and baseline not in settings.static.baselines:
@@ -168,3 +168,10 @@ def check_targets(targets: list[str], settings: Settings) -> None:
             problems.append(f"target {target}: layer {layer} is out of range; model '{key}' has layers 0-{count - 1}")
     if problems:
         raise ConfigError("invalid target:\n  " + "\n  ".join(problems))
+
+
+def _is_store_file(target: str) -> bool:
+    """Whether ``target`` is a file of the store (a shard, a layer file, the manifest), which ``extraction.store:
+    false`` never writes, requested by name or with the target ``store``."""
+    parsed = layout.parse(target)
+    return parsed is not None and parsed[0] in ("SHARD", "LAYER_FILE", "MANIFEST")
