@@ -264,3 +264,45 @@ def test_store_false_refuses_every_store_file_as_it_refuses_the_target_store(tmp
     ) in result.stdout + result.stderr, result.stdout[-2000:]
     plan = "results/embeddings/sts/tiny-gpt2/units.parquet"  # not a store file: planned as before
     assert _dry_run(tmp_path, config, plan).returncode == 0
+
+
+# --------------------------------------------------------------------------------------------------
+# The run `snakemake --report` reports: the last one that built something
+
+
+def test_only_a_run_that_built_something_becomes_the_last_run_and_the_report_names_the_runs(tmp_path):
+    """A run that built nothing rewrote .snakemake/contextuality/run_config.yaml, and so did one that failed (a
+    typo in one model): `--report` then read their configs, not the one of the run that worked."""
+    import yaml
+
+    from contextuality.workflow import targets as targets_module
+
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    target = "results/corpora/sts/sentences.parquet"
+    worked = smoke_config()
+    nothing = smoke_config(metrics={"intra_sentences": 40})  # the corpus job's params unchanged: nothing to build
+    (tmp_path / "empty.txt").write_text("")
+    failed = smoke_config(corpus={"source": "text", "path": str(tmp_path / "empty.txt")})  # the corpus job fails
+    failed["corpus"].pop("max_sentences")
+    results = {}
+    for name, config in (("worked", worked), ("nothing", nothing), ("failed", failed)):
+        path = write_config(tmp_path / f"{name}.yaml", config)
+        results[name] = run_snakemake(workdir, target, "--cores", "1", configfile=path, timeout=600)
+    assert results["worked"].returncode == 0 and "Nothing to be done" in results["nothing"].stdout + results[
+        "nothing"].stderr and results["failed"].returncode != 0, [r.stdout[-1500:] for r in results.values()]  # fmt: skip
+    record = workdir / targets_module.RUN_CONFIG
+    assert yaml.safe_load(record.read_text()) == worked
+    assert record.read_text().startswith(f"# run of {tmp_path / 'worked.yaml'}, ")
+    runs = list((workdir / targets_module.RUNS).glob("*.yaml"))
+    assert [yaml.safe_load(path.read_text()) for path in runs] == [worked]
+    report = run_snakemake(workdir, "--report", "r.html", "--cores", "1", timeout=600)  # its line, then its check
+    line = next(line for line in report.stderr.splitlines() if line.startswith("contextuality: the report is of"))
+    assert line.startswith(
+        f"contextuality: the report is of the last run here that built something, whose config is "
+        f"{targets_module.RUN_CONFIG} ({tmp_path / 'worked.yaml'}, "
+    )
+    assert (
+        f"; --configfile names another: the runs recorded here, latest first, are {runs[0].relative_to(workdir)} ("
+        in line
+    )

@@ -280,8 +280,7 @@ if workflow.is_main_process:
 
 # Before any job of a run (or a dry run), one line each: whether the config leaves the default comparison, and
 # what the whole run needs (its vectors' disk against the free space, its jobs and time); a run whose vectors
-# cannot fit stops here, not at its first shard (contextuality.workflow.run_need.check_fits). A run that builds
-# records its config, for `snakemake --report` given none.
+# cannot fit stops here, not at its first shard (contextuality.workflow.run_need.check_fits).
 COMMAND = command_kind() if workflow.is_main_process else None
 if COMMAND in ("run", "dry-run"):
     DEFAULT_CONFIG = Path(workflow.basedir) / "config" / "config.yaml"
@@ -299,8 +298,6 @@ if COMMAND in ("run", "dry-run"):
             run_need.check_fits(SETTINGS, NEED, FREE, layout.RESULTS)
         except ConfigError as err:
             raise WorkflowError(str(err)) from None
-    if COMMAND == "run":
-        record_run_config(GIVEN_CONFIG)
 elif (
     COMMAND == "report"
     and MODELS
@@ -322,6 +319,13 @@ onstart:
             run_need.check_planned_fits(SETTINGS, NEED, planned, free, layout.RESULTS, command_line_targets())
         except ConfigError as err:
             raise WorkflowError(str(err)) from None
+
+
+# A run that built something records its config, for `snakemake --report` given none (one that built nothing, or
+# failed, is not "the last run": the report keeps the one that worked).
+onsuccess:
+    if COMMAND == "run":
+        record_run_config(GIVEN_CONFIG, workflow.configfiles)
 
 
 def n_layers_of(model):
