@@ -306,3 +306,40 @@ def test_only_a_run_that_built_something_becomes_the_last_run_and_the_report_nam
         f"; --configfile names another: the runs recorded here, latest first, are {runs[0].relative_to(workdir)} ("
         in line
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# Hole 10: the device path on torch's CPU backend, checked when the config is read
+
+
+@pytest.mark.parametrize("machine_gb, refused", [(8, True), (32, False)])
+def test_the_default_config_on_the_device_path_on_a_cpu_machine_is_checked_before_any_job(tmp_path, machine_gb,
+                                                                                          refused):  # fmt: skip
+    """The default config with config/on-device.yaml on a CPU machine: on 32 GB every device job holds a layer and
+    the run is planned; on 8 GB SmolLM2's sense job (two models, both corpora's rows of a layer, the sense work)
+    cannot, and the run stops before any job, naming the job, the key and the ways out, not in that job after the
+    downloads, builds and plans."""
+    import yaml
+
+    from conftest import PROJECT, with_absolute_data_paths
+    from workflow_runs import hook_env
+
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    config = with_absolute_data_paths(yaml.safe_load((PROJECT / "config" / "config.yaml").read_text()))
+    result = run_snakemake(workdir, "-n", "--cores", "2", "--configfile", str(write_config(tmp_path / "c.yaml", config)),
+                           str(PROJECT / "config" / "on-device.yaml"),
+                           env=hook_env(TEST_MACHINE_BYTES=str(machine_gb * 10**9), CUDA_VISIBLE_DEVICES=""))  # fmt: skip
+    output = result.stdout + result.stderr
+    if not refused:
+        assert result.returncode == 0, output[-2000:]
+        return
+    assert result.returncode != 0
+    lines = [line.strip() for line in output.splitlines() if line.strip().startswith("metrics.on_device: ")]
+    assert lines == [
+        "metrics.on_device: measure_senses of model 'smollm2' computes on torch's CPU backend (no GPU in this run) and "
+        "needs about 7,912 MB to hold one layer beside its model and its work, more than "
+        "metrics.device_memory_fraction 0.9 of this machine's 8,000 MB; raise metrics.device_memory_fraction (at most "
+        "1), measure from the store (metrics.on_device: false), run where a GPU is visible, or on a machine with more "
+        "memory"
+    ], output[-2000:]

@@ -14,6 +14,7 @@ variable is set:
   start and end of its lease) to ``<lease folder>/fake-devices.jsonl``.
 * TEST_FREE_BYTES=N: every process sees N bytes free on every disk (``contextuality.core.diskspace.free_bytes``):
   a small disk, for the checks made before any job and in each job.
+* TEST_MACHINE_BYTES=N: the machine's memory is N bytes (``contextuality.workflow.estimates.machine_memory_bytes``).
 """
 
 import os
@@ -58,6 +59,12 @@ if _FREE:
     import contextuality.core.diskspace as _diskspace
 
     _diskspace.free_bytes = lambda path: int(_FREE)
+
+_MACHINE = os.environ.get("TEST_MACHINE_BYTES")
+if _MACHINE:
+    import contextuality.workflow.estimates as _estimates
+
+    _estimates.machine_memory_bytes = lambda: int(_MACHINE)
 
 _SLOW = os.environ.get("GUARANTEES_SLOW_EXTRACT")
 if _SLOW and sys.argv and sys.argv[0].endswith("extract.py"):

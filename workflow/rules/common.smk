@@ -23,7 +23,7 @@ from contextuality.static.benchmark_files import benchmark_files
 from contextuality.workflow import estimates, run_need
 from contextuality.core.diskspace import free_bytes
 from contextuality.workflow.checks import check_half_precision_has_a_gpu, checked_settings, default_comparison_line
-from contextuality.workflow.prerun import check_device_has_a_gpu, check_local_model_files
+from contextuality.workflow.prerun import check_cpu_device_jobs_fit, check_device_has_a_gpu, check_local_model_files
 from contextuality.workflow.schema import ConfigError
 from contextuality.workflow.targets import command_kind, command_line_targets, record_run_config
 
@@ -270,6 +270,9 @@ if workflow.is_main_process:
     try:
         if not ON_A_CLUSTER:
             check_device_has_a_gpu(SETTINGS, LOCAL_GPUS, GIVEN_GPUS is not None and GIVEN_GPUS.value is not None)
+            # a device job on torch's CPU backend that cannot hold one layer in this machine's memory
+            measure_gpus = given_gpus("measure_model", gpus_for_device_measure(None))
+            check_cpu_device_jobs_fit(SETTINGS, estimates.machine_memory_bytes(), measure_gpus)
         check_local_model_files(SETTINGS)  # a model folder or file that is not there, before its download job
         check_half_precision_has_a_gpu(
             SETTINGS, extract_job_gpus(), given_gpus("measure_model", gpus_for_device_measure(None))

@@ -74,3 +74,73 @@ def _path_model_problems(key: str, folder, gguf_file: str | None) -> list[str]:
         return [f"models.{key}.path: {folder} is not a Hugging Face model folder (no config.json); allowed: a folder "
                 f"saved with save_pretrained, or a GGUF file's folder with models.{key}.gguf_file; fix the path"]  # fmt: skip
     return []
+
+
+def check_cpu_device_jobs_fit(settings: Settings, machine_bytes: int | None, gpus: int) -> None:
+    """Raise ConfigError when a device job on torch's CPU backend cannot hold one layer in the most it may declare.
+
+    A device job with no GPU (``gpus``: the run's for its jobs) holds its layers in this machine's memory, at most
+    ``metrics.device_memory_fraction`` of ``machine_bytes``, beside what it holds (the interpreter, its model, the
+    sense job's second model) and keeps (a pass, a window, the measures' work): ``workflow.estimates``'
+    arithmetic, with the corpus counted from the config and the model's shape known (built, random, or a known
+    model); a model of an assumed shape or a corpus of unknown size is left to its job. It refused in the job,
+    after the downloads, the builds and the plans, naming the job's mem_mb."""
+    device = settings.metrics.device
+    if not device.on_device or not isinstance(gpus, int) or gpus or not machine_bytes:
+        return
+    cap = int(device.device_memory_fraction * machine_bytes)
+    problems = []
+    for key, model in settings.models.items():
+        for rule, need in _one_layer_needs(settings, key, model).items():
+            if need > cap:
+                raise_fraction = "raise metrics.device_memory_fraction (at most 1), " if need <= machine_bytes else ""
+                problems.append(
+                    f"metrics.on_device: {rule} of model '{key}' computes on torch's CPU backend (no GPU in this run) "
+                    f"and needs about {need / 1e6:,.0f} MB to hold one layer beside its model and its work, more "
+                    f"than metrics.device_memory_fraction {device.device_memory_fraction} of this machine's "
+                    f"{machine_bytes / 1e6:,.0f} MB; {raise_fraction}measure from the store (metrics.on_device: "
+                    "false), run where a GPU is visible, or on a machine with more memory"
+                )
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+def _one_layer_needs(settings: Settings, key: str, model) -> dict[str, int]:
+    """Bytes each device job of ``model`` needs on torch's CPU backend to hold one layer (its rows of the largest
+    corpus; the sense job's, both corpora's): ``{rule: bytes}``, empty where a shape or a corpus is not known."""
+    import dataclasses
+
+    import numpy as np
+
+    from contextuality.core import layout
+    from contextuality.measure import device_plan
+    from contextuality.measure.streaming import BASE_MB
+    from contextuality.models.loading import record_weights_bytes
+    from contextuality.senses import memory
+    from contextuality.workflow import estimates, run_need
+
+    (layers, dim), assumed = run_need.model_shape(model)
+    counted = [run_need.corpus_sentences(corpus) for corpus in settings.corpora.values()]
+    if assumed or None in counted:
+        return {}
+    rows = int(max(counted) * run_need.UNITS_PER_SENTENCE[model.indexing])
+    weights = record_weights_bytes(layout.path(layout.MODEL_RECORD, model=key))
+    weights = weights or int(run_need.params_millions(model, (layers, dim)) * 4e6)
+    whole = dataclasses.replace(model, n_shards=1)
+    longest, widest = estimates.shard_shape(whole, None, None)
+    itemsize = np.dtype(settings.extraction.storage_dtype).itemsize
+
+    def need(rows: int, models: int, sense_work: int | None) -> int:
+        reserve = device_plan.reserve_bytes(d=dim, n_layers=layers, batch_tokens=estimates.batch_tokens(whole, longest),
+                                            widest_window=widest, itemsize=itemsize, on_cuda=False,
+                                            layer_measures=sense_work is None)  # fmt: skip
+        reserve += BASE_MB * device_plan.MB + (sense_work or 0)
+        held = device_plan.held_bytes(weights, models)
+        return device_plan.cpu_job_bytes(held=held, reserve=reserve, layer_bytes=rows * dim * itemsize, n_layers=1)
+
+    needs = {"measure_model": need(rows, 1, None)}
+    if settings.senses.enabled:
+        types = settings.senses.max_lemmas or run_need.SENSE_TYPES
+        both = rows + int(run_need.SENSE_SENTENCES_PER_TYPE * types * run_need.UNITS_PER_SENTENCE[model.indexing])
+        needs["measure_senses"] = need(both, 2, memory.work_bytes(both, dim))
+    return needs
