@@ -266,14 +266,17 @@ def given_gpus(rule, own):
 
 # Half precision where no extraction job can be given a GPU stops here, not in the first shard job; so does
 # metrics.device: cuda on a machine (or run) with no GPU, not in every device job after the builds.
+# A run (or a dry run) checks this machine and the local inputs too (prerun): not a report, lint or graph of it.
+COMMAND = command_kind() if workflow.is_main_process else None
 if workflow.is_main_process:
     try:
-        if not ON_A_CLUSTER:
+        if COMMAND in ("run", "dry-run") and not ON_A_CLUSTER:
             check_device_has_a_gpu(SETTINGS, LOCAL_GPUS, GIVEN_GPUS is not None and GIVEN_GPUS.value is not None)
             # a device job on torch's CPU backend that cannot hold one layer in this machine's memory
             measure_gpus = given_gpus("measure_model", gpus_for_device_measure(None))
             check_cpu_device_jobs_fit(SETTINGS, estimates.machine_memory_bytes(), measure_gpus)
-        check_local_model_files(SETTINGS)  # a model folder or file that is not there, before its download job
+        if COMMAND in ("run", "dry-run"):
+            check_local_model_files(SETTINGS)  # a model folder or file that is not there, before its download job
         check_half_precision_has_a_gpu(
             SETTINGS, extract_job_gpus(), given_gpus("measure_model", gpus_for_device_measure(None))
         )
@@ -284,7 +287,6 @@ if workflow.is_main_process:
 # Before any job of a run (or a dry run), one line each: whether the config leaves the default comparison, and
 # what the whole run needs (its vectors' disk against the free space, its jobs and time); a run whose vectors
 # cannot fit stops here, not at its first shard (contextuality.workflow.run_need.check_fits).
-COMMAND = command_kind() if workflow.is_main_process else None
 if COMMAND in ("run", "dry-run"):
     DEFAULT_CONFIG = Path(workflow.basedir) / "config" / "config.yaml"
     with open(DEFAULT_CONFIG) as handle:
