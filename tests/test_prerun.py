@@ -343,3 +343,24 @@ def test_the_default_config_on_the_device_path_on_a_cpu_machine_is_checked_befor
         "1), measure from the store (metrics.on_device: false), run where a GPU is visible, or on a machine with more "
         "memory"
     ], output[-2000:]
+
+
+def test_the_usages_corpus_of_a_quick_run_does_not_size_the_real_ones(tmp_path, monkeypatch):
+    """A quick run's usages (senses.max_lemmas: 60) stay beside a run of 800 types: counted at 6.2 sentences a type,
+    not as the quick run's table; a table made for as many types is its own count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from contextuality.workflow import run_need
+
+    monkeypatch.chdir(tmp_path)
+    _parquet(tmp_path / "results/corpora/usages/sentences.parquet", 370)
+    usages = tmp_path / "results/senses/usages.parquet"
+    usages.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"lemma": [f"w{i}" for i in range(60)], "pos": ["n"] * 60}), usages)
+    settings = _default_with_corpus()
+    need = run_need.run_need(settings)
+    expected = int(25088 * 11.4) + int(int(6.2 * 800) * 11.4)  # SmolLM2's rows: STS's and the usages'
+    smollm2 = next(model for model in need.models if model.key == "smollm2")
+    assert smollm2.disk_bytes == pytest.approx(expected * 31 * 576 * 2 * 1.002, rel=1e-6)
+    assert run_need.usage_sentences(60) == 370

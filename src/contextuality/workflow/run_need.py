@@ -11,7 +11,7 @@ fit (``check_fits``). Calibrated on the default run (docs/scaling.md):
   layers x dims values of ``extraction.storage_dtype``, each vector stored once (the layer files are views),
   plus 0.2% for HDF5's metadata;
 * the sense usages: 6.2 sentences per (lemma, POS) type (4,957 for the default run's 800 types), until
-  the usages' corpus (``results/corpora/usages/sentences.parquet``) gives them;
+  the usages' corpus (``results/corpora/usages/sentences.parquet``) gives them, made for as many types;
 * time on 2 CPU cores: extraction at CPU_TOKENS_PER_S_23M scaled by the parameter count (as a shard job's
   runtime, contextuality.workflow.estimates); the measurement at 10 million stored values a second (the default run's 6.0e9 values in
   about 10 minutes); the sense stage 24% more; 6 s of start-up per job. More cores divide it (the jobs run side
@@ -153,6 +153,24 @@ def _rows(model: ModelSettings, corpus: str, sentences: int) -> int:
     return int(sentences * per_sentence)
 
 
+def usage_sentences(max_lemmas: int | None) -> int:
+    """The sense usages' sentences: the usages' corpus once it exists and was made for ``senses.max_lemmas`` types
+    (its usages' (lemma, POS) types: a table of a quick run's 60 is not the default run's 800), else
+    ``SENSE_SENTENCES_PER_TYPE`` a type."""
+    rows = _parquet_rows(layout.path(layout.SENTENCES, corpus=layout.USAGES_CORPUS))
+    estimate = int(SENSE_SENTENCES_PER_TYPE * (max_lemmas or SENSE_TYPES))
+    if rows is None or max_lemmas is None:
+        return estimate if rows is None else rows
+    try:
+        import pyarrow.parquet as pq  # two columns, no pandas
+
+        table = pq.read_table(layout.SENSE_USAGES, columns=["lemma", "pos"])
+        made = len(set(zip(table.column("lemma").to_pylist(), table.column("pos").to_pylist())))
+    except (OSError, ValueError, KeyError):
+        return estimate
+    return rows if made == max_lemmas else estimate
+
+
 def run_need(settings: Settings) -> RunNeed:
     """Every model's stored vectors (each measured corpus's and, with the senses, the usages') and its time on 2
     CPU cores."""
@@ -164,9 +182,7 @@ def run_need(settings: Settings) -> RunNeed:
     need = RunNeed(unknown_corpora=[name for name, n in known.items() if n is None])
     sense_sentences = 0
     if settings.senses.enabled:
-        sense_sentences = _parquet_rows(layout.path(layout.SENTENCES, corpus=layout.USAGES_CORPUS)) or int(
-            SENSE_SENTENCES_PER_TYPE * (settings.senses.max_lemmas or SENSE_TYPES)
-        )
+        sense_sentences = usage_sentences(settings.senses.max_lemmas)
     itemsize = np.dtype(settings.extraction.storage_dtype).itemsize
     for key, model in settings.models.items():
         (layers, dim), shape_assumed = model_shape(model)
