@@ -364,3 +364,22 @@ def test_the_usages_corpus_of_a_quick_run_does_not_size_the_real_ones(tmp_path, 
     smollm2 = next(model for model in need.models if model.key == "smollm2")
     assert smollm2.disk_bytes == pytest.approx(expected * 31 * 576 * 2 * 1.002, rel=1e-6)
     assert run_need.usage_sentences(60) == 370
+
+
+def test_a_text_corpus_of_short_lines_is_sized_by_its_words_not_stss(tmp_path, monkeypatch):
+    """300,000 one-word lines store about 1.1 rows a line, not STS's 11.4 a sentence: 14 GB, not 140, so 30 GB free
+    let it through (it was refused); 300,000 lines of 30 words do not fit."""
+    from contextuality.workflow import run_need
+    from contextuality.workflow.schema import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    short, long = tmp_path / "short.txt", tmp_path / "long.txt"
+    short.write_text("word\n" * 300_000)
+    long.write_text(" ".join(["word"] * 30) + "\n" * 1 + (" ".join(["word"] * 30) + "\n") * 299_999)
+    fits = _default_with_corpus(senses=False, source="text", path=str(short))
+    need = run_need.run_need(fits)
+    assert 12e9 < need.disk_bytes < 16e9
+    run_need.check_fits(fits, need, free=30 * 10**9)
+    too_big = _default_with_corpus(senses=False, source="text", path=str(long))
+    with pytest.raises(ConfigError, match="not enough disk for this run"):
+        run_need.check_fits(too_big, run_need.run_need(too_big), free=30 * 10**9)

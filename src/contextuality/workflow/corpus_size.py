@@ -94,3 +94,12 @@ def _recorded_inputs(corpus: CorpusSettings) -> int | None:
     same = all(record.get(key) == getattr(corpus, key) for key in _DATASET_KEYS)
     split = corpus.split is None or record.get("split") == corpus.split
     return int(record["n_input"]) if same and split and isinstance(record.get("n_input"), int) else None
+
+
+def words_per_sentence(corpus: CorpusSettings) -> float | None:
+    """A text corpus's whitespace-separated words a sentence, over the sentences the corpus job will read (its
+    first ``corpus.max_sentences`` non-blank lines); None for any other source, or a file that is not there."""
+    if corpus.source != "text" or corpus.path is None or not Path(corpus.path).is_file():
+        return None
+    lines = [line for line in Path(corpus.path).read_bytes().split(b"\n") if line.strip()][: corpus.max_sentences]
+    return sum(len(line.split()) for line in lines) / len(lines) if lines else None

@@ -120,10 +120,11 @@ def _one_layer_needs(settings: Settings, key: str, model) -> dict[str, int]:
     from contextuality.workflow import estimates, run_need
 
     (layers, dim), assumed = run_need.model_shape(model)
-    counted = [run_need.corpus_sentences(corpus) for corpus in settings.corpora.values()]
-    if assumed or None in counted:
+    counted = {name: run_need.corpus_sentences(corpus) for name, corpus in settings.corpora.items()}
+    if assumed or None in counted.values():
         return {}
-    rows = int(max(counted) * run_need.UNITS_PER_SENTENCE[model.indexing])
+    rows = max(run_need._rows(model, name, n, run_need.words_per_sentence(settings.corpora[name]))
+               for name, n in counted.items())  # fmt: skip
     weights = record_weights_bytes(layout.path(layout.MODEL_RECORD, model=key))
     weights = weights or int(run_need.params_millions(model, (layers, dim)) * 4e6)
     whole = dataclasses.replace(model, n_shards=1)

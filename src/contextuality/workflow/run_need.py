@@ -27,10 +27,12 @@ from contextuality.core import layout
 from contextuality.core.diskspace import _size, ways_out
 from contextuality.core.settings import ModelSettings, Settings
 from contextuality.models.loading import record_shape, record_weights_bytes
-from contextuality.workflow.corpus_size import corpus_sentences
+from contextuality.workflow.corpus_size import corpus_sentences, words_per_sentence
 from contextuality.workflow.estimates import CPU_TOKENS_PER_S_23M, TOKENS_PER_SENTENCE, UNBUILT_SHAPE
 
 UNITS_PER_SENTENCE = {"word": 11.4, "subword": 13.2}
+# The same per whitespace-separated word of the input (STS: 251,625 of them in its 25,088 sentences, 10.03 a sentence)
+UNITS_PER_WORD = {indexing: per / (251_625 / 25_088) for indexing, per in UNITS_PER_SENTENCE.items()}
 HDF5_OVERHEAD = 1.002
 SENSE_SENTENCES_PER_TYPE = 6.2
 SENSE_TYPES = 2206  # (lemma, POS) types with examples in two or more senses that occur in STS (senses.max_lemmas: null)
@@ -144,13 +146,17 @@ def params_millions(model: ModelSettings, shape: tuple[int, int]) -> float:
     return max((layers - 1) * 12 * dim * dim / 1e6, 0.01)  # a transformer block's ~12 d^2 weights
 
 
-def _rows(model: ModelSettings, corpus: str, sentences: int) -> int:
+def _rows(model: ModelSettings, corpus: str, sentences: int, words: float | None = None) -> int:
     """A model's stored rows of ``sentences`` sentences of ``corpus``: at its plan's rows a sentence once the plan
-    exists (a rate, as the plan may be of another run's sentences), else ``UNITS_PER_SENTENCE``."""
+    exists (a rate, as the plan may be of another run's sentences), else at ``UNITS_PER_WORD`` of the input's
+    ``words`` a sentence where they are counted (a text file), else ``UNITS_PER_SENTENCE``."""
     units = _parquet_rows(layout.path(layout.UNITS, corpus=corpus, model=model.key))
     planned = _parquet_rows(layout.path(layout.TOKENS, corpus=corpus, model=model.key))  # one row a sentence
-    per_sentence = units / planned if units is not None and planned else UNITS_PER_SENTENCE[model.indexing]
-    return int(sentences * per_sentence)
+    if units is not None and planned:
+        return int(sentences * units / planned)
+    if words is not None:
+        return int(sentences * words * UNITS_PER_WORD[model.indexing])
+    return int(sentences * UNITS_PER_SENTENCE[model.indexing])
 
 
 def usage_sentences(max_lemmas: int | None) -> int:
@@ -179,6 +185,7 @@ def run_need(settings: Settings) -> RunNeed:
     known = {name: corpus_sentences(corpus) for name, corpus in settings.corpora.items()}
     counted = {name: n for name, n in known.items() if n is not None}  # an unknown corpus: neither disk nor time
     sentences = sum(counted.values())
+    words = {name: words_per_sentence(settings.corpora[name]) for name in counted}
     need = RunNeed(unknown_corpora=[name for name, n in known.items() if n is None])
     sense_sentences = 0
     if settings.senses.enabled:
@@ -186,14 +193,14 @@ def run_need(settings: Settings) -> RunNeed:
     itemsize = np.dtype(settings.extraction.storage_dtype).itemsize
     for key, model in settings.models.items():
         (layers, dim), shape_assumed = model_shape(model)
-        rows = sum(_rows(model, name, n) for name, n in counted.items())
+        rows = sum(_rows(model, name, n, words[name]) for name, n in counted.items())
         sense_rows = _rows(model, layout.USAGES_CORPUS, sense_sentences) if settings.senses.enabled else 0
         disk = int((rows + sense_rows) * layers * dim * itemsize * HDF5_OVERHEAD) if settings.stores else 0
         tokens = (sentences + sense_sentences) * TOKENS_PER_SENTENCE
         extract_s = tokens * params_millions(model, (layers, dim)) / (CPU_TOKENS_PER_S_23M * 23)
         measure_s = rows * layers * dim / MEASURED_VALUES_PER_S
         seconds = (extract_s + measure_s) * (1 + (SENSES_SHARE if settings.senses.enabled else 0))
-        store = {name: _rows(model, name, n) for name, n in counted.items()}
+        store = {name: _rows(model, name, n, words[name]) for name, n in counted.items()}
         store |= {layout.USAGES_CORPUS: sense_rows} if settings.senses.enabled else {}
         store = {name: int(n * layers * dim * itemsize * HDF5_OVERHEAD) for name, n in store.items()}
         need.models.append(ModelNeed(key, disk, seconds, shape_assumed, store if settings.stores else {}))
