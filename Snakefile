@@ -12,7 +12,8 @@ min_version("9.6")
 
 # The default run, unless --configfile names another (which then replaces it rather than merging
 # into it: a paper run must not inherit the default's models; `--configfile config/config.yaml my.yaml` adds to
-# it). `--report` without --configfile reports the last run here, with its config (.snakemake/contextuality/run_config.yaml).
+# it). `--report` without --configfile reports the last run here that built something, with its config
+# (.snakemake/contextuality/run_config.yaml).
 if not workflow.overwrite_configfiles:
 
     configfile: report_config() or "config/config.yaml"

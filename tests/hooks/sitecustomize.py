@@ -12,6 +12,9 @@ variable is set:
   leases as on a GPU machine, or the one device a scheduler gave it) but computes on the CPU, and
   appends one JSON line per shard (shard, device, CUDA_VISIBLE_DEVICES, SLURM_JOB_ID, host, pid,
   start and end of its lease) to ``<lease folder>/fake-devices.jsonl``.
+* TEST_FREE_BYTES=N: every process sees N bytes free on every disk (``contextuality.core.diskspace.free_bytes``):
+  a small disk, for the checks made before any job and in each job.
+* TEST_MACHINE_BYTES=N: the machine's memory is N bytes (``contextuality.workflow.estimates.machine_memory_bytes``).
 """
 
 import os
@@ -50,6 +53,18 @@ if _AUDIT_DIR:
             _busy[0] = False
 
     sys.addaudithook(_audit)
+
+_FREE = os.environ.get("TEST_FREE_BYTES")
+if _FREE:
+    import contextuality.core.diskspace as _diskspace
+
+    _diskspace.free_bytes = lambda path: int(_FREE)
+
+_MACHINE = os.environ.get("TEST_MACHINE_BYTES")
+if _MACHINE:
+    import contextuality.workflow.estimates as _estimates
+
+    _estimates.machine_memory_bytes = lambda: int(_MACHINE)
 
 _SLOW = os.environ.get("GUARANTEES_SLOW_EXTRACT")
 if _SLOW and sys.argv and sys.argv[0].endswith("extract.py"):

@@ -14,7 +14,7 @@ from contextuality.core.runtime import prepend_python_path
 from contextuality.core.settings import as_params, batch_params, stateful_batches, stored_params
 from contextuality.corpus.sources import folder_files, is_sts
 from contextuality.corpus.sts import bundled_release_paths
-from contextuality.extraction.devices import LOCAL_GPUS_ENV, gpu_line, visible_gpus
+from contextuality.extraction.devices import LOCAL_GPUS_ENV, DeviceError, gpu_line, visible_gpus
 from contextuality.models.sources import SOURCES
 from contextuality.paper import FIGURES
 from contextuality.report.figure_files import FORMATS as FIGURE_FORMATS, MODEL_FIGURES
@@ -23,6 +23,7 @@ from contextuality.static.benchmark_files import benchmark_files
 from contextuality.workflow import estimates, run_need
 from contextuality.core.diskspace import free_bytes
 from contextuality.workflow.checks import check_half_precision_has_a_gpu, checked_settings, default_comparison_line
+from contextuality.workflow.prerun import check_cpu_device_jobs_fit, check_device_has_a_gpu, check_local_model_files
 from contextuality.workflow.schema import ConfigError
 from contextuality.workflow.targets import command_kind, command_line_targets, record_run_config
 
@@ -222,7 +223,10 @@ def corpus_inputs(wildcards):
 ON_A_CLUSTER = workflow.global_resources["_nodes"].value is not None
 GIVEN_GPUS = workflow.global_resources.get("gpu")
 if (GIVEN_GPUS is None or GIVEN_GPUS.value is None) and not ON_A_CLUSTER:
-    LOCAL_GPUS = visible_gpus()
+    try:
+        LOCAL_GPUS = visible_gpus()
+    except DeviceError as err:
+        raise WorkflowError(str(err)) from None
     workflow.register_resource("gpu", LOCAL_GPUS)
     if workflow.is_main_process and LOCAL_GPUS:
         print(gpu_line(LOCAL_GPUS), file=sys.stderr)
@@ -260,9 +264,19 @@ def given_gpus(rule, own):
     return own if given is None else getattr(given, "value", given)
 
 
-# Half precision where no extraction job can be given a GPU stops here, not in the first shard job.
+# Half precision where no extraction job can be given a GPU stops here, not in the first shard job; so does
+# metrics.device: cuda on a machine (or run) with no GPU, not in every device job after the builds.
+# A run (or a dry run) checks this machine and the local inputs too (prerun): not a report, lint or graph of it.
+COMMAND = command_kind() if workflow.is_main_process else None
 if workflow.is_main_process:
     try:
+        if COMMAND in ("run", "dry-run") and not ON_A_CLUSTER:
+            check_device_has_a_gpu(SETTINGS, LOCAL_GPUS, GIVEN_GPUS is not None and GIVEN_GPUS.value is not None)
+            # a device job on torch's CPU backend that cannot hold one layer in this machine's memory
+            measure_gpus = given_gpus("measure_model", gpus_for_device_measure(None))
+            check_cpu_device_jobs_fit(SETTINGS, estimates.machine_memory_bytes(), measure_gpus)
+        if COMMAND in ("run", "dry-run"):
+            check_local_model_files(SETTINGS)  # a model folder or file that is not there, before its download job
         check_half_precision_has_a_gpu(
             SETTINGS, extract_job_gpus(), given_gpus("measure_model", gpus_for_device_measure(None))
         )
@@ -272,9 +286,7 @@ if workflow.is_main_process:
 
 # Before any job of a run (or a dry run), one line each: whether the config leaves the default comparison, and
 # what the whole run needs (its vectors' disk against the free space, its jobs and time); a run whose vectors
-# cannot fit stops here, not at its first shard (contextuality.workflow.run_need.check_fits). A run that builds
-# records its config, for `snakemake --report` given none.
-COMMAND = command_kind() if workflow.is_main_process else None
+# cannot fit stops here, not at its first shard (contextuality.workflow.run_need.check_fits).
 if COMMAND in ("run", "dry-run"):
     DEFAULT_CONFIG = Path(workflow.basedir) / "config" / "config.yaml"
     with open(DEFAULT_CONFIG) as handle:
@@ -291,8 +303,6 @@ if COMMAND in ("run", "dry-run"):
             run_need.check_fits(SETTINGS, NEED, FREE, layout.RESULTS)
         except ConfigError as err:
             raise WorkflowError(str(err)) from None
-    if COMMAND == "run":
-        record_run_config(GIVEN_CONFIG)
 elif (
     COMMAND == "report"
     and MODELS
@@ -302,6 +312,25 @@ elif (
         f"the report needs the run's results, and {layout.path(layout.LAYERS_CSV, corpus=MAIN_CORPUS, model=MODELS[0])} "
         "is not there: pass the run's config (snakemake --report --configfile <its files>), or run it first"
     )
+
+
+# Targets named (`snakemake all`, `snakemake store`, a file): the whole-run check above is skipped (a target may need
+# a part of the run), and the shards that the targets' jobs write are checked once they are planned, before any job.
+onstart:
+    if COMMAND == "run" and command_line_targets():
+        try:
+            free = free_bytes(Path(layout.RESULTS))
+            planned = [(job.rule.name, dict(job.wildcards_dict)) for job in workflow.dag.needrun_jobs()]
+            run_need.check_planned_fits(SETTINGS, NEED, planned, free, layout.RESULTS, command_line_targets())
+        except ConfigError as err:
+            raise WorkflowError(str(err)) from None
+
+
+# A run that built something records its config, for `snakemake --report` given none (one that built nothing, or
+# failed, is not "the last run": the report keeps the one that worked).
+onsuccess:
+    if COMMAND == "run":
+        record_run_config(GIVEN_CONFIG, workflow.configfiles)
 
 
 def n_layers_of(model):

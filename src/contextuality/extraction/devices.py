@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -25,13 +26,43 @@ class DeviceError(RuntimeError):
 
 
 def visible_gpus() -> int:
-    """The NVIDIA GPUs this process may use: those ``CUDA_VISIBLE_DEVICES`` lists when it is set, else those the
-    driver shows (/proc/driver/nvidia/gpus: no CUDA context, no torch import, none on a machine without one)."""
+    """The NVIDIA GPUs this process may use: those ``CUDA_VISIBLE_DEVICES`` lists when it is set, read as CUDA
+    reads it (``listed_devices``), else those the driver shows (/proc/driver/nvidia/gpus: no CUDA context, no torch
+    import, none on a machine without one)."""
+    driver = Path("/proc/driver/nvidia/gpus")
+    installed = len(list(driver.iterdir())) if driver.is_dir() else 0
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
-        return len([item for item in listed.split(",") if item.strip() and not item.strip().startswith("-")])
-    driver = Path("/proc/driver/nvidia/gpus")
-    return len(list(driver.iterdir())) if driver.is_dir() else 0
+        return len(listed_devices(listed, installed if driver.is_dir() else None))
+    return installed
+
+
+def listed_devices(value: str, installed: int | None = None) -> list[str]:
+    """The devices a ``CUDA_VISIBLE_DEVICES`` value gives a process, as CUDA (and torch's parser) reads it: comma-
+    separated ordinals (the digits an entry starts with, ``1gpu`` is 1) or UUIDs (``GPU-...``, ``MIG-...``, all of the
+    first entry's kind); the list stops at the first entry that is neither (``-1``, ``NoDevFiles``, an empty entry)
+    and, when ``installed`` (the driver's count) is known, at the first ordinal beyond it. A device listed twice
+    leaves CUDA no device at all: refused (DeviceError) rather than counted."""
+    entries = [entry.strip() for entry in value.split(",")]
+    kind = next((prefix for prefix in ("GPU-", "MIG-") if entries[0].startswith(prefix)), None)
+    devices: list[str] = []
+    for entry in entries:
+        if kind is not None:
+            device = entry if entry.startswith(kind) else None
+        else:
+            digits = re.match(r"[+]?\d+", entry)
+            device = str(int(digits.group())) if digits else None
+            if device is not None and installed is not None and int(device) >= installed:
+                device = None
+        if device is None:
+            break
+        if device in devices:
+            raise DeviceError(
+                f"CUDA_VISIBLE_DEVICES={value!r} lists device {device} twice, which leaves CUDA no device: list each "
+                "GPU once (e.g. CUDA_VISIBLE_DEVICES=0,1), or unset it to use every GPU of this machine"
+            )
+        devices.append(device)
+    return devices
 
 
 def gpu_line(count: int) -> str:
@@ -50,7 +81,9 @@ def describe(device: str) -> str:
 
 
 def _visible() -> list[str]:
-    return [item.strip() for item in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if item.strip()]
+    """The devices ``CUDA_VISIBLE_DEVICES`` lists, as CUDA reads it ([] when it is not set)."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return [] if listed is None else listed_devices(listed)
 
 
 def choose_device(requested: str, gpus: int, shard: int, lease_dir: Path, local_gpus: int | None = None, *,

@@ -36,7 +36,7 @@ def checked_settings(config: dict, *, configfiles=(), targets=(), overrides=None
     """
     check_duplicate_keys(configfiles)  # a key given twice: YAML would keep the last silently
     # One clear line per problem first; Snakemake's validate then fills in the schema's defaults.
-    validate_against_schema(config, SCHEMA, overrides)
+    validate_against_schema(config, SCHEMA, overrides, configfiles)
     check_corpus_keys_read(config)  # every corpus's, on the keys as given: a default is never "unused"
     settings = Settings.from_config(fill_defaults(config))
     check_settings(settings)

@@ -98,11 +98,12 @@ def _key_path(error) -> str:
     return ".".join(str(part) for part in error.absolute_path) or "(top level)"
 
 
-def _describe(error, overrides: dict | None = None) -> str:
+def _describe(error, overrides: dict | None = None, configfiles=()) -> str:
     """One sentence for one jsonschema error: the key, what is wrong, what is allowed.
 
     ``overrides``: the values given with ``--config``; a string there, nested in a section, is a value Snakemake
-    passed as a string, and the message says how to give it its type (a YAML overlay).
+    passed as a string, and the message says how to give it its type (a YAML overlay after ``configfiles``, the
+    run's own config files, or the default config's when none are known).
     """
     key = _key_path(error)
     schema = error.schema
@@ -121,10 +122,11 @@ def _describe(error, overrides: dict | None = None) -> str:
         if isinstance(error.instance, float) and "integer" in _as_list(schema["type"]) and error.instance.is_integer():
             hint = f" (write {int(error.instance)}, not {error.instance!r})"
         if _nested_command_line_string(error, overrides):
+            after = (f"your config files, --configfile {' '.join(map(_shown_path, configfiles))} mine.yaml" if configfiles
+                     else "the default config, --configfile config/config.yaml mine.yaml")  # fmt: skip
             hint = (
                 f" (Snakemake passes a value nested in --config, such as {_nested_example(error)}, as a string: put "
-                "it in a YAML file and add that file after the default config, --configfile config/config.yaml "
-                "mine.yaml)"
+                f"it in a YAML file and add that file after {after})"
             )
         return f"{key}: {error.instance!r} has the wrong type; expected {expected}{hint}"
     if error.validator in ("oneOf", "anyOf"):
@@ -146,6 +148,14 @@ def _describe(error, overrides: dict | None = None) -> str:
     if error.validator == "pattern":
         return f"{key}: {error.instance!r} does not match the allowed pattern {schema['pattern']!r}"
     return f"{key}: {error.message}"
+
+
+def _shown_path(path) -> str:
+    """A config file as a command line names it: relative to the working directory when it is inside it."""
+    import os
+
+    absolute = os.path.abspath(path)
+    return os.path.relpath(absolute) if absolute.startswith(os.getcwd() + os.sep) else str(path)
 
 
 def _nested_command_line_string(error, overrides: dict | None) -> bool:
@@ -217,10 +227,13 @@ def _keys_not_text(section: dict, at: str = ""):
             yield from _keys_not_text(value, where)
 
 
-def validate_against_schema(config: dict, schema_path: str | Path, overrides: dict | None = None) -> None:
+def validate_against_schema(
+    config: dict, schema_path: str | Path, overrides: dict | None = None, configfiles=()
+) -> None:
     """Raise ConfigError listing every schema violation, one line each (no schema dump).
 
-    ``overrides``: the values given with ``--config`` (Snakemake's ``overwrite_config``), which some messages name.
+    ``overrides``: the values given with ``--config`` (Snakemake's ``overwrite_config``), which some messages name,
+    with ``configfiles``, the files the config was read from.
     """
     schema = yaml.safe_load(Path(schema_path).read_text())
     unquoted = list(_keys_not_text(config))
@@ -229,7 +242,9 @@ def validate_against_schema(config: dict, schema_path: str | Path, overrides: di
     validator = strict_validator_class()(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(_describe(error, overrides) for error in errors))
+        raise ConfigError(
+            "invalid configuration:\n  " + "\n  ".join(_describe(error, overrides, configfiles) for error in errors)
+        )
 
 
 def fill_defaults(config: dict) -> dict:

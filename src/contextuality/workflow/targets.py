@@ -86,36 +86,65 @@ def command_kind(argv: list[str] | None = None) -> str | None:
 
 
 # The config of the last run that built something here (its files and --config merged, before the schema's
-# defaults), so that `snakemake --report` without them reports that run instead of the default study's.
+# defaults), so that `snakemake --report` without them reports that run instead of the default study's; and each
+# such run's config by its digest (RUNS), which the report's line names.
 RUN_CONFIG = ".snakemake/contextuality/run_config.yaml"  # Snakemake's own folder: no rule's output, no job's log
+RUNS = ".snakemake/contextuality/runs"
+_SHOWN_RUNS = 5
 
 
 def report_config(argv: list[str] | None = None) -> str | None:
     """The config a ``--report`` command given no --configfile reads: the last run's (RUN_CONFIG), told in one
-    line; None when there is none, or for any other command."""
+    line naming the other runs recorded here; None when there is none, or for any other command."""
     import sys
 
     args = command_line_args(argv)
     if command_kind(argv) != "report" or args.configfile or not Path(RUN_CONFIG).is_file():
         return None
-    print(
-        f"contextuality: the report is of the last run here, whose config is {RUN_CONFIG}; --configfile names another",
-        file=sys.stderr,
-    )
+    print(f"contextuality: the report is of the last run here that built something, whose config is {RUN_CONFIG}"
+          f"{_from_files(Path(RUN_CONFIG))}; --configfile names another{_runs_line()}", file=sys.stderr)  # fmt: skip
     return RUN_CONFIG
 
 
-def record_run_config(config: dict) -> None:
-    """Write the run's config (as given, before the schema's defaults) to RUN_CONFIG, for ``report_config``."""
+def _from_files(path: Path) -> str:
+    """`` (from FILES, DATE)`` as the record's first line says it."""
+    try:
+        first = path.read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return ""
+    return f" ({first.split('# run of ', 1)[1]})" if first.startswith("# run of ") else ""
+
+
+def _runs_line() -> str:
+    runs = sorted(Path(RUNS).glob("*.yaml"), key=lambda path: path.stat().st_mtime, reverse=True)
+    if not runs:
+        return ""
+    shown = ", ".join(f"{path}{_from_files(path)}" for path in runs[:_SHOWN_RUNS])
+    more = f", and {len(runs) - _SHOWN_RUNS} more in {RUNS}" if len(runs) > _SHOWN_RUNS else ""
+    return f": the runs recorded here, latest first, are {shown}{more}"
+
+
+def record_run_config(config: dict, configfiles=()) -> None:
+    """Write the config of a run that built something (as given, before the schema's defaults; ``configfiles``:
+    the files it was read from) to RUN_CONFIG, for ``report_config``, and to RUNS by its digest. Called when the
+    run has succeeded with jobs run (the Snakefile's onsuccess): a run that built nothing, or failed, is not one."""
+    import hashlib
+    import time
+
     import yaml
 
     from contextuality.core.atomic import atomic_path
 
-    with atomic_path(RUN_CONFIG) as partial:  # the project's one way to write: a temporary name, then rename
-        Path(partial).write_text(
-            "# The config of the last run here (contextuality.workflow.targets.RUN_CONFIG): "
-            "`snakemake --report` reads it when given no --configfile\n" + yaml.safe_dump(config, sort_keys=False)
-        )
+    body = yaml.safe_dump(config, sort_keys=False)
+    files = " ".join(str(path) for path in configfiles) or "no --configfile"
+    header = (f"# run of {files}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n# The config of a run here that "
+              "built something (contextuality.workflow.targets): `snakemake --report` reads the last one when given no "
+              "--configfile\n")  # fmt: skip
+    digest = hashlib.sha256(body.encode()).hexdigest()[:12]
+    for path in (Path(RUNS) / f"{digest}.yaml", Path(RUN_CONFIG)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as partial:  # the project's one way to write: a temporary name, then rename
+            Path(partial).write_text(header + body)
 
 
 def layer_count(settings: Settings, key: str) -> int | None:
@@ -135,12 +164,12 @@ def check_targets(targets: list[str], settings: Settings) -> None:
     a configured model; a single layer's file must name a
     layer in the model's range (when the range is known); a static baseline's scores a configured one.
     """
-    problems = []
-    if "store" in targets and settings.extraction.store is False:
-        problems.append(
-            "target store: extraction.store is false (never write the store); set extraction.store: auto "
-            "or true to build it"
-        )
+    problems = [
+        f"target {target}: extraction.store is false (never write the store); set extraction.store: auto or true to "
+        "build it"
+        for target in targets
+        if settings.extraction.store is False and (target == "store" or _is_store_file(target))
+    ]
     for target in targets:
         baseline = layout.baseline_of(target)
         if baseline is not None and baseline not in settings.static.baselines:
@@ -168,3 +197,10 @@ def check_targets(targets: list[str], settings: Settings) -> None:
             problems.append(f"target {target}: layer {layer} is out of range; model '{key}' has layers 0-{count - 1}")
     if problems:
         raise ConfigError("invalid target:\n  " + "\n  ".join(problems))
+
+
+def _is_store_file(target: str) -> bool:
+    """Whether ``target`` is a file of the store (a shard, a layer file, the manifest), which ``extraction.store:
+    false`` never writes, requested by name or with the target ``store``."""
+    parsed = layout.parse(target)
+    return parsed is not None and parsed[0] in ("SHARD", "LAYER_FILE", "MANIFEST")
