@@ -136,11 +136,13 @@ def deterministic(device: str) -> None:
 
 
 def fill_group(loaded, plan, group: list[int], resident, shard: ShardSettings, device: str, desc: str) -> None:
-    """One pass over the corpus: the group's rows of every sentence into ``resident`` (group, rows, dim)."""
+    """One pass over the corpus: the group's rows of every sentence into ``resident`` (group, rows, dim). A stateful
+    ELMo starts each pass from the state extraction's one pass starts from (zero), not from the previous pass's."""
     from contextuality.extraction import extract
     from contextuality.extraction import windows as passes
 
     if isinstance(loaded, extract.ElmoModel):
+        loaded.embedder.reset_states()
         windows = ((base, block.rows[group], end, lambda: None) for base, block, end in passes.elmo_windows(
             loaded, plan, batch_size=shard.batch_size, max_batch_tokens=shard.max_batch_tokens,
             storage_dtype=shard.storage_dtype))  # fmt: skip
