@@ -11,6 +11,7 @@ from snakemake.exceptions import IncompleteCheckpointException
 
 from contextuality.core import layout
 from contextuality.core.runtime import prepend_python_path
+from contextuality.measure import device_parts
 from contextuality.core.settings import as_params, batch_params, stateful_batches, stored_params
 from contextuality.corpus.sources import folder_files, is_sts
 from contextuality.corpus.sts import bundled_release_paths
@@ -469,7 +470,7 @@ def device_sense_params():
         return {}
     return {
         "on_device": lambda wildcards: {
-            "shard": stored_params(SETTINGS.shard(wildcards.model)),
+            "shard": device_parts.rows_params(SETTINGS.shard(wildcards.model)),
             "batches": stateful_batches(SETTINGS.models[wildcards.model]),
         }
     }
@@ -487,6 +488,23 @@ def device_part_of_layer(wildcards):
     layer = int(wildcards.layer)
     part = next(p for p in range(parts) if p * layers // parts <= layer < (p + 1) * layers // parts)
     return layout.path(layout.DEVICE_PART, corpus=wildcards.corpus, model=wildcards.model, part=part)
+
+
+def device_made_from(wildcards):
+    """Input function: on the device path, what the run's rows are made from (source.json and the plan's files),
+    which each part's record must match; none on the store path (its manifest is checked against them)."""
+    if not SETTINGS.metrics.device.on_device:
+        return []
+    files = (layout.MODEL_RECORD, layout.TOKENS, layout.UNITS)
+    return [layout.path(pattern, corpus=wildcards.corpus, model=wildcards.model) for pattern in files]
+
+
+def device_combine_params():
+    """The device path's params of combine_layers (none on the store path, so its jobs keep theirs): the settings
+    that change the rows, which each part's record must match."""
+    if not SETTINGS.metrics.device.on_device:
+        return {}
+    return {"rows": lambda wildcards: device_parts.rows_params(SETTINGS.shard(wildcards.model))}
 
 
 def measured_on(wildcards):

@@ -35,12 +35,14 @@ if SETTINGS.metrics.device.on_device:
             mem_mb=device_measure_mem_mb,
             runtime=device_measure_runtime_min,
         params:
-            # what changes the measured rows (the stored-vector settings, a stateful model's batches) and the
-            # measures; the batches, the device and its memory share change no number beyond the tested tolerance
-            # (their windows cut no shard here), and the job reads them from the config
-            shard=lambda wildcards: stored_params(SETTINGS.shard(wildcards.model)),
+            # what changes the measured rows (the stored-vector settings but the number of shards, a stateful model's
+            # batches), the measures (not metrics.memory_mb, the store path's budget) and the part's layers (the
+            # number of parts); the batches, the shards, the device and its memory share change no number beyond the
+            # tested tolerance (their windows cut no shard here), and the job reads them from the config
+            shard=lambda wildcards: device_parts.rows_params(SETTINGS.shard(wildcards.model)),
             batches=lambda wildcards: stateful_batches(SETTINGS.models[wildcards.model]),
-            measure=as_params(SETTINGS.metrics.measure),
+            measure=device_parts.measure_params(SETTINGS.metrics.measure),
+            parts=SETTINGS.metrics.device.device_parts,
             # what changes the similarity sample it gathers (none when the stage is off)
             sample=lambda wildcards: similarity_sample_params(wildcards) if SETTINGS.similarity.enabled else None,
         script:
@@ -94,12 +96,15 @@ else:
 
 rule combine_layers:
     # Joins the per-layer results into the model's tables, after checking they cover exactly the layers of what
-    # they were measured on (the manifest, or the device's record), and, with both, that the two agree.
+    # they were measured on (the manifest, or the device's record), and, with both, that the two agree. On the device
+    # path each part's record is checked against the run's settings that change the rows (its params), weights and plan.
     input:
         records=every_layer(layout.LAYER_RECORD),
         words=every_layer(layout.LAYER_WORDS),
         measured_on=measured_on,
         store_manifest=store_manifest_beside_device,
+        # on the device path, what the run's rows are made from: each part's record is checked against it
+        made_from=device_made_from,
     output:
         words=layout.WORDS,
         layers=layout.LAYERS_CSV,  # in the report as a page (report.smk: model_pages)
@@ -124,6 +129,7 @@ rule combine_layers:
     conda:
         "../../envs/analysis.yaml"
     params:
+        **device_combine_params(),
         top_k=SETTINGS.metrics.top_k_words,
     script:
         "../scripts/combine_layers.py"

@@ -5,16 +5,26 @@ from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.measure.combine import combine_layers, measured_on
+from contextuality.measure.device_parts import parts_hint
 from contextuality.measure.layer_result import read_layer_results
-from contextuality.store.files import StoreError
+from contextuality.store.files import REBUILD_HINT, StoreError
+from contextuality.store.provenance import shard_provenance
 
 setup_job_logging(snakemake.log[0])
 with expected_errors(StoreError):
+    on_device = snakemake.params.get("rows") is not None
+    # on the device path, what the run's settings, weights and plan would make: each part's record must match it
+    expected = None
+    if on_device:
+        record, tokens, units = snakemake.input.made_from
+        expected = shard_provenance(snakemake.wildcards.model, snakemake.params.rows, record, tokens, units)
     # the store's manifest, or the device parts' records (and the manifest, when the run stores too)
-    manifest = measured_on(list(snakemake.input.measured_on), snakemake.input.store_manifest or None)
+    manifest = measured_on(list(snakemake.input.measured_on), snakemake.input.store_manifest or None, expected)
+    # a layer file made from another part record comes back from the same tar: measure the parts again instead
+    against, hint = (str(manifest.path), parts_hint(manifest.path)) if on_device else ("the manifest", REBUILD_HINT)
     combine_layers(
         [
-            read_layer_results(record, words, manifest)
+            read_layer_results(record, words, manifest, against=against, hint=hint)
             for record, words in zip(snakemake.input.records, snakemake.input.words)
         ],
         Path(snakemake.output.words),

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from contextuality.core.archive import unpacked
 from contextuality.core.runtime import expected_errors, setup_job_logging
-from contextuality.core.settings import MeasureSettings, Settings, from_params
+from contextuality.core.settings import Settings
 from contextuality.extraction.devices import DeviceError
 from contextuality.extraction.extract import ExtractionError
 from contextuality.measure.device_job import run_measure_model_job
@@ -15,8 +15,8 @@ from contextuality.models.loading import ModelError
 from contextuality.store.files import StoreError
 
 log = setup_job_logging(snakemake.log[0])
-# The params hold what changes the measured rows and the measures; how the job runs (batches, token cap, device,
-# its memory share) is read from the config: a change reruns nothing.
+# The params hold what changes the measured rows, the measures and the part's layers; the job reads its settings
+# from the config, so what changes no number here (batches, token cap, shards, device, memory) reruns nothing.
 run = Settings.from_config(snakemake.config)
 with expected_errors(DeviceError, DeviceMemoryError, ModelError, ExtractionError, StoreError):
     # the similarity stage's sample of the part's layers, gathered where they are resident
@@ -33,7 +33,7 @@ with expected_errors(DeviceError, DeviceMemoryError, ModelError, ExtractionError
     run_measure_model_job(
         model_key=snakemake.wildcards.model,
         shard=run.shard(snakemake.wildcards.model),
-        measure=from_params(MeasureSettings, snakemake.params.measure),
+        measure=run.metrics.measure,  # its params hold what changes the measures (not memory_mb, unused here)
         requested_device=run.metrics.device.device,
         memory_fraction=run.metrics.device.device_memory_fraction,
         job_memory_mb=snakemake.resources.mem_mb,  # what the scheduler gave it: the CPU backend plans its groups in it

@@ -11,10 +11,12 @@ The tar holds no time, owner or order of its own, so the same folder gives the s
 from __future__ import annotations
 
 import fcntl
+import glob
 import os
 import shutil
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 
 from contextuality.core.atomic import atomic_path
@@ -72,8 +74,13 @@ def unpacked(archive: str | os.PathLike) -> Path:
         if _is_unpacked_form(folder, archive):
             fcntl.flock(readers, fcntl.LOCK_SH)
             return folder
-        # Not atomic_path: that clears other writers' temporaries.
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+        # Not atomic_path: that clears other writers' temporaries. A killed job's copy is swept first; this one is
+        # locked while it is filled (named by the archive's inode, whose lock this job holds).
+        inode = os.fstat(handle.fileno()).st_ino
+        sweep_stale_copies(archive, inode)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{inode}-", dir=folder.parent))
+        filling = os.open(tmp, os.O_RDONLY)
+        fcntl.flock(filling, fcntl.LOCK_EX)
         try:
             with tarfile.open(archive) as tar:
                 # PEP 706's filter, where this Python has it (3.11.4+; Debian backports it)
@@ -88,7 +95,38 @@ def unpacked(archive: str | os.PathLike) -> Path:
                 fcntl.flock(readers, fcntl.LOCK_SH)  # this job reads it now
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+            os.close(filling)
     return folder
+
+
+# A copy being unpacked from another inode of the archive (one replaced while a job held the old) is locked by its
+# job within moments of its creation: an unlocked one younger than this may still be about to be locked.
+_YOUNG_S = 60
+
+
+def sweep_stale_copies(archive: Path, inode: int) -> list[Path]:
+    """Remove the partial copies of ``archive`` beside it that no live job fills (a job killed while unpacking:
+    a model's size each); returns them. Called holding the lock of the archive's inode ``inode``, so a copy named
+    by that inode is no live job's once its lock is free; one of another inode also once it is not young."""
+    folder, removed = folder_of(archive), []
+    for path in sorted(folder.parent.glob(f".{glob.escape(folder.name)}.tmp-*")):
+        if not path.is_dir() or path.is_symlink():  # a packing job's temporary archive is a file (atomic_path)
+            continue
+        try:
+            descriptor = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            ours = path.name.startswith(f".{folder.name}.tmp-{inode}-")
+            if ours or time.time() - path.stat().st_mtime > _YOUNG_S:
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+        except (BlockingIOError, FileNotFoundError):
+            pass  # a live job's, or gone
+        finally:
+            os.close(descriptor)
+    return removed
 
 
 # This process's descriptor of each folder holding archives it unpacked, by the folder's (device, inode): its

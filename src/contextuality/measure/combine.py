@@ -13,30 +13,43 @@ import numpy as np
 import pandas as pd
 
 from contextuality.core.atomic import atomic_path
+from contextuality.measure.device_parts import check_parts_against_run, rows_provenance, same_rows
 from contextuality.measure.layer_result import LAYER_COLUMNS, POSTPROCESS_COLUMNS, WORD_COLUMNS, LayerResult
 from contextuality.measure.panel import GEOMETRY_TEXT_COLUMNS
 from contextuality.store.files import StoreError
+from contextuality.store.provenance import difference
 from contextuality.store.reader import Manifest, check_layer_set, read_manifest
 
 ROGUE_COLUMNS = ["model", "layer", "dimension", "rank", "contribution", "share"]
-# What a store's manifest and a device measurement's records must share to describe the same rows.
-MEASURED_ON_KEYS = ("n_layers", "rows", "dim", "n_sentences", "provenance_sha256")
+# What a store's manifest and a device measurement's records must share to describe the same rows (and the
+# provenance, less what changes no row on the device: ``device_parts.same_rows``).
+MEASURED_ON_KEYS = ("n_layers", "rows", "dim", "n_sentences")
 
 
-def measured_on(paths: list[Path | str], store_manifest: Path | str | None = None) -> Manifest:
-    """What a model's layers were measured on: its manifest, or its device parts' records (which must agree),
-    checked against the store's manifest when the run keeps one beside the device measurement."""
+def measured_on(
+    paths: list[Path | str], store_manifest: Path | str | None = None, expected: dict | None = None
+) -> Manifest:
+    """What a model's layers were measured on: its manifest, or its device parts' records (which must agree, and
+    with ``expected``, the provenance of the run's settings, weights and plan, match it), checked against the
+    store's manifest when the run keeps one beside the device measurement."""
     records = [read_manifest(path) for path in paths]
+    if expected is not None:
+        check_parts_against_run(records, expected)
     if store_manifest:
         records.append(read_manifest(store_manifest))
     first = records[0]
     for other in records[1:]:
-        differs = [key for key in MEASURED_ON_KEYS if other.get(key) != first.get(key)]
+        differs = [
+            (key, other.get(key), first.get(key)) for key in MEASURED_ON_KEYS if other.get(key) != first.get(key)
+        ]
+        if not differs and not same_rows(other, first):
+            field, *values = difference(rows_provenance(other["provenance"]), rows_provenance(first["provenance"]))
+            differs = [(f"provenance field {field}", *values)]
         if differs:
-            key = differs[0]
+            key, value, wanted = differs[0]
             raise StoreError(
-                f"{other.path}: {key} is {other.get(key)!r}, but {first.path} has {first.get(key)!r}: the two were made "
-                "from other plans, weights or settings; rerun snakemake to rebuild them"
+                f"{other.path}: {key} is {value!r}, but {first.path} has {wanted!r}: the two were made from other "
+                f"plans, weights or settings; delete {other.path} and rerun snakemake, which rebuilds it"
             )
     return first
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -35,6 +34,7 @@ from contextuality.core.archive import pack
 from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import WINDOW_BATCHES, MeasureSettings, ShardSettings, stored_params
 from contextuality.measure import backend
+from contextuality.measure.device_parts import Resume, device_record, resume_key, rows_provenance
 from contextuality.measure.device_plan import (
     GPU_BLOCK_ROWS,
     MB,
@@ -136,11 +136,13 @@ def deterministic(device: str) -> None:
 
 
 def fill_group(loaded, plan, group: list[int], resident, shard: ShardSettings, device: str, desc: str) -> None:
-    """One pass over the corpus: the group's rows of every sentence into ``resident`` (group, rows, dim)."""
+    """One pass over the corpus: the group's rows of every sentence into ``resident`` (group, rows, dim). A stateful
+    ELMo starts each pass from the state extraction's one pass starts from (zero), not from the previous pass's."""
     from contextuality.extraction import extract
     from contextuality.extraction import windows as passes
 
     if isinstance(loaded, extract.ElmoModel):
+        loaded.embedder.reset_states()
         windows = ((base, block.rows[group], end, lambda: None) for base, block, end in passes.elmo_windows(
             loaded, plan, batch_size=shard.batch_size, max_batch_tokens=shard.max_batch_tokens,
             storage_dtype=shard.storage_dtype))  # fmt: skip
@@ -204,9 +206,11 @@ def measure_model(
     provenance: dict,
     host_threads: int = 1,
     sample: SampleRequest | None = None,
+    resume: Resume | None = None,
     log: logging.Logger = LOG,
 ) -> dict:
-    """Measure part ``part`` of ``parts`` of the layers of ``model_key`` on ``device``, writing each layer's
+    """Measure part ``part`` of ``parts`` of the layers of ``model_key`` on ``device`` (but those ``resume`` kept
+    from an earlier job of the part), writing each layer's
     record, words table and PC vectors into ``out_folder`` (the layout's per-layer names, relative to the
     model's metrics folder) with ``provenance``'s digest; on torch's CPU backend its groups planned in
     ``job_memory_mb`` (the job's mem_mb); ``host_threads`` finish layers on the host at once;
@@ -230,22 +234,24 @@ def measure_model(
     elmo = isinstance(loaded, ElmoModel)
     d = model_dim(loaded)
     layers = part_layers(loaded.n_layers, parts, part)
+    todo, kept = _left_to_measure(layers, resume, sample)
     itemsize = backend.itemsize(shard.storage_dtype)
     on_cuda = str(device).startswith("cuda")
     reserve = job_reserve([plan], shard, d=d, n_layers=loaded.n_layers, on_cuda=on_cuda)
     free = free_device_bytes(device, job_memory_mb, held_bytes(int(record.get("weights_bytes", 0))))
     fraction, layer_bytes = usable_fraction(device, memory_fraction), n_rows * d * itemsize
-    groups = (plan_groups(layers, layer_bytes, free, fraction, reserve, None if on_cuda else job_memory_mb)
-              if layers else GroupPlan([], layer_bytes, 0, 0, reserve))  # fmt: skip
-    log.info("%s on %s: %d rows x %d dims, layers %s of %d; %s", model_key, device, n_rows, d,
+    groups = (plan_groups(todo, layer_bytes, free, fraction, reserve, None if on_cuda else job_memory_mb)
+              if todo else GroupPlan([], layer_bytes, 0, 0, reserve))  # fmt: skip
+    log.info("%s on %s: %d rows x %d dims, layers %s of %d%s; %s", model_key, device, n_rows, d,
              f"{layers[0]}-{layers[-1]}" if layers else "none", loaded.n_layers,
-             groups.describe(loaded.n_layers) if layers else "nothing to measure")  # fmt: skip
+             f" ({kept} kept from an earlier job of this part)" if kept else "",
+             groups.describe(loaded.n_layers) if todo else "nothing to measure")  # fmt: skip
     if on_cuda:
         torch.cuda.reset_peak_memory_stats(torch.device(device))
     seconds = _measure_groups(
         groups.groups, loaded=loaded, plan=plan, shard=shard, measure=measure, index=index, units=units,
         device=device, out_folder=out_folder, digest=provenance_module.digest(provenance), host_threads=host_threads,
-        model_key=model_key, log=log, sample=sample,
+        model_key=model_key, log=log, sample=sample, resume=resume,
     )  # fmt: skip
     if sample is not None:
         sample.finish(model=model_key, n_layers=loaded.n_layers, provenance_sha256=provenance_module.digest(provenance))
@@ -262,9 +268,19 @@ def measure_model(
     return figures
 
 
+def _left_to_measure(layers: list[int], resume: Resume | None, sample: SampleRequest | None):
+    """The part's layers an earlier job did not finish (all of them without ``resume``), and those it did, whose
+    kept sample rows go to ``sample``."""
+    kept = [layer for layer in layers if resume is not None and layer in resume.done]
+    for layer in kept if sample is not None else []:
+        sample.add_gathered(layer, resume.kept_sample(layer))
+    return [layer for layer in layers if layer not in kept], kept
+
+
 def _measure_groups(groups: list[list[int]], *, loaded, plan, shard: ShardSettings, measure: MeasureSettings, index,
                     units, device: str, out_folder: Path, digest: str, host_threads: int, model_key: str,
-                    log: logging.Logger, sample: SampleRequest | None = None) -> dict:  # fmt: skip
+                    log: logging.Logger, sample: SampleRequest | None = None,
+                    resume: Resume | None = None) -> dict:  # fmt: skip
     """Each group's pass over the corpus (``fill_group``), then each of its layers measured on the device and
     finished on the host, in threads beside the device's next layer, into ``out_folder`` (and its similarity
     sample written by ``sample``). Returns the seconds spent: forward passes, measuring on the device, on
@@ -284,6 +300,8 @@ def _measure_groups(groups: list[list[int]], *, loaded, plan, shard: ShardSettin
             out_folder / layout.path(layout.in_metrics(layout.LAYER_WORDS), layer=layer),
             out_folder / layout.path(layout.in_metrics(layout.PCS), layer=layer), provenance_sha256=digest,
         )  # fmt: skip
+        if resume is not None:
+            resume.mark(layer)  # its files (and sample rows) written: a later job of the part keeps them
         host_seconds.append(time.perf_counter() - tick)  # list.append: one step, safe across threads
 
     # The measures on the host's copies of drawn rows (the panel's isotropy measures, the bootstrap) run in
@@ -311,9 +329,11 @@ def _measure_groups(groups: list[list[int]], *, loaded, plan, shard: ShardSettin
                     block_rows=block_rows, sentence_ids=plan.sentence_ids, remedy=NON_FINITE_REMEDY,
                 )  # fmt: skip
                 finish = measure_rows_then(rows, layer, index, measure, model=model_key, units=units, log=log)
-                pending.append(host.submit(finish_and_write, layer, finish))
                 if sample is not None:
-                    sample.add(layer, resident[slot])
+                    gathered = sample.add(layer, resident[slot])
+                    if resume is not None:
+                        resume.keep_sample(layer, gathered)
+                pending.append(host.submit(finish_and_write, layer, finish))
             if on_cuda:
                 torch.cuda.synchronize(torch.device(device))
             seconds["measure"] += time.perf_counter() - tick
@@ -341,18 +361,6 @@ def layer_after_final_norm(loaded, layer: int) -> int:
     from contextuality.models.loading import final_norm
 
     return int(not isinstance(loaded, ElmoModel) and bool(final_norm(loaded.model)) and layer == loaded.n_layers - 1)
-
-
-def device_record(figures: dict, *, model_key: str, provenance: dict, dtype: str) -> dict:
-    """What the device's rows were made from, in the manifest's keys (``store.views.write_manifest``) that the
-    combining step checks against: layers, rows, dims, and the provenance with its digest."""
-    from contextuality.store import provenance as provenance_module
-
-    return {
-        "model": model_key, "n_layers": figures["n_layers"], "rows": figures["rows"], "dim": figures["dim"],
-        "dtype": dtype, "n_sentences": figures["n_sentences"], "final_norm": figures["final_norm"],
-        "provenance": provenance, "provenance_sha256": provenance_module.digest(provenance),
-    }  # fmt: skip
 
 
 def run_measure_model_job(
@@ -395,18 +403,21 @@ def run_measure_model_job(
     tell_terminal(f"{model_key}: every layer of part {part} of {parts} measured beside its forward passes, on "
                   f"{describe(device)}{'' if str(device).startswith('cuda') else ' (torch CPU backend)'}")  # fmt: skip
     try:
-        made_from = shard_provenance(model_key, stored_params(shard), record_path, tokens_path, units_path)
+        # what a store's manifest would record, less what changes no row here (the number of shards)
+        made_from = rows_provenance(shard_provenance(model_key, stored_params(shard), record_path, tokens_path,
+                                                     units_path))  # fmt: skip
+        # the part's folder before it is packed, with the layers an earlier job of the part finished, if it
+        # measured what this one measures (a job killed near its end re-measures only what it had left)
         staging = out_tar.with_suffix("")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
+        resume = Resume(staging, resume_key(made_from, measure, parts, part, sample))
         figures = measure_model(
             model_key=model_key, shard=shard, measure=measure, device=device, memory_fraction=memory_fraction,
             job_memory_mb=job_memory_mb, parts=parts, part=part, record_path=record_path, model_dir=model_dir,
             tokens_path=tokens_path, units_path=units_path, occurrences_path=occurrences_path, out_folder=staging,
-            provenance=made_from, host_threads=threads, sample=sample, log=log,
+            provenance=made_from, host_threads=threads, sample=sample, resume=resume, log=log,
         )  # fmt: skip
         pack(staging, out_tar)
-        shutil.rmtree(staging, ignore_errors=True)
+        resume.clear()
         record = device_record(figures, model_key=model_key, provenance=made_from, dtype=shard.storage_dtype)
         with atomic_path(out_record) as tmp:
             tmp.write_text(json.dumps(record, indent=1) + "\n")
@@ -414,25 +425,3 @@ def run_measure_model_job(
     finally:
         if lease is not None:
             lease.close()
-
-
-def take_layer_files(part_tar: Path, layer: int, out: dict[str, Path]) -> None:
-    """Layer ``layer``'s record, words table and PC vectors (``out``: by those names) out of a part's tar, each
-    written under a temporary name and renamed; a tar without them is refused naming it."""
-    import tarfile
-
-    from contextuality.store.files import StoreError
-
-    members = {"record": layout.LAYER_RECORD, "words": layout.LAYER_WORDS, "pcs": layout.PCS}
-    with tarfile.open(part_tar) as tar:
-        for name, pattern in members.items():
-            member = layout.path(layout.in_metrics(pattern), layer=layer)
-            try:
-                source = tar.extractfile(member)
-            except KeyError:
-                source = None
-            if source is None:
-                raise StoreError(f"{part_tar}: holds no {member} (measured for other layers, or cut short); delete it "
-                                 "and rerun snakemake to measure the part again")  # fmt: skip
-            with atomic_path(out[name]) as tmp, open(tmp, "wb") as target:
-                shutil.copyfileobj(source, target)

@@ -96,14 +96,17 @@ def write_layer_results(
     write_embedding_text(Path(out_pcs), result.words["word"].to_numpy(), result.pcs)
 
 
-def read_layer_results(record_path: Path, words_path: Path, manifest: dict | None = None) -> LayerResult:
-    """A layer's results as ``write_layer_results`` wrote them (without the PC vectors). With a ``manifest``,
-    a record measured against another manifest's provenance is refused."""
+def read_layer_results(record_path: Path, words_path: Path, manifest: dict | None = None, *,
+                       against: str = "the manifest", hint: str = REBUILD_HINT) -> LayerResult:  # fmt: skip
+    """A layer's results as ``write_layer_results`` wrote them (without the PC vectors). With a ``manifest``
+    (``against`` names it), a record measured against another provenance is refused, saying ``hint`` (how to
+    recover)."""
     record = json.loads(Path(record_path).read_text())
     if manifest is not None and record.get("provenance_sha256") != manifest["provenance_sha256"]:
         raise StoreError(
-            f"{record_path}: provenance_sha256 is {record.get('provenance_sha256')!r}, but the manifest has "
-            f"{manifest['provenance_sha256']!r}: the layer was measured on other shards; {REBUILD_HINT}"
+            f"{record_path}: provenance_sha256 is {record.get('provenance_sha256')!r}, but "
+            f"{against} has {manifest['provenance_sha256']!r}: the layer was "
+            f"measured on other rows; {hint}"
         )
     return LayerResult(
         record["row"], pd.read_parquet(words_path), None, record["postprocess"],

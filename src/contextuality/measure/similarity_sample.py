@@ -193,14 +193,21 @@ class SampleRequest:
         first, pieces = joined.sample_rows(rows, model, joined.sample_size(len(rows), max_rows))
         return cls(first, pieces, pooling, sample_dtype(pieces, stored_dtype), Path(rows_path), Path(out))
 
-    def add(self, layer: int, resident_layer) -> None:
-        """The sample's rows of one resident layer, written at once (the file is opened at the first layer)."""
+    def add(self, layer: int, resident_layer):
+        """The sample's rows of one resident layer, written at once (the file is opened at the first layer); returns
+        them."""
         if len(self.first) and int((self.first + self.pieces).max()) > resident_layer.shape[0]:
             raise StoreError(f"{self.rows_path}: names rows beyond the {resident_layer.shape[0]} this job's plan stores "
                              "(made from another plan); delete it and rerun snakemake")  # fmt: skip
+        rows = gather(resident_layer, self.first, self.pieces, self.pooling, self.dtype)
+        self.add_gathered(layer, rows)
+        return rows
+
+    def add_gathered(self, layer: int, rows) -> None:
+        """One layer's sample rows, as ``add`` gathered them (or an earlier job of the part kept them)."""
         if not self.writer:
             self.writer.append(SampleWriter(self.out))
-        self.writer[0].add(layer, gather(resident_layer, self.first, self.pieces, self.pooling, self.dtype))
+        self.writer[0].add(layer, rows)
 
     def finish(self, *, model: str, n_layers: int, provenance_sha256: str) -> None:
         writer = self.writer[0] if self.writer else SampleWriter(self.out)  # a part without layers: an empty sample
