@@ -8,8 +8,8 @@ contextuality.paper.CLAIMS; the checks of Table 1's claims (A9a-d) are in ``repo
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,34 @@ Result = tuple[str, str, str]  # status, evidence, adaptation note
 A10_TOLERANCE = 0.05  # A10: per-layer values within this of the released statistics
 ISOTROPY_THRESHOLD = 0.05  # S1: a mean random cosine above this is clearly not isotropic
 S3_MAX_RHO = -0.5  # S3: "almost monotonic" decrease = Spearman rho(layer, adjusted self-sim) at most this
+# Every number a check compares with: the project's reading of the paper's words (paper-spec §7), by name (the
+# first word names the claim; "A9" is A9a-d's). A ModelView's ``thresholds`` replaces some of them
+# (report.claim_sensitivity moves each in turn).
+THRESHOLDS: dict[str, float] = {
+    "A1a baseline cosine below": 0.05,
+    "A1b baseline cosine above": 0.1,
+    "A2 band low": 0.5,
+    "A2 band high": 0.7,
+    "A2 top layer gap to 1 below": 0.05,  # the top layer's baseline above 1 - this (0.95)
+    "A3 gap above": 0.1,
+    "A4 tolerance": 0.001,
+    "A5b adjusted self-similarity below": 0.05,
+    "A6 words at least": 3,
+    "A7c band half-width": 0.07,
+    "A8a raw MEV below": 0.05,
+    "A8b band low": 0.2,
+    "A8b band high": 0.4,
+    "A9 tolerance": 0.03,
+    "A10 tolerance": A10_TOLERANCE,
+    "S1 baseline cosine above": ISOTROPY_THRESHOLD,
+    "S3 rho at most": S3_MAX_RHO,
+    "S4 adjusted MEV below": 0.05,
+}
+# S4: the baseline decides the verdict at a layer where the raw MEV is at least this many times S4's threshold while
+# the adjusted MEV is below it; attention-sink rows decide it when that layer's massive activations sit at the
+# sentences' first position (a share of the carrying rows of at least SINK_FIRST_SHARE).
+SINK_RAW_FACTOR = 2.0
+SINK_FIRST_SHARE = 0.5
 A6_WORDS = ("and", "of", "'s", "the", "to")
 S5_STOPWORDS = ("the", "of", "to", "and")
 
@@ -38,6 +66,11 @@ class ModelView:
     words: pd.DataFrame | None
     label: str = ""
     table1: pd.DataFrame | None = None  # this run's Table 1 rows (table1.csv, source "this run"), or None
+    thresholds: Mapping[str, float] = field(default_factory=dict)  # in place of those of THRESHOLDS
+
+    def threshold(self, name: str) -> float:
+        """The number a check compares with: ``thresholds``' where it has it, else THRESHOLDS'."""
+        return self.thresholds.get(name, THRESHOLDS[name])
 
     def col(self, name: str) -> pd.Series:
         """A layers.parquet column indexed by layer (all NaN when absent)."""
@@ -122,15 +155,19 @@ def _word_means(m: ModelView) -> pd.Series | None:
 
 
 def _a1a(m: ModelView) -> Result:
-    return _all_below(m.col("baseline_cosine").reindex([0]), 0.05, "baseline cosine at layer 0")
+    return _all_below(
+        m.col("baseline_cosine").reindex([0]), m.threshold("A1a baseline cosine below"), "baseline cosine at layer 0"
+    )
 
 
 def _a1b(m: ModelView) -> Result:
     base = m.col("baseline_cosine")
     if m.paper_model == "elmo":
-        status, evidence, _ = _all_above(base.loc[1:], 0.1, "baseline cosine, layers ≥ 1")
+        status, evidence, _ = _all_above(
+            base.loc[1:], m.threshold("A1b baseline cosine above"), "baseline cosine, layers ≥ 1"
+        )
         return status, evidence, "layer 0 excluded: the model stands for ELMo, whose input layer is the exception"
-    return _all_above(base, 0.1, "baseline cosine, all layers")
+    return _all_above(base, m.threshold("A1b baseline cosine above"), "baseline cosine, all layers")
 
 
 def _a2(m: ModelView) -> Result:
@@ -140,14 +177,19 @@ def _a2(m: ModelView) -> Result:
     if lo > hi or mid >= m.depth or _missing(base.loc[lo:]):
         return NA, f"needs finite baselines and at least 3 layers (depth {m.depth})", note
     band, rise, top = base.loc[lo:hi], base.loc[mid:], base.loc[m.depth]
-    in_band = bool(band.between(0.5, 0.7).all())
+    low, high = m.threshold("A2 band low"), m.threshold("A2 band high")
+    in_band = bool(band.between(low, high).all())
     monotone = bool((np.diff(rise.to_numpy()) > 0).all())
     evidence = (
-        f"layers {lo}-{hi}: {band.min():.3f}-{band.max():.3f} ({'inside' if in_band else 'outside'} 0.5-0.7); "
+        f"layers {lo}-{hi}: {band.min():.3f}-{band.max():.3f} ({'inside' if in_band else 'outside'} {low:g}-{high:g}); "
         f"layers {mid}-{m.depth}: {_values(rise)} ({'rising' if monotone else 'not monotone'}); "
         f"top layer {top:.3f}"
     )
-    return (HOLDS if in_band and monotone and top > 0.95 else FAILS), evidence, note
+    return (
+        (HOLDS if in_band and monotone and top > 1 - m.threshold("A2 top layer gap to 1 below") else FAILS),
+        evidence,
+        note,
+    )
 
 
 def _a3(m: ModelView) -> Result:
@@ -159,14 +201,18 @@ def _a3(m: ModelView) -> Result:
     evidence = (
         f"baseline layer {m.depth - 1}: {base[m.depth - 1]:.3f}, layer {m.depth}: {base[m.depth]:.3f} (gap {gap:+.3f})"
     )
-    return (HOLDS if gap > 0.1 else FAILS), evidence, note
+    return (HOLDS if gap > m.threshold("A3 gap above") else FAILS), evidence, note
 
 
 def _a4(m: ModelView) -> Result:
     value = m.col("self_similarity").get(0, np.nan)
     if not np.isfinite(value):
         return NA, "raw self-similarity at layer 0 missing", ""
-    return (HOLDS if abs(value - 1.0) <= 0.001 else FAILS), f"raw self-similarity at layer 0: {value:.4f}", ""
+    return (
+        (HOLDS if abs(value - 1.0) <= m.threshold("A4 tolerance") else FAILS),
+        f"raw self-similarity at layer 0: {value:.4f}",
+        "",
+    )
 
 
 def _a5a(m: ModelView) -> Result:
@@ -180,7 +226,7 @@ def _a5a(m: ModelView) -> Result:
 def _a5b(m: ModelView) -> Result:
     status, evidence, _ = _all_below(
         m.col("adjusted_self_similarity").reindex([m.depth]),
-        0.05,
+        m.threshold("A5b adjusted self-similarity below"),
         f"adjusted self-similarity at the top layer {m.depth}",
     )
     return status, evidence, "" if m.depth == PAPER_DEPTH["gpt2"] else "top layer stands for GPT-2's layer 12"
@@ -196,7 +242,7 @@ def _a6(m: ModelView) -> Result:
         f"five lowest (mean over all layers, 0 included, as the author's code): {', '.join(lowest)}; "
         f"{len(hits)} of them in {{{', '.join(A6_WORDS)}}}"
     )
-    return (HOLDS if len(hits) >= 3 else FAILS), evidence, ""
+    return (HOLDS if len(hits) >= m.threshold("A6 words at least") else FAILS), evidence, ""
 
 
 def _a7a(m: ModelView) -> Result:
@@ -219,18 +265,18 @@ def _a7c(m: ModelView) -> Result:
     lo, hi, note = m.span(2, 12)
     if lo > hi or _missing(adj):
         return NA, "needs adjusted intra-sentence similarity in every layer and at least 2 layers", note
-    band = adj.loc[lo:hi]
-    near_zero = bool((band.abs() <= 0.07).all())
+    band, width = adj.loc[lo:hi], m.threshold("A7c band half-width")
+    near_zero = bool((band.abs() <= width).all())
     layer0_largest = adj.idxmax() == 0
     evidence = (
         f"layers {lo}-{hi}: {band.min():+.3f} to {band.max():+.3f} "
-        f"({'within' if near_zero else 'outside'} ±0.07); largest value {_extreme(adj, 'max')}"
+        f"({'within' if near_zero else 'outside'} ±{width:g}); largest value {_extreme(adj, 'max')}"
     )
     return (HOLDS if near_zero and layer0_largest else FAILS), evidence, note
 
 
 def _a8a(m: ModelView) -> Result:
-    return _all_below(m.col("mev").loc[1:], 0.05, "raw MEV, layers ≥ 1")
+    return _all_below(m.col("mev").loc[1:], m.threshold("A8a raw MEV below"), "raw MEV, layers ≥ 1")
 
 
 def _a8b(m: ModelView) -> Result:
@@ -239,7 +285,8 @@ def _a8b(m: ModelView) -> Result:
     if lo > hi or _missing(mev.loc[lo:hi]):
         return NA, f"needs raw MEV in layers {lo}-{hi}", note
     mean = float(mev.loc[lo:hi].mean())
-    return (HOLDS if 0.2 <= mean <= 0.4 else FAILS), f"mean raw MEV over layers {lo}-{hi}: {mean:.3f}", note
+    low, high = m.threshold("A8b band low"), m.threshold("A8b band high")
+    return (HOLDS if low <= mean <= high else FAILS), f"mean raw MEV over layers {lo}-{hi}: {mean:.3f}", note
 
 
 def _a10(m: ModelView) -> Result:
@@ -260,11 +307,13 @@ def _a10(m: ModelView) -> Result:
             ref = reference_value(m.paper_model, quantity, layer)
             if ref is not None and np.isfinite(run.get(layer, np.nan)):
                 gaps.append((abs(run[layer] - ref[0]), quantity, layer))
-    return gap_verdict(gaps, A10_TOLERANCE, "values", "no comparable values")
+    return gap_verdict(gaps, m.threshold("A10 tolerance"), "values", "no comparable values")
 
 
 def _s1(m: ModelView) -> Result:
-    return _all_above(m.col("baseline_cosine").loc[1:], ISOTROPY_THRESHOLD, "baseline cosine, layers ≥ 1")
+    return _all_above(
+        m.col("baseline_cosine").loc[1:], m.threshold("S1 baseline cosine above"), "baseline cosine, layers ≥ 1"
+    )
 
 
 def _s2(m: ModelView) -> Result:
@@ -277,16 +326,63 @@ def _s3(m: ModelView) -> Result:
     adj = m.col("adjusted_self_similarity")
     if m.depth < 2 or _missing(adj):
         return NA, "needs adjusted self-similarity in at least 3 layers", ""
-    rho = float(spearmanr(adj.index.to_numpy(), adj.to_numpy()).statistic)
+    rho, limit = float(spearmanr(adj.index.to_numpy(), adj.to_numpy()).statistic), m.threshold("S3 rho at most")
     evidence = (
         f"Spearman ρ(layer, adjusted self-similarity) = {rho:+.2f} over layers 0-{m.depth} "
-        f"(threshold {S3_MAX_RHO}); layer 0: {adj[0]:.3f} → layer {m.depth}: {adj[m.depth]:.3f}"
+        f"(threshold {limit:g}); layer 0: {adj[0]:.3f} → layer {m.depth}: {adj[m.depth]:.3f}"
     )
-    return (HOLDS if rho <= S3_MAX_RHO else FAILS), evidence, ""
+    return (HOLDS if rho <= limit else FAILS), evidence, ""
 
 
 def _s4(m: ModelView) -> Result:
-    return _all_below(m.col("adjusted_mev").loc[1:], 0.05, "adjusted MEV, layers ≥ 1")
+    limit = m.threshold("S4 adjusted MEV below")
+    status, evidence, note = _all_below(m.col("adjusted_mev").loc[1:], limit, "adjusted MEV, layers ≥ 1")
+    raw, base = m.col("mev").loc[1:], m.col("baseline_mev").loc[1:]
+    if status == NA or _missing(raw) or _missing(base):
+        return status, evidence, note
+    evidence += f"; raw MEV {_span(raw)} beside baseline MEV {_span(base)}"
+    return status, evidence + sink_reading(m, limit), note
+
+
+def _span(values: pd.Series, fmt: str = ".3f") -> str:
+    """'0.100-0.300' (one value when all are equal) for evidence strings."""
+    low, high = f"{values.min():{fmt}}", f"{values.max():{fmt}}"
+    return low if low == high else f"{low}-{high}"
+
+
+def _layer_runs(layers) -> str:
+    """Layers as runs: '1-4, 7'."""
+    layers, runs = sorted(map(int, layers)), []
+    for layer in layers:
+        if runs and layer == runs[-1][1] + 1:
+            runs[-1][1] = layer
+        else:
+            runs.append([layer, layer])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def sink_reading(m: ModelView, limit: float) -> str:
+    """S4's words on what decides it: '' unless, at some layer >= 1, the raw MEV is at least SINK_RAW_FACTOR times
+    ``limit`` while the adjusted MEV is below it (the baseline decides the verdict there); then which layers, and
+    whether attention-sink rows (the layer's massive activations at the first position) inflate that baseline."""
+    raw, adjusted = m.col("mev").loc[1:], m.col("adjusted_mev").loc[1:]
+    decided = raw[(raw >= SINK_RAW_FACTOR * limit) & (adjusted < limit)].index
+    if decided.empty:
+        return ""
+    text = (
+        f"; the baseline decides it at layers {_layer_runs(decided)}: raw MEV ≥ {SINK_RAW_FACTOR * limit:g} "
+        f"({SINK_RAW_FACTOR:g}× the threshold) while adjusted MEV is below {limit:g}"
+    )
+    if "massive_first_position_share" not in m.table.columns:
+        return text + "; attention-sink rows not measured (no massive-activation columns)"
+    occurrences, first = m.col("massive_occurrences").reindex(decided), m.col("massive_first_position_share")
+    sinks = [k for k in decided if occurrences[k] > 0 and first[k] >= SINK_FIRST_SHARE]
+    if not sinks:
+        return text + f"; no attention-sink rows there (massive activations {SINK_FIRST_SHARE:.0%}+ at first positions)"
+    return text + (
+        f"; attention-sink rows inflate the baseline at layers {_layer_runs(sinks)} (massive activations, "
+        f"{_span(first.reindex(sinks), '.0%')} of them at a sentence's first position)"
+    )
 
 
 def _s5(m: ModelView) -> Result:

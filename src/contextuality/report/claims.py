@@ -10,7 +10,7 @@ has another depth, layer ranges are mapped by relative depth and the report says
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -18,6 +18,7 @@ import pandas as pd
 from contextuality.measure.reference import MIN_BASELINE_VECTORS
 from contextuality.paper import CLAIMS, PAPER_LABELS, claims_for
 from contextuality.report.claim_checks import LAYER_CHECKS, NA, ModelView, NotApplicable, Result
+from contextuality.report.claim_sensitivity import claims_sensitivity, sensitivity_section
 from contextuality.report.losses import losses_section
 from contextuality.report.paper_models import check_paper_models, model_depth, model_role
 from contextuality.report.table1_checks import A9_TOLERANCE, TABLE1_CHECKS
@@ -48,6 +49,7 @@ def evaluate_claims(
     sources: dict[str, dict] | None = None,
     table1: pd.DataFrame | None = None,
     corpus: dict | None = None,
+    thresholds: Mapping[str, float] | None = None,
 ) -> pd.DataFrame:
     """Evaluate every applicable claim on every model; one row per (model, claim).
 
@@ -56,7 +58,8 @@ def evaluate_claims(
     status_exact and evidence_exact (the same claim with the exact baselines, ``baseline_*_exact``, in
     place of the paper's sampled ones; N/A when the table has no exact baselines). ``table1``: the
     run's ``table1.csv`` (claims A9a-d; None: N/A). A claim about the last layer notes when that layer
-    is taken after the model's final norm (``after_final_norm``).
+    is taken after the model's final norm (``after_final_norm``). ``thresholds``: numbers in place of those of
+    ``claim_checks.THRESHOLDS`` (report.claim_sensitivity moves them).
     """
     check_paper_models(layer_tables, paper_models)
     word_tables, sources = word_tables or {}, sources or {}
@@ -74,6 +77,7 @@ def evaluate_claims(
             word_tables.get(key),
             run_table1,
             _other_corpus(corpus),
+            thresholds or {},
         )
     return pd.DataFrame(rows)
 
@@ -97,14 +101,15 @@ def _model_claims(
     words: pd.DataFrame | None,
     table1: pd.DataFrame | None,
     other_corpus: str = "",
+    thresholds: Mapping[str, float] | None = None,
 ) -> list[dict]:
     """The rows of ``evaluate_claims`` for one model."""
     depth = model_depth(table)
     stand_in, role = model_role(key, label, depth, pm, source)
     indexed = table.set_index("layer").sort_index()
-    m = ModelView(indexed, depth, pm, words, label, table1)
+    m = ModelView(indexed, depth, pm, words, label, table1, thresholds or {})
     exact_table = _exact_view(indexed)
-    m_exact = ModelView(exact_table, depth, pm, words, label, table1) if len(exact_table) else None
+    m_exact = ModelView(exact_table, depth, pm, words, label, table1, thresholds or {}) if len(exact_table) else None
     final_norm = _final_norm_note(indexed, depth)
     too_few = _too_few_baseline_vectors(indexed) if m_exact is not None else ""
     rows = []
@@ -192,7 +197,9 @@ _INTRO = (
     "carry over, not that the paper is wrong. *Adjusted* = raw minus the layer's anisotropy baseline. "
     "Every claim is checked with the paper's sampled baselines; *Exact baseline* gives the verdict "
     "with the exact baselines (every row, no sampling noise) in their place, and `(exact: ...)` marks "
-    "a verdict that changes with them."
+    "a verdict that changes with them. The numeric thresholds are this project's operationalisation of the paper's "
+    'words (its "nearly isotropic", "much more anisotropic", "almost monotonically" made into numbers), '
+    "not numbers the paper states; *How the verdicts depend on the thresholds* moves each one."
 )
 
 
@@ -219,14 +226,20 @@ def claims_report(
     ones give N/A). ``paper_models`` and ``sources`` are as in ``report.summary.summary_table``;
     ``table1`` is the run's table1.csv (claims A9a-d).
     """
-    results = evaluate_claims(
-        layer_tables, word_tables, labels, paper_models, sources=sources, table1=table1, corpus=corpus
-    )
+
+    def evaluate(thresholds: dict[str, float] | None = None) -> pd.DataFrame:
+        return evaluate_claims(
+            layer_tables, word_tables, labels, paper_models, sources=sources, table1=table1, corpus=corpus,
+            thresholds=thresholds,
+        )  # fmt: skip
+
+    results = evaluate()
     md = ["# The paper's claims, checked on this run", "", _INTRO, "", *corpus_section(corpus), "## Overview", ""]
     md += _overview(results, list(layer_tables), labels)
     for model, table in layer_tables.items():
         md += _model_section(results[results["model"] == model], model, labels.get(model, model), table)
     md += _unchecked_section(paper_models)
+    md += sensitivity_section(claims_sensitivity(evaluate))
     md += extra_sections or []
     md += losses_section(losses or {}, labels)
     write_text(out_md, "\n".join(md))

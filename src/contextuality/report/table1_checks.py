@@ -9,9 +9,18 @@ import numpy as np
 import pandas as pd
 
 from contextuality.paper import PAPER_DEPTH, PAPER_LABELS, PAPER_TABLE1, TABLE1_HEADERS, TABLE1_TASKS
-from contextuality.report.claim_checks import FAILS, HOLDS, NA, ModelView, NotApplicable, Result, gap_verdict
+from contextuality.report.claim_checks import (
+    FAILS,
+    HOLDS,
+    NA,
+    THRESHOLDS,
+    ModelView,
+    NotApplicable,
+    Result,
+    gap_verdict,
+)
 
-A9_TOLERANCE = 0.03  # paper-spec §7 A9: "a suggested absolute tolerance of about ±0.03"
+A9_TOLERANCE = THRESHOLDS["A9 tolerance"]  # paper-spec §7 A9: "a suggested absolute tolerance of about ±0.03"
 A9A_TASKS = ("SimLex999", "RW", "Google", "MSR", "SemEval2012_2")
 A9B_TASKS = ("MEN", "WS353")
 
@@ -52,6 +61,7 @@ def _best(frame: pd.DataFrame, task: str) -> tuple[float, str]:
 
 
 def _a9a(m: ModelView) -> Result:
+    tolerance = m.threshold("A9 tolerance")
     shown, mine, tasks = _table1_parts(m)
     first = mine[mine["layer"].isin([1, 2])]
     tasks = [t for t in A9A_TASKS if t in tasks]
@@ -62,11 +72,11 @@ def _a9a(m: ModelView) -> Result:
         own, _ = _best(first, task)
         best, who = _best(shown, task)
         parts_text.append(f"{TABLE1_HEADERS[task]} {own:.3f} (best {best:.3f}, {who})")
-        if not own >= best - A9_TOLERANCE:
+        if not own >= best - tolerance:
             misses.append(TABLE1_HEADERS[task])
     evidence = "best of layers 1-2: " + "; ".join(parts_text)
     if misses:
-        evidence += f"; more than {A9_TOLERANCE} below the best on {', '.join(misses)}"
+        evidence += f"; more than {tolerance} below the best on {', '.join(misses)}"
     return (
         (FAILS if misses else HOLDS),
         evidence,
@@ -75,6 +85,7 @@ def _a9a(m: ModelView) -> Result:
 
 
 def _a9b(m: ModelView) -> Result:
+    tolerance = m.threshold("A9 tolerance")
     shown, mine, _ = _table1_parts(m)
     fasttext = shown[
         shown["layer"].isna() & shown["model"].astype(str).str.lower().str.replace(" ", "").str.contains("fasttext")
@@ -88,7 +99,7 @@ def _a9b(m: ModelView) -> Result:
         theirs, _ = _best(fasttext, task)
         own, who = _best(mine, task)
         parts_text.append(f"{TABLE1_HEADERS[task]}: FastText {theirs:.3f}, best row of the model {own:.3f} ({who})")
-        if not theirs >= own - A9_TOLERANCE:
+        if not theirs >= own - tolerance:
             misses.append(TABLE1_HEADERS[task])
     if not parts_text:
         return NA, "Table 1 has no MEN or WS353 scores", ""
@@ -96,6 +107,7 @@ def _a9b(m: ModelView) -> Result:
 
 
 def _a9c(m: ModelView) -> Result:
+    tolerance = m.threshold("A9 tolerance")
     shown, mine, tasks = _table1_parts(m)
     others = shown[~((shown["model"] == m.label) & shown["layer"].notna())]
     if others.empty:
@@ -104,7 +116,7 @@ def _a9c(m: ModelView) -> Result:
     for task in tasks:
         own_best = float(mine[task].astype(float).max())
         others_worst = float(others[task].astype(float).min())
-        if np.isfinite(own_best) and np.isfinite(others_worst) and own_best < others_worst + A9_TOLERANCE:
+        if np.isfinite(own_best) and np.isfinite(others_worst) and own_best < others_worst + tolerance:
             worst.append(TABLE1_HEADERS[task])
     needed = max(len(tasks) - 1, 1)
     rest = [TABLE1_HEADERS[t] for t in tasks if TABLE1_HEADERS[t] not in worst]
@@ -116,6 +128,7 @@ def _a9c(m: ModelView) -> Result:
 
 
 def _a9d(m: ModelView) -> Result:
+    tolerance = m.threshold("A9 tolerance")
     pdepth = PAPER_DEPTH[m.paper_model]
     if m.depth != pdepth:
         return NA, f"depth {m.depth} differs from the paper's {pdepth}: no row-by-row comparison", ""
@@ -130,7 +143,7 @@ def _a9d(m: ModelView) -> Result:
         for task in tasks:
             if len(row) and np.isfinite(float(row[task].iloc[0])):
                 gaps.append((abs(float(row[task].iloc[0]) - values[task]), TABLE1_HEADERS[task], layer))
-    return gap_verdict(gaps, A9_TOLERANCE, "scores", "no comparable rows")
+    return gap_verdict(gaps, tolerance, "scores", "no comparable rows")
 
 
 TABLE1_CHECKS: dict[str, Callable[[ModelView], Result]] = {"A9a": _a9a, "A9b": _a9b, "A9c": _a9c, "A9d": _a9d}
