@@ -142,3 +142,22 @@ def test_s4_says_nothing_of_the_baseline_when_the_raw_mev_is_small():
     assert (
         evidence == "adjusted MEV, layers ≥ 1: max 0.030 (layer 1); raw MEV 0.050-0.080 beside baseline MEV 0.020-0.060"
     )
+
+
+def test_a3_names_a_sentence_encoders_trained_last_layer():
+    bert_like = table(baseline=[0.1, 0.4, 0.2], self_adj=[0.5, 0.3, 0.1], mev=[np.nan, 0.02, 0.02], baseline_mev=0.0)
+    plain = evaluate_claims({"m": bert_like}, None, {"m": "M"}, {"m": "bert"}).set_index("claim")
+    encoder = evaluate_claims(
+        {"m": bert_like}, None, {"m": "M"}, {"m": "bert"}, trainings={"m": "sentence-encoder"}
+    ).set_index("claim")
+    assert plain.loc["A3", "status"] == encoder.loc["A3", "status"] == HOLDS  # gap 0.4 - 0.2 > 0.1
+    assert plain.loc["A3", "evidence"] == "baseline layer 1: 0.400, layer 2: 0.200 (gap +0.200)"
+    assert encoder.loc["A3", "evidence"] == (
+        "baseline layer 1: 0.400, layer 2: 0.200 (gap +0.200); layer 2 is the one the model's sentence-embedding "
+        "objective trains (training: sentence-encoder), so its lower anisotropy may be that objective's, not its "
+        "pretraining's"
+    )
+    assert (plain.drop(index="A3")["evidence"] == encoder.drop(index="A3")["evidence"]).all()
+    failing = bert_like.assign(baseline_cosine=[0.1, 0.2, 0.4])  # the last layer more anisotropic: nothing to explain
+    result = evaluate_claims({"m": failing}, None, {"m": "M"}, {"m": "bert"}, trainings={"m": "sentence-encoder"})
+    assert result.set_index("claim").loc["A3", "evidence"] == "baseline layer 1: 0.200, layer 2: 0.400 (gap -0.200)"

@@ -91,6 +91,8 @@ rule summary:
         labels=inert_json(MODEL_LABELS),
         paper_models=STANDS_FOR,
         sources=inert_json(MODEL_SOURCES),
+        # each model's training (claim A3 names a sentence encoder's trained last layer)
+        trainings={key: model.training for key, model in SETTINGS.models.items()},
     script:
         "../scripts/summary.py"
 

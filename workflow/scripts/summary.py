@@ -56,6 +56,7 @@ claims = claims_report(
     table1=table1,
     extra_sections=sense_claims_section(senses, moved),
     corpus=corpus,
+    trainings=snakemake.params.trainings,
 )
 claims = pd.concat([claims, senses], ignore_index=True) if len(senses) else claims
 with atomic_path(snakemake.output.claims_csv) as tmp:

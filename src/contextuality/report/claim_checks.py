@@ -67,6 +67,7 @@ class ModelView:
     label: str = ""
     table1: pd.DataFrame | None = None  # this run's Table 1 rows (table1.csv, source "this run"), or None
     thresholds: Mapping[str, float] = field(default_factory=dict)  # in place of those of THRESHOLDS
+    training: str = ""  # the model's training in the config (pretrained, sentence-encoder, ...; "" unknown)
 
     def threshold(self, name: str) -> float:
         """The number a check compares with: ``thresholds``' where it has it, else THRESHOLDS'."""
@@ -201,6 +202,11 @@ def _a3(m: ModelView) -> Result:
     evidence = (
         f"baseline layer {m.depth - 1}: {base[m.depth - 1]:.3f}, layer {m.depth}: {base[m.depth]:.3f} (gap {gap:+.3f})"
     )
+    if m.training == "sentence-encoder" and gap > 0:
+        evidence += (
+            f"; layer {m.depth} is the one the model's sentence-embedding objective trains (training: "
+            "sentence-encoder), so its lower anisotropy may be that objective's, not its pretraining's"
+        )
     return (HOLDS if gap > m.threshold("A3 gap above") else FAILS), evidence, note
 
 

@@ -11,6 +11,7 @@ has another depth, layer ranges are mapped by relative depth and the report says
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -50,6 +51,7 @@ def evaluate_claims(
     table1: pd.DataFrame | None = None,
     corpus: dict | None = None,
     thresholds: Mapping[str, float] | None = None,
+    trainings: dict[str, str] | None = None,
 ) -> pd.DataFrame:
     """Evaluate every applicable claim on every model; one row per (model, claim).
 
@@ -59,7 +61,8 @@ def evaluate_claims(
     place of the paper's sampled ones; N/A when the table has no exact baselines). ``table1``: the
     run's ``table1.csv`` (claims A9a-d; None: N/A). A claim about the last layer notes when that layer
     is taken after the model's final norm (``after_final_norm``). ``thresholds``: numbers in place of those of
-    ``claim_checks.THRESHOLDS`` (report.claim_sensitivity moves them).
+    ``claim_checks.THRESHOLDS`` (report.claim_sensitivity moves them). ``trainings``: each model's ``training``
+    in the config (A3 names a sentence encoder's trained last layer; absent: unknown).
     """
     check_paper_models(layer_tables, paper_models)
     word_tables, sources = word_tables or {}, sources or {}
@@ -78,6 +81,7 @@ def evaluate_claims(
             run_table1,
             _other_corpus(corpus),
             thresholds or {},
+            (trainings or {}).get(key, ""),
         )
     return pd.DataFrame(rows)
 
@@ -102,14 +106,15 @@ def _model_claims(
     table1: pd.DataFrame | None,
     other_corpus: str = "",
     thresholds: Mapping[str, float] | None = None,
+    training: str = "",
 ) -> list[dict]:
     """The rows of ``evaluate_claims`` for one model."""
     depth = model_depth(table)
     stand_in, role = model_role(key, label, depth, pm, source)
     indexed = table.set_index("layer").sort_index()
-    m = ModelView(indexed, depth, pm, words, label, table1, thresholds or {})
+    m = ModelView(indexed, depth, pm, words, label, table1, thresholds or {}, training)
     exact_table = _exact_view(indexed)
-    m_exact = ModelView(exact_table, depth, pm, words, label, table1, thresholds or {}) if len(exact_table) else None
+    m_exact = replace(m, table=exact_table) if len(exact_table) else None
     final_norm = _final_norm_note(indexed, depth)
     too_few = _too_few_baseline_vectors(indexed) if m_exact is not None else ""
     rows = []
@@ -215,6 +220,7 @@ def claims_report(
     table1: pd.DataFrame | None = None,
     extra_sections: list[str] | None = None,
     corpus: dict | None = None,
+    trainings: dict[str, str] | None = None,
 ) -> pd.DataFrame:
     """Check the paper's claims on this run and write them as Markdown; returns the results table.
 
@@ -224,13 +230,13 @@ def claims_report(
 
     ``word_tables`` maps model keys to their words.parquet (needed for A6 and S5; missing
     ones give N/A). ``paper_models`` and ``sources`` are as in ``report.summary.summary_table``;
-    ``table1`` is the run's table1.csv (claims A9a-d).
+    ``table1`` is the run's table1.csv (claims A9a-d); ``trainings`` as in ``evaluate_claims``.
     """
 
     def evaluate(thresholds: dict[str, float] | None = None) -> pd.DataFrame:
         return evaluate_claims(
             layer_tables, word_tables, labels, paper_models, sources=sources, table1=table1, corpus=corpus,
-            thresholds=thresholds,
+            thresholds=thresholds, trainings=trainings,
         )  # fmt: skip
 
     results = evaluate()
