@@ -234,8 +234,10 @@ def claims_report(
     """
 
     def evaluate(thresholds: dict[str, float] | None = None) -> pd.DataFrame:
+        # claims_sensitivity reads only the moved threshold's claims: the per-word tables (A6, S5) only for A6's
+        words = word_tables if not thresholds or "A6 words at least" in thresholds else None
         return evaluate_claims(
-            layer_tables, word_tables, labels, paper_models, sources=sources, table1=table1, corpus=corpus,
+            layer_tables, words, labels, paper_models, sources=sources, table1=table1, corpus=corpus,
             thresholds=thresholds, trainings=trainings,
         )  # fmt: skip
 
