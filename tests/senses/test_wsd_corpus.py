@@ -7,9 +7,10 @@ import re
 import pandas as pd
 import pytest
 
-from conftest import PROJECT
+from conftest import PROJECT, run_snakemake, write_config
 from contextuality.senses.usages import PAIR_COLUMNS, USAGE_COLUMNS, UsageError, write_senses_corpus
-from contextuality.senses.wsd_corpus import build_wsd_usages, read_gold_key, read_wsd_xml
+from contextuality.senses.wsd_corpus import build_wsd_usages, main, read_gold_key, read_wsd_xml
+from workflow_runs import smoke_config
 
 DATA = PROJECT / "tests" / "data" / "wsd"
 XML, GOLD = DATA / "tiny.data.xml", DATA / "tiny.gold.key.txt"
@@ -51,6 +52,12 @@ def test_the_usages_step_writes_the_usages_corpus(built, tmp_path):
     words = pd.read_parquet(tmp_path / "spacy_words.parquet")
     targets = usages.merge(words, on=["sentence_id", "position"])
     assert (targets["word"] == targets["form"]).all()
+
+
+def test_the_sentences_are_written_as_a_text_corpus_the_same_as_the_usages_read_them(built, tmp_path):
+    main([str(XML), str(tmp_path / "sentences.txt")])
+    lines = (tmp_path / "sentences.txt").read_text().splitlines()
+    assert len(lines) == 8 and set(built[2]["text"]) == set(lines)
 
 
 def test_max_lemmas_keeps_a_seeded_subset(wordnet):
@@ -126,3 +133,25 @@ def test_keys_and_instances_that_do_not_match_are_one_line_naming_file_and_line(
     with pytest.raises(UsageError, match=re.escape(f"{tmp_path / where}:{line}: {message}")) as err:
         build_wsd_usages(wordnet, xml, gold, {"bank"}, max_lemmas=None, seed=0)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.slow
+def test_the_smoke_config_measures_senses_on_a_wsd_corpus(tmp_path):
+    """The smoke config with senses.usages from tests/data/wsd/smoke.*: lemmas among the smoke corpus's forms
+    (city, year, hospital), through sense_usages and tiny-gpt2's sense stage (word-indexed: each usage one unit)."""
+    config = smoke_config()
+    config["senses"]["usages"] = {
+        "source": "wsd_xml",
+        "xml": str(DATA / "smoke.data.xml"),
+        "gold_key": str(DATA / "smoke.gold.key.txt"),
+    }
+    target = "results/metrics/sts/tiny-gpt2/senses/layers.csv"
+    result = run_snakemake(tmp_path, target, "--cores", "2", configfile=write_config(tmp_path / "c.yaml", config))
+    assert result.returncode == 0, result.stderr[-3000:]
+    usages = pd.read_parquet(tmp_path / "results/senses/usages.parquet")
+    assert usages.groupby("lemma")["synset"].nunique().to_dict() == {"city": 3, "hospital": 2, "year": 3}
+    sentences = pd.read_parquet(tmp_path / "results/corpora/usages/sentences.parquet")
+    assert set(sentences["split"]) == {"wsd_xml"} and len(sentences) == 12
+    layers = pd.read_csv(tmp_path / target)
+    auroc = layers[(layers["measure"] == "auroc_same_sense") & (layers["preprocessing"] == "centred")]
+    assert (auroc["n"] == 21).all() and auroc.loc[auroc["layer"] > 0, "value"].notna().all()

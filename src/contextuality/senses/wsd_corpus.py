@@ -132,16 +132,9 @@ def wsd_candidates(wordnet, xml: Path, gold_key: Path, forms: set[str]) -> pd.Da
     senses = {ident: _synsets(wordnet, gold_key, sense_keys, line)[0] for ident, (sense_keys, line) in keys.items()}
     texts, targets = [], []  # targets: (text index, char start, word, instance id)
     for sentence in sentences:
-        words, start = [], 0
-        for word, ident, _ in sentence.tokens:
-            word = word.replace('"', "")  # as clean_sentence does for every corpus sentence
-            if not word:
-                continue
-            if ident is not None:
-                targets.append((len(texts), start, word, ident))
-            words.append(word)
-            start += len(word) + 1
-        texts.append(" ".join(words))
+        text, instances = sentence_text(sentence)
+        targets += [(len(texts), start, word, ident) for start, word, ident in instances]
+        texts.append(text)
     spacy_words = tokenize_with_offsets(texts)
     tokens = [{start: word for word, start in words} for words in spacy_words]  # spaCy's words by character offset
     positions = [{start: position for position, (_, start) in enumerate(words)} for words in spacy_words]
@@ -159,6 +152,21 @@ def wsd_candidates(wordnet, xml: Path, gold_key: Path, forms: set[str]) -> pd.Da
              "tokenises differently", xml, len(targets), len(rows), other, split)  # fmt: skip
     columns = ["synset", "lemma", "pos", "lexname", "text", "form", "position", "char_start"]
     return pd.DataFrame(rows, columns=columns).drop_duplicates(["lemma", "pos", "text", "position"])
+
+
+def sentence_text(sentence: Sentence) -> tuple[str, list[tuple[int, str, str]]]:
+    """The sentence's tokens joined by single spaces (``"`` removed, as clean_sentence does for every corpus
+    sentence), and each instance's (character start, word, id) in it."""
+    words, instances, start = [], [], 0
+    for word, ident, _ in sentence.tokens:
+        word = word.replace('"', "")
+        if not word:
+            continue
+        if ident is not None:
+            instances.append((start, word, ident))
+        words.append(word)
+        start += len(word) + 1
+    return " ".join(words), instances
 
 
 def _synsets(wordnet, gold_key: Path, sense_keys: list[str], line: int) -> list[tuple]:
@@ -180,3 +188,23 @@ def build_wsd_usages(wordnet, xml: Path, gold_key: Path, forms: set[str], *, max
     """The usages, pairs and sentences of a WSD corpus (see ``usages.build_usages``)."""
     candidates = wsd_candidates(wordnet, Path(xml), Path(gold_key), {form.lower() for form in forms})
     return finish_usages(candidates, max_lemmas=max_lemmas, seed=seed, split=SPLIT)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m contextuality.senses.wsd_corpus CORPUS.xml OUT.txt``: the corpus's sentences as the usages read
+    them, one a line, for ``corpus.source: text`` (W3b's clusterability and W4's regression read the study's corpus)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__.split(": ", 1)[1])
+    parser.add_argument("xml", type=Path)
+    parser.add_argument("out", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        texts = [sentence_text(sentence)[0] for sentence in read_wsd_xml(args.xml)]
+    except UsageError as err:
+        raise SystemExit(str(err)) from None
+    args.out.write_text("".join(f"{text}\n" for text in texts if text), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
