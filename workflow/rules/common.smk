@@ -462,6 +462,15 @@ def store_sense_inputs():
     }
 
 
+def usage_source_inputs():
+    """The sense usages' corpus files when they come from a sense-tagged corpus (senses.usages.source: wsd_xml):
+    its XML and gold key; none for WordNet's examples (so a default run's job keeps its inputs)."""
+    usages = SETTINGS.sense_usages
+    if usages["source"] != "wsd_xml":
+        return {}
+    return {"wsd_xml": usages["xml"], "wsd_gold_key": usages["gold_key"]}
+
+
 def device_sense_params():
     """The device path's params of the sense job (none from the store, so a store run's jobs keep theirs): what
     changes the rows its forward passes make, as measure_model's (the stored-vector settings, a stateful model's

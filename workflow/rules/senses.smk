@@ -66,8 +66,10 @@ rule sense_inventory:
 
 rule sense_usages:
     # WordNet's example sentences that use one of their synset's lemmas, for the corpus's words: the usages, the
-    # same-form pairs, and the second corpus (sentences, spaCy words, the target words as its index).
+    # same-form pairs, and the second corpus (sentences, spaCy words, the target words as its index). With
+    # senses.usages.source: wsd_xml, the instances of a sense-tagged corpus in the WSD evaluation format instead.
     input:
+        **usage_source_inputs(),
         record=rules.wordnet.output.record,
         wordnet=rules.wordnet.output.files,
         inventory=rules.sense_inventory.output.inventory,

@@ -1,4 +1,5 @@
-"""Snakemake entry point: WordNet 3.0 examples of the inventory's words -> usages, pairs and the second corpus."""
+"""Snakemake entry point: the inventory's words in WordNet 3.0's examples (or in a sense-tagged corpus in the WSD
+evaluation format, senses.usages.source: wsd_xml) -> usages, pairs and the second corpus."""
 
 from pathlib import Path
 
@@ -7,15 +8,20 @@ import pandas as pd
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.senses.usages import UsageError, build_usages, check_enough_usages, write_senses_corpus
 from contextuality.senses.wordnet import WordNetError, load_wordnet
+from contextuality.senses.wsd_corpus import build_wsd_usages
 
 setup_job_logging(snakemake.log[0])
 with expected_errors(WordNetError, UsageError):
     wordnet = load_wordnet(Path(snakemake.input.record).parent)
     forms = set(pd.read_parquet(snakemake.input.inventory, columns=["form"])["form"])
-    usages, pairs, sentences = build_usages(
-        wordnet, forms, max_lemmas=snakemake.params.max_lemmas, seed=snakemake.params.seed
-    )
-    check_enough_usages(usages, len(forms))  # here, not at the plan after extraction: a corpus WordNet cannot read
+    sample = {"max_lemmas": snakemake.params.max_lemmas, "seed": snakemake.params.seed}
+    if hasattr(snakemake.input, "wsd_xml"):  # senses.usages.source: wsd_xml
+        xml, gold_key = Path(snakemake.input.wsd_xml), Path(snakemake.input.wsd_gold_key)
+        usages, pairs, sentences = build_wsd_usages(wordnet, xml, gold_key, forms, **sample)
+        check_enough_usages(usages, len(forms), source=str(xml))
+    else:
+        usages, pairs, sentences = build_usages(wordnet, forms, **sample)
+        check_enough_usages(usages, len(forms))  # here, not at the plan after extraction: a corpus WordNet cannot read
     write_senses_corpus(
         usages,
         pairs,

@@ -336,6 +336,7 @@ class Settings:
     figures: FigureSettings
     static: StaticSettings
     senses: SenseSettings
+    sense_usages: dict[str, str | None]  # senses.usages (source, xml, gold_key): read by the usages' rule alone
     similarity: SimilaritySettings
 
     @classmethod
@@ -358,7 +359,7 @@ class Settings:
             ),
             figures=_take(FigureSettings, config["figures"]),
             static=_take(StaticSettings, static, baselines=dict(sorted(static["baselines"].items()))),
-            senses=_take(SenseSettings, config["senses"]),
+            senses=_take(SenseSettings, config["senses"]), sense_usages=dict(config["senses"]["usages"]),
             similarity=_take(SimilaritySettings, similarity, measures=tuple(sorted(similarity["measures"])),
                              variants=tuple(sorted(similarity["variants"]))),
         )  # fmt: skip

@@ -90,6 +90,16 @@ def build_usages(
     ``max_lemmas`` keeps a seeded random subset of that many (lemma, POS) types, all their usages.
     """
     usages = candidate_usages(wordnet, {form.lower() for form in forms})
+    return finish_usages(usages, max_lemmas=max_lemmas, seed=seed, split="wordnet")
+
+
+def finish_usages(
+    usages: pd.DataFrame, *, max_lemmas: int | None, seed: int, split: str
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The usages, pairs and sentences from candidate usages (columns of ``candidate_usages``): only (lemma, POS)
+    types with usages in 2 senses or more, ``max_lemmas`` of them (seeded); ``split`` names the source in the
+    sentences' ``split`` column."""
+    usages = usages.copy()
     usages["lemma_key"] = usages["lemma"].str.lower()
     # a (lemma, POS) type: WordNet lemma names differ in case across synsets ("Bank"/"bank"); lower-cased here
     n_senses = usages.groupby(["lemma_key", "pos"])["synset"].transform("nunique")
@@ -112,7 +122,7 @@ def build_usages(
         {
             "sentence_id": np.arange(len(texts), dtype=np.int64),
             "year": np.zeros(len(texts), dtype=np.int32),  # the STS-only fields hold neutral values
-            "split": "wordnet",
+            "split": split,
             "domain": texts["pos"].map(POS_NAMES).to_numpy(),
             "pair_id": texts["synset"].map(synset_ids).to_numpy(np.int32),
             "side": np.zeros(len(texts), dtype=np.int8),
@@ -127,16 +137,23 @@ def build_usages(
     return usages, usage_pairs(usages), sentences
 
 
-def check_enough_usages(usages: pd.DataFrame, n_forms: int) -> None:
+def check_enough_usages(usages: pd.DataFrame, n_forms: int, source: str | None = None) -> None:
     """Refuse usages the sense measures cannot use, before any model reads them: their plan needs at least
     ``MIN_INDEXED_WORDS`` word forms with 2 usages or more (a pair), as the corpus's own plan does. ``n_forms``:
-    the corpus's indexed word forms WordNet knows (the inventory's)."""
+    the corpus's indexed word forms WordNet knows (the inventory's). ``source``: a sense-tagged corpus's file the
+    usages came from (``senses.usages.source: wsd_xml``); None: WordNet's example sentences."""
     targets = usages.drop_duplicates(["form", "sentence_id", "position"])
     sizes = targets.groupby("form").size()
     usable = int((sizes >= 2).sum())
     if usable >= MIN_INDEXED_WORDS:
         return
     lemmas = usages["lemma"].nunique()
+    if source is not None:
+        raise UsageError(
+            f"sense usages: {source} has instances in two or more senses for {lemmas} lemma(s) among the corpus's "
+            f"indexed word forms, giving {usable} word form(s) with 2 usages or more, but the sense measures need at "
+            f"least {MIN_INDEXED_WORDS}: use a larger sense-tagged corpus, or set senses.usages.source: wordnet"
+        )
     raise UsageError(
         f"sense usages: WordNet 3.0 knows {n_forms:,} of the corpus's indexed word forms and has example sentences in "
         f"two or more senses for {lemmas} lemma(s) of them, giving {usable} word form(s) with 2 usages or more, but the "

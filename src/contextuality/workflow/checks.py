@@ -83,7 +83,7 @@ def check_settings(settings: Settings) -> None:
         problems.append(
             f"extraction.compute_dtype: {extraction.compute_dtype} needs a CUDA device; on device 'cpu' use float32"
         )
-    problems += store_problems(settings) + similarity_problems(settings)
+    problems += store_problems(settings) + similarity_problems(settings) + usage_source_problems(settings)
     problems += hub_revision_problems(settings) + name_problems(settings)
     problems += [
         problem
@@ -114,6 +114,22 @@ def store_problems(settings: Settings) -> list[str]:
         "set extraction.store: auto (or true), or change those keys (metrics.on_device: true measures on the device "
         "without a store)"
     ]
+
+
+def usage_source_problems(settings: Settings) -> list[str]:
+    """One line per ``senses.usages`` key its source needs and lacks, or ignores; a named file that is not there."""
+    usages, problems = settings.sense_usages, []
+    for key in ("xml", "gold_key"):
+        path = usages[key]
+        if usages["source"] == "wsd_xml" and not path:
+            problems.append(f"senses.usages.{key}: missing; source 'wsd_xml' reads the XML and the gold key files")
+        elif usages["source"] == "wsd_xml" and not Path(path).is_file():
+            problems.append(
+                f"senses.usages.{key}: {path!r} is not a file (paths are relative to the working directory)"
+            )
+        elif usages["source"] != "wsd_xml" and path:
+            problems.append(f"senses.usages.{key}: unused with senses.usages.source 'wordnet'; set source: wsd_xml")
+    return problems
 
 
 def similarity_problems(settings: Settings) -> list[str]:
