@@ -18,7 +18,7 @@ import numpy as np
 from contextuality.core import layout
 from contextuality.core.atomic import atomic_path
 from contextuality.store import provenance as provenance_module
-from contextuality.store.files import StoreError
+from contextuality.store.files import StoreError, layer_name
 
 # Settings in a store's provenance that change no row the device path computes: it cuts no shard.
 ROWS_FREE = ("n_shards",)
@@ -131,16 +131,16 @@ class Resume:
 
     def mark(self, layer: int) -> None:
         """Layer ``layer``'s files are written (called after them, from a host thread)."""
-        (self.state / f"layer_{layer:02d}.done").touch()
+        (self.state / f"{layer_name(layer)}.done").touch()
 
     def keep_sample(self, layer: int, rows) -> None:
         from contextuality.measure import backend
 
-        with atomic_path(self.state / f"layer_{layer:02d}.sample.npy") as tmp, open(tmp, "wb") as handle:
+        with atomic_path(self.state / f"{layer_name(layer)}.sample.npy") as tmp, open(tmp, "wb") as handle:
             np.save(handle, np.ascontiguousarray(backend.to_host(rows)))
 
     def kept_sample(self, layer: int) -> np.ndarray:
-        return np.load(self.state / f"layer_{layer:02d}.sample.npy")
+        return np.load(self.state / f"{layer_name(layer)}.sample.npy")
 
     def clear(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)

@@ -48,9 +48,10 @@ def check_local_model_files(settings: Settings) -> None:
             record = json.loads(Path(layout.path(layout.MODEL_RECORD, model=key)).read_text())
         except (OSError, ValueError):
             record = {}
-        if model.source == "path" and download.path and record.get("path") != str(download.path):
+        # the keys only their own source reads (the schema refuses them elsewhere): no test of source names
+        if download.path and record.get("path") != str(download.path):
             problems += _path_model_problems(key, Path(download.path).expanduser(), download.gguf_file)
-        if model.source == "elmo":
+        if download.options or download.weights:
             origin = record.get("origin") or {}
             for field in ("options", "weights"):
                 location = getattr(download, field)
