@@ -69,7 +69,7 @@ def _python_values() -> dict[str, tuple]:
 SCHEMA_ONLY = {
     "extraction.compute_dtype", "extraction.storage_dtype", "extraction.max_length_policy", "extraction.store.oneOf.1",
     "metrics.intra_sentences.oneOf.1", "metrics.device", "figures.x_axis", "$defs.model.architecture",
-    "$defs.model.indexing", "$defs.model.tokenization", "$defs.model.pooling",
+    "$defs.model.indexing", "$defs.model.tokenization", "$defs.model.pooling", "senses.usages.source",
 }  # fmt: skip
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 import re
 
-from contextuality.report.tables import md_escape, md_text
+from contextuality.report.markdown import md_escape, md_text
 
 # The question each report item answers: its category in Snakemake's report, by figure or table name.
 ANSWERS = "1. The answers"
