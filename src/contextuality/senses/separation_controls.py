@@ -8,6 +8,10 @@ WordNet's examples are constructed, and the examples of one synset resemble each
 * ``auroc_shape`` and ``auroc_cosine_shape``: the held-out AUROC of a logistic regression on the pair's shape
   alone (``separation.SHAPE_FEATURES``: the two sentences' lengths and the target's positions) and on cosine +
   shape, both predicted on held-out lemmas (``cross_val_predict`` with GroupKFold).
+* ``heldout_balanced_accuracy_shape``: the same held-out threshold design on the shape-only regression's score
+  (its cut chosen on the training folds' own scores): what sentence shape alone reaches, with no model.
+* ``auroc_gain_over_shape`` (issue 43, W3a's headline): AUROC(cosine + shape) − AUROC(shape alone), both held out
+  by lemma, its interval from the difference within each lemma resample (paired), p the share of resamples ≤ 0.
 * ``auroc_stratified``: the cosine AUROC with same- and different-sense pairs compared only within a stratum of
   the length difference (|ΔL| = 0, 1, …, ``separation.LENGTH_STRATA_CAP`` or more): Σ_s U_s / Σ_s P_s·N_s.
 * ``auroc_same_token``: the AUROC over the pairs whose two stored units are the same token sequence (a rotary
@@ -28,7 +32,14 @@ import pandas as pd
 from sklearn.metrics import balanced_accuracy_score
 from sklearn.model_selection import GroupKFold
 
-from contextuality.senses.pair_scores import best_threshold, heldout_scores, interval, pair_auc, stratified_auc
+from contextuality.senses.pair_scores import (
+    best_threshold,
+    heldout_scores,
+    heldout_threshold_predictions,
+    interval,
+    pair_auc,
+    stratified_auc,
+)
 
 
 def auroc_variants(design, cos, pair_ok) -> dict:
@@ -100,16 +111,30 @@ def _folds(design, groups: np.ndarray):
     return GroupKFold(n_splits=k) if k >= 2 else None
 
 
-def heldout_measures(design, cos, pair_ok) -> dict:
-    """The held-out threshold's balanced accuracy, and the held-out AUROCs of shape and of cosine + shape."""
-    out = {
-        k: np.nan
-        for k in (
-            "heldout_balanced_accuracy",
-            "heldout_balanced_accuracy_ci_low",
-            "heldout_balanced_accuracy_ci_high",
-        )
+def _balanced_accuracy(design, y, predicted, groups, name: str) -> dict:
+    """scikit-learn's balanced accuracy of held-out predictions, and its interval over the lemma resamples."""
+    sums = {
+        key: np.bincount(groups, weights=values.astype(np.float64), minlength=design.n_lemmas)
+        for key, values in (("tp", y & predicted), ("p", y), ("tn", ~y & ~predicted), ("n", ~y))
     }
+    boot = {key: design.boot_lemma_counts @ value for key, value in sums.items()}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        resampled = 0.5 * (boot["tp"] / boot["p"] + boot["tn"] / boot["n"])
+    low, high = interval(resampled)
+    return {name: float(balanced_accuracy_score(y, predicted)), f"{name}_ci_low": low, f"{name}_ci_high": high}
+
+
+HELDOUT_KEYS = tuple(
+    f"{name}{suffix}"
+    for name in ("heldout_balanced_accuracy", "heldout_balanced_accuracy_shape", "auroc_gain_over_shape")
+    for suffix in ("", "_ci_low", "_ci_high")
+)
+
+
+def heldout_measures(design, cos, pair_ok) -> dict:
+    """The held-out threshold's balanced accuracy on the cosine and on the shape alone, the held-out AUROCs of
+    shape and of cosine + shape, and the gain of the second over the first (paired over the lemma resamples)."""
+    out = dict.fromkeys(HELDOUT_KEYS, np.nan)
     idx = np.flatnonzero(pair_ok)
     y, groups = design.same[idx], design.pair_lemma[idx]
     folds = _folds(design, groups) if idx.size else None
@@ -119,44 +144,47 @@ def heldout_measures(design, cos, pair_ok) -> dict:
     predicted = np.zeros(idx.size, dtype=bool)
     for train, test in folds.split(idx, y, groups):
         predicted[test] = cos[idx[test]] >= best_threshold(y[train], cos[idx[train]])
-    sums = {
-        name: np.bincount(groups, weights=values.astype(np.float64), minlength=design.n_lemmas)
-        for name, values in (("tp", y & predicted), ("p", y), ("tn", ~y & ~predicted), ("n", ~y))
-    }
-    boot = {name: design.boot_lemma_counts @ value for name, value in sums.items()}
-    with np.errstate(invalid="ignore", divide="ignore"):
-        resampled = 0.5 * (boot["tp"] / boot["p"] + boot["tn"] / boot["n"])
-    low, high = interval(resampled)
-    out.update(
-        heldout_balanced_accuracy=float(balanced_accuracy_score(y, predicted)),
-        heldout_balanced_accuracy_ci_low=low,
-        heldout_balanced_accuracy_ci_high=high,
-    )
+    out.update(_balanced_accuracy(design, y, predicted, groups, "heldout_balanced_accuracy"))
     if design.shape is not None:
-        out.update(_shape_auroc(design, pair_ok, idx, y, groups, folds))
+        shape = _shape_measures(design, pair_ok, idx, y, groups, folds)
+        pos, neg = pair_ok & design.same, pair_ok & ~design.same
         scores = np.full(cos.size, np.nan)
         scores[idx] = heldout_scores(np.column_stack([cos[idx], design.shape[idx]]), y, groups, folds)
-        low, high = interval(design.auc_resamples(scores, pair_ok & design.same, pair_ok & ~design.same))
+        resamples = design.auc_resamples(scores, pos, neg)
+        low, high = interval(resamples)
+        value = pair_auc(scores, pos, neg)
+        gain = resamples - shape.pop("_resamples")  # paired: the same lemma resamples for both
+        finite = gain[np.isfinite(gain)]
+        gain_low, gain_high = interval(gain)
         out.update(
-            auroc_cosine_shape=pair_auc(scores, pair_ok & design.same, pair_ok & ~design.same),
+            shape,
+            auroc_cosine_shape=value,
             auroc_cosine_shape_ci_low=low,
             auroc_cosine_shape_ci_high=high,
+            auroc_gain_over_shape=value - shape["auroc_shape"],
+            auroc_gain_over_shape_ci_low=gain_low,
+            auroc_gain_over_shape_ci_high=gain_high,
+            auroc_gain_over_shape_p=(1 + int(np.sum(finite <= 0))) / (finite.size + 1),
         )
     return out
 
 
-def _shape_auroc(design, pair_ok, idx, y, groups, folds) -> dict:
-    """The shape-only held-out AUROC: it depends on the usable pairs only, so it is computed once for them."""
+def _shape_measures(design, pair_ok, idx, y, groups, folds) -> dict:
+    """The shape-only held-out AUROC (with its lemma resamples, ``_resamples``) and balanced accuracy: they depend
+    on the usable pairs only, so they are computed once for them."""
     key = np.packbits(pair_ok).tobytes()
     if key not in design.shape_cache:
         scores = np.full(pair_ok.size, np.nan)
-        scores[idx] = heldout_scores(design.shape[idx], y, groups, folds)
+        scores[idx], predicted = heldout_threshold_predictions(design.shape[idx], y, groups, folds)
         pos, neg = pair_ok & design.same, pair_ok & ~design.same
-        low, high = interval(design.auc_resamples(scores, pos, neg))
+        resamples = design.auc_resamples(scores, pos, neg)
+        low, high = interval(resamples)
         design.shape_cache[key] = {
             "auroc_shape": pair_auc(scores, pos, neg),
             "auroc_shape_ci_low": low,
             "auroc_shape_ci_high": high,
+            "_resamples": resamples,
+            **_balanced_accuracy(design, y, predicted, groups, "heldout_balanced_accuracy_shape"),
         }
     return dict(design.shape_cache[key])
 

@@ -20,6 +20,8 @@ CENTRED_ONLY = frozenset(
         "auroc_shape",
         "auroc_cosine_shape",
         "heldout_balanced_accuracy",
+        "heldout_balanced_accuracy_shape",
+        "auroc_gain_over_shape",
     }
 )
 
@@ -153,6 +155,25 @@ def _control_rows(add, r: dict, token_note: str, boot: str, bootstrap: int, *, l
         n=pairs,
         note=f"same sense if cos >= t, t chosen on held-out lemmas ({separation.FOLDS}-fold GroupKFold, best training "
         f"balanced accuracy); {boot}",
+    )
+    add(
+        "heldout_balanced_accuracy_shape",
+        value=_get(r, "heldout_balanced_accuracy_shape"),
+        null=0.5,
+        ci=_ci(r, "heldout_balanced_accuracy_shape"),
+        n=pairs,
+        note="no model: the same held-out threshold on the shape-only logistic regression's score (its cut chosen "
+        f"on the training folds' own scores); {boot}",
+    )
+    add(
+        "auroc_gain_over_shape",
+        value=_get(r, "auroc_gain_over_shape"),
+        null=0.0,
+        ci=_ci(r, "auroc_gain_over_shape"),
+        p=_get(r, "auroc_gain_over_shape_p"),
+        n=pairs,
+        note="held-out AUROC of cosine + shape minus shape alone, paired over the same "
+        f"{bootstrap} lemma resamples; p: share of resamples <= 0 (floor {1 / (bootstrap + 1):.2g})",
     )
     if layer > 0:
         add(
