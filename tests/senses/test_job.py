@@ -129,7 +129,16 @@ def test_separation_no_better_than_the_layer_zero_control_fails():
     assert claims.loc["W3a", "status"] == FAILS and claims.loc["W2", "status"] == FAILS
 
 
-def _full_rows(gain_low=0.02, strata_low=0.55, pseudo_p=1e-6, beta_above=False, b5=(13, 20000), b4=(242, 20000)):
+def _full_rows(
+    gain_low=0.02,
+    strata_low=0.55,
+    pseudo_p=1e-6,
+    beta_above=False,
+    b5=(13, 20000),
+    b4=(242, 20000),
+    shape_gain_low=0.01,
+    split_rows=True,
+):
     """Every measure the reworded claims read, on three layers (0 the control)."""
     rows = Rows("m", 0)
     for layer in range(3):
@@ -147,6 +156,8 @@ def _full_rows(gain_low=0.02, strata_low=0.55, pseudo_p=1e-6, beta_above=False, 
         add("auroc_shape", 0.58, ci=(0.55, 0.61), n=100)
         add("auroc_cosine_shape", 0.62, ci=(0.6, 0.64), n=100)
         add("heldout_balanced_accuracy", 0.57, ci=(0.55, 0.59), n=100)
+        add("heldout_balanced_accuracy_shape", 0.56, ci=(0.54, 0.58), n=100)
+        add("auroc_gain_over_shape", 0.04, ci=(shape_gain_low, 0.07), p=1 / 201, n=100, note="(floor 0.005)")
         add("auroc_macro", 0.55, ci=(0.5, 0.6), n=30)
         add("auroc_same_sense_coarse", 0.65, ci=(0.6, 0.7), n=50)
         add("delta_within_between", 0.04, p=1 / 1001, ci=(0.02, 0.06), n=30, note="... (floor 0.001)")
@@ -173,6 +184,22 @@ def _full_rows(gain_low=0.02, strata_low=0.55, pseudo_p=1e-6, beta_above=False, 
     table = rows.frame()
     table["family"] = "separation"
     return table
+
+
+def test_w3a_leads_with_the_gain_over_shape_and_names_its_layer_0_control():
+    """Issue 43: the gain over shape first, the accuracy beside shape alone's, layer 0 named from its own rows."""
+    evidence = sense_claims({"m": _full_rows()}, {}, {}).set_index("claim").loc["W3a", "evidence"]
+    assert evidence.startswith(
+        "gain of cosine + shape over shape alone (held out by lemma) at layer 2: +0.040 [0.010, 0.070]"
+    )
+    assert "0.570 [0.550, 0.590] against 0.560 [0.540, 0.580] from shape alone" in evidence
+    assert "same-token pairs identical, chance by construction" in evidence  # layer 0's same-token AUROC is 0.5
+    assert (
+        sense_claims({"m": _full_rows(shape_gain_low=-0.01)}, {}, {}).set_index("claim").loc["W3a", "status"] == FAILS
+    )
+    shaped = _full_rows()
+    shaped.loc[(shaped["measure"] == "auroc_same_token") & (shaped["layer"] == 0), "value"] = 0.53
+    assert "a shape control" in sense_claims({"m": shaped}, {}, {}).set_index("claim").loc["W3a", "evidence"]
 
 
 def test_the_reworded_claims_read_the_controls():

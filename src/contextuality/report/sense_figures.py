@@ -86,13 +86,15 @@ def _draw_separation(ax, table: pd.DataFrame, scale) -> None:
 
 def _draw_baselines(ax, table: pd.DataFrame, scale) -> None:
     """W3a at its real size (centred): the cosine AUROC, within strata of the length difference, the shape-only and
-    cosine + shape AUROCs held out by lemma, and the held-out balanced accuracy, each with its 95% interval."""
+    cosine + shape AUROCs held out by lemma, and the held-out balanced accuracy beside shape alone's, the cosine's,
+    the shape's and the accuracy's with their 95% intervals."""
     for measure, label, style, band in (
         ("auroc_same_sense", "cosine AUROC", "-", True),
         ("auroc_stratified", "cosine AUROC within |ΔL| strata", "-", False),
         ("auroc_cosine_shape", "cosine + shape AUROC (held out)", "-", False),
         ("auroc_shape", "shape alone, no model (held out)", "--", True),
         ("heldout_balanced_accuracy", "balanced accuracy, threshold held out", ":", True),
+        ("heldout_balanced_accuracy_shape", "balanced accuracy of shape alone (held out)", "-.", False),
     ):
         value = layer_series(table, measure, "centred")
         if not value.notna().any():

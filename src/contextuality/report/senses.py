@@ -70,7 +70,8 @@ SENSE_CLAIMS = {
     "W3a": (
         "Sense separation with labels, at its real size: same-sense pairs of one word form are closer than "
         "different-sense pairs beyond the layer-0 control (paired bootstrap) and beyond the sentences' shape "
-        "(within strata of the length difference; cosine + shape above shape alone, held out by lemma)."
+        "(within strata of the length difference; the headline: the held-out AUROC of cosine + shape above shape "
+        "alone, paired over lemma resamples)."
     ),
     "W3b": (
         "Sense clusters without labels: polysemous words' occurrences are more clusterable than monosemous words' "
@@ -188,6 +189,18 @@ def _w2(anisotropy: pd.Series | None, t):
     )
 
 
+def _layer0_control(table) -> str:
+    """What layer 0 is for this model, from its own rows: a rotary decoder's layer 0 holds no position, so pairs
+    of the same stored token are identical vectors (AUROC exactly 0.5); a model that adds position embeddings
+    there (MiniLM, GPT-2) sees each sentence's shape already."""
+    same_token = _rows(table, "auroc_same_token")["value"]
+    if not len(same_token) or not np.isfinite(same_token.iloc[0]):
+        return "layer 0"
+    if abs(same_token.iloc[0] - 0.5) < 1e-9:
+        return "layer 0 (no position there: same-token pairs identical, chance by construction)"
+    return "layer 0 (position embeddings added there: a shape control, not a no-context one)"
+
+
 def _w3a(table, t):
     auroc = _rows(table, "auroc_same_sense")
     if auroc.empty or not auroc["value"].notna().any():
@@ -195,6 +208,7 @@ def _w3a(table, t):
     alpha = t["W3a alpha"]
     gain, strata = _rows(table, "auroc_minus_layer0"), _rows(table, "auroc_stratified")
     shape, both = _rows(table, "auroc_shape"), _rows(table, "auroc_cosine_shape")
+    over = _rows(table, "auroc_gain_over_shape")
     upper = auroc.iloc[1:]
     if gain.empty or strata.empty or both.empty:  # a table of an older run: the control alone
         beyond = upper[upper["ci_low"] > max(0.5, auroc["value"].iloc[0])]
@@ -203,34 +217,48 @@ def _w3a(table, t):
             f"AUROC layer 0 (control) {auroc['value'].iloc[0]:.3f}; best layer {best}: "
             f"{auroc.loc[best, 'value']:.3f} {_ci(auroc.loc[best])} (no shape baselines in this table)"
         )
-    ok = (
-        (gain["p"] < alpha)
-        & (gain["ci_low"] > 0)
-        & (strata.loc[gain.index, "ci_low"] > 0.5)
-        & (both.loc[gain.index, "ci_low"] > shape.loc[gain.index, "value"])
-    )
-    passing = list(ok[ok].index)
+    if over.empty:  # a table of before issue 43: cosine + shape's interval above shape alone's value
+        beyond_shape = both.loc[gain.index, "ci_low"] > shape.loc[gain.index, "value"]
+    else:
+        beyond_shape = (over.loc[gain.index, "ci_low"] > 0) & (over.loc[gain.index, "p"] < alpha)
+    ok = (gain["p"] < alpha) & (gain["ci_low"] > 0) & (strata.loc[gain.index, "ci_low"] > 0.5) & beyond_shape
     best = int(upper["value"].idxmax())
+    evidence = _w3a_evidence(table, best, over, _rows(table, "heldout_balanced_accuracy_shape"))
+    evidence += f"; {int(ok.sum())} of {len(upper)} layers beyond the control and the shape (p < {alpha:g})"
+    return (HOLDS if ok.any() else FAILS), evidence + f"; n = {int(auroc.loc[best, 'n'])} pairs"
+
+
+def _w3a_evidence(table, best: int, over: pd.DataFrame, shape_accuracy: pd.DataFrame) -> str:
+    """W3a's numbers at its best layer: the gain over shape first (its headline), then the rest."""
     row = lambda name: _rows(table, name).loc[best]  # noqa: E731
-    knn, acc = row("knn_accuracy"), row("heldout_balanced_accuracy")
-    control = auroc["value"].iloc[0]
-    control_token = _rows(table, "auroc_same_token")["value"].iloc[0]
-    chance, ceiling = row("knn_chance")["value"], row("knn_ceiling")["value"]
-    delta = _rows(table, "delta_within_between").loc[best]
-    evidence = (
-        f"best layer {best}: AUROC {auroc.loc[best, 'value']:.3f} {_ci(auroc.loc[best])} against layer 0's {control:.3f} "
-        f"({control_token:.3f} over pairs of the same stored token; {_rows(table, 'auroc_same_token')['note'].iloc[0].split(': ', 1)[-1]}); "
-        f"gain over layer 0 {gain.loc[best, 'value']:+.3f} {_ci(gain.loc[best])}, paired bootstrap p "
-        f"{format_p(gain.loc[best, 'p'], _floor(gain.loc[best, 'note']))}; within strata of the length difference "
-        f"{strata.loc[best, 'value']:.3f} {_ci(strata.loc[best])}; shape alone {shape.loc[best, 'value']:.3f} "
-        f"{_ci(shape.loc[best])}, cosine + shape {both.loc[best, 'value']:.3f} {_ci(both.loc[best])}; held-out "
-        f"balanced accuracy {acc['value']:.3f} {_ci(acc)}; per-lemma AUROC {row('auroc_macro')['value']:.3f}; coarse "
-        f"{row('auroc_same_sense_coarse')['value']:.3f} {_ci(row('auroc_same_sense_coarse'))}; within- minus between-sense "
-        f"cosine {delta['value']:.3f}, permutation p {format_p(delta['p'], _floor(delta['note']))}; 1-NN {knn['value']:.3f} "
-        f"{_ci(knn)} (chance {chance:.3f}, majority {knn['null']:.3f}, ceiling {ceiling:.3f}); {len(passing)} of "
-        f"{len(upper)} layers beyond the control and the shape (p < {alpha:g}); n = {int(auroc.loc[best, 'n'])} pairs"
+    auroc, gain, shape = row("auroc_same_sense"), row("auroc_minus_layer0"), row("auroc_shape")
+    acc = row("heldout_balanced_accuracy")
+    layer0 = _rows(table, "auroc_same_sense").iloc[0]
+    token = _rows(table, "auroc_same_token")
+    knn, delta, coarse = row("knn_accuracy"), row("delta_within_between"), row("auroc_same_sense_coarse")
+    text = ""
+    if not over.empty:
+        g, upper = over.loc[best], over.iloc[1:]
+        text = (
+            f"gain of cosine + shape over shape alone (held out by lemma) at layer {best}: {g['value']:+.3f} {_ci(g)}, "
+            f"paired p {format_p(g['p'], _floor(g['note']))}; {upper['value'].min():+.3f} to "
+            f"{upper['value'].max():+.3f} over layers 1-{int(upper.index.max())}, {over['value'].iloc[0]:+.3f} at "
+            f"{_layer0_control(table)}; "
+        )
+    accuracy = f"held-out balanced accuracy {acc['value']:.3f} {_ci(acc)}"
+    if not shape_accuracy.empty:
+        accuracy += f" against {shape_accuracy.loc[best, 'value']:.3f} {_ci(shape_accuracy.loc[best])} from shape alone"
+    return text + (
+        f"{accuracy}; cosine + shape AUROC {row('auroc_cosine_shape')['value']:.3f}, shape alone {shape['value']:.3f} "
+        f"{_ci(shape)}; AUROC {auroc['value']:.3f} {_ci(auroc)} against layer 0's {layer0['value']:.3f} "
+        f"({token['value'].iloc[0]:.3f} over pairs of the same stored token; {token['note'].iloc[0].split(': ', 1)[-1]}), "
+        f"gain over layer 0 {gain['value']:+.3f} {_ci(gain)}, paired bootstrap p {format_p(gain['p'], _floor(gain['note']))}; "
+        f"within strata of the length difference {row('auroc_stratified')['value']:.3f} {_ci(row('auroc_stratified'))}; "
+        f"per-lemma AUROC {row('auroc_macro')['value']:.3f}; coarse {coarse['value']:.3f} {_ci(coarse)}; within- minus "
+        f"between-sense cosine {delta['value']:.3f}, permutation p {format_p(delta['p'], _floor(delta['note']))}; 1-NN "
+        f"{knn['value']:.3f} {_ci(knn)} (chance {row('knn_chance')['value']:.3f}, majority {knn['null']:.3f}, ceiling "
+        f"{row('knn_ceiling')['value']:.3f})"
     )
-    return (HOLDS if passing else FAILS), evidence
 
 
 def _w3b(table, t):
