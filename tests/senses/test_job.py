@@ -168,6 +168,9 @@ def _full_rows(
             add("auroc_minus_layer0", 0.05 * layer, ci=(gain_low, 0.1), p=1 / 1001, n=100, note="(floor 0.001)")
         add("delta_cluster_index", -0.01, ci=(-0.03, 0.01), p=0.4, n=100)
         add("delta_cluster_index_pseudo", -0.3, ci=(-0.4, -0.2), p=pseudo_p, n=80)
+        if split_rows:
+            add("delta_cluster_index_two_senses", -0.1, ci=(-0.15, -0.05), p=1e-4, n=90)
+            add("w3b_detectable_split_share", 0.15 + 0.01 * layer, n=120)
         for suffix, share in (("", 0.02), ("_mono", 0.0), ("_pseudo", 0.4)):
             add(f"share_gaussian_null_rejected{suffix}", share, n=50)
         add("alignment_median_rank", b4[0], null=b4[1], n=500)
@@ -200,6 +203,15 @@ def test_w3a_leads_with_the_gain_over_shape_and_names_its_layer_0_control():
     shaped = _full_rows()
     shaped.loc[(shaped["measure"] == "auroc_same_token") & (shaped["layer"] == 0), "value"] = 0.53
     assert "a shape control" in sense_claims({"m": shaped}, {}, {}).set_index("claim").loc["W3a", "evidence"]
+
+
+def test_w3b_says_not_detected_beside_both_positive_controls_and_its_power():
+    evidence = sense_claims({"m": _full_rows()}, {}, {}).set_index("claim").loc["W3b", "evidence"]
+    assert evidence.startswith("sense clusters not detected")
+    assert "pseudo-words - mono" in evidence and "two-senses - mono -0.100 to -0.100, detected in 3 of 3" in evidence
+    assert "once 15%-17% of the polysemous words have them" in evidence
+    older = sense_claims({"m": _full_rows(split_rows=False)}, {}, {}).set_index("claim").loc["W3b", "evidence"]
+    assert "no two-senses control in this table" in older
 
 
 def test_the_reworded_claims_read_the_controls():

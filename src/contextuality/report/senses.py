@@ -75,8 +75,9 @@ SENSE_CLAIMS = {
     ),
     "W3b": (
         "Sense clusters without labels: polysemous words' occurrences are more clusterable than monosemous words' "
-        "matched on STS and general frequency; the positive control (pseudo-words of two one-sense words) says "
-        "whether the statistic can see two senses at all."
+        "matched on STS and general frequency; the positive controls (pseudo-words of two one-sense words; two "
+        "senses of one lemma and token) say whether the statistic can see two senses at all, and its power the "
+        "smallest share of split words it would detect (FAILS: not detected, not shown absent)."
     ),
     "W3c": (
         "The output row near the contexts' average, beyond the residual stream: a decoder's centroid of the "
@@ -288,9 +289,34 @@ def _w3b(table, t):
         "Gaussian-null rejections "
         + ", ".join(f"{name} {v.min():.0%}-{v.max():.0%}" for name, v in shares.items() if len(v))
     )
+    evidence += _w3b_real_senses(table, alpha)
     if not len(seen):
         return NA, evidence + ": the statistic does not see the pseudo-words' two clusters, so it cannot test senses"
-    return (HOLDS if len(significant) else FAILS), evidence
+    if not len(significant):
+        return FAILS, "sense clusters not detected (which is not: no clusters): " + evidence
+    return HOLDS, evidence
+
+
+def _w3b_real_senses(table, alpha: float) -> str:
+    """The real-sense positive control (two senses of one lemma and stored token) and the test's power (issue 43)."""
+    two, share = _rows(table, "delta_cluster_index_two_senses"), _rows(table, "w3b_detectable_split_share")
+    if two.empty or not two["value"].notna().any():
+        return "; no two-senses control in this table (too few lemmas with two senses of 3+ usages)"
+    seen = two[(two["value"] < 0) & (two["p"] < alpha)]
+    text = (
+        f"; real-sense positive control (two senses of one lemma and stored token, small balanced subsamples): "
+        f"two-senses - mono {two['value'].min():.3f} to {two['value'].max():.3f}, detected in {len(seen)} of "
+        f"{len(two)} layers (n = {int(two['n'].max())})"
+    )
+    shares = share["value"].dropna()
+    if len(shares):
+        text += (
+            f"; power: poly - mono detects real splits once {shares.min():.0%}-{shares.max():.0%} of the polysemous "
+            f"words have them (measured in {len(shares)} of {len(share)} layers; fewer go unseen)"
+        )
+    elif len(share):
+        text += "; power: real splits in every polysemous word would not be detected"
+    return text
 
 
 def _w3c(table, t):

@@ -87,15 +87,15 @@ def _check_rows(x: np.ndarray, m: int, components: int) -> np.ndarray:
     return x
 
 
-def _subsample_scores(x: np.ndarray, m: int, subsamples: int, components: int, seed: int) -> np.ndarray:
+def subsample_scores(x: np.ndarray, m: int, subsamples: int, components: int, seed: int) -> np.ndarray:
     """(R, m, q): R seeded subsamples of m rows, each centred and written on its top q principal axes."""
     x = _check_rows(x, m, components)
     rng = np.random.default_rng(seed)
     idx = np.stack([rng.choice(x.shape[0], size=m, replace=False) for _ in range(subsamples)])
-    return _principal_scores(x[idx], components)
+    return principal_scores(x[idx], components)
 
 
-def _principal_scores(y: np.ndarray, components: int) -> np.ndarray:
+def principal_scores(y: np.ndarray, components: int) -> np.ndarray:
     """(R, m, q): each of R point sets (R, m, d) centred and written on its top q principal axes."""
     y = y - y.mean(axis=1, keepdims=True)
     # Scores from the m × m Gram matrix: U·s = eigenvectors · √eigenvalues. A batched SVD of (R, m, d) is
@@ -109,7 +109,7 @@ def word_cluster_index(
     x: np.ndarray, *, m: int = 20, subsamples: int = 5, components: int = 5, seed: int, n_init: int = 10
 ) -> float:
     """Mean CI over R seeded subsamples of m rows of x (pass a seed derived from the word: same rows per layer)."""
-    scores = _subsample_scores(x, m, subsamples, components, seed)
+    scores = subsample_scores(x, m, subsamples, components, seed)
     return float(np.nanmean(batched_cluster_index(scores, seed, n_init=n_init)))
 
 
@@ -134,7 +134,7 @@ def pseudo_word_scores(
             for _ in range(subsamples)
         ]
     )
-    return _principal_scores(y, components)
+    return principal_scores(y, components)
 
 
 def pseudo_word_cluster_index(
@@ -176,7 +176,7 @@ def gaussian_null_p(
     The subsample is word_cluster_index's first one (same seed); its scores on its principal axes have the
     diagonal covariance s²/(m − 1), so the null draws are independent normals with those variances.
     """
-    y = _subsample_scores(x, m, 1, components, seed)[0]
+    y = subsample_scores(x, m, 1, components, seed)[0]
     ci = batched_cluster_index(y[None], seed, n_init=n_init)[0]
     return _gaussian_null(y, ci, m=m, components=components, draws=draws, seed=seed, n_init=n_init)
 

@@ -31,6 +31,7 @@ from contextuality.senses.frequency import zipf_of
 from contextuality.senses.output_layer import output_layer_rows, token_ids_of
 from contextuality.senses.rows import Rows
 from contextuality.senses.separation_rows import separation_rows
+from contextuality.senses.split_control import SplitControl, two_sense_sets
 from contextuality.senses.sts_measures import BLOCK_ROWS, clusterability_rows, regression_rows
 from contextuality.senses.vectors import layer_moments
 from contextuality.store.files import StoreError
@@ -104,6 +105,7 @@ class SenseContext:
     design: object
     token_note: str = ""
     control: dict = None  # layer 0's pair cosines per preprocessing (the paired bootstrap's control)
+    split: object = None  # W3b's two-senses control (split_control.SplitControl)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -238,6 +240,12 @@ def prepare(paths: SensePaths, settings: SenseSettings, *, seed: int, head_loade
         design,
         token_note=_token_note(usages, pairs, token_keys, usage_rows),
         control={},
+        split=SplitControl(
+            two_sense_sets(usages, usage_rows, token_keys),
+            settings.cluster_subsamples,
+            settings.cluster_components,
+            seed,
+        ),
     )
 
 
@@ -332,7 +340,9 @@ def sts_layer_rows(
     words = regression_rows(
         rows, context.words, x, mean, std, context.occurrences, settings, context.note, context.tagged
     )
-    words = clusterability_rows(rows, words, x, mean, std, context.occurrences, settings, seed, context.note)
+    words = clusterability_rows(
+        rows, words, x, mean, std, context.occurrences, settings, seed, context.note, split=context.split
+    )
     words = output_layer_rows(
         rows,
         words,

@@ -39,6 +39,8 @@ def separation_rows(rows: Rows, context, stored: np.ndarray, mean, std) -> None:
         r = context.design.measure(vectors, control=context.control.get(kind), controls=kind == "centred")
         if rows.layer == 0:
             context.control[kind] = r["cosines"]
+        if context.split is not None:  # W3b's two-senses control reads the usages' vectors of this layer
+            context.split.add_rows(rows, kind, vectors)
         _measure_rows(
             rows,
             r,

@@ -179,10 +179,20 @@ def _frequency_regressions(rows: Rows, table: pd.DataFrame, tagged: pd.DataFrame
 
 
 def clusterability_rows(
-    rows: Rows, words: pd.DataFrame, x, mean, std, occurrences, settings: SenseSettings, seed: int, note: str
+    rows: Rows,
+    words: pd.DataFrame,
+    x,
+    mean,
+    std,
+    occurrences,
+    settings: SenseSettings,
+    seed: int,
+    note: str,
+    split=None,
 ):
     """C1-C3: the cluster index of polysemous words against monosemous ones matched on STS and general frequency,
-    and the positive control: pseudo-words made of two of those monosemous words, on the same statistic."""
+    and the positive control: pseudo-words made of two of those monosemous words, on the same statistic. ``split``
+    (a ``split_control.SplitControl``): the same words' cluster indices at its scale, for the two-senses control."""
     matched, matching = _matched_words(words, settings, seed)
     rows_of = _rows_of_words(occurrences, matched["word"])
     group = matched.set_index("word")["polysemy"]
@@ -193,6 +203,8 @@ def clusterability_rows(
         poly, mono = ci[group[ci.index] == "poly"].to_numpy(), ci[group[ci.index] == "mono"].to_numpy()
         _contrast_rows(rows, kind, poly, mono, f"polysemous minus monosemous words {matching}; {note}")
         _pseudo_word_rows(rows, kind, pseudo_ci, mono)
+        if split is not None:
+            split.measure_reference(kind, vectors, group, {w: word_seed(seed, w) for w in vectors})
         if settings.cluster_null_draws:
             _gaussian_null_rows(rows, kind, vectors, ci.index, group, settings, seed)
         words = words.merge(ci.rename(f"cluster_index_{kind}").rename_axis("form").reset_index(), on="form", how="left")
