@@ -132,6 +132,32 @@ def _control_rows(add, r: dict, token_note: str, boot: str, bootstrap: int, *, l
         n=_get(r, "n_lemmas_macro"),
         note=f"mean of each lemma's own AUROC (n: lemmas with both kinds of pair); {boot}",
     )
+    _shape_rows(add, r, pairs, boot, bootstrap)
+    add(
+        "heldout_balanced_accuracy",
+        value=_get(r, "heldout_balanced_accuracy"),
+        null=0.5,
+        ci=_ci(r, "heldout_balanced_accuracy"),
+        n=pairs,
+        note=f"same sense if cos >= t, t chosen on held-out lemmas ({separation.FOLDS}-fold GroupKFold, best training "
+        f"balanced accuracy); {boot}",
+    )
+    if layer > 0:
+        add(
+            "auroc_minus_layer0",
+            value=_get(r, "control_difference"),
+            null=0.0,
+            ci=_ci(r, "control_difference"),
+            p=_get(r, "control_difference_p"),
+            n=pairs,
+            note=f"AUROC here minus at layer 0 on the same pairs, paired bootstrap over {bootstrap} lemma resamples; "
+            f"p: share of resamples <= 0 (floor {1 / (bootstrap + 1):.2g})",
+        )
+
+
+def _shape_rows(add, r: dict, pairs: int, boot: str, bootstrap: int) -> None:
+    """The shape baselines held out by lemma, no model (issue 36), and W3a's headline: the gain of cosine + shape
+    over shape alone, and shape alone's held-out accuracy (issue 43)."""
     add(
         "auroc_shape",
         value=_get(r, "auroc_shape"),
@@ -148,15 +174,6 @@ def _control_rows(add, r: dict, token_note: str, boot: str, bootstrap: int, *, l
         ci=_ci(r, "auroc_cosine_shape"),
         n=pairs,
         note=f"cosine + shape, the same held-out logistic regression; null: shape alone; {boot}",
-    )
-    add(
-        "heldout_balanced_accuracy",
-        value=_get(r, "heldout_balanced_accuracy"),
-        null=0.5,
-        ci=_ci(r, "heldout_balanced_accuracy"),
-        n=pairs,
-        note=f"same sense if cos >= t, t chosen on held-out lemmas ({separation.FOLDS}-fold GroupKFold, best training "
-        f"balanced accuracy); {boot}",
     )
     add(
         "heldout_balanced_accuracy_shape",
@@ -177,17 +194,6 @@ def _control_rows(add, r: dict, token_note: str, boot: str, bootstrap: int, *, l
         note="held-out AUROC of cosine + shape minus shape alone, paired over the same "
         f"{bootstrap} lemma resamples; p: share of resamples <= 0 (floor {1 / (bootstrap + 1):.2g})",
     )
-    if layer > 0:
-        add(
-            "auroc_minus_layer0",
-            value=_get(r, "control_difference"),
-            null=0.0,
-            ci=_ci(r, "control_difference"),
-            p=_get(r, "control_difference_p"),
-            n=pairs,
-            note=f"AUROC here minus at layer 0 on the same pairs, paired bootstrap over {bootstrap} lemma resamples; "
-            f"p: share of resamples <= 0 (floor {1 / (bootstrap + 1):.2g})",
-        )
 
 
 def _knn_rows(add, r: dict, boot: str) -> None:
