@@ -308,14 +308,12 @@ def _w3b_real_senses(table, alpha: float) -> str:
         f"two-senses - mono {two['value'].min():.3f} to {two['value'].max():.3f}, detected in {len(seen)} of "
         f"{len(two)} layers (n = {int(two['n'].max())})"
     )
-    shares = share["value"].dropna()
-    if len(shares):
-        text += (
-            f"; power: poly - mono detects real splits once {shares.min():.0%}-{shares.max():.0%} of the polysemous "
-            f"words have them (measured in {len(shares)} of {len(share)} layers; fewer go unseen)"
-        )
-    elif len(share):
-        text += "; power: real splits in every polysemous word would not be detected"
+    reached = share["value"].dropna()
+    if len(share):
+        text += f"; power (splits the size of the two-senses control's): none detected in {len(share) - len(reached)} of {len(share)} layers even with every polysemous word split"
+    if len(reached):
+        span = f"{reached.min():.0%}" + (f"-{reached.max():.0%}" if reached.max() > reached.min() else "")
+        text += f", detected once {span} of them are split in the other {len(reached)}"
     return text
 
 
