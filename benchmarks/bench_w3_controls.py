@@ -39,7 +39,9 @@ def usages_of_size(lemmas: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, 
     for w in range(lemmas):
         senses = int(rng.integers(2, 5))
         for s in rng.integers(0, senses, int(rng.integers(3, 11))):
-            rows.append({"lemma": f"w{w}", "pos": "n", "synset": f"w{w}.{s}", "lexname": f"n.{s % 2}", "form_lower": f"w{w}"})
+            rows.append(
+                {"lemma": f"w{w}", "pos": "n", "synset": f"w{w}.{s}", "lexname": f"n.{s % 2}", "form_lower": f"w{w}"}
+            )
     usages = pd.DataFrame(rows).reset_index(names="usage_id")
     lengths = rng.integers(3, 15, len(usages))
     usages["position"] = rng.integers(0, lengths)
