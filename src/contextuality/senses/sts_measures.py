@@ -157,13 +157,12 @@ def _frequency_regressions(rows: Rows, table: pd.DataFrame, tagged: pd.DataFrame
             )
             continue
         n_words = int(fit["n_words"].iloc[0])
-        terms = [("log_synsets", f"beta_log_synsets_{suffix}")]
+        terms = [
+            ("log_synsets", f"beta_log_synsets_{suffix}"),
+            ("context_diversity", f"beta_context_diversity_{suffix}"),
+        ]
         if suffix == "frequency":
-            terms += [
-                ("zipf", "beta_zipf"),
-                ("length", "beta_length"),
-                ("context_diversity", "beta_context_diversity_frequency"),
-            ]
+            terms += [("zipf", "beta_zipf"), ("length", "beta_length")]
         for term, measure in terms:
             rows.add(
                 "polysemy",
