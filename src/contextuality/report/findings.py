@@ -17,7 +17,14 @@ from pathlib import Path
 
 from contextuality.report.findings_paper import paper_block, rogue_dimensions
 from contextuality.report.findings_run import FindingsError, Model, RunTables, update_files
-from contextuality.report.findings_senses import best_layer, each, measured, senses_block, verdict_word
+from contextuality.report.findings_senses import (
+    WEAK_GAIN_OVER_SHAPE,
+    best_layer,
+    each,
+    measured,
+    senses_block,
+    verdict_word,
+)
 from contextuality.report.tables import fmt, fmt_in_layers, fmt_span
 
 PAPER, SENSES, README = "findings-paper", "findings-senses", "findings-readme"
@@ -75,8 +82,10 @@ def _senses(run: RunTables) -> str | None:
     auroc = each(models, lambda m: fmt(measured(m, "auroc_same_sense")["value"]))
     shape = " and ".join(fmt(measured(m, "auroc_shape")["value"]) for m in models)
     clusters = verdict_word(run.verdict(models[0], "W3b"), "detected", "not detected", "not testable")
+    gain = max(measured(m, "auroc_cosine_shape")["value"] - measured(m, "auroc_shape")["value"] for m in models)
     return (
-        f"- **Word senses**: the best layer's AUROC for same- against different-sense pairs is {auroc}, against "
+        f"- **Word senses** are told apart {'only weakly' if gain < WEAK_GAIN_OVER_SHAPE else 'beyond shape'}: "
+        f"the best layer's AUROC for same- against different-sense pairs is {auroc}, against "
         f"{shape} from the sentences' shape alone (W3a {verdict_word(run.verdict(models[0], 'W3a'))}); sense clusters "
         f"without labels are {clusters} (W3b)."
     )
