@@ -45,9 +45,9 @@ def verdict_word(status: str | None, holds: str = "holds", fails: str = "fails",
     return {HOLDS: holds, FAILS: fails}.get(status or "", na)
 
 
-def verdicts(run: RunTables, claim: str, **words) -> str:
-    """The claim's verdict in words, one for all models when they agree, else per model."""
-    said = {m.label: verdict_word(run.verdict(m, claim), **words) for m in run.models}
+def verdicts(run: RunTables, claim: str, models: list[Model] | None = None, **words) -> str:
+    """The claim's verdict in words (on ``models``, else every model), one for all when they agree, else per model."""
+    said = {m.label: verdict_word(run.verdict(m, claim), **words) for m in models or run.models}
     if len(set(said.values())) == 1:
         return next(iter(said.values()))
     return "; ".join(f"{word} in {label}" for label, word in said.items())
@@ -240,7 +240,7 @@ def w3c(run: RunTables) -> str | None:
 
     no_head = [m.label for m in run.models if m not in models]
     return (
-        f"- **W3c, the output row near the contexts' average: {verdicts(run, 'W3c')}.** Measured on a decoder's tied "
+        f"- **W3c, the output row near the contexts' average: {verdicts(run, 'W3c', models)}.** Measured on a decoder's tied "
         f"rows{' (' + ', '.join(no_head) + ': no B5)' if no_head else ''}: B5 takes, for each next token, the centroid "
         "of the positions followed by it; B4 the centroid of a word's own occurrences, which sits near its own row "
         "from layer 1 on because the tied input row travels up the residual stream (layer 0 is left out: there it is "
