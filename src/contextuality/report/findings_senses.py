@@ -36,7 +36,7 @@ def each(models: list[Model], text: Callable[[Model], str | None], joiner: str =
     model, "MiniLM: ...; SmolLM2: ..."."""
     values = [(m.label, value) for m in models if (value := text(m)) is not None]
     if long:
-        return "; ".join(f"{label}: {value}" if len(values) > 1 else value for label, value in values)
+        return "; ".join(f"{label}: {value}" for label, value in values)
     parts = [f"{value} ({label})" for label, value in values]
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f" {joiner} " + parts[-1]
 
@@ -283,7 +283,7 @@ def w4(run: RunTables) -> str:
         rows, low = v["rows"], v["low"]
         text = (
             f"below 0 in {len(v['below'])} of {len(rows)} layers ({fmt_layers(v['below'].index)}; standardised beta "
-            f"{fmt_span(rows['value'].min(), rows['value'].max())}, most negative {fmt_signed(rows.loc[low, 'value'])} "
+            f"{fmt_span(rows['value'].min(), rows['value'].max())}, lowest {fmt_signed(rows.loc[low, 'value'])} "
             f"{fmt_ci(rows.loc[low, 'ci_low'], rows.loc[low, 'ci_high'], 2)} at layer {low}; "
             f"{fmt_count(rows['n'].max())} words)"
         )
