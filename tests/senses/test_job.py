@@ -138,6 +138,7 @@ def _full_rows(
     b4=(242, 20000),
     shape_gain_low=0.01,
     split_rows=True,
+    content=(-0.05, (-0.2, 0.1)),
 ):
     """Every measure the reworded claims read, on three layers (0 the control)."""
     rows = Rows("m", 0)
@@ -183,7 +184,9 @@ def _full_rows(
             n=2000,
         )
         add("beta_context_diversity_frequency", -0.4, ci=(-0.5, -0.3), n=2000)
-        add("beta_log_synsets_content", -0.05, ci=(-0.2, 0.1), n=900)
+        if content is not None:
+            add("beta_log_synsets_content", content[0], ci=content[1], n=900)
+            add("beta_context_diversity_content", -0.3, ci=(-0.45, -0.15), n=900)
     table = rows.frame()
     table["family"] = "separation"
     return table
@@ -243,6 +246,24 @@ def test_the_reworded_claims_read_the_controls():
         "W4 diversity share",
     }
     assert {"at_half", "as_set", "at_one_and_a_half", "changes"} <= set(moved.columns)
+
+
+def test_w4_takes_its_verdict_from_the_content_words_with_all_forms_beside_it():
+    # content words: log senses' interval below 0 in both layers above the input (one cluster per sense);
+    # all forms: it spans 0 (the paper's reading). The two disagree, and the verdict is the content words'.
+    claims = sense_claims({"m": _full_rows(content=(-0.14, (-0.2, -0.08)))}, {}, {}).set_index("claim")
+    w4 = claims.loc["W4"]
+    assert w4["status"] == FAILS
+    assert w4["evidence"].startswith("tagged content words (the verdict): ")
+    assert "below 0 with its 95% interval in 2 of 2 layers" in w4["evidence"]
+    assert "beside it, all word forms (stopwords and numerals in)" in w4["evidence"]
+    assert w4["evidence"].endswith("(all word forms alone: HOLDS)")
+    # the other way round: content words span 0, all forms above it in one of two layers (fails alone)
+    other = sense_claims({"m": _full_rows(beta_above=True)}, {}, {}).set_index("claim").loc["W4"]
+    assert other["status"] == HOLDS and other["evidence"].endswith("(all word forms alone: FAILS)")
+    # no content-word rows (an older run, or no tagger): the all-forms version decides, and says so
+    alone = sense_claims({"m": _full_rows(content=None)}, {}, {}).set_index("claim").loc["W4"]
+    assert alone["status"] == HOLDS and "no content-word version in this table" in alone["evidence"]
 
 
 def test_a_usage_has_its_sentence_length_and_the_key_of_its_stored_token_sequence():

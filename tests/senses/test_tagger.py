@@ -123,3 +123,18 @@ def test_index_counts_are_the_synsets_of_exactly_the_lemma(wordnet, wordnet_root
     ]:
         assert counts[(lemma, pos)] == exact_by_nltk(wordnet, lemma, pos), (lemma, pos)
     assert len(counts) == 155287  # WordNet 3.0's published count of (lemma, POS) index entries
+
+
+def test_content_words_leave_out_stopwords_numerals_impure_and_unknown_forms():
+    from contextuality.senses.tagger import content_words
+
+    tagged = pd.DataFrame(
+        {
+            "form": ["bank", "also", "third", "1,000", "run", "the", "plant", "zyx"],
+            "pos": ["n", "r", "a", "n", "v", "", "n", "n"],
+            "pos_purity": [1.0, 1.0, 1.0, 1.0, 0.6, 1.0, 0.95, 1.0],
+            "n_synsets_tagged": [10, 2, 3, 1, 41, 0, 4, 0],
+        }
+    )
+    # "also" is a stop word tagged ADV, "third" and "1,000" numerals, "run" impure, "the" no content POS, "zyx" no sense
+    assert content_words(tagged, 0.9)["form"].tolist() == ["bank", "plant"]

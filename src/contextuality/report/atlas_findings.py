@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from contextuality.core.atomic import atomic_path
+from contextuality.report.findings_run import FindingsError, markers, update_files
+from contextuality.report.findings_run import replace_block as replace_marked
 from contextuality.report.tables import fmt, md_text, pipe_table
 
-BEGIN, END = "<!-- atlas-findings:begin -->", "<!-- atlas-findings:end -->"
+MARKER = "atlas-findings"
+BEGIN, END = markers(MARKER)
 PAPER_NAMES = {"bert": "BERT", "gpt2": "GPT-2", "elmo": "ELMo"}
 MODEL_COLUMNS = (
     "model: kind, training",
@@ -31,10 +33,6 @@ MODEL_COLUMNS = (
     "CKA adjacent",
     "closest model (CKA)",
 )
-
-
-class FindingsError(ValueError):
-    """A table or a target file that the findings cannot be written from or into."""
 
 
 def _at(value, depth) -> str:
@@ -145,14 +143,8 @@ def readme_block(atlas: pd.DataFrame, claims: pd.DataFrame) -> str:
 
 
 def replace_block(text: str, block: str, where: str) -> str:
-    """``text`` with the part between the markers replaced by ``block``; both markers must be there once."""
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise FindingsError(
-            f"{where}: holds {text.count(BEGIN)} '{BEGIN}' and {text.count(END)} '{END}'; allowed: one of each, "
-            "in that order; add them around the atlas findings and rerun"
-        )
-    head, rest = text.split(BEGIN)
-    return f"{head}{BEGIN}\n{block}\n{END}{rest.split(END, 1)[1]}"
+    """``text`` with the part between the atlas markers replaced by ``block``; both markers must be there once."""
+    return replace_marked(text, block, where, MARKER)
 
 
 def read_tables(tables: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -184,19 +176,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         atlas, claims = read_tables(args.tables)
-        stale = []
-        for path, block in ((args.findings, findings_block), (args.readme, readme_block)):
-            if path is None:
-                continue
-            if not path.is_file():
-                raise FindingsError(f"{path}: not there; name the findings page or README to update")
-            text = path.read_text()
-            updated = replace_block(text, block(atlas, claims), str(path))
-            if updated != text and args.check:
-                stale.append(str(path))
-            elif updated != text:
-                with atomic_path(path) as tmp:
-                    Path(tmp).write_text(updated)
+        stale = update_files(
+            [
+                (args.findings, {MARKER: findings_block(atlas, claims)}),
+                (args.readme, {MARKER: readme_block(atlas, claims)}),
+            ],
+            args.check,
+        )
     except FindingsError as error:
         print(f"atlas_findings: {error}", file=sys.stderr)
         return 2

@@ -25,6 +25,58 @@ def fmt(value, digits: int = 3) -> str:
     return "–" if value is None or pd.isna(value) else f"{value:.{digits}f}"
 
 
+def fmt_signed(value, digits: int = 2) -> str:
+    """A number with its sign (+0.05, -0.14), an en dash for a missing one."""
+    return "–" if value is None or pd.isna(value) else f"{value:+.{digits}f}"
+
+
+def fmt_ci(low, high, digits: int = 3) -> str:
+    """A 95% interval: [low, high]."""
+    return f"[{fmt(low, digits)}, {fmt(high, digits)}]"
+
+
+def fmt_span(low, high, digits: int = 2) -> str:
+    """A range of values: one value when both ends agree at ``digits``, "a–b", or "a to b" when one is negative."""
+    a, b = fmt(low, digits), fmt(high, digits)
+    if a == b:
+        return a
+    return f"{a} to {b}" if a.startswith("-") or b.startswith("-") else f"{a}–{b}"
+
+
+def fmt_count(value) -> str:
+    """A count with thousands separators (12,437)."""
+    return "–" if value is None or pd.isna(value) else f"{int(round(float(value))):,}"
+
+
+def fmt_share(value, digits: int = 0) -> str:
+    """A share as a percentage (48%)."""
+    return "–" if value is None or pd.isna(value) else f"{value:.{digits}%}"
+
+
+def fmt_share_span(low, high) -> str:
+    """A range of shares as percentages: 4-20%, or one share when both ends agree."""
+    a, b = fmt_share(low), fmt_share(high)
+    return a if a == b else f"{a[:-1]}-{b}"
+
+
+def fmt_layers(layers: Iterable[int]) -> str:
+    """Layer numbers as runs: 1-4, 6, 9-11 (none: "none")."""
+    numbers = sorted({int(x) for x in layers})
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs) or "none"
+
+
+def fmt_in_layers(layers: Iterable[int]) -> str:
+    """ "layer 3" or "layers 1-4, 6"."""
+    numbers = sorted({int(x) for x in layers})
+    return f"layer {numbers[0]}" if len(numbers) == 1 else f"layers {fmt_layers(numbers)}"
+
+
 def write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` (UTF-8) under a temporary name, then rename it to ``path``."""
     with atomic_path(path) as tmp:

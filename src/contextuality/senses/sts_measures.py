@@ -12,6 +12,7 @@ import pandas as pd
 from contextuality.core.settings import SenseSettings
 from contextuality.senses import clusters, polysemy
 from contextuality.senses.rows import PREPROCESSINGS, Rows
+from contextuality.senses.tagger import content_words
 from contextuality.senses.vectors import preprocess, unit_rows
 
 BLOCK_ROWS = 20_000  # rows preprocessed at once (float64 copies)
@@ -136,17 +137,15 @@ def _frequency_regressions(rows: Rows, table: pd.DataFrame, tagged: pd.DataFrame
         "context diversity, Zipf frequency (wordfreq), length in characters, POS"
     )
     content = table.drop(columns=["pos", "n_synsets"]).merge(
-        tagged.rename(columns={"form": "word", "n_synsets_tagged": "n_synsets"})[
-            ["word", "pos", "pos_purity", "n_synsets"]
+        content_words(tagged, CONTENT_MIN_PURITY).rename(columns={"form": "word", "n_synsets_tagged": "n_synsets"})[
+            ["word", "pos", "n_synsets"]
         ],
         on="word",
     )
-    content = content[
-        (content["pos"] != "") & (content["pos_purity"] >= CONTENT_MIN_PURITY) & (content["n_synsets"] >= 1)
-    ]
     tagger_note = (
         f"content words only: POS and lemma from spaCy's en_core_web_sm 3.8.0 tagger, POS purity >= "
-        f"{CONTENT_MIN_PURITY}, WordNet senses of exactly (lemma, POS); covariates as the morphy version"
+        f"{CONTENT_MIN_PURITY}, spaCy's stop words and numerals out, WordNet senses of exactly (lemma, POS); "
+        "covariates as the morphy version"
     )
     for suffix, subset, what in (("frequency", table, morphy), ("content", content, tagger_note)):
         try:
@@ -157,13 +156,12 @@ def _frequency_regressions(rows: Rows, table: pd.DataFrame, tagged: pd.DataFrame
             )
             continue
         n_words = int(fit["n_words"].iloc[0])
-        terms = [("log_synsets", f"beta_log_synsets_{suffix}")]
+        terms = [
+            ("log_synsets", f"beta_log_synsets_{suffix}"),
+            ("context_diversity", f"beta_context_diversity_{suffix}"),
+        ]
         if suffix == "frequency":
-            terms += [
-                ("zipf", "beta_zipf"),
-                ("length", "beta_length"),
-                ("context_diversity", "beta_context_diversity_frequency"),
-            ]
+            terms += [("zipf", "beta_zipf"), ("length", "beta_length")]
         for term, measure in terms:
             rows.add(
                 "polysemy",

@@ -190,3 +190,17 @@ def tagged_forms(
         for lemma, pos in zip(table["lemma"], table["pos"])
     ]
     return table[FORM_COLUMNS].astype({"n_synsets_tagged": "int64"}).reset_index(drop=True)
+
+
+def content_words(tagged: pd.DataFrame, min_purity: float) -> pd.DataFrame:
+    """The rows of ``tagged_forms`` that are content words: a content POS (noun, verb, adjective, adverb) in at least
+    ``min_purity`` of the form's occurrences, a WordNet entry for exactly (lemma, POS), and neither one of spaCy's
+    English stop words ("also", "very", "first" are tagged ADV or ADJ) nor a numeral ("third", "1,000": spaCy's
+    ``like_num``), so that W4's content-word version has neither stopwords nor numerals in it."""
+    from spacy.lang.en.lex_attrs import like_num
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    forms = tagged["form"].astype(str)
+    function = forms.isin(STOP_WORDS) | forms.map(like_num).astype(bool)
+    keep = (tagged["pos"] != "") & (tagged["pos_purity"] >= min_purity) & (tagged["n_synsets_tagged"] >= 1)
+    return tagged[keep & ~function]

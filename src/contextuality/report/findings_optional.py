@@ -1,0 +1,71 @@
+"""Sentences of the word-senses findings for measures a run may not have (newer ones): each is written only where
+its rows are in the run's ``senses/layers.csv``. To add one: a function of the models that have the measure, and
+an entry under its claim in ``OPTIONAL``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from contextuality.report.findings_run import Model
+from contextuality.report.tables import fmt, fmt_ci, fmt_share, fmt_signed, fmt_span
+
+
+def _each(models: list[Model], text: Callable[[Model], str | None]) -> str:
+    from contextuality.report.findings_senses import each
+
+    return each(models, text)
+
+
+def _best(m: Model, measure: str):
+    from contextuality.report.findings_senses import measured
+
+    return measured(m, measure)
+
+
+def gain_over_shape(models: list[Model]) -> str:
+    def one(m: Model) -> str | None:
+        row = _best(m, "auroc_gain_over_shape")
+        return None if row is None else f"{fmt_signed(row['value'], 3)} {fmt_ci(row['ci_low'], row['ci_high'])}"
+
+    return f"The model's gain over shape (cosine + shape against shape alone, paired over lemma resamples): {_each(models, one)}."
+
+
+def heldout_shape(models: list[Model]) -> str:
+    def one(m: Model) -> str | None:
+        row = _best(m, "heldout_balanced_accuracy_shape")
+        return None if row is None else fmt(row["value"])
+
+    return f"The same held-out design on shape features alone gives a balanced accuracy of {_each(models, one)}."
+
+
+def two_senses(models: list[Model]) -> str:
+    def one(m: Model) -> str | None:
+        rows = m.sense_rows("delta_cluster_index_two_senses").dropna(subset=["value"])
+        if rows.empty:
+            return None
+        seen = rows[(rows["value"] < 0) & (rows["p"] < 0.05)]
+        return f"{fmt_span(rows['value'].min(), rows['value'].max())}, detected in {len(seen)} of {len(rows)} layers"
+
+    return (
+        "A real-sense positive control, two senses of one lemma on the same token in balanced subsamples: "
+        f"{_each(models, one)}."
+    )
+
+
+def detectable_share(models: list[Model]) -> str:
+    def one(m: Model) -> str | None:
+        values = m.sense(DETECTABLE_SHARE).dropna()
+        return None if values.empty else fmt_share(values.min())
+
+    return f"By its power, the test would see splits only if at least {_each(models, one)} of the polysemous words had them."
+
+
+# The measure of the smallest share of split words the W3b test detects (the name its branch gives it).
+DETECTABLE_SHARE = "detectable_split_share"
+
+# claim -> (measure, sentence of the models that have it), in the order they are written.
+OPTIONAL: dict[str, tuple[tuple[str, Callable[[list[Model]], str]], ...]] = {
+    "W3a": (("auroc_gain_over_shape", gain_over_shape), ("heldout_balanced_accuracy_shape", heldout_shape)),
+    "W3b": (("delta_cluster_index_two_senses", two_senses), (DETECTABLE_SHARE, detectable_share)),
+    "W3c": (),
+}
