@@ -193,16 +193,27 @@ def shown_content(page, kind: str, uri: str) -> str:
     return body.inner_text().strip() if broken == 0 else ""
 
 
+def pdf_download(page, uri: str) -> bytes | None:
+    """The file the shown page's download link gives (a figure's PDF), or None where the page offers none."""
+    link = page.frame_locator(f'iframe[src="{uri}"]').locator("a[download]")
+    if link.count() == 0:
+        return None
+    with page.expect_download(timeout=10_000) as download:
+        link.click()
+    assert download.value.suggested_filename.endswith(".pdf"), download.value.suggested_filename
+    return Path(download.value.path()).read_bytes()
+
+
 @pytest.mark.slow
 def test_every_category_and_item_of_the_report_opens_in_a_browser_with_no_error(report_page, tmp_path):
-    """Each question, each of its items shown by its eye (a figure's PNG, a table's page), no console or page
-    error, nothing blank, a screenshot of each (under this test's tmp_path)."""
+    """Each question, each of its items shown by its eye (a figure's page: its PNG, its PDF downloaded; a table's
+    page), no console or page error, nothing blank, a screenshot of each (under this test's tmp_path)."""
     page, errors = report_page
     started = time.monotonic()
     categories = page.evaluate("() => categories")
     results = page.evaluate("() => results")
     assert set(CATEGORIES.values()) <= set(categories), sorted(categories)
-    shots = 0
+    shots = figures = 0
     for category, subcategories in categories.items():
         for subcategory, paths in subcategories.items():
             where = f"{category} / {subcategory}"
@@ -220,8 +231,15 @@ def test_every_category_and_item_of_the_report_opens_in_a_browser_with_no_error(
                 page.screenshot(path=str(tmp_path / f"{shots:02d}-{Path(path).name}.png"))
                 assert not errors, f"{where}, {label!r}: {errors}"
                 assert content, f"{where}, {label!r}: a blank page ({tmp_path})"
+                if path.endswith(".page.html"):  # a figure: the PNG shown, the PDF its download
+                    pdf = pdf_download(page, results[path]["data_uri"])
+                    assert pdf is not None and pdf.startswith(b"%PDF-"), f"{where}, {label!r}: no PDF to download"
+                    figures += 1
     seconds = time.monotonic() - started
-    print(f"{shots} items of {len(categories)} categories in {seconds:.1f} s; screenshots in {tmp_path}")
+    print(
+        f"{shots} items ({figures} figures, their PDFs downloaded) of {len(categories)} categories in {seconds:.1f} s"
+    )
+    print(f"screenshots in {tmp_path}")
     assert shots == sum(len(paths) for subcategories in categories.values() for paths in subcategories.values())
 
 
