@@ -1,5 +1,6 @@
 """Figures 1-4 from synthetic layers tables, and the report captions."""
 
+import base64
 from pathlib import Path
 
 import numpy as np
@@ -98,10 +99,17 @@ def run():
 
 
 def check_files(png: Path, pdf: Path) -> None:
-    """Both files exist, carry the right magic bytes and are not trivially small."""
+    """Both files exist, carry the right magic bytes and are not trivially small; beside them the figure's page
+    for the report shows the PNG and offers the PDF as its download, both inside it (nothing fetched)."""
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert pdf.read_bytes()[:5] == b"%PDF-"
     assert png.stat().st_size > 10_000 and pdf.stat().st_size > 5_000
+    page = png.with_suffix(".page.html").read_text()
+    png_data, pdf_data = (base64.b64encode(path.read_bytes()).decode() for path in (png, pdf))
+    image = f'<img class="figure" alt="{png.stem}" src="data:image/png;base64,{png_data}">'
+    download = f'<a download="{pdf.name}" href="data:application/pdf;base64,{pdf_data}">'
+    assert image in page and download in page and page.index(download) < page.index(image)
+    assert "<script" not in page and "<link" not in page
 
 
 def test_plot_all_writes_every_figure(tmp_path, run):
@@ -112,7 +120,7 @@ def test_plot_all_writes_every_figure(tmp_path, run):
         assert png == tmp_path / "figs" / f"{name}.png" and pdf == tmp_path / "figs" / f"{name}.pdf"
         check_files(png, pdf)
     assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == sorted(
-        f"{n}.{ext}" for n in figures.FIGURES for ext in ("png", "pdf")
+        f"{n}.{ext}" for n in figures.FIGURES for ext in ("png", "pdf", "page.html")
     )  # no temporary files left
 
 
@@ -215,7 +223,14 @@ def test_geometry_dashboard_and_rogue_dimensions(tmp_path, relative_depth):
             rogue, layers, "M", tmp_path / "r.png", tmp_path / "r.pdf", relative_depth=relative_depth
         )
     )
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.pdf", "g.png", "r.pdf", "r.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "g.page.html",
+        "g.pdf",
+        "g.png",
+        "r.page.html",
+        "r.pdf",
+        "r.png",
+    ]
 
 
 def test_top_rogue_dimensions_follow_each_layers_leaders():

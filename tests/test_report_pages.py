@@ -7,7 +7,7 @@ import re
 import pandas as pd
 
 from conftest import PROJECT
-from contextuality.report.html import CATEGORIES, frame_markdown, markdown_html, page
+from contextuality.report.html import ANSWERS, CATEGORIES, frame_markdown, markdown_html, page
 
 CLAIMS = """# The paper's claims, checked on this run
 
@@ -75,8 +75,10 @@ def test_every_report_item_is_filed_under_the_question_it_answers():
     report = PROJECT / "workflow" / "report"
     for name in (*FIGURES, *SENSE_FIGURES, "geometry", "rogue_dimensions", "table1"):
         assert (report / f"fig_{name}.rst").is_file(), name
-    for caption in re.findall(r'caption="\.\./report/([^"{}]+)"', rules):
+    for caption in re.findall(r'caption="([^"{}]+)"', rules):
         assert (report / caption).is_file(), caption
+    # every item through common.smk's `shown` (one label: no format toggle, whose half-filled rows blank a page)
+    assert len(re.findall(r"\breport\(", rules)) == 1 and "def shown(" in rules
     for name in ("claims", "summary", "table1"):  # the answers' pages (rule report_pages)
         assert (report / f"{name}.rst").is_file() and name in CATEGORIES
     for name in ("atlas", "atlas_cka"):  # the atlas (rule atlas): its figures, and its table's page
@@ -87,15 +89,23 @@ def test_every_report_item_is_filed_under_the_question_it_answers():
 # --------------------------------------------------------------------------------------------------
 # The report of a real run: `snakemake --report report.zip`, and a headless browser on it
 
+import os  # noqa: E402
 import shutil  # noqa: E402
+import time  # noqa: E402
 import zipfile  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
 from conftest import run_snakemake  # noqa: E402
 from workflow_runs import audited_smoke_run, failure  # noqa: E402
 
+# The browser: the one CONTEXTUALITY_BROWSER names (CI sets it: a missing browser or playwright fails there),
+# else the first Chromium on PATH; with neither, the browser tests skip.
+BROWSER_ENV = "CONTEXTUALITY_BROWSER"
 BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
+# What the report's eye shows in place (anything else it downloads): every item must be one of these.
+SHOWN = {"image/png": "img", "image/svg+xml": "img", "image/jpeg": "img", "text/html": "html"}
 
 
 @pytest.fixture(scope="module")
@@ -123,25 +133,126 @@ def test_the_report_holds_the_answers_as_pages_filed_by_question(report):
         assert question in index
 
 
-@pytest.mark.slow
-def test_a_headless_browser_shows_the_claims_page_of_the_report_with_its_verdicts(report, tmp_path):
-    """Opened as a reader opens it: the report's page, its first category, the claims' eye icon."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    browser = next(filter(None, map(shutil.which, BROWSERS)), None)
-    if browser is None:
-        pytest.skip("no Chromium on this machine (Debian: apt-get install chromium-headless-shell)")
+def browser_path() -> str:
+    named = os.environ.get(BROWSER_ENV)
+    if named:
+        assert shutil.which(named), f"{BROWSER_ENV}={named}: no such browser"
+        return shutil.which(named)
+    found = next(filter(None, map(shutil.which, BROWSERS)), None)
+    if found is None:
+        pytest.skip(
+            f"no Chromium on this machine (Debian: apt-get install chromium-headless-shell; or set {BROWSER_ENV})"
+        )
+    return found
+
+
+@pytest.fixture(scope="module")
+def report_page(report):
+    """One headless Chromium page on the report, and the console errors and page errors it has logged."""
+    executable = browser_path()
+    if os.environ.get(BROWSER_ENV):
+        from playwright import sync_api  # a browser was named: playwright must be there too
+    else:
+        sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    errors: list[str] = []
     with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=browser, args=["--no-sandbox"])
-        page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+        chromium = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        page = chromium.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+        page.on("pageerror", lambda error: errors.append(f"{error.name}: {error.message}"))
         page.goto((report / "report.html").as_uri())
-        page.get_by_text("1. The answers").click()
-        page.locator("tr", has_text="the paper's claims, checked").locator("a").first.click()
-        frame = page.frame_locator("iframe")
-        frame.locator("table").first.wait_for(timeout=20_000)
-        rows = frame.locator("tr", has=frame.locator("span.verdict"))
-        text = rows.all_inner_texts()
-        page.screenshot(path=str(tmp_path / "claims.png"))
+        yield page, errors
         chromium.close()
+
+
+def shown_rows(page, category: str, subcategory: str) -> list:
+    """Open a category (and its subcategory, where it has several) as a reader does: its rows, one per item."""
+    page.evaluate("() => app.setView({navbarMode: 'menu'})")
+    page.get_by_text(category, exact=True).first.click()
+    if page.evaluate("category => Object.keys(categories[category]).length", category) > 1:
+        page.get_by_text(subcategory, exact=True).first.click()
+    rows = page.locator("tbody tr").filter(has=page.locator("a"))
+    rows.first.wait_for(timeout=10_000)
+    return rows.all()
+
+
+def shown_content(page, kind: str, uri: str) -> str:
+    """What the eye shows of the item at ``uri``: an image, or a page's text (every image in it loaded, no
+    wider than the view); an empty string for a blank one."""
+    if kind == "img":
+        image = page.locator(f'img[src="{uri}"]')
+        image.wait_for(timeout=10_000)
+        return "image" if image.evaluate("img => img.complete && img.naturalWidth > 0") else ""
+    page.locator(f'iframe[src="{uri}"]').wait_for(timeout=10_000)
+    body = page.frame_locator(f'iframe[src="{uri}"]').locator("body")
+    body.wait_for(timeout=10_000)
+    document = "b => b.ownerDocument.documentElement"
+    overflow = body.evaluate(f"b => ({document})(b).scrollWidth - ({document})(b).clientWidth")
+    assert overflow <= 1, f"{uri}: {overflow}px wider than the view (a wide table scrolls in its own box)"
+    broken = body.evaluate("b => [...b.querySelectorAll('img')].filter(i => !(i.complete && i.naturalWidth)).length")
+    return body.inner_text().strip() if broken == 0 else ""
+
+
+def pdf_download(page, uri: str) -> bytes | None:
+    """The file the shown page's download link gives (a figure's PDF), or None where the page offers none."""
+    link = page.frame_locator(f'iframe[src="{uri}"]').locator("a[download]")
+    if link.count() == 0:
+        return None
+    with page.expect_download(timeout=10_000) as download:
+        link.click()
+    assert download.value.suggested_filename.endswith(".pdf"), download.value.suggested_filename
+    return Path(download.value.path()).read_bytes()
+
+
+@pytest.mark.slow
+def test_every_category_and_item_of_the_report_opens_in_a_browser_with_no_error(report_page, tmp_path):
+    """Each question, each of its items shown by its eye (a figure's page: its PNG, its PDF downloaded; a table's
+    page), no console or page error, nothing blank, a screenshot of each (under this test's tmp_path)."""
+    page, errors = report_page
+    started = time.monotonic()
+    categories = page.evaluate("() => categories")
+    results = page.evaluate("() => results")
+    assert set(CATEGORIES.values()) <= set(categories), sorted(categories)
+    shots = figures = 0
+    for category, subcategories in categories.items():
+        for subcategory, paths in subcategories.items():
+            where = f"{category} / {subcategory}"
+            kinds = {path: SHOWN.get(results[path]["mime_type"]) for path in paths}
+            assert None not in kinds.values(), f"{where}: items only downloaded, not shown: {kinds}"
+            rows = shown_rows(page, category, subcategory)
+            assert not errors, f"{where}: {errors}"
+            assert len(rows) == len(paths), f"{where}: {len(rows)} rows for {len(paths)} items (a format toggle?)"
+            for row in rows:
+                label = row.inner_text().strip()
+                row.locator("a").first.click()  # the eye
+                path = page.evaluate("() => app.state.resultPath")
+                content = shown_content(page, kinds[path], results[path]["data_uri"])
+                shots += 1
+                page.screenshot(path=str(tmp_path / f"{shots:02d}-{Path(path).name}.png"))
+                assert not errors, f"{where}, {label!r}: {errors}"
+                assert content, f"{where}, {label!r}: a blank page ({tmp_path})"
+                if path.endswith(".page.html"):  # a figure: the PNG shown, the PDF its download
+                    pdf = pdf_download(page, results[path]["data_uri"])
+                    assert pdf is not None and pdf.startswith(b"%PDF-"), f"{where}, {label!r}: no PDF to download"
+                    figures += 1
+    seconds = time.monotonic() - started
+    print(
+        f"{shots} items ({figures} figures, their PDFs downloaded) of {len(categories)} categories in {seconds:.1f} s"
+    )
+    print(f"screenshots in {tmp_path}")
+    assert shots == sum(len(paths) for subcategories in categories.values() for paths in subcategories.values())
+
+
+@pytest.mark.slow
+def test_the_claims_page_shows_its_verdicts_in_the_browser(report_page):
+    """Opened as a reader opens it: the first question, the claims' eye, its verdicts coloured in the table."""
+    page, errors = report_page
+    page.evaluate("() => app.setView({navbarMode: 'menu'})")
+    page.get_by_text(ANSWERS, exact=True).first.click()
+    page.locator("tr", has_text="the paper's claims, checked").locator("a").first.click()
+    frame = page.frame_locator("iframe")
+    frame.locator("table").first.wait_for(timeout=20_000)
+    text = frame.locator("tr", has=frame.locator("span.verdict")).all_inner_texts()
+    assert not errors, errors
     assert len(text) > 10 and any("HOLDS" in row for row in text) and any("FAILS" in row for row in text)
     assert any(row.startswith("A1b") for row in text)
-    assert (tmp_path / "claims.png").stat().st_size > 50_000  # a page of table, not a blank one

@@ -578,6 +578,19 @@ def store_manifest_beside_device(wildcards):
 # Reporting: display names and what each model stands for and is, in no job's params but the reporting
 # rules', so renaming a model re-draws the figures and tables only.
 MODEL_LABELS = {key: model.label for key, model in SETTINGS.models.items()}
+
+
+def shown(path, name, item, caption=None):
+    """``path`` as an item of the report: filed under the question it answers (``CATEGORIES[name]``), with its
+    caption (a figure's, ``fig_{name}.rst``, unless given) and one label, ``item`` (wildcards allowed). One label:
+    Snakemake's report turns a second label with two values, each on half of a category's items, into a toggle,
+    and a category where one item lacks one of the values (a figure beside a table) renders a blank page
+    (TypeError reading 'mime_type'). Figures are their pages (``report.figure_files.write_page``): the PNG shown,
+    the PDF its download."""
+    caption = caption or f"fig_{name}.rst"
+    return report(path, caption=f"../report/{caption}", category=CATEGORIES[name], labels={"item": item})
+
+
 STANDS_FOR = {key: model.stands_for for key, model in SETTINGS.models.items()}
 # A model's identity: its source and the config entries that name its downloaded weights (a hub id and its pinned
 # revision, ELMo's files, ...); the reports call it the paper's own checkpoint only when these are the paper's.

@@ -109,19 +109,9 @@ rule combine_layers:
         words=layout.WORDS,
         layers=layout.LAYERS_CSV,  # in the report as a page (report.smk: model_pages)
         layers_parquet=layout.LAYERS_PARQUET,
-        postprocess=report(
-            layout.POSTPROCESS,
-            caption="../report/postprocess_table.rst",
-            category=CATEGORIES["postprocess"],
-            labels={"corpus": "{corpus}", "model": "{model}", "table": "post-processing"},
-        ),
+        postprocess=layout.POSTPROCESS,  # in the report as a page (report.smk: model_pages)
         rogue=layout.ROGUE,
-        context_words=report(
-            layout.CONTEXT_WORDS,
-            caption="../report/context_words.rst",
-            category=CATEGORIES["context_words"],
-            labels={"corpus": "{corpus}", "model": "{model}", "table": "words"},
-        ),
+        context_words=layout.CONTEXT_WORDS,  # in the report as a page (report.smk: model_pages)
     log:
         layout.COMBINE_LAYERS_LOG,
     benchmark:

@@ -10,14 +10,17 @@ rule figures:
         layers=expand(layout.LAYERS_PARQUET, corpus=MAIN_CORPUS, model=MODELS),
     output:
         **{
-            f"{name}_{ext}": report(
-                layout.path(layout.FIGURE, name=name, ext=ext),
-                caption=f"../report/fig_{name}.rst",
-                category=CATEGORIES[name],
-                labels={"figure": name, "format": ext},
-            )
+            f"{name}_{ext}": layout.path(layout.FIGURE, name=name, ext=ext)
             for name in FIGURES
             for ext in FIGURE_FORMATS
+        },
+        **{
+            f"{name}_page": shown(
+                layout.path(layout.FIGURE, name=name, ext="page.html"),
+                name,
+                f"Figure {number}: {name.replace('_', ' ')}",
+            )
+            for number, name in enumerate(FIGURES, start=1)
         },
     log:
         layout.FIGURES_LOG,
@@ -39,14 +42,17 @@ rule model_figures:
         rogue=in_corpus(layout.ROGUE, MAIN_CORPUS),
     output:
         **{
-            f"{name}_{ext}": report(
-                layout.path(layout.MODEL_FIGURE, model="{model}", name=name, ext=ext),
-                caption=f"../report/fig_{name}.rst",
-                category=CATEGORIES[name],
-                labels={"model": "{model}", "figure": name, "format": ext},
-            )
+            f"{name}_{ext}": layout.path(layout.MODEL_FIGURE, model="{model}", name=name, ext=ext)
             for name in MODEL_FIGURES
             for ext in FIGURE_FORMATS
+        },
+        **{
+            f"{name}_page": shown(
+                layout.path(layout.MODEL_FIGURE, model="{model}", name=name, ext="page.html"),
+                name,
+                f"{name.replace('_', ' ')}: {{model}}",
+            )
+            for name in MODEL_FIGURES
         },
     log:
         layout.MODEL_FIGURES_LOG,
@@ -76,12 +82,7 @@ rule summary:
         summary_tex=layout.path(layout.TABLE, name="summary", ext="tex"),
         claims_md=layout.path(layout.TABLE, name="claims", ext="md"),
         claims_csv=layout.path(layout.TABLE, name="claims", ext="csv"),
-        losses_csv=report(
-            layout.path(layout.TABLE, name="losses", ext="csv"),
-            caption="../report/losses.rst",
-            category=CATEGORIES["losses"],
-            labels={"table": "losses", "format": "csv"},
-        ),
+        losses_csv=layout.path(layout.TABLE, name="losses", ext="csv"),  # in the report as a page (report_pages)
     log:
         layout.SUMMARY_LOG,
     conda:
@@ -105,13 +106,14 @@ rule table1:
         csv=layout.path(layout.TABLE, name="table1", ext="csv"),
         md=layout.path(layout.TABLE, name="table1", ext="md"),
         tex=layout.path(layout.TABLE, name="table1", ext="tex"),
-        png=report(
-            layout.path(layout.FIGURE, name="table1_by_layer", ext="png"),
-            caption="../report/fig_table1.rst",
-            category=CATEGORIES["table1_by_layer"],
-            labels={"figure": "table1_by_layer", "format": "png"},
-        ),
+        png=layout.path(layout.FIGURE, name="table1_by_layer", ext="png"),
         pdf=layout.path(layout.FIGURE, name="table1_by_layer", ext="pdf"),
+        page=shown(
+            layout.path(layout.FIGURE, name="table1_by_layer", ext="page.html"),
+            "table1_by_layer",
+            "Table 1 by layer (figure)",
+            caption="fig_table1.rst",
+        ),
     log:
         layout.TABLE1_LOG,
     conda:
@@ -130,15 +132,15 @@ rule report_pages:
         claims=rules.summary.output.claims_md,
         summary=rules.summary.output.summary_md,
         table1=[rules.table1.output.md] if SETTINGS.static.enabled else [],
+        losses=rules.summary.output.losses_csv,
     output:
         **{
-            name: report(
-                layout.path(layout.TABLE, name=name, ext="html"),
-                caption=f"../report/{name}.rst",
-                category=CATEGORIES[name],
-                labels={"table": title, "format": "page"},
+            name: shown(layout.path(layout.TABLE, name=name, ext="html"), name, title, caption=f"{name}.rst")
+            for name, title in (
+                ("claims", "the paper's claims, checked"),
+                ("summary", "this run beside the paper"),
+                ("losses", "occurrences each model could not measure"),
             )
-            for name, title in (("claims", "the paper's claims, checked"), ("summary", "this run beside the paper"))
             + ((("table1", "Table 1"),) if SETTINGS.static.enabled else ())
         },
     log:
@@ -150,9 +152,12 @@ rule report_pages:
 
 
 rule model_pages:
-    # One model's per-layer measurements (and its word senses by layer) as a page the report displays.
+    # One model's tables as pages the report displays: its per-layer measurements (and its word senses by layer),
+    # its post-processing table and its most context-specific words.
     input:
         layers=layout.LAYERS_CSV,
+        postprocess=layout.POSTPROCESS,
+        context_words=layout.CONTEXT_WORDS,
         # the word senses are measured on the study's corpus only
         senses=branch(
             lambda wildcards: SETTINGS.senses.enabled and wildcards.corpus == MAIN_CORPUS,
@@ -160,11 +165,12 @@ rule model_pages:
             otherwise=[],
         ),
     output:
-        layers=report(
-            layout.LAYERS_HTML,
-            caption="../report/layers_table.rst",
-            category=CATEGORIES["layers"],
-            labels={"corpus": "{corpus}", "model": "{model}", "table": "every layer's measurements", "format": "page"},
+        layers=shown(layout.LAYERS_HTML, "layers", "every layer's measurements: {model}", caption="layers_table.rst"),
+        postprocess=shown(
+            layout.POSTPROCESS_HTML, "postprocess", "post-processing: {model}", caption="postprocess_table.rst"
+        ),
+        context_words=shown(
+            layout.CONTEXT_WORDS_HTML, "context_words", "context-specific words: {model}", caption="context_words.rst"
         ),
     log:
         layout.MODEL_PAGES_LOG,

@@ -168,12 +168,7 @@ rule measure_senses:
         model=rules.materialise_model.output.model,
         record=rules.materialise_model.output.record,
     output:
-        layers=report(
-            layout.SENSE_LAYERS,
-            caption="../report/senses_table.rst",
-            category=CATEGORIES["senses_layers"],
-            labels={"model": "{model}", "table": "senses per layer"},
-        ),
+        layers=layout.SENSE_LAYERS,  # in the report on the model's page (report.smk: model_pages)
         words=layout.SENSE_WORDS,
     log:
         layout.MEASURE_SENSES_LOG,
@@ -203,14 +198,13 @@ rule senses_figures:
         layers=expand(layout.SENSE_LAYERS, corpus=MAIN_CORPUS, model=MODELS),
     output:
         **{
-            f"{name}_{ext}": report(
-                layout.path(layout.FIGURE, name=name, ext=ext),
-                caption=f"../report/fig_{name}.rst",
-                category=CATEGORIES[name],
-                labels={"figure": name, "format": ext},
-            )
+            f"{name}_{ext}": layout.path(layout.FIGURE, name=name, ext=ext)
             for name in SENSE_FIGURES
             for ext in FIGURE_FORMATS
+        },
+        **{
+            f"{name}_page": shown(layout.path(layout.FIGURE, name=name, ext="page.html"), name, name.replace("_", " "))
+            for name in SENSE_FIGURES
         },
     log:
         layout.SENSES_FIGURES_LOG,

@@ -112,24 +112,24 @@ rule similarity_figures:
         pairs=[layout.path(layout.SIMILARITY_PAIR, corpus=MAIN_CORPUS, model_a=a, model_b=b) for a, b in MODEL_PAIRS],
     output:
         **{
-            f"{model}_{ext}": report(
-                layout.path(layout.MODEL_FIGURE, model=model, name="similarity", ext=ext),
-                caption="../report/fig_similarity.rst",
-                category=CATEGORIES["similarity"],
-                labels={"model": model, "figure": "similarity", "format": ext},
-            )
+            f"{model}_{ext}": layout.path(layout.MODEL_FIGURE, model=model, name="similarity", ext=ext)
             for model in MODELS
             for ext in FIGURE_FORMATS
         },
+        **{f"pairs_{ext}": layout.path(layout.FIGURE, name="similarity_pairs", ext=ext) for ext in FIGURE_FORMATS},
         **{
-            f"pairs_{ext}": report(
-                layout.path(layout.FIGURE, name="similarity_pairs", ext=ext),
-                caption="../report/fig_similarity_pairs.rst",
-                category=CATEGORIES["similarity_pairs"],
-                labels={"figure": "similarity_pairs", "format": ext},
+            f"{model}_page": shown(
+                layout.path(layout.MODEL_FIGURE, model=model, name="similarity", ext="page.html"),
+                "similarity",
+                f"layer similarity within: {model}",
             )
-            for ext in FIGURE_FORMATS
+            for model in MODELS
         },
+        pairs_page=shown(
+            layout.path(layout.FIGURE, name="similarity_pairs", ext="page.html"),
+            "similarity_pairs",
+            "layer similarity across models",
+        ),
     log:
         layout.SIMILARITY_FIGURES_LOG,
     conda:
@@ -156,31 +156,16 @@ rule atlas:
     output:
         csv=layout.path(layout.TABLE, name="atlas", ext="csv"),
         md=layout.path(layout.TABLE, name="atlas", ext="md"),
-        html=report(
-            layout.path(layout.TABLE, name="atlas", ext="html"),
-            caption="../report/atlas.rst",
-            category=CATEGORIES["atlas"],
-            labels={"table": "atlas"},
+        html=shown(
+            layout.path(layout.TABLE, name="atlas", ext="html"), "atlas", "the atlas (table)", caption="atlas.rst"
         ),
         curves=layout.path(layout.TABLE, name="atlas_curves", ext="csv"),
-        figure=[
-            report(
-                layout.path(layout.FIGURE, name="atlas", ext=ext),
-                caption="../report/fig_atlas.rst",
-                category=CATEGORIES["atlas"],
-                labels={"figure": "atlas", "format": ext},
-            )
-            for ext in FIGURE_FORMATS
-        ],
-        cka_figure=[
-            report(
-                layout.path(layout.FIGURE, name="atlas_cka", ext=ext),
-                caption="../report/fig_atlas_cka.rst",
-                category=CATEGORIES["atlas_cka"],
-                labels={"figure": "atlas_cka", "format": ext},
-            )
-            for ext in FIGURE_FORMATS
-        ],
+        figure=[layout.path(layout.FIGURE, name="atlas", ext=ext) for ext in FIGURE_FORMATS],
+        cka_figure=[layout.path(layout.FIGURE, name="atlas_cka", ext=ext) for ext in FIGURE_FORMATS],
+        figure_page=shown(layout.path(layout.FIGURE, name="atlas", ext="page.html"), "atlas", "the atlas (figure)"),
+        cka_page=shown(
+            layout.path(layout.FIGURE, name="atlas_cka", ext="page.html"), "atlas_cka", "the atlas's CKA maps"
+        ),
     log:
         layout.ATLAS_LOG,
     conda:

@@ -1,10 +1,11 @@
-"""Snakemake entry point: every model's per-layer table -> Figures 1-4 (PNG and PDF)."""
+"""Snakemake entry point: every model's per-layer table -> Figures 1-4 (PNG, PDF and the page of each)."""
 
 from pathlib import Path
 
 import pandas as pd
 
 from contextuality.core.runtime import setup_job_logging
+from contextuality.report.figure_files import page_path
 from contextuality.report.figures import plot_all
 from contextuality.report.inert import from_inert_json
 
@@ -17,4 +18,6 @@ written = plot_all(
     relative_depth=snakemake.params.x_axis == "relative_depth",
 )
 expected = {Path(path) for path in snakemake.output}
-assert {path for pair in written.values() for path in pair} == expected, "figure names out of step with the rule"
+assert {path for png, pdf in written.values() for path in (png, pdf, page_path(png))} == expected, (
+    "figure names out of step with the rule"
+)

@@ -1,4 +1,4 @@
-"""Snakemake entry point: the answers (claims, summary, Table 1) and each model's per-layer tables as HTML pages
+"""Snakemake entry point: the answers (claims, summary, Table 1, the losses) and each model's tables as HTML pages
 that Snakemake's report displays (contextuality.report.html)."""
 
 from pathlib import Path
@@ -7,7 +7,7 @@ import pandas as pd
 
 from contextuality.core.atomic import atomic_path
 from contextuality.core.runtime import setup_job_logging
-from contextuality.report.html import markdown_html, model_page, page
+from contextuality.report.html import markdown_html, model_page, page, table_page
 from contextuality.report.inert import from_inert_json
 
 setup_job_logging(snakemake.log[0])
@@ -21,9 +21,11 @@ def write(path, title, markdown):
 if snakemake.rule == "model_pages":
     label = from_inert_json(snakemake.params.label)  # inert in report.html's parameters (report/inert.py)
     senses = pd.read_csv(snakemake.input.senses[0]) if snakemake.input.senses else None
-    write(
-        snakemake.output.layers, f"{label}: per layer", model_page(label, pd.read_csv(snakemake.input.layers), senses)
-    )
+    layers = pd.read_csv(snakemake.input.layers)
+    write(snakemake.output.layers, f"{label}: per layer", model_page(label, layers, senses))
+    for name, title in (("postprocess", "post-processing"), ("context_words", "the most context-specific words")):
+        table = pd.read_csv(snakemake.input[name])
+        write(snakemake.output[name], f"{label}: {title}", table_page(f"{label}: {title}", table))
 else:
     for name, title in (
         ("claims", "The paper's claims, checked"),
@@ -34,3 +36,5 @@ else:
         if sources:
             source = sources if isinstance(sources, str) else sources[0]
             write(snakemake.output[name], title, Path(source).read_text(encoding="utf-8"))
+    title = "Occurrences each model could not measure"
+    write(snakemake.output.losses, title, table_page(title, pd.read_csv(snakemake.input.losses)))

@@ -2,12 +2,15 @@
 
 No import beyond the standard library and ``core``: the Snakefile reads the names at every start. The
 figures across models are named in ``paper.FIGURES`` (the paper's Figures 1-4) and
-``senses.combine.SENSE_FIGURES``; each figure is written once per format in ``FORMATS``, by ``save_figure``.
+``senses.combine.SENSE_FIGURES``; each figure is written once per format in ``FORMATS``, by ``save_figure``,
+with its page beside its PNG (``page_path``): what the report shows, the PNG in place and the PDF its download.
 """
 
 from __future__ import annotations
 
+import base64
 import os
+from pathlib import Path
 
 from contextuality.core.atomic import atomic_path
 
@@ -25,3 +28,28 @@ def save_figure(fig, paths: dict[str, str | os.PathLike], *, dpi: int, **options
     for fmt in FORMATS:
         with atomic_path(paths[fmt]) as tmp:
             fig.savefig(tmp, format=fmt, dpi=dpi, metadata=METADATA[fmt], **options)
+    write_page(paths["png"], paths["pdf"])
+
+
+def page_path(png: str | os.PathLike) -> Path:
+    """A figure's page for the report: beside its PNG, the same name, ``.page.html`` (no table's page beside it)."""
+    return Path(png).with_suffix(".page.html")
+
+
+def write_page(png: str | os.PathLike, pdf: str | os.PathLike) -> Path:
+    """The figure's page (``page_path``): its PNG shown, its PDF a download. Snakemake's report shows a PDF in a
+    frame or downloads it, depending on the browser, and a figure filed in both formats is listed twice; one page
+    per figure shows the PNG first. Both files are inside the page (data: URIs): the page fetches nothing."""
+    from contextuality.report.html import page  # here: the Snakefile reads this module's names at every start
+
+    png, pdf = Path(png), Path(pdf)
+    image = base64.b64encode(png.read_bytes()).decode("ascii")
+    vector = base64.b64encode(pdf.read_bytes()).decode("ascii")
+    body = (
+        f'<p class="download"><a download="{pdf.name}" href="data:application/pdf;base64,{vector}">'
+        f"Download {pdf.name}</a> (the same figure as vector graphics, for print)</p>\n"
+        f'<img class="figure" alt="{png.stem}" src="data:image/png;base64,{image}">'
+    )
+    with atomic_path(page_path(png)) as tmp:
+        Path(tmp).write_text(page(png.stem, body), encoding="utf-8")
+    return page_path(png)

@@ -33,7 +33,6 @@ CATEGORIES = {
     "sense_baselines": "4. Word senses",
     "logit_lens": "4. Word senses",
     "polysemy": "4. Word senses",
-    "senses_layers": "4. Word senses",
     "geometry": "5. Geometry",
     "rogue_dimensions": "5. Geometry",
     "postprocess": "5. Geometry",
@@ -58,6 +57,7 @@ code { background: #f0f0f4; padding: 0 0.2em; border-radius: 3px; }
 .verdict { font-weight: 600; padding: 0 0.3em; border-radius: 3px; white-space: nowrap; }
 .HOLDS { background: #d7f2dc; color: #12602a; } .FAILS { background: #fbdada; color: #8a1414; }
 .PARTLY, .MIXED, .INCONCLUSIVE { background: #fdf0c8; color: #6b4e00; } .NA { background: #ececef; color: #555; }
+div.wide { overflow-x: auto; max-width: 100%; } img.figure { max-width: 100%; height: auto; }
 blockquote { border-left: 3px solid #d0d0d5; margin-left: 0; padding-left: 1em; color: #444; }
 """
 
@@ -138,7 +138,8 @@ def _table(lines: list[str]) -> str:
         + "</tr>\n"
         for row in rows
     )
-    return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>"
+    # in a box of its own that scrolls sideways: a 65-column table is not clipped at the window's edge
+    return f'<div class="wide"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table></div>'
 
 
 def markdown_html(text: str) -> str:
@@ -210,6 +211,11 @@ def model_page(label: str, layers, senses=None) -> str:
     if senses is not None:
         parts += ["", f"## {shown}: word senses by layer", "", frame_markdown(senses)]
     return "\n".join(parts)
+
+
+def table_page(title: str, table) -> str:
+    """The Markdown of a page of one table (a DataFrame) under its title, shown as written (``md_text``)."""
+    return "\n".join([f"# {md_text(title)}", "", frame_markdown(table)])
 
 
 def page(title: str, body_html: str) -> str:
