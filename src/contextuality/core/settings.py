@@ -296,6 +296,7 @@ class SenseSettings:
     cluster_null_draws: int
     lens_rows: int
     alignment_words: int
+    masked_words: int
     regression_min_occurrences: int
 
 
