@@ -94,7 +94,7 @@ def masked_rows(rows, x, prepared, head, counts: np.ndarray, layer_mean: np.ndar
     for view, vectors in views.items():
         out[f"{view}_own_token"] = lens.token_ranks(head, vectors, masked.tokens, after_final_norm=False)
         add_rank_rows(rows, f"{view}_own_token", out[f"{view}_own_token"], lens.frequency_baseline_ranks(masked.tokens, counts),
-                      f"B1 at the {view} occurrences of {n} (the same in both views); null: unigram frequency ranks")  # fmt: skip
+                      f"B1 on {n} occurrences, {view} (the same occurrences masked and visible); null: unigram frequency ranks")  # fmt: skip
     for view, vectors in views.items():
         out[f"{view}_row"] = lens.centroid_alignment(head, vectors, masked.tokens, partner[masked.codes],
                                                      after_final_norm=False, layer_mean=layer_mean)  # fmt: skip
