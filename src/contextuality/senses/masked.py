@@ -87,35 +87,39 @@ def masked_rows(rows, x, prepared, head, counts: np.ndarray, layer_mean: np.ndar
     if layer >= masked.hidden.shape[0]:
         raise ValueError(f"layer {layer}: the masked passes give {masked.hidden.shape[0]} layers; the store's layers "
                          "and the model's hidden states must be the same: rerun snakemake for this model")  # fmt: skip
-    views = {"masked": masked.hidden[layer], "unmasked": x[masked.rows]}
-    partner = prepared.aligned["token"].to_numpy()[prepared.aligned["partner"].to_numpy()]
+    views = ("masked", "unmasked")
+    vectors = np.concatenate([masked.hidden[layer], x[masked.rows]])  # both views in one pass over the V rows
+    tokens_of = prepared.aligned["token"].to_numpy()
+    partner = tokens_of[prepared.aligned["partner"].to_numpy()]
     n = len(masked.rows)
+    words, local = np.unique(masked.codes, return_inverse=True)
+    k = len(words)
+    centroids = [centroids_of(vectors[i * n : (i + 1) * n], (np.arange(n), local), k) for i in range(2)]
+    ranks = lens.token_ranks(head, vectors, np.tile(masked.tokens, 2), after_final_norm=False)
+    together = lens.centroid_alignment(head, np.concatenate([vectors, *centroids]),
+                                       np.concatenate([np.tile(masked.tokens, 2), np.tile(tokens_of[words], 2)]),
+                                       np.concatenate([np.tile(partner[masked.codes], 2), np.tile(partner[words], 2)]),
+                                       after_final_norm=False, layer_mean=layer_mean)  # fmt: skip
+    bounds = np.cumsum([0, n, n, k, k])
     out = {}
-    for view, vectors in views.items():
-        out[f"{view}_own_token"] = lens.token_ranks(head, vectors, masked.tokens, after_final_norm=False)
-        add_rank_rows(rows, f"{view}_own_token", out[f"{view}_own_token"], lens.frequency_baseline_ranks(masked.tokens, counts),
+    baseline = lens.frequency_baseline_ranks(masked.tokens, counts)
+    for i, view in enumerate(views):
+        out[f"{view}_own_token"] = ranks[i * n : (i + 1) * n]
+        add_rank_rows(rows, f"{view}_own_token", out[f"{view}_own_token"], baseline,
                       f"B1 on {n} occurrences, {view} (the same occurrences masked and visible); null: unigram frequency ranks")  # fmt: skip
-    for view, vectors in views.items():
-        out[f"{view}_row"] = lens.centroid_alignment(head, vectors, masked.tokens, partner[masked.codes],
-                                                     after_final_norm=False, layer_mean=layer_mean)  # fmt: skip
+        for name, part in (("row", i), ("alignment", 2 + i)):
+            result = {
+                key: value[bounds[part] : bounds[part + 1]] for key, value in together.items() if key != "summary"
+            }
+            out[f"{view}_{name}"] = result | {"summary": lens.alignment_summary(result, head.vocab_size)}
         add_alignment_rows(rows, f"{view}_row", out[f"{view}_row"], f"each {view} occurrence's vector vs its word's "
                            "own output row (centred as B4); null: a frequency-matched token's row")  # fmt: skip
-    words, local = np.unique(masked.codes, return_inverse=True)
-    for view, vectors in views.items():
-        centroids = centroids_of(vectors, (np.arange(n), local), len(words))
-        out[f"{view}_alignment"] = lens.centroid_alignment(head, centroids, prepared.aligned["token"].to_numpy()[words],
-                                                           partner[words], after_final_norm=False, layer_mean=layer_mean)  # fmt: skip
         add_alignment_rows(rows, f"{view}_alignment", out[f"{view}_alignment"], f"B4 from the {view} occurrences "
                            f"(up to {PER_WORD} a word): their centroid vs the word's own row; null: a frequency-matched token's row")  # fmt: skip
     for name, what in (("own_token", "B1"), ("row", "the occurrence's rank of its own row"), ("alignment", "B4")):
         first, second = (out[f"{view}_{name}"] for view in views)
         if isinstance(first, dict):
             first, second = first["rank"], second["rank"]
-        add_paired_rows(
-            rows,
-            f"masked_vs_unmasked_{name}_rank",
-            first,
-            second,
-            f"{what}: the rank at the mask minus the visible one's",
-        )
+        add_paired_rows(rows, f"masked_vs_unmasked_{name}_rank", first, second,
+                        f"{what}: the rank at the mask minus the visible one's")  # fmt: skip
     return out
