@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from contextuality.report.senses import FAILS, HOLDS, NA, sense_claims
-from contextuality.senses.job import sts_occurrences, token_ids_of, usage_row_numbers
+from contextuality.senses.job import sts_occurrences, usage_row_numbers
+from contextuality.senses.output_layer import token_ids_of
 from contextuality.senses.rows import Rows
 from contextuality.senses.sts_measures import self_similarity_by_form, word_seed
 
@@ -177,6 +178,8 @@ def _full_rows(
         add("alignment_median_rank", b4[0], null=b4[1], n=500)
         add("prediction_alignment_median_rank", b5[0], null=b5[1], n=500)
         add("prediction_alignment_share_rank_lt_10", 0.48, null=0.0, n=500)
+        add("prediction_vs_alignment_rank_median_difference", b5[0] - b4[0], p=1e-6 if b5[0] < b4[0] else 0.5, n=500)
+        add("prediction_vs_alignment_rank_share_lower", 0.8 if b5[0] < b4[0] else 0.3, null=0.1, n=500)
         add(
             "beta_log_synsets_frequency",
             0.1 if (beta_above and layer == 1) else -0.01,
@@ -225,6 +228,7 @@ def test_the_reworded_claims_read_the_controls():
     assert "p ≤ 0.001" in claims.loc["W3a", "evidence"] and "ceiling 0.700" in claims.loc["W3a", "evidence"]
     assert claims.loc["W3b", "status"] == FAILS and "positive control" in claims.loc["W3b", "evidence"]
     assert claims.loc["W3c", "status"] == HOLDS and "B5" in claims.loc["W3c", "evidence"]
+    assert "same tokens" in claims.loc["W3c", "evidence"] and "tied embeddings" in claims.loc["W3c", "evidence"]
     assert claims.loc["W4", "status"] == HOLDS
     # not beyond the strata of the length difference: W3a fails; the positive control blind: W3b N/A
     assert sense_claims({"m": _full_rows(strata_low=0.45)}, {}, {}).set_index("claim").loc["W3a", "status"] == FAILS

@@ -208,47 +208,88 @@ def test_llama_type_decoder_uses_its_rms_norm(tmp_path):
     np.testing.assert_allclose(lens_logits(head, hidden[1], after_final_norm=False), expected, atol=1e-5)
 
 
-def test_b5_finds_the_row_of_the_token_that_follows():
-    """B5 (issue 36): positions followed by token v hold e_v plus noise, and their own token is unrelated; the
-    prediction centroid then ranks v's row first, B4's own-token centroid does not."""
+def sense_settings(**changes):
     from contextuality.core.settings import SenseSettings
-    from contextuality.senses.output_layer import _prediction_alignment
+
+    values = dict(enabled=True, max_lemmas=None, permutations=19, bootstrap=99, cluster_words=2, cluster_subsample=4,
+                  cluster_subsamples=1, cluster_components=1, cluster_null_draws=0, lens_rows=10, alignment_words=30,
+                  masked_words=0, regression_min_occurrences=2)  # fmt: skip
+    return SenseSettings(**(values | changes))
+
+
+def synthetic_output(head, own, following, x):
+    """B1-B5's rows of one layer for hand-made occurrences: one sentence per occurrence, [own, following] its
+    tokens (following -1: the sentence ends), every occurrence a single piece."""
+    from contextuality.senses.output_layer import output_layer_rows, prepare_output
     from contextuality.senses.rows import Rows
 
+    n = len(own)
+    tokens = pd.DataFrame({"sentence_id": np.arange(n),
+                           "input_ids": [[a] if b < 0 else [a, b] for a, b in zip(own, following)]})  # fmt: skip
+    occurrences = pd.DataFrame({"row": np.arange(n), "sentence_id": np.arange(n), "token_first": 0, "token_last": 0,
+                                "form": [f"w{t}" for t in own], "word": [f"w{t}" for t in own]})  # fmt: skip
+    prepared = prepare_output(tokens, occurrences, head, sense_settings(), 0)
+    rows = Rows("m", 3)
+    words = pd.DataFrame({"form": sorted(set(occurrences["form"]))})
+    words = output_layer_rows(rows, words, x, occurrences, prepared, head, "", sense_settings(), 0,
+                              after_final_norm=True)  # fmt: skip
+    return prepared, rows.frame().set_index("measure"), words
+
+
+def test_b4_and_b5_are_ranked_on_the_same_tokens():
+    """Positions followed by token v hold e_v plus noise and their own token is unrelated: B5 ranks v's row first,
+    B4 does not, on one sample of tokens (those with >= 5 occurrences as a word and >= 5 positions followed by
+    them), compared paired; a token with only one of the two is left out of both."""
     rng = np.random.default_rng(3)
     head = hand_head(rng.normal(size=(200, 16)))
-    following = np.repeat(np.arange(0, 200, 5), 8)  # 40 next tokens, 8 positions each
-    x = (head.unembedding[following] + rng.normal(size=(following.size, 16)) * 0.3).astype(np.float32)
-    occurrences = pd.DataFrame({"row": np.arange(following.size)})
-    settings = SenseSettings(
-        enabled=True,
-        max_lemmas=None,
-        permutations=19,
-        bootstrap=99,
-        cluster_words=2,
-        cluster_subsample=4,
-        cluster_subsamples=1,
-        cluster_components=1,
-        cluster_null_draws=0,
-        lens_rows=10,
-        alignment_words=30,
-        regression_min_occurrences=2,
-    )
-    rows = Rows("m", 3)
-    _prediction_alignment(
-        rows,
-        x,
-        occurrences,
-        np.where(np.arange(following.size) % 8 == 7, -1, following),
-        head,
-        settings,
-        0,
-        after_final_norm=True,
-    )
-    table = rows.frame().set_index("measure")
+    tokens = np.arange(0, 200, 5)  # 40 tokens, each 8 times as a word and 8 times as the next token
+    own = np.tile(tokens, 8)
+    following = np.roll(own, 7)  # a token's occurrences are followed by other tokens
+    following[:8] = 199  # 199: followed by it 8 times, never a word itself
+    x = (head.unembedding[np.maximum(following, 0)] + rng.normal(size=(own.size, 16)) * 0.3).astype(np.float32)
+    prepared, table, words = synthetic_output(head, own, following, x)
+    assert 199 not in set(prepared.aligned["token"]) and len(prepared.aligned) == 30  # alignment_words
+    assert set(prepared.aligned["token"]) <= set(tokens)
     assert table.loc["prediction_alignment_median_rank", "value"] == 0
     assert table.loc["prediction_alignment_median_rank", "null"] > 10
-    assert (
-        table.loc["prediction_alignment_share_rank_lt_10", "value"] == 1
-        and table.loc["prediction_alignment_median_rank", "n"] == 30
-    )  # at most alignment_words tokens, each with >= 5 positions
+    assert table.loc["alignment_median_rank", "value"] > 10
+    assert table.loc["alignment_median_rank", "n"] == table.loc["prediction_alignment_median_rank", "n"] == 30
+    difference = table.loc["prediction_vs_alignment_rank_median_difference"]
+    assert difference["value"] < 0 and difference["p"] < 1e-4 and difference["n"] == 30
+    assert table.loc["prediction_vs_alignment_rank_share_lower", "value"] == 1
+    assert np.isnan(table.loc["alignment_input_median_rank", "value"])  # tied: said in the note
+    assert "tied" in table.loc["alignment_input_median_rank", "note"]
+    assert words["alignment_rank"].notna().sum() == 30
+
+
+def test_paired_rows_match_scipy_and_brute_force():
+    from scipy.stats import wilcoxon
+
+    from contextuality.senses.output_layer import add_paired_rows
+    from contextuality.senses.rows import Rows
+
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 50, 40), rng.integers(0, 60, 40)
+    rows = Rows("m", 0)
+    add_paired_rows(rows, "x", a, b, "a minus b")
+    table = rows.frame().set_index("measure")
+    assert table.loc["x_median_difference", "value"] == np.median(a - b)
+    assert table.loc["x_median_difference", "p"] == pytest.approx(wilcoxon(a, b).pvalue)
+    assert table.loc["x_share_lower", "value"] == np.mean(a < b)
+    assert table.loc["x_share_lower", "null"] == np.mean(a > b)
+
+
+def test_untied_b4_is_ranked_against_each_matrix():
+    """Occurrences hold their token's *input* row plus noise, the output rows are unrelated: B4 ranks the input
+    row first and the output row far down, and the paired difference says so."""
+    rng = np.random.default_rng(4)
+    inputs, outputs = rng.normal(size=(150, 16)).astype(np.float32), rng.normal(size=(150, 16)).astype(np.float32)
+    head = OutputHead("causal", False, outputs, None, inputs)
+    own = np.tile(np.arange(0, 150, 3), 6)  # 50 tokens, 6 occurrences each
+    following = np.roll(own, 1)
+    x = (inputs[own] + rng.normal(size=(own.size, 16)) * 0.3).astype(np.float32)
+    _, table, _ = synthetic_output(head, own, following, x)
+    assert table.loc["alignment_input_median_rank", "value"] == 0
+    assert table.loc["alignment_median_rank", "value"] > 10
+    difference = table.loc["alignment_output_vs_input_rank_median_difference"]
+    assert difference["value"] > 10 and difference["p"] < 1e-4

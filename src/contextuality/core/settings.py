@@ -278,8 +278,7 @@ class StaticSettings:
     baselines: dict[str, str]  # label -> embedding file, in label order
 
 
-# Every layer the sense job reads is held whole in this dtype, whatever metrics.compute_dtype (which it never
-# reads; its float64 work is on blocks and samples): a fixed part of the job, and what its memory is sized by.
+# The sense job holds every layer whole in this dtype, not metrics.compute_dtype (float64 on blocks and samples only)
 SENSE_LAYER_DTYPE = "float32"
 
 
@@ -296,6 +295,7 @@ class SenseSettings:
     cluster_null_draws: int
     lens_rows: int
     alignment_words: int
+    masked_words: int
     regression_min_occurrences: int
 
 

@@ -41,6 +41,8 @@ class OutputHead:
     sqrt(d)) has layer 0 = the row times that scale, while its head uses the stored matrix; ``final_norm``: the pre-norm decoder's final norm (a torch
     module, None for a masked LM or a decoder without one); ``transform``: the masked LM's dense+GELU+LayerNorm
     (a torch module, None for a decoder). ``model_class``: the transformers class it was loaded with.
+    A masked LM's head also keeps ``model`` (the loaded masked LM, for the passes with a word masked) and its
+    tokenizer's ``mask_token_id`` (None where it has no mask token); a decoder's keeps neither.
     """
 
     kind: str
@@ -51,6 +53,8 @@ class OutputHead:
     final_norm: Callable | None = None
     transform: Callable | None = None
     model_class: str = ""
+    model: object = None
+    mask_token_id: int | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -89,7 +93,13 @@ def output_head_or_reason(
     model, reason = _load_with_head(folder, kind, dtype, allow_pickle)
     if model is None:
         return None, reason
-    return _head_of(model, kind)
+    head, reason = _head_of(model, kind)
+    if head is not None and kind == "masked":
+        from transformers import AutoTokenizer
+
+        head.model = model
+        head.mask_token_id = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False).mask_token_id
+    return head, reason
 
 
 def _head_kind(folder: Path) -> tuple[str | None, str]:

@@ -1,7 +1,7 @@
 """The ``measure_senses`` job: every layer of one model, every sense measure, each layer file read once.
 
 The STS layer gives the polysemy regression (P1), the clusterability contrast (C1-C3) and the output-layer
-measures (B1-B4); the WordNet usages' layer gives the labelled sense separation (A1-A3, C5). Each measure is
+measures (B1-B5); the WordNet usages' layer gives the labelled sense separation (A1-A3, C5). Each measure is
 computed on centred and on standardised vectors (the layer's mean and per-dimension standard deviation over
 the STS occurrences the measures use: for a decoder, not its sentence-initial rows), so that the anisotropy and the rogue dimensions do not dominate every cosine; the
 output layer is read on the hidden states themselves, as the model does. Occurrences at a sentence's first
@@ -9,7 +9,7 @@ word are left out where a decoder has no left context there (counted in the rows
 
 Output: ``rows`` (long format: one row per measure and preprocessing, with its null, interval, p and count) and
 ``words`` (one row per word form of the STS index with a WordNet entry: its per-layer values). The measures
-themselves: ``sts_measures`` (P1, W4, C1-C3), ``output_layer`` (B1-B4), ``separation_rows`` (A1-A3).
+themselves: ``sts_measures`` (P1, W4, C1-C3), ``output_layer`` (B1-B5, ``masked``), ``separation_rows`` (A1-A3).
 From the store each layer is read here (``measure_layer``); on the device path (``metrics.on_device``) the job's
 own forward passes make it (``senses.device``), and the same per-layer measures take its rows
 (``measure_layer_rows``).
@@ -28,7 +28,7 @@ from contextuality.core.settings import SENSE_LAYER_DTYPE, SenseSettings
 from contextuality.models.kind import is_decoder, model_type_of
 from contextuality.senses import separation, tagger
 from contextuality.senses.frequency import zipf_of
-from contextuality.senses.output_layer import output_layer_rows, token_ids_of
+from contextuality.senses.output_layer import output_layer_rows, prepare_output
 from contextuality.senses.rows import Rows
 from contextuality.senses.separation_rows import separation_rows
 from contextuality.senses.split_control import SplitControl, two_sense_sets
@@ -98,7 +98,7 @@ class SenseContext:
     tagged: pd.DataFrame
     head: object
     head_reason: str
-    tokens: tuple  # (own, following, unigram counts) of the occurrences
+    tokens: object  # output_layer.OutputTokens: the occurrences' tokens, B4/B5's tokens, a masked LM's passes
     usages: pd.DataFrame
     usage_rows: np.ndarray
     usage_note: str
@@ -203,7 +203,10 @@ def prepare(paths: SensePaths, settings: SenseSettings, *, seed: int, head_loade
             f"{paths.tagged_forms}: lacks columns {missing}; rerun snakemake so that rule sense_tags writes it again"
         )
     head, reason = head_loader() if head_loader is not None else (None, "no output head was loaded")
-    tokens = token_ids_of(pd.read_parquet(paths.tokens), occurrences) if head is not None else None  # B1, B2
+    # B1-B5's tokens and samples (and a masked LM's passes with a word masked), once for every layer
+    tokens = (
+        prepare_output(pd.read_parquet(paths.tokens), occurrences, head, settings, seed) if head is not None else None
+    )
     usages, units = pd.read_parquet(paths.usages), pd.read_parquet(paths.senses_units)
     usage_rows = usage_row_numbers(usages, units)
     unstored, initial = int((usage_rows < 0).sum()), usages["position"].to_numpy() == 0

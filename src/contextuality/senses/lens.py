@@ -213,11 +213,11 @@ def centroid_alignment(
             target = cosines.gather(1, torch.from_numpy(chosen[part])[:, None])
             out[f"{name}cos"][part] = target[:, 0].double().numpy()
             out[f"{name}rank"][part] = (cosines > target).sum(1).numpy()
-    out["summary"] = _alignment_summary(out, head.vocab_size)
+    out["summary"] = alignment_summary(out, head.vocab_size)
     return out
 
 
-def _alignment_summary(out: dict, vocab_size: int) -> dict:
+def alignment_summary(out: dict, vocab_size: int) -> dict:
     """Medians, shares of rank < 10 (chance 10/V) and mean cosines, for the words and for the null."""
     n = int(out["rank"].size)
 

@@ -1,11 +1,16 @@
 """The output layer at every layer (spec senses.md §3(b)): B1-B3, each occurrence's own and next token ranked through
-the logit lens against unigram frequency; B4, each single-piece word's centroid against its own output row and
-a frequency-matched word's; and B5 (a decoder's), the centroid of the contexts *followed by* a token against that
-token's row, with the same centring and the same frequency-matched null. Which claim applies: a decoder's training
-target is the next token, a masked LM's the token itself (at masked positions only); so for a decoder B5, not B4, is
-the testable form of "the output row is the average of the word's contexts" (the spec's derivation)."""
+the logit lens against unigram frequency; B4, the centroid of a token's occurrences as a single-piece word against
+its own output row; and B5 (a decoder's), the centroid of the contexts *followed by* that token against the same row.
+B4 and B5 are taken on one sample of tokens (those with enough of both) with both ranks per token, so that they
+compare paired; each against a frequency-matched other token's row. Which claim applies: a decoder's training
+target is the next token, a masked LM's the token itself (at masked positions only: ``masked``); so for a decoder
+B5, not B4, is the testable form of "the output row is the average of the word's contexts" (the spec's
+derivation). With tied embeddings B4 cannot tell the input row carried up the residual stream from the output layer
+pulling the occurrences towards it; with untied ones B4 is ranked against each matrix."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -13,6 +18,24 @@ import pandas as pd
 from contextuality.core.settings import SenseSettings
 
 MEAN_ROWS = 10_000  # rows of the layer whose lens inputs give B4's mean m (a seeded sample)
+MIN_GROUP = 5  # occurrences (B4) and positions followed (B5) a token needs: a centroid of fewer is mostly noise
+
+
+@dataclass
+class OutputTokens:
+    """What every layer's output-layer measures share (``prepare_output``): each occurrence's own and next token
+    (-1: none), the corpus's unigram counts, the aligned tokens (``token``, ``n_word``, ``n_next``, ``partner``:
+    the frequency-matched token's index in the table) with the members of their centroids as (stored rows,
+    index of the token) pairs, and the masked passes of a masked LM (``masked.MaskedVectors``, or None)."""
+
+    own: np.ndarray
+    following: np.ndarray
+    counts: np.ndarray
+    aligned: pd.DataFrame
+    word_members: tuple  # B4: the token's occurrences as a single-piece word
+    next_members: tuple  # B5: the stored positions followed by the token (a decoder's; empty for a masked LM)
+    forms: pd.DataFrame  # code, form: the lower-cased forms of each aligned token's occurrences
+    masked: object = None
 
 
 def token_ids_of(tokens: pd.DataFrame, occurrences: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -34,12 +57,40 @@ def token_ids_of(tokens: pd.DataFrame, occurrences: pd.DataFrame) -> tuple[np.nd
     return own.astype(np.int64), following.astype(np.int64), np.bincount(flat.astype(np.int64))
 
 
+def prepare_output(
+    tokens: pd.DataFrame, occurrences: pd.DataFrame, head, settings: SenseSettings, seed: int
+) -> OutputTokens:
+    """The layer-independent part of B1-B5 (and a masked LM's masked passes), once per model."""
+    own, following, counts = token_ids_of(tokens, occurrences)
+    single = (occurrences["token_first"] == occurrences["token_last"]).to_numpy()
+    causal = head.kind == "causal"
+    size = int(max(own.max(initial=0), following.max(initial=0))) + 1
+    n_word = np.bincount(own[single], minlength=size)
+    n_next = np.bincount(following[following >= 0], minlength=size)
+    enough = (n_word >= MIN_GROUP) & ((n_next >= MIN_GROUP) | (not causal))
+    eligible = pd.DataFrame({"token": np.flatnonzero(enough), "n_word": n_word[enough], "n_next": n_next[enough]})
+    aligned = eligible.sample(n=min(settings.alignment_words, len(eligible)), random_state=seed % 2**32)
+    aligned = aligned.sort_values(["n_word", "token"], kind="stable").reset_index(drop=True)
+    aligned["partner"] = _frequency_partners(len(aligned)) if len(aligned) >= 2 else 0
+    index, rows = pd.Index(aligned["token"]), occurrences["row"].to_numpy()
+    word_codes = np.where(single, index.get_indexer(own), -1)
+    next_codes = index.get_indexer(following) if causal else np.full(len(rows), -1)
+    members = [(rows[codes >= 0], codes[codes >= 0]) for codes in (word_codes, next_codes)]
+    forms = pd.DataFrame({"code": word_codes, "form": occurrences["form"].to_numpy()})
+    prepared = OutputTokens(own, following, counts, aligned, *members, forms[word_codes >= 0].drop_duplicates())
+    if head.kind == "masked" and settings.masked_words > 0 and head.mask_token_id is not None and len(aligned) >= 2:
+        from contextuality.senses.masked import masked_vectors
+
+        prepared.masked = masked_vectors(head, tokens, occurrences, prepared, settings, seed)
+    return prepared
+
+
 def output_layer_rows(
     rows,
     words: pd.DataFrame,
     x,
     occurrences: pd.DataFrame,
-    tokens,
+    prepared: OutputTokens,
     head,
     head_reason: str,
     settings: SenseSettings,
@@ -47,7 +98,7 @@ def output_layer_rows(
     *,
     after_final_norm: bool,
 ) -> pd.DataFrame:
-    """B1-B3 (own and next-token ranks through the lens, against unigram ranks) and B4 into ``rows``; the words
+    """B1-B3 (own and next-token ranks through the lens, against unigram ranks), B4 and B5 into ``rows``; the words
     table gains each aligned word's ranks. Without a head, one row saying why."""
     from contextuality.senses import lens
 
@@ -57,7 +108,7 @@ def output_layer_rows(
         )
         return words
     target = "next token (a decoder's training target)" if head.kind == "causal" else "the token itself (masked LM)"
-    own, following, counts = tokens
+    own, following, counts = prepared.own, prepared.following, prepared.counts
     counts = np.pad(counts, (0, max(0, head.unembedding.shape[0] - len(counts))))
     sample = np.random.default_rng(seed).permutation(len(occurrences))[: settings.lens_rows]
     sample.sort()
@@ -67,24 +118,27 @@ def output_layer_rows(
     )  # one pass over the logits for B1 and B2
     for column, (name, ids) in enumerate((("own_token", own[sample]), ("next_token", following[sample]))):
         valid = ids >= 0
-        ranks = both[valid, column]
-        baseline = lens.frequency_baseline_ranks(ids[valid], counts)
-        summary, null = lens.rank_summary(ranks), lens.rank_summary(baseline)
         applies = "applies" if (name == "next_token") == (head.kind == "causal") else "reference only"
-        for stat in ("top1", "top10", "median_rank", "mean_log2_rank"):
-            rows.add(
-                "output_layer",
-                f"{name}_{stat}",
-                "hidden",
-                summary[stat],
-                null=null[stat],
-                n=summary["n"],
-                note=f"{head.kind} head, claim about {target}: {applies}; null: unigram frequency ranks",
-            )
-    words = _alignment(rows, words, x, occurrences, own, head, settings, seed, after_final_norm)
-    if head.kind == "causal":
-        _prediction_alignment(rows, x, occurrences, following, head, settings, seed, after_final_norm)
+        add_rank_rows(
+            rows, name, both[valid, column], lens.frequency_baseline_ranks(ids[valid], counts),
+            f"{head.kind} head, claim about {target}: {applies}; null: unigram frequency ranks",
+        )  # fmt: skip
+    layer_mean = layer_mean_of(head, x, seed, after_final_norm)
+    words = _alignments(rows, words, x, prepared, head, layer_mean, after_final_norm)
+    if prepared.masked is not None:
+        from contextuality.senses.masked import masked_rows
+
+        masked_rows(rows, x, prepared, head, counts, layer_mean)
     return words
+
+
+def add_rank_rows(rows, name: str, ranks, baseline, note: str) -> None:
+    """B1/B2's four summaries of ``ranks`` (``{name}_top1`` ...), each beside the same summary of ``baseline``."""
+    from contextuality.senses import lens
+
+    summary, null = lens.rank_summary(ranks), lens.rank_summary(baseline)
+    for stat in ("top1", "top10", "median_rank", "mean_log2_rank"):
+        rows.add("output_layer", f"{name}_{stat}", "hidden", summary[stat], null=null[stat], n=summary["n"], note=note)
 
 
 def _frequency_partners(n: int) -> np.ndarray:
@@ -96,141 +150,87 @@ def _frequency_partners(n: int) -> np.ndarray:
     return partner
 
 
-def _centroids(x, rows: np.ndarray, codes: np.ndarray, k: int) -> np.ndarray:
-    """The mean (k × d, float32) of x's ``rows`` per code 0..k-1, summed in float64."""
+def centroids_of(x, members: tuple, k: int) -> np.ndarray:
+    """The mean (k × d, float32) of x's rows per code 0..k-1 (``members``: rows, codes), summed in float64."""
+    rows, codes = members
     sums = np.zeros((k, x.shape[1]))
     np.add.at(sums, codes, x[rows].astype(np.float64))
-    return (sums / np.bincount(codes, minlength=k)[:, None]).astype(np.float32)
+    return (sums / np.maximum(np.bincount(codes, minlength=k), 1)[:, None]).astype(np.float32)
 
 
-def _prediction_alignment(
-    rows, x, occurrences, following, head, settings: SenseSettings, seed: int, after_final_norm: bool
-) -> None:
-    """B5: for each next token v with at least 5 stored positions before it, the centroid of those positions' hidden
-    states against v's own output row, and a frequency-matched other token's row (as B4)."""
+def layer_mean_of(head, x, seed: int, after_final_norm: bool) -> np.ndarray:
+    """m of B4: the mean of the lens inputs (N_f(h), or a masked LM's T(h)) over a seeded sample of the layer."""
     from contextuality.senses import lens
 
-    table = pd.DataFrame({"row": occurrences["row"].to_numpy(), "token": following}).query("token >= 0")
-    per_token = table.groupby("token").size().rename("n")
-    per_token = per_token[per_token >= 5].reset_index()
-    if len(per_token) < 2:
-        rows.add(
-            "output_layer",
-            "prediction_alignment_median_rank",
-            "centred",
-            np.nan,
-            note="not measurable: < 2 next tokens with 5 positions",
-        )
-        return
-    chosen = per_token.sample(n=min(settings.alignment_words, len(per_token)), random_state=seed % 2**32)
-    chosen = chosen.sort_values(["n", "token"], kind="stable").reset_index(drop=True)
-    partner = _frequency_partners(len(chosen))
-    members = table[table["token"].isin(chosen["token"])]
-    codes = pd.Index(chosen["token"]).get_indexer(members["token"])
-    centroids = _centroids(x, members["row"].to_numpy(), codes, len(chosen))
-    tokens = chosen["token"].to_numpy()
     sample = np.sort(np.random.default_rng(seed).permutation(len(x))[:MEAN_ROWS])
-    layer_mean = lens.lens_input_mean(head, x[sample], after_final_norm=after_final_norm)
-    result = lens.centroid_alignment(
-        head, centroids, tokens, tokens[partner], after_final_norm=after_final_norm, layer_mean=layer_mean
-    )
-    summary = result["summary"]
-    what = (
-        "centroid of the stored positions followed by a token vs that token's row (B5); null: a frequency-matched "
-        "token's row"
-    )
-    rows.add(
-        "output_layer",
-        "prediction_alignment_median_rank",
-        "centred",
-        summary["median_rank"],
-        null=summary["null_median_rank"],
-        n=len(chosen),
-        note=what,
-    )
-    rows.add(
-        "output_layer",
-        "prediction_alignment_share_rank_lt_10",
-        "centred",
-        summary["share_rank_lt_10"],
-        null=summary["null_share_rank_lt_10"],
-        n=len(chosen),
-        note=f"chance {summary['chance_share']:.2g}",
-    )
-    rows.add(
-        "output_layer",
-        "prediction_alignment_mean_cos",
-        "centred",
-        summary["mean_cos"],
-        null=summary["null_mean_cos"],
-        n=len(chosen),
-    )
+    return lens.lens_input_mean(head, x[sample], after_final_norm=after_final_norm)
 
 
-def _alignment(
-    rows, words: pd.DataFrame, x, occurrences, own, head, settings: SenseSettings, seed: int, after_final_norm: bool
-) -> pd.DataFrame:
-    """B4: each single-piece word's centroid against its own output row, and a frequency-matched other word's."""
+def _alignments(rows, words: pd.DataFrame, x, prepared: OutputTokens, head, layer_mean, after_final_norm: bool):
+    """B4 and B5 on the same tokens (a decoder's; a masked LM has B4 only), both ranks per token compared paired;
+    with untied embeddings B4 also against the input rows."""
     from contextuality.senses import lens
 
-    table = occurrences.assign(token=own, single=occurrences["token_first"] == occurrences["token_last"])
-    per_word = table.groupby("word").agg(
-        n=("row", "size"), token=("token", "first"), tokens=("token", "nunique"), single=("single", "all")
-    )
-    per_word = per_word[per_word["single"] & (per_word["tokens"] == 1) & (per_word["n"] >= 5)]
-    if len(per_word) < 2:
-        rows.add(
-            "output_layer", "alignment_median_rank", "centred", np.nan, note="not measurable: < 2 single-piece words"
-        )
+    aligned, causal = prepared.aligned, head.kind == "causal"
+    if len(aligned) < 2:
+        both = " and 5 stored positions followed by it" if causal else ""
+        rows.add("output_layer", "alignment_median_rank", "centred", np.nan,
+                 note=f"not measurable: < 2 tokens with 5 occurrences as a single-piece word{both}")  # fmt: skip
         return words
-    chosen = per_word.sample(n=min(settings.alignment_words, len(per_word)), random_state=seed % 2**32)
-    chosen = chosen.sort_values(["n", "token"], kind="stable")
-    # the null partner: the neighbour in frequency order (pairs swap; an odd one out takes the one before)
-    order = np.arange(len(chosen))
-    partner = np.where(order % 2 == 0, np.minimum(order + 1, len(chosen) - 1), order - 1)
-    partner[-1] = len(chosen) - 2 if len(chosen) % 2 else partner[-1]
-    members = table[table["word"].isin(chosen.index)]
-    codes = pd.Index(chosen.index).get_indexer(members["word"])
-    centroids = np.zeros((len(chosen), x.shape[1]))
-    np.add.at(centroids, codes, x[members["row"].to_numpy()].astype(np.float64))
-    centroids = (centroids / np.bincount(codes, minlength=len(chosen))[:, None]).astype(np.float32)
-    tokens = chosen["token"].to_numpy()
-    # m of B4: the mean of the lens inputs (N_f(h), or a masked LM's transform(h)) over a seeded sample of the layer
-    sample = np.sort(np.random.default_rng(seed).permutation(len(x))[:MEAN_ROWS])
-    layer_mean = lens.lens_input_mean(head, x[sample], after_final_norm=after_final_norm)
-    result = lens.centroid_alignment(
-        head, centroids, tokens, tokens[partner], after_final_norm=after_final_norm, layer_mean=layer_mean
-    )
-    summary = result["summary"]
-    rows.add(
-        "output_layer",
-        "alignment_median_rank",
-        "centred",
-        summary["median_rank"],
-        null=summary["null_median_rank"],
-        n=len(chosen),
-        note="centroid vs own row; null: a frequency-matched word's row",
-    )
-    rows.add(
-        "output_layer",
-        "alignment_share_rank_lt_10",
-        "centred",
-        summary["share_rank_lt_10"],
-        null=summary["null_share_rank_lt_10"],
-        n=len(chosen),
-        note=f"chance {summary['chance_share']:.2g}",
-    )
-    rows.add(
-        "output_layer",
-        "alignment_mean_cos",
-        "centred",
-        summary["mean_cos"],
-        null=summary["null_mean_cos"],
-        n=len(chosen),
-    )
-    ranks = pd.DataFrame(
-        {"word": chosen.index, "alignment_rank": result["rank"], "alignment_null_rank": result["null_rank"]}
-    )
-    ranks["form"] = ranks["word"].str.lower()
-    ranks = ranks.groupby("form")[["alignment_rank", "alignment_null_rank"]].median().reset_index()
-    return words.merge(ranks, on="form", how="left")
+    tokens, k = aligned["token"].to_numpy(), len(aligned)
+    null = tokens[aligned["partner"].to_numpy()]
+
+    def align(centroids, against=head):
+        return lens.centroid_alignment(
+            against, centroids, tokens, null, after_final_norm=after_final_norm, layer_mean=layer_mean
+        )
+
+    word_centroids = centroids_of(x, prepared.word_members, k)
+    b4 = align(word_centroids)
+    sample = "the same tokens as B5" if causal else "tokens with 5 occurrences as a single-piece word"
+    add_alignment_rows(rows, "alignment", b4, f"B4: the centroid of the token's occurrences as a word vs its own "
+                       f"output row ({sample}); null: a frequency-matched token's row")  # fmt: skip
+    if causal:
+        b5 = align(centroids_of(x, prepared.next_members, k))
+        add_alignment_rows(rows, "prediction_alignment", b5, "B5: the centroid of the stored positions followed by "
+                           "the token vs its row (the same tokens as B4); null: a frequency-matched token's row")  # fmt: skip
+        add_paired_rows(rows, "prediction_vs_alignment_rank", b5["rank"], b4["rank"], "B5's rank minus B4's")
+    if head.tied:
+        rows.add("output_layer", "alignment_input_median_rank", "centred", np.nan,
+                 note="tied embeddings: the input rows are the output rows, so B4 cannot tell the input row carried "
+                 "by the residual stream from the output layer's pull")  # fmt: skip
+    else:
+        b4_input = align(word_centroids, replace(head, unembedding=head.input_embeddings, bias=None))
+        add_alignment_rows(rows, "alignment_input", b4_input, "B4 against the input embedding rows (untied); the "
+                           "same query as B4; null: a frequency-matched token's input row")  # fmt: skip
+        add_paired_rows(rows, "alignment_output_vs_input_rank", b4["rank"], b4_input["rank"],
+                        "B4's rank among the output rows minus its rank among the input rows")  # fmt: skip
+    ranks = pd.DataFrame({"code": np.arange(k), "alignment_rank": b4["rank"], "alignment_null_rank": b4["null_rank"]})
+    ranks = ranks.merge(prepared.forms, on="code").groupby("form")[["alignment_rank", "alignment_null_rank"]]
+    return words.merge(ranks.median().reset_index(), on="form", how="left")
+
+
+def add_alignment_rows(rows, prefix: str, result: dict, note: str) -> None:
+    """``{prefix}_median_rank``, ``_share_rank_lt_10`` and ``_mean_cos`` of a ``centroid_alignment`` result."""
+    summary, n = result["summary"], result["summary"]["n"]
+    for measure, stat, extra in (("median_rank", "median_rank", ""),
+                                 ("share_rank_lt_10", "share_rank_lt_10", f"; chance {summary['chance_share']:.2g}"),
+                                 ("mean_cos", "mean_cos", "")):  # fmt: skip
+        rows.add("output_layer", f"{prefix}_{measure}", "centred", summary[stat], null=summary[f"null_{stat}"], n=n,
+                 note=note + extra)  # fmt: skip
+
+
+def add_paired_rows(rows, prefix: str, ranks, other, what: str) -> None:
+    """Two ranks of the same items compared paired: ``{prefix}_median_difference`` (the median of ranks - other,
+    p: Wilcoxon's signed-rank test, two-sided) and ``{prefix}_share_lower`` (the share where ranks < other,
+    i.e. the first ranks its row higher; null: the share the other way, ties the rest)."""
+    from scipy.stats import wilcoxon
+
+    ranks, other = np.asarray(ranks, dtype=np.float64), np.asarray(other, dtype=np.float64)
+    difference = ranks - other
+    p = wilcoxon(ranks, other).pvalue if np.any(difference != 0) else 1.0
+    n = difference.size
+    rows.add("output_layer", f"{prefix}_median_difference", "centred", np.median(difference), p=p, n=n,
+             note=f"{what}, per item (paired); p: Wilcoxon signed-rank")  # fmt: skip
+    rows.add("output_layer", f"{prefix}_share_lower", "centred", np.mean(ranks < other), null=np.mean(ranks > other),
+             n=n, note=f"{what}: the share below 0 (null: above 0; ties the rest)")  # fmt: skip
