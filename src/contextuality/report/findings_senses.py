@@ -274,7 +274,7 @@ def _w4_version(m: Model, suffix: str) -> dict | None:
 
 
 def w4(run: RunTables) -> str:
-    from contextuality.report.senses import W4_VERSIONS
+    from contextuality.report.polysemy_claim import W4_VERSIONS
 
     def version_text(m: Model, suffix: str) -> str | None:
         v = _w4_version(m, suffix)
