@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +20,10 @@ BENCHMARK_DIR = PROJECT / "resources" / "benchmarks"
 
 
 def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 900, env=None):
-    """Run the project's Snakefile in ``workdir`` (each test its own, as Snakemake locks directories)."""
+    """Run the project's Snakefile in ``workdir`` (each test its own, as Snakemake locks directories).
+
+    ``timeout`` is a stall limit, not a wall-clock one: the run is stopped only after ``timeout`` seconds in which
+    it printed nothing and wrote no file under ``workdir``, so a loaded machine makes a test slow, never an error."""
     command = [
         sys.executable,
         "-m",
@@ -30,7 +37,39 @@ def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None, tim
     if configfile is not None:
         command += ["--configfile", str(configfile)]
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=workdir, env=full_env)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(command, stdout=out, stderr=err, text=True, cwd=workdir, env=full_env,
+                                   start_new_session=True)  # fmt: skip
+        _wait_while_progressing(process, Path(workdir), (out, err), timeout)
+        out.seek(0), err.seek(0)
+        return subprocess.CompletedProcess(command, process.returncode, out.read(), err.read())
+
+
+def _progress_mark(workdir: Path, streams) -> tuple:
+    """What grows while a run works: its output and the newest file it wrote."""
+    sizes = tuple(os.fstat(stream.fileno()).st_size for stream in streams)
+    newest = 0.0
+    for root, _, files in os.walk(workdir):
+        for name in files:
+            with contextlib.suppress(OSError):
+                newest = max(newest, os.stat(os.path.join(root, name)).st_mtime)
+    return sizes, newest
+
+
+def _wait_while_progressing(process: subprocess.Popen, workdir: Path, streams, stall_s: float) -> None:
+    mark, since = _progress_mark(workdir, streams), time.monotonic()
+    while process.poll() is None:
+        time.sleep(min(5.0, stall_s / 10))
+        if (now := _progress_mark(workdir, streams)) != mark:
+            mark, since = now, time.monotonic()
+        elif time.monotonic() - since > stall_s:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise TimeoutError(
+                f"snakemake in {workdir} printed nothing and wrote no file for {stall_s:.0f} s: it stalled (a slow "
+                "machine only makes it slower; this limit is run_snakemake's timeout in tests/conftest.py)"
+            )
 
 
 def write_config(path: Path, config: dict) -> Path:
