@@ -40,7 +40,13 @@ def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None, tim
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         process = subprocess.Popen(command, stdout=out, stderr=err, text=True, cwd=workdir, env=full_env,
                                    start_new_session=True)  # fmt: skip
-        _wait_while_progressing(process, Path(workdir), (out, err), timeout)
+        try:
+            _wait_while_progressing(process, Path(workdir), (out, err), timeout)
+        finally:  # its own session: an interrupted test must not leave the run behind
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
         out.seek(0), err.seek(0)
         return subprocess.CompletedProcess(command, process.returncode, out.read(), err.read())
 

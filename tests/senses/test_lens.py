@@ -265,7 +265,7 @@ def test_b4_and_b5_are_ranked_on_the_same_tokens():
 def test_paired_rows_match_scipy_and_brute_force():
     from scipy.stats import wilcoxon
 
-    from contextuality.senses.output_layer import add_paired_rows
+    from contextuality.senses.output_rows import add_paired_rows
     from contextuality.senses.rows import Rows
 
     rng = np.random.default_rng(0)

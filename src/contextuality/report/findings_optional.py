@@ -6,36 +6,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from contextuality.report.findings_run import Model
+from contextuality.report.findings_run import Model, each, measured
 from contextuality.report.tables import fmt, fmt_ci, fmt_share, fmt_signed, fmt_span
-
-
-def _each(models: list[Model], text: Callable[[Model], str | None]) -> str:
-    from contextuality.report.findings_senses import each
-
-    return each(models, text)
-
-
-def _best(m: Model, measure: str):
-    from contextuality.report.findings_senses import measured
-
-    return measured(m, measure)
 
 
 def gain_over_shape(models: list[Model]) -> str:
     def one(m: Model) -> str | None:
-        row = _best(m, "auroc_gain_over_shape")
+        row = measured(m, "auroc_gain_over_shape")
         return None if row is None else f"{fmt_signed(row['value'], 3)} {fmt_ci(row['ci_low'], row['ci_high'])}"
 
-    return f"The model's gain over shape (cosine + shape against shape alone, paired over lemma resamples): {_each(models, one)}."
+    return f"The model's gain over shape (cosine + shape against shape alone, paired over lemma resamples): {each(models, one)}."
 
 
 def heldout_shape(models: list[Model]) -> str:
     def one(m: Model) -> str | None:
-        row = _best(m, "heldout_balanced_accuracy_shape")
+        row = measured(m, "heldout_balanced_accuracy_shape")
         return None if row is None else fmt(row["value"])
 
-    return f"The same held-out design on shape features alone gives a balanced accuracy of {_each(models, one)}."
+    return f"The same held-out design on shape features alone gives a balanced accuracy of {each(models, one)}."
 
 
 def two_senses(models: list[Model]) -> str:
@@ -48,7 +36,7 @@ def two_senses(models: list[Model]) -> str:
 
     return (
         "A real-sense positive control, two senses of one lemma on the same token in balanced subsamples: "
-        f"{_each(models, one)}."
+        f"{each(models, one)}."
     )
 
 
@@ -57,7 +45,7 @@ def detectable_share(models: list[Model]) -> str:
         values = m.sense(DETECTABLE_SHARE).dropna()
         return None if values.empty else fmt_share(values.min())
 
-    return f"By its power, the test would see splits only if at least {_each(models, one)} of the polysemous words had them."
+    return f"By its power, the test would see splits only if at least {each(models, one)} of the polysemous words had them."
 
 
 # The measure of the smallest share of split words the W3b test detects (the name its branch gives it).

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from contextuality.report.findings_run import Model, RunTables
-from contextuality.report.findings_senses import each, verdict_word
+from contextuality.report.findings_run import Model, RunTables, each
+from contextuality.report.findings_senses import verdict_word
 from contextuality.report.tables import fmt, fmt_count, fmt_in_layers, fmt_layers, fmt_share, fmt_share_span, fmt_span
 
 

@@ -8,6 +8,7 @@ sentence of the findings needs; a missing table or row gives None or an empty se
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,3 +149,31 @@ def update_files(targets: list[tuple[Path | None, dict]], check: bool) -> list[s
 
             write_text(path, updated)
     return stale
+
+
+def each(models: list[Model], text: Callable[[Model], str | None], joiner: str = "and", long: bool = False) -> str:
+    """One value per model with the model's label: "0.631 (MiniLM) and 0.613 (SmolLM2)"; ``long``: a clause per
+    model, "MiniLM: ...; SmolLM2: ..."."""
+    values = [(m.label, value) for m in models if (value := text(m)) is not None]
+    if long:
+        return "; ".join(f"{label}: {value}" for label, value in values)
+    parts = [f"{value} ({label})" for label, value in values]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f" {joiner} " + parts[-1]
+
+
+def best_layer(model: Model) -> int | None:
+    """The layer above the input where same-sense pairs are best told apart (the AUROC's largest)."""
+    auroc = model.sense("auroc_same_sense").iloc[1:].dropna()
+    return int(auroc.idxmax()) if len(auroc) else None
+
+
+def at_layer(model: Model, measure: str, layer: int | None) -> pd.Series | None:
+    rows = model.sense_rows(measure)
+    if layer is None or layer not in rows.index or pd.isna(rows.loc[layer, "value"]):
+        return None
+    return rows.loc[layer]
+
+
+def measured(model: Model, measure: str) -> pd.Series | None:
+    """A measure at the model's best layer, or None."""
+    return at_layer(model, measure, best_layer(model))

@@ -9,11 +9,11 @@ are there: adding a measure to the text is one entry there.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 import pandas as pd
 
-from contextuality.report.findings_run import FAILS, HOLDS, Model, RunTables
+from contextuality.report.findings_optional import OPTIONAL
+from contextuality.report.findings_run import FAILS, HOLDS, Model, RunTables, best_layer, each, measured
 from contextuality.report.senses import THRESHOLDS
 from contextuality.report.tables import (
     fmt,
@@ -31,16 +31,6 @@ WEAK_GAIN_OVER_SHAPE = 0.1
 ALPHA = THRESHOLDS["W3b alpha"]
 
 
-def each(models: list[Model], text: Callable[[Model], str | None], joiner: str = "and", long: bool = False) -> str:
-    """One value per model with the model's label: "0.631 (MiniLM) and 0.613 (SmolLM2)"; ``long``: a clause per
-    model, "MiniLM: ...; SmolLM2: ..."."""
-    values = [(m.label, value) for m in models if (value := text(m)) is not None]
-    if long:
-        return "; ".join(f"{label}: {value}" for label, value in values)
-    parts = [f"{value} ({label})" for label, value in values]
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f" {joiner} " + parts[-1]
-
-
 def verdict_word(status: str | None, holds: str = "holds", fails: str = "fails", na: str = "not testable") -> str:
     return {HOLDS: holds, FAILS: fails}.get(status or "", na)
 
@@ -53,36 +43,18 @@ def verdicts(run: RunTables, claim: str, models: list[Model] | None = None, **wo
     return "; ".join(f"{word} in {label}" for label, word in said.items())
 
 
-def best_layer(model: Model) -> int | None:
-    """The layer above the input where same-sense pairs are best told apart (the AUROC's largest)."""
-    auroc = model.sense("auroc_same_sense").iloc[1:].dropna()
-    return int(auroc.idxmax()) if len(auroc) else None
-
-
-def _at(model: Model, measure: str, layer: int | None) -> pd.Series | None:
-    rows = model.sense_rows(measure)
-    if layer is None or layer not in rows.index or pd.isna(rows.loc[layer, "value"]):
-        return None
-    return rows.loc[layer]
-
-
 def with_ci(row: pd.Series | None, digits: int = 3) -> str | None:
     return None if row is None else f"{fmt(row['value'], digits)} {fmt_ci(row['ci_low'], row['ci_high'], digits)}"
 
 
-def measured(model: Model, measure: str) -> pd.Series | None:
-    """A measure at the model's best layer, or None."""
-    return _at(model, measure, best_layer(model))
-
-
 def permutation_floor(note: str) -> float | None:
-    from contextuality.report.senses import _floor
+    from contextuality.report.sense_table import note_floor
 
-    return _floor(note)
+    return note_floor(note)
 
 
 def p_text(row: pd.Series) -> str:
-    from contextuality.report.senses import format_p
+    from contextuality.report.sense_table import format_p
 
     return format_p(float(row["p"]), permutation_floor(str(row.get("note", ""))))
 
@@ -253,8 +225,6 @@ def w3c(run: RunTables) -> str | None:
 
 def optional_sentences(run: RunTables, claim: str) -> str:
     """The sentences of ``OPTIONAL`` for ``claim`` whose measure is in the run's tables."""
-    from contextuality.report.findings_optional import OPTIONAL
-
     said = []
     for measure, sentence in OPTIONAL.get(claim, ()):
         models = [m for m in run.models if m.sense(measure).notna().any()]

@@ -4,13 +4,13 @@ rank and B4 at masked positions (``senses.output_layer``, ``senses.masked``)."""
 
 from __future__ import annotations
 
-from contextuality.report.senses import ALPHA, FAILS, HOLDS, NA, _rows, format_p
+from contextuality.report.sense_table import ALPHA, FAILS, HOLDS, NA, format_p, rows_of
 
 
 def w3c(table, t) -> tuple[str, str]:
     """W3c's verdict and evidence on one model's sense table (``report.senses.SENSE_CLAIMS``)."""
-    rank = _rows(table, "alignment_median_rank")
-    pred = _rows(table, "prediction_alignment_median_rank")
+    rank = rows_of(table, "alignment_median_rank")
+    pred = rows_of(table, "prediction_alignment_median_rank")
     if rank.empty or not rank["value"].notna().any():
         notes = table[table["family"] == "output_layer"]["note"].dropna()
         return NA, notes.iloc[0] if len(notes) else "no output layer"
@@ -26,7 +26,7 @@ def w3c(table, t) -> tuple[str, str]:
     )
     if pred.empty or not pred["value"].notna().any():
         return NA, f"{b4}; B5 (the contexts followed by a token) applies to a decoder only"
-    share = _rows(table, "prediction_alignment_share_rank_lt_10")
+    share = rows_of(table, "prediction_alignment_share_rank_lt_10")
     pred_better = pred.loc[1:][pred.loc[1:, "value"] < pred.loc[1:, "null"]]
     evidence = (
         f"B5, the centroid of the contexts followed by a token: median rank {pred.loc[last, 'value']:.0f} of "
@@ -35,11 +35,11 @@ def w3c(table, t) -> tuple[str, str]:
         f"{pred.loc[1, 'value']:.0f}; better than the null in {len(pred_better)} of {len(pred.loc[1:])} layers; "
         f"{b4}; n = {int(pred.loc[last, 'n'])} tokens"
     )
-    paired = _rows(table, "prediction_vs_alignment_rank_median_difference")
+    paired = rows_of(table, "prediction_vs_alignment_rank_median_difference")
     if paired.empty or last not in paired.index:  # a table from before B4 and B5 were paired
         holds = pred.loc[last, "value"] < pred.loc[last, "null"] and pred.loc[last, "value"] < rank.loc[last, "value"]
         return (HOLDS if holds else FAILS), evidence + " (two different token samples: rerun for the paired test)"
-    lower = _rows(table, "prediction_vs_alignment_rank_share_lower").loc[last]
+    lower = rows_of(table, "prediction_vs_alignment_rank_share_lower").loc[last]
     difference = paired.loc[last]
     evidence += (
         f"; on the same tokens B5's rank minus B4's: median {difference['value']:+.0f} (Wilcoxon p "
@@ -53,13 +53,13 @@ def w3c(table, t) -> tuple[str, str]:
 def _w3c_matrices(table, last: int) -> str:
     """What B4 can say about the input row: nothing beyond its rank with tied embeddings; with untied ones, its
     rank among each matrix's rows."""
-    inputs = _rows(table, "alignment_input_median_rank")
+    inputs = rows_of(table, "alignment_input_median_rank")
     if inputs.empty or not inputs["value"].notna().any():
         return (
             "tied embeddings (or no input-row ranks): B4 cannot tell the input row carried up the residual stream "
             "from the output layer pulling the occurrences towards it"
         )
-    difference = _rows(table, "alignment_output_vs_input_rank_median_difference").loc[last]
+    difference = rows_of(table, "alignment_output_vs_input_rank_median_difference").loc[last]
     return (
         f"untied embeddings: B4 against the input rows median rank {inputs.loc[last, 'value']:.0f} at the last "
         f"layer, {inputs.loc[1, 'value']:.0f} at layer 1 (output minus input rank at the last layer: median "
@@ -69,12 +69,12 @@ def _w3c_matrices(table, last: int) -> str:
 
 def _w3c_masked(table, last: int) -> str:
     """A masked LM's own-token rank and B4 at masked positions beside the visible occurrences' (same occurrences)."""
-    masked = _rows(table, "masked_own_token_median_rank", "hidden")
+    masked = rows_of(table, "masked_own_token_median_rank", "hidden")
     if masked.empty or last not in masked.index:
         return ""
-    visible = _rows(table, "unmasked_own_token_median_rank", "hidden").loc[last]
-    top1 = _rows(table, "masked_own_token_top1", "hidden").loc[last]
-    cells = {name: _rows(table, f"{name}_median_rank").loc[last] for name in ("masked_alignment", "unmasked_alignment",
+    visible = rows_of(table, "unmasked_own_token_median_rank", "hidden").loc[last]
+    top1 = rows_of(table, "masked_own_token_top1", "hidden").loc[last]
+    cells = {name: rows_of(table, f"{name}_median_rank").loc[last] for name in ("masked_alignment", "unmasked_alignment",
              "masked_row", "unmasked_row")}  # fmt: skip
     return (
         f"; at masked positions (a masked LM's training target, n = {int(masked.loc[last, 'n'])} occurrences): the "

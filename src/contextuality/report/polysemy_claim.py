@@ -4,7 +4,7 @@ length and POS in (``senses.polysemy``); the verdict from the tagged content wor
 
 from __future__ import annotations
 
-from contextuality.report.senses import FAILS, HOLDS, NA, _ci, _rows
+from contextuality.report.sense_table import FAILS, HOLDS, NA, ci_text, rows_of
 
 W4_VERSIONS = (
     ("content", "tagged content words (the verdict)", "tagged content words"),
@@ -14,13 +14,13 @@ W4_VERSIONS = (
 
 def _w4_version(table, suffix: str, layers, t) -> dict | None:
     """One W4 version on ``layers`` (those above the input): its betas, the layers below/above 0 and its verdict."""
-    beta = _rows(table, f"beta_log_synsets_{suffix}")
+    beta = rows_of(table, f"beta_log_synsets_{suffix}")
     if beta.empty or not beta["value"].notna().any():
         return None
     beta = beta.reindex(layers)
-    diversity = _rows(table, f"beta_context_diversity_{suffix}").reindex(beta.index)
+    diversity = rows_of(table, f"beta_context_diversity_{suffix}").reindex(beta.index)
     if not diversity["value"].notna().any():  # an older table: diversity's beta of the all-forms fit
-        diversity = _rows(table, "beta_context_diversity_frequency").reindex(beta.index)
+        diversity = rows_of(table, "beta_context_diversity_frequency").reindex(beta.index)
     below, above = beta[beta["ci_high"] < 0], beta[beta["ci_low"] > 0]
     diversity_matters = diversity[diversity["ci_high"] < 0]
     share = len(beta) * t["W4 polysemy share"]
@@ -37,14 +37,14 @@ def _w4_text(version: dict, what: str) -> str:
     )
     if len(version["above"]):
         text += "; ABOVE 0 in layer(s) " + ", ".join(
-            f"{int(k)} ({v:+.2f} {_ci(beta.loc[k])})" for k, v in version["above"]["value"].items()
+            f"{int(k)} ({v:+.2f} {ci_text(beta.loc[k])})" for k, v in version["above"]["value"].items()
         )
     return text + f"; beta(context diversity) below 0 in {len(version['diversity'])}"
 
 
 def w4(table, t) -> tuple[str, str]:
     """W4's verdict (from the tagged content words) and evidence, the all-forms version beside it."""
-    specified = _rows(table, "beta_log_synsets_frequency")
+    specified = rows_of(table, "beta_log_synsets_frequency")
     if specified.empty or not specified["value"].notna().any():
         return _w4_without_frequency(table, t)
     layers = specified.index[1:] if len(specified) > 1 else specified.index
@@ -66,7 +66,7 @@ def w4(table, t) -> tuple[str, str]:
 
 def _w4_without_frequency(table, t):
     """W4 on a table without the frequency covariates (an older run): log n and diversity only."""
-    beta, diversity = _rows(table, "beta_log_synsets"), _rows(table, "beta_context_diversity")
+    beta, diversity = rows_of(table, "beta_log_synsets"), rows_of(table, "beta_context_diversity")
     if beta.empty or not beta["value"].notna().any():
         return NA, "regression not measurable (too few words)"
     upper = beta.iloc[1:] if len(beta) > 1 else beta

@@ -9,21 +9,25 @@ the paper's own reading are checked on each model, each HOLDS, FAILS or N/A with
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
-HOLDS, FAILS, NA = "HOLDS", "FAILS", "N/A"
-ALPHA = 0.05
+from contextuality.report.output_claim import w3c
+from contextuality.report.polysemy_claim import w4
+from contextuality.report.sense_table import (  # noqa: F401  (ALPHA, layer_series, format_p: this module's API too)
+    ALPHA,
+    FAILS,
+    HOLDS,
+    NA,
+    ci_text,
+    format_p,
+    layer_series,
+    note_floor,
+    rows_of,
+)
+
 # The narrow cone: the layer's mean cosine between random words above this in most layers above the input.
 CONE_THRESHOLD = 0.1
-
-
-def layer_series(table: pd.DataFrame, measure: str, preprocessing: str, column: str = "value") -> pd.Series:
-    """One column of a sense table's rows of ``measure`` under ``preprocessing``, by layer."""
-    sub = table[(table["measure"] == measure) & (table["preprocessing"] == preprocessing)]
-    return sub.set_index("layer")[column].sort_index()
 
 
 # The thresholds the verdicts use: ours, not the spec's or the paper's, so ``sensitivity`` moves each by half.
@@ -37,31 +41,6 @@ THRESHOLDS = {
     "W4 diversity share": 0.5,  # ... and context diversity's in more than this share
 }
 SENSITIVITY_FACTORS = (0.5, 1.5)
-
-
-def _rows(table: pd.DataFrame, measure: str, preprocessing: str = "centred") -> pd.DataFrame:
-    return (
-        table[(table["measure"] == measure) & (table["preprocessing"] == preprocessing)].set_index("layer").sort_index()
-    )
-
-
-def format_p(p: float, floor: float | None = None) -> str:
-    """A p value for people: "≤ floor" at a permutation or bootstrap floor (the smallest p it can give)."""
-    if not np.isfinite(p):
-        return "n/a"
-    if floor is not None and p <= floor * (1 + 1e-9):
-        return f"≤ {floor:.1g}"
-    return f"{p:.2g}"
-
-
-def _floor(note: str) -> float | None:
-    """The permutation floor a row's note states ("floor 0.001"), if any."""
-    found = re.search(r"floor ([0-9.eE-]+)", note or "")
-    return float(found.group(1)) if found else None
-
-
-def _ci(row) -> str:
-    return f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
 
 
 SENSE_CLAIMS = {
@@ -127,8 +106,8 @@ def _checks(anisotropy):
         ("W2", lambda table, t: _w2(anisotropy, t)),
         ("W3a", _w3a),
         ("W3b", _w3b),
-        ("W3c", _w3c),
-        ("W4", _w4),
+        ("W3c", w3c),  # report/output_claim.py: B4, B5 and a masked LM's rows
+        ("W4", w4),  # report/polysemy_claim.py: two versions of one regression
     )
 
 
@@ -197,7 +176,7 @@ def _layer0_control(table) -> str:
     """What layer 0 is for this model, from its own rows: a rotary decoder's layer 0 holds no position, so pairs
     of the same stored token are identical vectors (AUROC exactly 0.5); a model that adds position embeddings
     there (MiniLM, GPT-2) sees each sentence's shape already."""
-    same_token = _rows(table, "auroc_same_token")["value"]
+    same_token = rows_of(table, "auroc_same_token")["value"]
     if not len(same_token) or not np.isfinite(same_token.iloc[0]):
         return "layer 0"
     if abs(same_token.iloc[0] - 0.5) < 1e-9:
@@ -206,20 +185,20 @@ def _layer0_control(table) -> str:
 
 
 def _w3a(table, t):
-    auroc = _rows(table, "auroc_same_sense")
+    auroc = rows_of(table, "auroc_same_sense")
     if auroc.empty or not auroc["value"].notna().any():
         return NA, "no labelled usages measured"
     alpha = t["W3a alpha"]
-    gain, strata = _rows(table, "auroc_minus_layer0"), _rows(table, "auroc_stratified")
-    shape, both = _rows(table, "auroc_shape"), _rows(table, "auroc_cosine_shape")
-    over = _rows(table, "auroc_gain_over_shape")
+    gain, strata = rows_of(table, "auroc_minus_layer0"), rows_of(table, "auroc_stratified")
+    shape, both = rows_of(table, "auroc_shape"), rows_of(table, "auroc_cosine_shape")
+    over = rows_of(table, "auroc_gain_over_shape")
     upper = auroc.iloc[1:]
     if gain.empty or strata.empty or both.empty:  # a table of an older run: the control alone
         beyond = upper[upper["ci_low"] > max(0.5, auroc["value"].iloc[0])]
         best = int(upper["value"].idxmax()) if upper["value"].notna().any() else 0
         return (HOLDS if len(beyond) else FAILS), (
             f"AUROC layer 0 (control) {auroc['value'].iloc[0]:.3f}; best layer {best}: "
-            f"{auroc.loc[best, 'value']:.3f} {_ci(auroc.loc[best])} (no shape baselines in this table)"
+            f"{auroc.loc[best, 'value']:.3f} {ci_text(auroc.loc[best])} (no shape baselines in this table)"
         )
     if over.empty:  # a table of before issue 43: cosine + shape's interval above shape alone's value
         beyond_shape = both.loc[gain.index, "ci_low"] > shape.loc[gain.index, "value"]
@@ -227,63 +206,65 @@ def _w3a(table, t):
         beyond_shape = (over.loc[gain.index, "ci_low"] > 0) & (over.loc[gain.index, "p"] < alpha)
     ok = (gain["p"] < alpha) & (gain["ci_low"] > 0) & (strata.loc[gain.index, "ci_low"] > 0.5) & beyond_shape
     best = int(upper["value"].idxmax())
-    evidence = _w3a_evidence(table, best, over, _rows(table, "heldout_balanced_accuracy_shape"))
+    evidence = _w3a_evidence(table, best, over, rows_of(table, "heldout_balanced_accuracy_shape"))
     evidence += f"; {int(ok.sum())} of {len(upper)} layers beyond the control and the shape (p < {alpha:g})"
     return (HOLDS if ok.any() else FAILS), evidence + f"; n = {int(auroc.loc[best, 'n'])} pairs"
 
 
 def _w3a_evidence(table, best: int, over: pd.DataFrame, shape_accuracy: pd.DataFrame) -> str:
     """W3a's numbers at its best layer: the gain over shape first (its headline), then the rest."""
-    row = lambda name: _rows(table, name).loc[best]  # noqa: E731
+    row = lambda name: rows_of(table, name).loc[best]  # noqa: E731
     auroc, gain, shape = row("auroc_same_sense"), row("auroc_minus_layer0"), row("auroc_shape")
     acc = row("heldout_balanced_accuracy")
-    layer0 = _rows(table, "auroc_same_sense").iloc[0]
-    token = _rows(table, "auroc_same_token")
+    layer0 = rows_of(table, "auroc_same_sense").iloc[0]
+    token = rows_of(table, "auroc_same_token")
     knn, delta, coarse = row("knn_accuracy"), row("delta_within_between"), row("auroc_same_sense_coarse")
     text = ""
     if not over.empty:
         g, upper = over.loc[best], over.iloc[1:]
         text = (
-            f"gain of cosine + shape over shape alone (held out by lemma) at layer {best}: {g['value']:+.3f} {_ci(g)}, "
-            f"paired p {format_p(g['p'], _floor(g['note']))}; {upper['value'].min():+.3f} to "
+            f"gain of cosine + shape over shape alone (held out by lemma) at layer {best}: {g['value']:+.3f} {ci_text(g)}, "
+            f"paired p {format_p(g['p'], note_floor(g['note']))}; {upper['value'].min():+.3f} to "
             f"{upper['value'].max():+.3f} over layers 1-{int(upper.index.max())}, {over['value'].iloc[0]:+.3f} at "
             f"{_layer0_control(table)}; "
         )
-    accuracy = f"held-out balanced accuracy {acc['value']:.3f} {_ci(acc)}"
+    accuracy = f"held-out balanced accuracy {acc['value']:.3f} {ci_text(acc)}"
     if not shape_accuracy.empty:
-        accuracy += f" against {shape_accuracy.loc[best, 'value']:.3f} {_ci(shape_accuracy.loc[best])} from shape alone"
+        accuracy += (
+            f" against {shape_accuracy.loc[best, 'value']:.3f} {ci_text(shape_accuracy.loc[best])} from shape alone"
+        )
     return text + (
         f"{accuracy}; cosine + shape AUROC {row('auroc_cosine_shape')['value']:.3f}, shape alone {shape['value']:.3f} "
-        f"{_ci(shape)}; AUROC {auroc['value']:.3f} {_ci(auroc)} against layer 0's {layer0['value']:.3f} "
+        f"{ci_text(shape)}; AUROC {auroc['value']:.3f} {ci_text(auroc)} against layer 0's {layer0['value']:.3f} "
         f"({token['value'].iloc[0]:.3f} over pairs of the same stored token; {token['note'].iloc[0].split(': ', 1)[-1]}), "
-        f"gain over layer 0 {gain['value']:+.3f} {_ci(gain)}, paired bootstrap p {format_p(gain['p'], _floor(gain['note']))}; "
-        f"within strata of the length difference {row('auroc_stratified')['value']:.3f} {_ci(row('auroc_stratified'))}; "
-        f"per-lemma AUROC {row('auroc_macro')['value']:.3f}; coarse {coarse['value']:.3f} {_ci(coarse)}; within- minus "
-        f"between-sense cosine {delta['value']:.3f}, permutation p {format_p(delta['p'], _floor(delta['note']))}; 1-NN "
-        f"{knn['value']:.3f} {_ci(knn)} (chance {row('knn_chance')['value']:.3f}, majority {knn['null']:.3f}, ceiling "
+        f"gain over layer 0 {gain['value']:+.3f} {ci_text(gain)}, paired bootstrap p {format_p(gain['p'], note_floor(gain['note']))}; "
+        f"within strata of the length difference {row('auroc_stratified')['value']:.3f} {ci_text(row('auroc_stratified'))}; "
+        f"per-lemma AUROC {row('auroc_macro')['value']:.3f}; coarse {coarse['value']:.3f} {ci_text(coarse)}; within- minus "
+        f"between-sense cosine {delta['value']:.3f}, permutation p {format_p(delta['p'], note_floor(delta['note']))}; 1-NN "
+        f"{knn['value']:.3f} {ci_text(knn)} (chance {row('knn_chance')['value']:.3f}, majority {knn['null']:.3f}, ceiling "
         f"{row('knn_ceiling')['value']:.3f})"
     )
 
 
 def _w3b(table, t):
-    delta = _rows(table, "delta_cluster_index")
+    delta = rows_of(table, "delta_cluster_index")
     if delta.empty or not delta["value"].notna().any():
         note = delta["note"].dropna().iloc[0] if not delta.empty and delta["note"].notna().any() else "no matched words"
         return NA, note
     alpha = t["W3b alpha"]
     significant = delta[(delta["value"] < 0) & (delta["p"] < alpha)]
     best = int(delta["value"].idxmin())
-    pseudo = _rows(table, "delta_cluster_index_pseudo")
+    pseudo = rows_of(table, "delta_cluster_index_pseudo")
     evidence = (
         f"poly - mono cluster index, most negative at layer {best}: {delta.loc[best, 'value']:.4f} "
-        f"{_ci(delta.loc[best])}, Mann-Whitney p {delta.loc[best, 'p']:.2g}; {len(significant)} of {len(delta)} "
+        f"{ci_text(delta.loc[best])}, Mann-Whitney p {delta.loc[best, 'p']:.2g}; {len(significant)} of {len(delta)} "
         f"layers with poly more clusterable at p < {alpha:g}; n = {int(delta.loc[best, 'n'])} words"
     )
     if pseudo.empty or not pseudo["value"].notna().any():
         return (HOLDS if len(significant) else FAILS), evidence + "; no positive control in this table"
     seen = pseudo[(pseudo["value"] < 0) & (pseudo["p"] < alpha)]
     shares = {
-        name: _rows(table, f"share_gaussian_null_rejected{suffix}")["value"]
+        name: rows_of(table, f"share_gaussian_null_rejected{suffix}")["value"]
         for name, suffix in (("poly", ""), ("mono", "_mono"))
     }
     evidence += (
@@ -302,7 +283,7 @@ def _w3b(table, t):
 
 def _w3b_real_senses(table, alpha: float) -> str:
     """The real-sense positive control (two senses of one lemma and stored token) and the test's power (issue 43)."""
-    two, share = _rows(table, "delta_cluster_index_two_senses"), _rows(table, "w3b_detectable_split_share")
+    two, share = rows_of(table, "delta_cluster_index_two_senses"), rows_of(table, "w3b_detectable_split_share")
     if two.empty or not two["value"].notna().any():
         return "; no two-senses control in this table (too few lemmas with two senses of 3+ usages)"
     seen = two[(two["value"] < 0) & (two["p"] < alpha)]
@@ -320,20 +301,8 @@ def _w3b_real_senses(table, alpha: float) -> str:
     return text
 
 
-def _w3c(table, t):
-    from contextuality.report.output_claim import w3c  # its own module: B4, B5 and the masked LM's rows
-
-    return w3c(table, t)
-
-
 # W4's two versions of the full regression: the verdict reads the first present (issue 43, item 4), the other
 # is shown beside it. Content words: spaCy's content POS and lemma (function words and numerals out).
-def _w4(table, t):
-    from contextuality.report.polysemy_claim import w4  # its own module: two versions of one regression
-
-    return w4(table, t)
-
-
 def sense_claims_section(claims: pd.DataFrame, sensitivity_table: pd.DataFrame | None = None) -> list[str]:
     """Markdown lines for claims.md: the question, each claim per model, and the thresholds' sensitivity."""
     from contextuality.report.tables import md_text, pipe_table

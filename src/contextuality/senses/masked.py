@@ -81,7 +81,7 @@ def masked_rows(rows, x, prepared, head, counts: np.ndarray, layer_mean: np.ndar
     """The masked measures of one layer (``rows.layer``) into ``rows``; returns the per-occurrence and per-word
     results (``{name}``: ranks, or a ``centroid_alignment`` result) for the tests."""
     from contextuality.senses import lens
-    from contextuality.senses.output_layer import add_alignment_rows, add_paired_rows, add_rank_rows, centroids_of
+    from contextuality.senses.output_rows import add_alignment_rows, add_paired_rows, add_rank_rows, centroids_of
 
     masked, layer = prepared.masked, int(rows.layer)
     if layer >= masked.hidden.shape[0]:
