@@ -22,10 +22,11 @@ if not workflow.overwrite_configfiles:
 report: "workflow/report/workflow.rst"
 
 
-# The image every job runs in with --software-deployment-method apptainer (ignored otherwise): the job image of
-# profiles/kubernetes/image (this project and its pinned dependencies), built and pushed by its build.sh, or an
-# apptainer image file made from it; CONTEXTUALITY_IMAGE names yours (docs/usage.md, "Scale out").
-container: os.environ.get("CONTEXTUALITY_IMAGE", "docker://ghcr.io/YOUR_ORG/contextuality:0.1")
+# The image every job runs in with --software-deployment-method apptainer (ignored otherwise): an apptainer
+# image file beside this Snakefile, made from the job image of profiles/kubernetes/image (this project and its
+# pinned dependencies) with its build.sh and `apptainer build`; no registry is needed. CONTEXTUALITY_IMAGE names
+# another image, a file or a `docker://` address (docs/usage.md, "Scale out").
+container: os.environ.get("CONTEXTUALITY_IMAGE", os.path.join(workflow.basedir, "contextuality-image.sif"))
 
 
 include: "workflow/rules/common.smk"

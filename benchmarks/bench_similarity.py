@@ -16,7 +16,8 @@ of the spec). Then, for each variant of ``--variants`` (default raw and unit_row
 each after one untimed call on a few rows (the first calls' imports and thread pools). Then the stage's total
 (the default run's similarity stage: both models within, the pair across, both variants, the nulls), the
 process's peak RSS (``resource.getrusage``; it holds both models' layers, as the pair's job does) and the load
-average before and after. Targets (spec 8.4): the stage <= 10 minutes on 2 idle cores, <= 2 GB peak per job.
+average before and after. Targets (the default run's budget): the stage <= 10 minutes on 2 idle cores, <= 2 GB
+peak per job.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The added time of issue 43's W3a and W3b measures on realistic sizes, one BLAS thread (the job's setting).
+"""The added time of W3a's and W3b's controls on realistic sizes, one BLAS thread (the job's setting).
 
     PYTHONPATH=src python benchmarks/bench_w3_controls.py [--lemmas 800] [--d 576] [--layers 31]
 

@@ -364,7 +364,7 @@ def test_float64_compute_matches_float32(fake_model):
 
 def test_a_layer_drawing_fewer_than_100_baseline_vectors_reports_its_sampled_baselines_as_na(fake_model):
     """30 sampled sentences: 1 in 30 sampled pairs is a vector with itself (cosine 1); with one sentence the
-    baseline was 1.000 (issue 35). Below reference.MIN_BASELINE_VECTORS the sampled baselines and the values
+    baseline was 1.000. Below reference.MIN_BASELINE_VECTORS the sampled baselines and the values
     adjusted by them are NaN; the exact ones stay, and the claims take them."""
     paths, occurrences = fake_model
     settings = measure_settings(seed=5, intra_sentences=20, baseline_samples=30, bootstrap_resamples=0, geometry=False)

@@ -62,7 +62,7 @@ def _unpack_and_read(archive, expected, barrier, results):
 
 def test_jobs_unpacking_one_archive_at_once_never_delete_or_half_show_each_others_folder(tmp_path):
     """Four jobs start on a model.tar whose folder is stale (its time changed, as a storage plugin's copy changes
-    it): one unpacks, none removes the folder another is reading (issue 35: 8 of 15 trials failed)."""
+    it): one unpacks, none removes the folder another is reading (before the fix, 8 of 15 trials failed)."""
     import hashlib
     import multiprocessing
 

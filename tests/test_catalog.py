@@ -46,6 +46,10 @@ def test_the_licence_is_the_mit_licence_pyproject_names_and_the_citation_names_t
 
 
 def test_the_snakefile_names_the_job_image_as_its_global_container():
+    """A local image file built from the job image's recipe (no registry), which docs/usage.md says how to build."""
     snakefile = (PROJECT / "Snakefile").read_text()
-    assert re.search(r"^container: os\.environ\.get\(\"CONTEXTUALITY_IMAGE\", \"docker://[^\"]+\"\)$", snakefile, re.M)
+    default = r"os\.path\.join\(workflow\.basedir, \"contextuality-image\.sif\"\)"
+    assert re.search(r"^container: os\.environ\.get\(\"CONTEXTUALITY_IMAGE\", " + default + r"\)$", snakefile, re.M)
+    usage = (PROJECT / "docs" / "usage.md").read_text()
+    assert "apptainer build contextuality-image.sif docker-daemon://contextuality:0.1" in usage
     assert (PROJECT / "profiles" / "kubernetes" / "image" / "Dockerfile").is_file()

@@ -1,5 +1,5 @@
-"""The paper's claims' thresholds (issue 43, item 7): each in its claim's statement, the verdicts at moved thresholds
-on tables whose answer is known, and S4's raw MEV beside its baseline with the attention-sink reading."""
+"""The paper's claims' thresholds, our reading of its words: each in its claim's statement, the verdicts at moved
+thresholds on tables whose answer is known, and S4's raw MEV beside its baseline with the attention-sink reading."""
 
 from __future__ import annotations
 

@@ -620,7 +620,7 @@ def test_latex_table_groups_escapes_and_marks():
 
 def test_claims_on_a_tiny_corpus_are_judged_with_the_exact_baselines():
     """One sentence: the sampled baseline drew every pair from one vector, 1.000, and A1b, S1 and S2 were judged on
-    it while the exact baseline in the same row said 0.07 (issue 35). Below 100 vectors the measurement reports the
+    it while the exact baseline in the same row said 0.07. Below 100 vectors the measurement reports the
     sampled baselines N/A (NaN), and each claim is judged with the exact ones, saying why."""
     table = layers_table("tiny", baseline=[0.07] * 4, self_adj=[0.5, 0.4, 0.3, 0.2], intra_adj=[0.2] * 4,
                          mev=[np.nan, 0.2, 0.2, 0.2], baseline_mev=[0.3] * 4)  # fmt: skip

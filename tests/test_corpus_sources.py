@@ -189,7 +189,7 @@ def test_sts_record_digests_each_release_file_and_the_sentences(tmp_path):
     assert record["sentences_sha256"] == hashlib.sha256(b"a\nb").hexdigest()
 
 
-# Issue 35: the new sources trust nothing that comes in. Each case below was accepted (a wrong corpus measured
+# The corpus sources trust nothing that comes in. Each case below was accepted (a wrong corpus measured
 # with exit 0, a file outside the folder read) or ended in a traceback before.
 
 

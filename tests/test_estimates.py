@@ -150,8 +150,9 @@ def _plan(tmp_path, lengths):
 
 def test_extraction_memory_takes_the_passes_and_windows_from_the_plan(tmp_path):
     """A corpus of paragraphs: 64 sentences of 2,048 tokens in a pass of SmolLM2 (31 x 576) hold 18.7 GB of hidden
-    states, where the estimate assumed STS's 128 tokens (issue 35). The plan's longest sentence in the shard sets a
-    pass, its widest window the pooled vectors; STS-length plans keep the calibrated estimate."""
+    states, where the estimate assumed STS's 128 tokens (a paragraph corpus ran out of memory). The plan's longest
+    sentence in the shard sets a pass, its widest window the pooled vectors; STS-length plans keep the calibrated
+    estimate."""
     model = _settings(tmp_path, batch_size=64, n_shards=2).models["m"]
     record = _record(tmp_path, 538_090_408, 31, 576)
     vector_bytes = 31 * 576 * 8

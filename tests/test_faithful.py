@@ -1,4 +1,4 @@
-"""The paper's GPT-2 input and misaligned reads (spec 1.4, 8.4-8.6), on byte-level BPE tokenizers built here."""
+"""The paper's GPT-2 input and misaligned reads, on byte-level BPE tokenizers built here."""
 
 from __future__ import annotations
 

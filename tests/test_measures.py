@@ -406,8 +406,8 @@ def test_exact_baseline_without_rows():
 
 
 def test_a_sampled_baseline_from_fewer_than_100_vectors_is_reported_as_na(rng):
-    """With one sentence every sampled pair is one vector: cosine 1.000 (issue 35). The paper's estimator stays
-    as defined; a layer reports it only from MIN_BASELINE_VECTORS vectors or more, as NaN below."""
+    """With one sentence every sampled pair is one vector: cosine 1.000, a baseline that says nothing. The paper's
+    estimator stays as defined; a layer reports it only from MIN_BASELINE_VECTORS vectors or more, as NaN below."""
     X = rng.normal(size=(12, 16))
     one = reference.anisotropy_baseline(X, np.array([0, 12]), np.array([0]), rng, n_pairs=1000)
     assert one.n_vectors == 1 and one.cosine == pytest.approx(1.0)

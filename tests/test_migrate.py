@@ -84,7 +84,7 @@ def test_the_old_layout_is_moved_into_the_corpus_level_each_file_where_the_layou
 
 
 def test_after_a_migration_only_stored_vectors_and_per_layer_measures_are_left_for_snakemake_touch(tmp_path):
-    """Issue 42, hole 1: the old code's tables, figures and combined measures must not be touched as current."""
+    """The old code's tables, figures and combined measures must not be touched as current: new code remakes them."""
     results = tmp_path / "results"
     _tree(results, OLD)
     main(["--results", str(results)])
@@ -96,7 +96,7 @@ def test_after_a_migration_only_stored_vectors_and_per_layer_measures_are_left_f
 
 
 def test_a_second_migration_moves_nothing_not_even_a_second_corpus(tmp_path, capsys):
-    """Issue 42, hole 6: a migrated tree with a second corpus (and the new code's own tables) stays as it is."""
+    """A second migration moves nothing: a tree with a second corpus (and the new code's own tables) stays as it is."""
     results = tmp_path / "results"
     _tree(results, OLD)
     main(["--results", str(results)])

@@ -1,4 +1,4 @@
-"""Facts with one home each (issue 37): a second home coming back fails here.
+"""Facts with one home each, so that they cannot drift apart: a second home coming back fails here.
 
 Each test names the fact, where it lives, and what restated it before.
 """

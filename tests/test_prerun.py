@@ -1,5 +1,6 @@
-"""The checks made when the Snakefile reads the config, before any job (issue 42, holes 7-11 and the smaller
-findings of the pre-run checks): each stops a run that would fail late in one line, and lets through what can run."""
+"""The checks made when the Snakefile reads the config, before any job (each a run that once failed late,
+or ran on a config it should have refused): each stops a run that would fail late in one line, and lets through
+what can run."""
 
 from __future__ import annotations
 

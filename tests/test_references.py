@@ -95,3 +95,72 @@ def test_every_named_module_exists():
 def test_the_check_finds_a_moved_module():
     assert _resolves("contextuality.extraction.writer") and _resolves("contextuality.core.settings.Settings.shard")
     assert not _resolves("contextuality.writer") and not _resolves("contextuality.core.settings.Settings.nothing")
+
+
+# A section cited by name: `docs/usage.md, "Scale out"`, `README, "Quick start"`, `the README's "Limits"`,
+# `[docs/scaling.md](scaling.md), "Upstream"`; and a link's anchor, `usage.md#scale-out`. Three citations
+# outlived their sections ("Word senses", "Two commands", "Containers") when the README was rewritten.
+CATALOG = ".snakemake-workflow-catalog.yml"
+_FILE = r"(README(?:\.md)?|[\w.-]+(?:/[\w.-]+)+\.md)"
+SECTION_CITED = [
+    re.compile(_FILE + r"[,:] \"([^\"]+)\""),
+    re.compile(r"(README)'s \"([^\"]+)\""),
+    re.compile(r"\]\(([^)#\s]+\.md)\),? \"([^\"]+)\""),
+]
+ANCHOR = re.compile(r"\]\(([^)#\s]*)#([^)\s]+)\)")
+
+
+def _headings(path: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)  # a shell comment is no heading
+    headings = [line.lstrip("#").strip() for line in text.splitlines() if re.match(r"#{1,6} ", line)]
+    return [re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", h).replace("`", "") for h in headings]  # as rendered
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def _cited_file(where: Path, name: str) -> Path | None:
+    if name == "README":  # the project's, wherever it is cited from
+        return PROJECT / "README.md"
+    for base in (where.parent, PROJECT):
+        if (base / name).is_file():
+            return base / name
+    return None
+
+
+def _stale_sections(path: Path, text: str) -> list[str]:
+    """The cited sections and anchors of ``text`` (the file ``path``'s) that no heading of their file has."""
+    stale, where = [], path.relative_to(PROJECT)
+    for number, line in enumerate(text.splitlines(), 1):
+        for pattern in SECTION_CITED:
+            for name, section in pattern.findall(line):
+                target = _cited_file(path, name)
+                if target is None or not any(h.startswith(section) for h in _headings(target)):
+                    stale.append(f"{where}:{number}: {name}, {section!r}")
+        for name, anchor in ANCHOR.findall(line) if path.suffix == ".md" else []:
+            target = path if not name else _cited_file(path, name)
+            if target is not None and target.suffix == ".md" and anchor not in map(_slug, _headings(target)):
+                stale.append(f"{where}:{number}: {name}#{anchor}")
+    return stale
+
+
+def test_every_cited_section_exists():
+    files = _shipped_files() + [PROJECT / CATALOG]
+    assert [line for path in files for line in _stale_sections(path, path.read_text(errors="replace"))] == []
+
+
+def test_the_section_check_finds_a_section_that_is_gone():
+    config_readme = PROJECT / "config" / "README.md"
+    text = 'basic authentication: README, "Two commands"; the README\'s "Word senses" section;\n' + (
+        '[docs/usage.md](../docs/usage.md#containers), docs/usage.md, "Scale out", README, "Quick start"'
+    )
+    assert _stale_sections(config_readme, text) == [
+        "config/README.md:1: README, 'Two commands'",
+        "config/README.md:1: README, 'Word senses'",
+        "config/README.md:2: ../docs/usage.md#containers",
+    ]
+    assert _slug("Word senses: does a model tell a word's senses apart?") == (
+        "word-senses-does-a-model-tell-a-words-senses-apart"
+    )

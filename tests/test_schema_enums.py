@@ -1,4 +1,4 @@
-"""Each enum of the config schema that Python restates is tied to its Python tuple (issue 37).
+"""Each enum of the config schema that Python restates is tied to its Python tuple, so that neither drifts.
 
 The schema (``workflow/config.schema.yaml``) is what a config is checked against; the code keeps its own tuple
 of the same values where it checks direct callers or dispatches on them. A value added to one side only

@@ -1,4 +1,4 @@
-"""No function in the package is over 80 lines and no module over 450 (issue 37): a longer one is split by meaning."""
+"""No function in the package is over 80 lines and no module over 450 (each read at once): a longer one is split."""
 
 from __future__ import annotations
 

@@ -166,8 +166,8 @@ def test_the_index_from_parquet_is_the_index_of_the_table(tmp_path):
 
 
 def test_a_killed_measurements_spill_is_swept_when_a_layer_job_starts_and_a_live_one_is_kept(tmp_path):
-    """A streamed measurement killed mid-layer left its .occurrences-*.spill (hundreds of MB per layer) for ever
-    (issue 35). The layer job sweeps, at its start, every spill of its folder that no live job holds."""
+    """A streamed measurement killed mid-layer left its .occurrences-*.spill (hundreds of MB per layer) for ever,
+    filling the disk. The layer job sweeps, at its start, every spill of its folder that no live job holds."""
     from contextuality.measure import streaming
 
     killed = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""

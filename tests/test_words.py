@@ -101,7 +101,7 @@ def test_the_tokenizer_imports_no_torch_and_leaves_it_importable():
 
 def test_a_corpus_of_one_sentence_is_refused_by_name(tmp_path):
     """One sentence whose words repeat passed the word index, then every sampled baseline pair was one vector
-    (1.000) and no exact baseline compared different sentences (issue 35)."""
+    (1.000) and no exact baseline compared different sentences."""
     from contextuality.corpus.words import WordIndexError
 
     pd.DataFrame({"sentence_id": [0], "text": ["The bank by the bank of the bank."]}).to_parquet(tmp_path / "s.parquet")

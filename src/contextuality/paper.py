@@ -29,7 +29,7 @@ PAPER_CHECKPOINTS = {
 # Number of contextual layers; layer 0 (the input embedding) comes on top.
 PAPER_DEPTH = {"elmo": 2, "bert": 12, "gpt2": 12}
 
-# The paper's own checkpoints as a run's config names them (spec 9.1; config/paper.yaml): BERT and GPT-2 by
+# The paper's own checkpoints as a run's config names them (config/paper.yaml): BERT and GPT-2 by
 # their hub ids (and the legacy aliases the hub redirects to the same repository) at the pinned commits, ELMo by
 # its official files on either AllenNLP host. A name alone proves nothing: any folder or fine-tuned copy can be
 # called `gpt2`. No digest of these weights is recorded in the spec, so none is compared.
@@ -135,7 +135,7 @@ def reference_value(paper_model: str, quantity: str, layer: int) -> tuple[float,
     return float(values[layer]), (quantity, paper_model, layer) not in _EXACT
 
 
-# Table 1 (spec §6.5): the word benchmarks in the paper's column order, their column headers as the paper
+# Table 1: the word benchmarks in the paper's column order, their column headers as the paper
 # prints them, and its scores: method label -> task -> value.
 TABLE1_TASKS = ("SimLex999", "MEN", "WS353", "RW", "Google", "MSR", "SemEval2012_2", "BLESS", "AP")
 TABLE1_HEADERS = {task: task for task in TABLE1_TASKS} | {"SemEval2012_2": "SemEval2012(2)"}

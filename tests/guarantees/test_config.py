@@ -164,7 +164,7 @@ CONFIG_CASES = {
         lambda c: c["corpus"].update(hub_revisions={"2012\n": "0" * 40}),
         "corpus.hub_revisions: unknown key(s) '2012\\n'; allowed keys match",
     ),
-    # issue 42: `2012: <hash>` unquoted is an integer key, and jsonschema's pattern ended in a TypeError traceback
+    # `2012: <hash>` unquoted is an integer key, and jsonschema's pattern ended in a TypeError traceback
     "hub_revision_year_unquoted": (
         lambda c: c["corpus"].update(hub_revisions={2012: "0" * 40}),
         "corpus.hub_revisions: the key 2012 is read by YAML as int, not text; allowed: keys as text (the years "
@@ -199,7 +199,7 @@ CONFIG_CASES = {
         lambda c: c.update(corpora={"../x": {"source": "text", "path": "x.txt"}}),
         "corpora: corpus name '../x' is not allowed; it names files and folders",
     ),
-    # issue 42, hole 4: a corpus of corpora had none of the study corpus's checks
+    # a corpus of corpora had none of the study corpus's checks
     "second_corpus_hub_revision_not_a_hash": (
         lambda c: c.update(corpora={"hubsts": {"source": "hub", "hub_revisions": {"2012": "main"}}}),
         "corpora.hubsts.hub_revisions.2012: 'main' is not a commit hash; a commit hash is required",
@@ -212,7 +212,7 @@ CONFIG_CASES = {
         lambda c: c.update(corpora={"glosses": {"source": "table"}}),
         "corpora.glosses.path: missing; corpora.glosses.source 'table' reads the corpus file it names",
     ),
-    # issue 42: one folder for both on a case-insensitive file system (macOS, Windows)
+    # one folder for both on a case-insensitive file system (macOS, Windows)
     "model_keys_differing_only_by_case": (
         lambda c: c["models"].update({"Tiny-Bert": copy.deepcopy(c["models"]["tiny-bert"])}),
         "models.tiny-bert: model key 'tiny-bert' differs from 'Tiny-Bert' only by case, so on a case-insensitive file "
@@ -644,7 +644,7 @@ def test_half_precision_where_no_job_can_have_a_gpu_stops_the_run_before_any_job
 
 
 def test_a_malformed_release_file_of_a_second_corpus_stops_the_run_before_any_job(tmp_path):
-    """Issue 42, hole 4: the release files of a bundled corpus of ``corpora`` are checked as the study's are."""
+    """The release files of a bundled corpus of ``corpora`` are checked as the study's are."""
     import shutil
 
     from conftest import STS_DIR

@@ -76,7 +76,7 @@ def test_a_pooling_change_re_extracts_that_model_only(smoke_run, tmp_path):
 
 @pytest.mark.slow
 def test_settings_that_do_not_change_the_vectors_re_extract_nothing(smoke_run, tmp_path):
-    """max_batch_tokens, device and batch_size say how a shard job runs, not what it stores (issue 35: lowering
+    """max_batch_tokens, device and batch_size say how a shard job runs, not what it stores (lowering
     max_batch_tokens after one shard ran out of memory re-extracted every finished shard)."""
     config = copy.deepcopy(smoke_config())
     config["extraction"] |= {"max_batch_tokens": 64, "device": "auto"}

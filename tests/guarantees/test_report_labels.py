@@ -55,7 +55,7 @@ def test_the_reports_model_list_shows_a_label_as_text(tmp_path):
 
 
 def test_the_report_describes_the_corpus_that_was_run(tmp_path):
-    """report.html said every corpus was STS 2012-2016 (issue 35); it names the corpus the config read, as text."""
+    """report.html said every corpus was STS 2012-2016; it names the corpus the config read, as text."""
     sts = _workflow_description({"m": {}}, corpus={"source": "bundled", "years": [2013, 2015], "max_sentences": 120})
     assert "the first 120 sentences of the SemEval STS sentences of 2013, 2015 (the bundled release files" in sts
     assert "STS pairs" not in sts
@@ -153,7 +153,7 @@ def test_report_html_shows_hostile_labels_as_text(smoke_run, tmp_path):
     assert r"\<script\>alert(1)\</script\>" in summary and SCRIPT not in summary
 
 
-# issue 42, hole 5: a Markdown link in a label or a corpus word became a live javascript: link in the HTML pages
+# A Markdown link in a label or a corpus word became a live javascript: link in the HTML pages
 HOSTILE_LINKS = [
     "javascript:alert(1)",
     "JaVaScRiPt:alert(1)",

@@ -106,7 +106,8 @@ def test_cluster_contrast():
 
 
 # --------------------------------------------------------------------------------------------------
-# The positive control (issue 36): pseudo-words of two monosemous words, and matching on general frequency too
+# The positive control (can the statistic see two senses at all?): pseudo-words of two monosemous words, and
+# matching on general frequency too
 
 
 def test_pseudo_words_pair_distinct_words_once_the_same_way_for_a_seed():
@@ -121,7 +122,7 @@ def test_pseudo_words_pair_distinct_words_once_the_same_way_for_a_seed():
 
 
 def test_pseudo_words_of_unrelated_one_sense_words_are_detected_as_clusters():
-    """Known answer (issue 36): each one-sense word a Gaussian cloud around its own centre; a pseudo-word joins two
+    """Known answer: each one-sense word a Gaussian cloud around its own centre; a pseudo-word joins two
     of them, so it has two clusters: lower CI than its parts (delta < 0, p < 0.01), and its subsamples are half each."""
     from contextuality.senses.clusters import pseudo_word_cluster_index, pseudo_word_pairs, pseudo_word_scores
 

@@ -1,4 +1,4 @@
-"""W3a's headline (issue 43): the held-out AUROC of cosine + shape minus shape alone, paired over the lemma
+"""W3a's headline: the held-out AUROC of cosine + shape minus shape alone, paired over the lemma
 resamples, and the shape-only held-out balanced accuracy, against known answers and a brute-force recomputation."""
 
 from __future__ import annotations

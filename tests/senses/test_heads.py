@@ -1,4 +1,4 @@
-"""models/heads: a model's output layer loaded for the lens, or None with the reason (issue 25)."""
+"""models/heads: a model's output layer loaded for the lens, or None with the reason."""
 
 from __future__ import annotations
 

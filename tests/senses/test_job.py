@@ -196,7 +196,7 @@ def _full_rows(
 
 
 def test_w3a_leads_with_the_gain_over_shape_and_names_its_layer_0_control():
-    """Issue 43: the gain over shape first, the accuracy beside shape alone's, layer 0 named from its own rows."""
+    """W3a's evidence: the gain over shape first, the accuracy beside shape alone's, layer 0 named from its own rows."""
     evidence = sense_claims({"m": _full_rows()}, {}, {}).set_index("claim").loc["W3a", "evidence"]
     assert evidence.startswith(
         "gain of cosine + shape over shape alone (held out by lemma) at layer 2: +0.040 [0.010, 0.070]"

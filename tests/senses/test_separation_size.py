@@ -1,4 +1,4 @@
-"""W3a at its real size (issue 36): the held-out threshold's balanced accuracy, the shape baselines, the cosine AUROC
+"""W3a at its real size: the held-out threshold's balanced accuracy, the shape baselines, the cosine AUROC
 within strata of the length difference, the same-token control, the per-lemma AUROC, the paired bootstrap against
 layer 0 and the 1-NN ceiling, each against a known answer, a brute-force count or scikit-learn's own result."""
 
@@ -28,7 +28,7 @@ def shaped(n_words=60, seed=0, repeat=2, sense_sets_length=False):
 
 
 def test_a_shape_only_predictor_gives_chance_where_sense_is_independent_of_shape():
-    """Known answer (issue 36): sense independent of shape -> the held-out shape AUROC is 0.5 within its interval."""
+    """Known answer: sense independent of shape -> the held-out shape AUROC is 0.5 within its interval."""
     usages, pairs, lengths = shaped(n_words=120, seed=1)
     design = SeparationDesign(usages, pairs, permutations=19, bootstrap=400, seed=0, lengths=lengths)
     x = np.random.default_rng(2).standard_normal((len(usages), 8))
@@ -71,7 +71,7 @@ def test_the_stratified_auroc_is_the_brute_force_count_within_strata():
 
 
 def test_pairs_of_the_same_stored_token_give_exactly_chance_at_a_rotary_decoders_layer_0():
-    """Known answer (issue 36): identical stored tokens -> identical layer-0 vectors -> AUROC 0.5 exactly, while
+    """Known answer: identical stored tokens -> identical layer-0 vectors -> AUROC 0.5 exactly, while
     same-form pairs that differ by a capital letter (another token) move the pooled AUROC off 0.5."""
     usages, pairs = make_usages(n_words=40, size=(4, 8), seed=7)
     sense = pd.factorize(usages["synset"])[0]

@@ -1,4 +1,4 @@
-"""W3b's real-sense positive control and the power of its test (issue 43): two senses of one lemma and token,
+"""W3b's real-sense positive control and the power of its test: two senses of one lemma and token,
 balanced subsamples, against monosemous words at the same m; and the smallest detectable share of split words."""
 
 from __future__ import annotations

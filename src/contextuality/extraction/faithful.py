@@ -1,4 +1,4 @@
-"""GPT-2 input exactly as the paper's code built it, misalignment included (spec 1.4, 8.4-8.6).
+"""GPT-2 input exactly as the paper's code built it, misalignment included.
 
 The paper's ``preprocess.GPT2.vectorize`` (kawine/contextual, pytorch_pretrained's ``GPT2Tokenizer``)
 fed GPT-2, for each spaCy token t of a sentence:

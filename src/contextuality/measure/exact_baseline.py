@@ -1,4 +1,4 @@
-"""A layer's anisotropy baselines without sampling: the values the paper's estimators aim at (spec 4.4).
+"""A layer's anisotropy baselines without sampling: the values the paper's estimators aim at.
 
 ``exact_baseline`` reads the whole layer once, whole sentences at a time, in float64, and accumulates
 two sets of sums: the unit rows' (``_CosineSums``: the three exact cosine baselines) and the weighted

@@ -97,8 +97,8 @@ def measure_layer(
     The paper's measures: ``settings.intra_sentences`` sentences (or ``"all"``) are averaged for
     intra-sentence similarity and ``baseline_samples`` sentences feed the sampled baselines (and
     ``baseline_samples`` pairs the cosine baseline); both sets are prefixes of one seeded permutation of
-    the sentences, the same for every layer (spec 4.4). ``self_similarity`` chooses the exact all-pairs
-    mean, the paper's sampled estimate (at most ``sampled_pairs`` ordered pairs), or both; the per-layer
+    the sentences, the same for every layer (as the paper's code drew them). ``self_similarity`` chooses the
+    exact all-pairs mean, the paper's sampled estimate (at most ``sampled_pairs`` ordered pairs), or both; the per-layer
     mean uses the exact values whenever they are computed. MEV is computed for layers >= 1 (and layer 0
     too if ``mev_layer0``); the PC vectors for every layer (layer 0: Table 1's static baseline).
 

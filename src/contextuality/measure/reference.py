@@ -2,8 +2,8 @@
 
 Self-similarity (Definition 1: ``self_similarity_exact``, and the paper's sampled estimate
 ``self_similarity_sampled``), intra-sentence similarity (Definition 2), the MEV of one word's
-occurrence matrix (spec 4.3: ``mev_truncated_svd``, ``mev_literal``, ``mev_centered``, from
-``word_pcs``), the sampled anisotropy baselines (spec 4.4: ``anisotropy_baseline``; the exact ones are
+occurrence matrix (Definition 3: ``mev_truncated_svd``, ``mev_literal``, ``mev_centered``, from
+``word_pcs``), the sampled anisotropy baselines (``anisotropy_baseline``; the exact ones are
 in ``exact_baseline``) and the bootstrap interval of a mean (``bootstrap_ci``). Also the row helpers the
 other definitions share (``row_norms``, ``unit_rows``, ``sentence_rows``, ``row_blocks``).
 
@@ -39,7 +39,7 @@ BLOCK_ELEMENTS = 1 << 22
 
 
 class Baseline(NamedTuple):
-    """Anisotropy baselines of one layer (spec 4.4)."""
+    """Anisotropy baselines of one layer: each measure's value between random words."""
 
     cosine: float  # mean cosine between occurrence vectors drawn uniformly with replacement
     mev: float  # the paper's MEV of the sampled vectors
@@ -47,7 +47,7 @@ class Baseline(NamedTuple):
 
 
 # The fewest vectors the sampled baselines are reported from. Pairs are drawn with replacement, as the paper's
-# code draws them (spec 4.4), so 1/n of them pair a vector with itself (cosine 1) and the estimate is biased up
+# code draws them, so 1/n of them pair a vector with itself (cosine 1) and the estimate is biased up
 # by (1 - b)/n: at most 0.01 from 100 vectors (0.001 from the paper's 1,000), but 1.000 from one sentence's. Below
 # it a layer's sampled baselines (and the values adjusted by them) are N/A; the claims take the exact ones.
 MIN_BASELINE_VECTORS = 100
@@ -152,7 +152,7 @@ def intra_sentence_similarity(X: np.ndarray, sentence_offsets: np.ndarray, sente
 
 
 def mev_truncated_svd(X: np.ndarray) -> float:
-    """The paper's MEV (spec 4.3): ``TruncatedSVD().fit(X).explained_variance_ratio_[0]``, clipped to 1.
+    """The paper's MEV (Definition 3): ``TruncatedSVD().fit(X).explained_variance_ratio_[0]``, clipped to 1.
 
     Var_rows(X v1) / sum_d Var_rows(X[:, d]) with v1 the top right singular vector of the uncentred X
     and population variances; NaN when X is degenerate (``degenerate_words``).
@@ -177,7 +177,7 @@ def anisotropy_baseline(
     rng: np.random.Generator,
     n_pairs: int = 1000,
 ) -> Baseline:
-    """A layer's anisotropy baselines as the paper's code computes them (spec 4.4).
+    """A layer's anisotropy baselines as the paper's code computes them.
 
     One row is drawn uniformly from each sampled sentence (sentences without rows are skipped), giving
     V. The cosine baseline is the mean of cos(u, v) over ``n_pairs`` draws with u and v each drawn

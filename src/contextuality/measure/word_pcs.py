@@ -1,4 +1,4 @@
-"""Per-word principal-component statistics and degenerate words (spec 4.3), as pure float64 functions.
+"""Per-word principal-component statistics and degenerate words (MEV, the word's PCs), as pure float64 functions.
 
 The MEV variants and first singular vector of each word (``pc_stats_by_word``; one word:
 ``word_pc_stats``), and which words are *degenerate* (``degenerate_words``: their occurrence vectors
@@ -52,7 +52,7 @@ class PCStats(NamedTuple):
     still given for them (it is their common direction).
     """
 
-    mev: np.ndarray  # the paper's MEV: sklearn TruncatedSVD explained_variance_ratio_[0] (spec 4.3)
+    mev: np.ndarray  # the paper's MEV: sklearn TruncatedSVD explained_variance_ratio_[0]
     mev_literal: np.ndarray  # sigma_1^2 / sum sigma_i^2 of the uncentred matrix (the paper's formula)
     mev_centered: np.ndarray  # first explained variance ratio of centred PCA
     first_vector: np.ndarray  # uncentred top right singular vector, unit norm, sign along the mean

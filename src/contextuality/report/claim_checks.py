@@ -24,7 +24,7 @@ Result = tuple[str, str, str]  # status, evidence, adaptation note
 A10_TOLERANCE = 0.05  # A10: per-layer values within this of the released statistics
 ISOTROPY_THRESHOLD = 0.05  # S1: a mean random cosine above this is clearly not isotropic
 S3_MAX_RHO = -0.5  # S3: "almost monotonic" decrease = Spearman rho(layer, adjusted self-sim) at most this
-# Every number a check compares with: the project's reading of the paper's words (paper-spec §7), by name (the
+# Every number a check compares with: the project's reading of the paper's words, by name (the
 # first word names the claim; "A9" is A9a-d's). A ModelView's ``thresholds`` replaces some of them
 # (report.claim_sensitivity moves each in turn).
 THRESHOLDS: dict[str, float] = {

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from contextuality.report.sense_table import FAILS, HOLDS, NA, ci_text, rows_of
 
+# W4's two versions of the full regression: the verdict reads the first present (the content words' is the
+# cleaner), the other is shown beside it. Content words: spaCy's content POS and lemma (function words and
+# numerals out).
 W4_VERSIONS = (
     ("content", "tagged content words (the verdict)", "tagged content words"),
     ("frequency", "all word forms (stopwords and numerals in)", "all word forms"),

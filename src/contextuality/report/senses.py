@@ -200,7 +200,8 @@ def _w3a(table, t):
             f"AUROC layer 0 (control) {auroc['value'].iloc[0]:.3f}; best layer {best}: "
             f"{auroc.loc[best, 'value']:.3f} {ci_text(auroc.loc[best])} (no shape baselines in this table)"
         )
-    if over.empty:  # a table of before issue 43: cosine + shape's interval above shape alone's value
+    # a table made before the gain over shape was measured: cosine + shape's interval above shape alone's value
+    if over.empty:
         beyond_shape = both.loc[gain.index, "ci_low"] > shape.loc[gain.index, "value"]
     else:
         beyond_shape = (over.loc[gain.index, "ci_low"] > 0) & (over.loc[gain.index, "p"] < alpha)
@@ -282,7 +283,7 @@ def _w3b(table, t):
 
 
 def _w3b_real_senses(table, alpha: float) -> str:
-    """The real-sense positive control (two senses of one lemma and stored token) and the test's power (issue 43)."""
+    """The real-sense positive control (two senses of one lemma and stored token) and the test's power."""
     two, share = rows_of(table, "delta_cluster_index_two_senses"), rows_of(table, "w3b_detectable_split_share")
     if two.empty or not two["value"].notna().any():
         return "; no two-senses control in this table (too few lemmas with two senses of 3+ usages)"
@@ -301,8 +302,6 @@ def _w3b_real_senses(table, alpha: float) -> str:
     return text
 
 
-# W4's two versions of the full regression: the verdict reads the first present (issue 43, item 4), the other
-# is shown beside it. Content words: spaCy's content POS and lemma (function words and numerals out).
 def sense_claims_section(claims: pd.DataFrame, sensitivity_table: pd.DataFrame | None = None) -> list[str]:
     """Markdown lines for claims.md: the question, each claim per model, and the thresholds' sensitivity."""
     from contextuality.report.tables import md_text, pipe_table

@@ -65,7 +65,7 @@ def build_table1(
 
     ``results`` has one row per (model, layer, task) with columns ``model`` (display label),
     ``layer`` (NaN for a baseline such as GloVe), ``task``, ``score`` and ``coverage``. The best
-    value per column among this run's rows is bold; the paper's rows (spec §6.5) follow as a
+    value per column among this run's rows is bold; the paper's rows (its Table 1) follow as a
     separate, unbolded reference block. The CSV also holds the coverage of every cell.
     """
     tasks = [t for t in TABLE1_TASKS if t in set(results["task"])]

@@ -20,7 +20,7 @@ from contextuality.report.claim_checks import (
     gap_verdict,
 )
 
-A9_TOLERANCE = THRESHOLDS["A9 tolerance"]  # paper-spec §7 A9: "a suggested absolute tolerance of about ±0.03"
+A9_TOLERANCE = THRESHOLDS["A9 tolerance"]  # A9: how close to the paper's scores counts as matching them
 A9A_TASKS = ("SimLex999", "RW", "Google", "MSR", "SemEval2012_2")
 A9B_TASKS = ("MEN", "WS353")
 

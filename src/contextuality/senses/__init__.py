@@ -1,1 +1,1 @@
-"""Word senses: WordNet data, sense separation, clusterability, the output layer (issue 25)."""
+"""Word senses: WordNet data, sense separation, clusterability, the output layer."""

@@ -1,4 +1,4 @@
-"""Clusterability of a word's occurrences (spec senses.md §3(c): C1 cluster index, C2 Gaussian null, C3 mono/poly).
+"""Clusterability of a word's occurrences (C1 cluster index, C2 Gaussian null, C3 mono/poly).
 
 * C1 ``cluster_index``: SigClust's CI = W₂/W₁ of the best 2-means split of centred points (small = clusterable).
 * ``word_cluster_index``: the mean CI over R fixed, seeded subsamples of m occurrences, each centred and
@@ -6,11 +6,12 @@
 * C2 ``gaussian_null_p``: p of the CI against Gaussians with the subsample's covariance (conservative).
 * C3 ``matched_mono_poly`` and ``cluster_contrast``: frequency-matched monosemous and polysemous words (matched on
   the STS count and, given a ``zipf`` column, on general English frequency too), and the difference of their mean CIs.
-* The positive control (issue 36): ``pseudo_word_pairs`` joins monosemous words two by two, at random, into
-  pseudo-words with two senses by construction, and ``pseudo_word_cluster_index`` gives a pseudo-word the same
-  statistic (R subsamples of m rows, half from each word). If the statistic can see two senses as clusters at
-  all, pseudo-words are more clusterable than their monosemous parts: "poly no more clusterable than mono" then
-  means "senses not detected as clusters", not "the test cannot see clusters".
+* The positive control (can the statistic see two senses at all?): ``pseudo_word_pairs`` joins monosemous
+  words two by two, at random, into pseudo-words with two senses by construction, and
+  ``pseudo_word_cluster_index`` gives a pseudo-word the same statistic (R subsamples of m rows, half from each
+  word). If the statistic can see two senses as clusters at all, pseudo-words are more clusterable than their
+  monosemous parts: "poly no more clusterable than mono" then means "senses not detected as clusters", not "the
+  test cannot see clusters".
 
 Speed: scikit-learn's ``KMeans`` costs ~4 ms per fit on 20 × 5 points (BLAS at 1 thread; ~37 ms with the
 default thread pool on this machine), so ~1,000 fits per (layer, preprocessing) would take 4 s. The words'

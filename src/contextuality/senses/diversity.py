@@ -1,4 +1,4 @@
-"""Context diversity of each indexed word: how different the sentences it occurs in are (spec 3(a), P1).
+"""Context diversity of each indexed word: how different the sentences it occurs in are (P1).
 
 CD_w = 1 - mean over pairs i != j of w's occurrences of cos(t_i, t_j), where t_i is the TF-IDF vector
 (scikit-learn, lower-cased spaCy tokens, punctuation left out) of occurrence i's sentence with the word

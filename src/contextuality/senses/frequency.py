@@ -2,9 +2,9 @@
 
 The STS count of a form measures how often it occurs in this corpus; the Zipf frequency measures how often it
 occurs in English at large (wordfreq 3.1's ``best`` list for English, from Wikipedia, subtitles, news, books, web
-text and more; its data are CC BY-SA 4.0). Both are covariates of the sense measures (spec senses.md §3(a) P1 and
-pitfall 6: cosine underestimates the similarity of frequent words), and the matching of monosemous with
-polysemous words uses both. A form wordfreq does not know has Zipf 0.
+text and more; its data are CC BY-SA 4.0). Both are covariates of the sense measures (P1: cosine underestimates
+the similarity of frequent words), and the matching of monosemous with polysemous words uses both.
+A form wordfreq does not know has Zipf 0.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The output layer read at every layer (senses.md §3(b)): logit lens, own/next-token ranks, B3 and B4.
+"""The output layer read at every layer: logit lens, own/next-token ranks, B3 and B4.
 
 The lens maps a stored hidden state h to logits z through the model's own head (``models.heads``):
 * a decoder: z = E·N_f(h) before the last layer, z = E·h at the last one (transformers already applied the

@@ -1,4 +1,4 @@
-"""B1 and B4 at masked positions: the premise where it applies (spec senses.md §3(b), issue 43 item 5).
+"""B1 and B4 at masked positions: the premise where it applies.
 
 A masked LM is trained to predict a token where it is masked; at the visible occurrences the stored vectors hold,
 there is (almost) no loss. So for a masked LM with its head, a sample of the aligned words (``senses.masked_words``

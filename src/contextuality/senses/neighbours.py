@@ -1,4 +1,4 @@
-"""Sense by nearest neighbour on WordNet usages (spec senses.md §3(a): A3 and C5), on a ``SeparationDesign``.
+"""Sense by nearest neighbour on WordNet usages (A3 and C5), on a ``SeparationDesign``.
 
 * A3 1-NN sense, leave-one-out among the other usages of the same word. Ties (equal cosines, e.g. identical
   vectors) go to the usage with the smallest ``usage_id``: the neighbour search sorts each row's distances

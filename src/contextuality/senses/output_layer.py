@@ -1,4 +1,4 @@
-"""The output layer at every layer (spec senses.md §3(b)): B1-B3, each occurrence's own and next token ranked through
+"""The output layer at every layer: B1-B3, each occurrence's own and next token ranked through
 the logit lens against unigram frequency; B4, the centroid of a token's occurrences as a single-piece word against
 its own output row; and B5 (a decoder's), the centroid of the contexts *followed by* that token against the same row.
 B4 and B5 are taken on one sample of tokens (those with enough of both) with both ranks per token, so that they

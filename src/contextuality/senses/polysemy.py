@@ -1,4 +1,4 @@
-"""P1: polysemy against context variety (spec senses.md §3(a) P1; the paper's own reading, paper-spec §6.2).
+"""P1: polysemy against context variety (the paper's own reading, §4.2).
 
 ``polysemy_regression`` fits OLS with HC3 standard errors of a word's self-similarity on log synsets, log
 occurrences, context diversity and POS dummies (reference: n), every continuous variable z-scored so the
@@ -6,7 +6,7 @@ betas are standardised. The paper's reading ("the variety of contexts ... rather
 predicts β(log_synsets) ≈ 0 once context_diversity is in; "one cluster per sense" predicts β < 0.
 ``polysemy_without_diversity`` drops context_diversity, to see what polysemy explains without it;
 ``mono_poly_check`` is the robustness check: frequency-matched mono vs poly words, Mann–Whitney.
-``covariates`` adds further continuous terms: the spec's version (issue 36) adds general English frequency
+``covariates`` adds further continuous terms: the full version (W4) adds general English frequency
 (wordfreq's Zipf) and the word's length in characters, since frequency drives both polysemy and cosine.
 """
 

@@ -1,4 +1,4 @@
-"""Labelled sense separation on WordNet usages (spec senses.md §3(a): A1, A2, A3 and C5).
+"""Labelled sense separation on WordNet usages (A1, A2, A3 and C5).
 
 ``SeparationDesign(usages, pairs)`` holds everything that does not depend on the vectors: the pairs, the
 word group of each pair (lemma, POS, lower-cased form), the B within-group label permutations as one sparse
@@ -16,7 +16,7 @@ preprocessing.
 * C5 ARI of k-means (K = the word's number of senses) against the gold senses (``ari=True``; it costs a
   k-means fit per word).
 
-The controls of issue 36, what the cosine adds beyond a pair's shape and beyond layer 0 (the held-out
+The controls, what the cosine adds beyond a pair's shape and beyond layer 0 (the held-out
 threshold's balanced accuracy, the shape baselines, the stratified, same-token and per-lemma AUROCs, the paired
 difference from layer 0), are measured by ``contextuality.senses.separation_controls`` on the same design.
 

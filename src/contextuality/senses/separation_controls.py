@@ -1,4 +1,4 @@
-"""What a pair's cosine adds beyond the pair's shape and beyond layer 0 (issue 36), on a ``SeparationDesign``.
+"""What a pair's cosine adds beyond the pair's shape and beyond layer 0, on a ``SeparationDesign``.
 
 WordNet's examples are constructed, and the examples of one synset resemble each other in length and position:
 
@@ -10,7 +10,7 @@ WordNet's examples are constructed, and the examples of one synset resemble each
   shape, both predicted on held-out lemmas (``cross_val_predict`` with GroupKFold).
 * ``heldout_balanced_accuracy_shape``: the same held-out threshold design on the shape-only regression's score
   (its cut chosen on the training folds' own scores): what sentence shape alone reaches, with no model.
-* ``auroc_gain_over_shape`` (issue 43, W3a's headline): AUROC(cosine + shape) − AUROC(shape alone), both held out
+* ``auroc_gain_over_shape`` (W3a's headline): AUROC(cosine + shape) − AUROC(shape alone), both held out
   by lemma, its interval from the difference within each lemma resample (paired), p the share of resamples ≤ 0.
 * ``auroc_stratified``: the cosine AUROC with same- and different-sense pairs compared only within a stratum of
   the length difference (|ΔL| = 0, 1, …, ``separation.LENGTH_STRATA_CAP`` or more): Σ_s U_s / Σ_s P_s·N_s.

@@ -1,4 +1,4 @@
-"""The sense measures on the WordNet usages' layer (A1-A3 and the controls of issue 36), as rows of the long
+"""The sense measures on the WordNet usages' layer (A1-A3 and the controls of what the cosine adds), as rows of the long
 table (``rows.Rows``), from ``separation.SeparationDesign.measure``."""
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ CENTRED_ONLY = frozenset(
 
 def separation_rows(rows: Rows, context, stored: np.ndarray, mean, std) -> None:
     """A1-A3 on the WordNet usages: each usage's stored row, the same preprocessing as the STS layer; and what
-    the cosine adds beyond the pairs' shape and beyond the layer-0 control (issue 36). ``context``: the job's
-    ``job.SenseContext`` (its usages' rows, notes and design; it keeps layer 0's cosines as the control)."""
+    the cosine adds beyond the pairs' shape (WordNet's examples of one sense resemble each other) and beyond the
+    layer-0 control. ``context``: the job's ``job.SenseContext`` (its usages' rows, notes and design; it keeps
+    layer 0's cosines as the control)."""
     present = context.usage_rows >= 0
     for kind in PREPROCESSINGS:
         vectors = np.full((len(context.usages), stored.shape[1]), np.nan)
@@ -56,7 +57,7 @@ def _measure_rows(
     rows: Rows, r: dict, kind: str, note: str, token_note: str, *, permutations: int, bootstrap: int
 ) -> None:
     """One layer's separation rows from ``SeparationDesign.measure``'s result (a missing key: NaN): A1 and A2,
-    the controls of issue 36, then A3."""
+    the controls of what the cosine adds (beyond shape, beyond layer 0), then A3."""
     measured = partial(rows.add, "separation", preprocessing=kind)
 
     def add(measure, *, value, **kw):  # a control not measured on these vectors gets no row
@@ -105,7 +106,7 @@ def _pooled_rows(add, r: dict, note: str, boot: str, permutations: int) -> None:
 
 
 def _control_rows(add, r: dict, token_note: str, boot: str, bootstrap: int, *, layer: int) -> None:
-    """What the cosine adds beyond the pairs' shape (issue 36), and beyond layer 0 (from layer 1 on)."""
+    """What the cosine adds beyond the pairs' shape (lengths, positions), and beyond layer 0 (from layer 1 on)."""
     pairs = _pairs(r)
     add(
         "auroc_same_token",
@@ -156,8 +157,8 @@ def _control_rows(add, r: dict, token_note: str, boot: str, bootstrap: int, *, l
 
 
 def _shape_rows(add, r: dict, pairs: int, boot: str, bootstrap: int) -> None:
-    """The shape baselines held out by lemma, no model (issue 36), and W3a's headline: the gain of cosine + shape
-    over shape alone, and shape alone's held-out accuracy (issue 43)."""
+    """The shape baselines held out by lemma, no model (what shape alone reaches), and W3a's headline: the gain
+    of cosine + shape over shape alone, and shape alone's held-out accuracy."""
     add(
         "auroc_shape",
         value=_get(r, "auroc_shape"),

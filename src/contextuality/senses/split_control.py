@@ -1,4 +1,4 @@
-"""W3b's real-sense positive control and the power of its test (issue 43), beside the pseudo-word control.
+"""W3b's real-sense positive control and the power of its test, beside the pseudo-word control.
 
 The pseudo-word control (``clusters.pseudo_word_pairs``) joins two different words: it shows that the cluster index
 sees word-sized splits, not sense-sized ones. Here the split is two senses of one lemma:

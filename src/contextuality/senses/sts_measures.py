@@ -16,7 +16,7 @@ from contextuality.senses.tagger import content_words
 from contextuality.senses.vectors import preprocess, unit_rows
 
 BLOCK_ROWS = 20_000  # rows preprocessed at once (float64 copies)
-# W4 as the spec asks (issue 36): general frequency and the word's length beside log n and context diversity
+# W4's confounds: general frequency and the word's length beside log n and context diversity
 FREQUENCY_COVARIATES = ("zipf", "length")
 CONTENT_MIN_PURITY = 0.9  # the content-word regression: a form's tagged POS is this share of its occurrences or more
 
@@ -130,7 +130,7 @@ def regression_rows(
 
 
 def _frequency_regressions(rows: Rows, table: pd.DataFrame, tagged: pd.DataFrame, kind: str, note: str) -> None:
-    """W4 as specified (issue 36): log senses beside log n, context diversity, Zipf frequency, length and POS, for
+    """W4 with frequency's confounds: log senses beside log n, context diversity, Zipf frequency, length and POS, for
     every form (WordNet's morphy POS and sense count) and for the tagged content words (the tagger's POS and lemma)."""
     morphy = (
         "POS and sense count from WordNet's morphy over all parts of speech (no tagger); covariates log n, "

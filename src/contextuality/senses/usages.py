@@ -1,7 +1,7 @@
 """WN-usages: WordNet's example sentences as a sense-tagged corpus, their same-form pairs, and that corpus's files.
 
 A usage is an example sentence of a synset holding one of that synset's own single-word lemmas, as the
-exact word or as a word whose morphy base under the synset's POS is that lemma (spec 1.3). Examples are
+exact word or as a word whose morphy base under the synset's POS is that lemma ("ran" for run.v). Examples are
 tokenised with the project's spaCy tokenizer, so the second corpus goes through the same extraction as
 STS. Only lemmas whose lower-cased form is among the given corpus forms are kept, and only (lemma, POS)
 with usages in at least 2 senses.

@@ -1,4 +1,4 @@
-"""Vector preprocessing for the sense measures (spec senses.md §3): raw, centred, standardised; unit rows.
+"""Vector preprocessing for the sense measures: raw, centred, standardised; unit rows.
 
 ``layer_moments`` gives a layer's mean and per-dimension standard deviation over all its rows, streamed
 over row blocks in float64, so a caller never holds a whole layer in float64.

@@ -1,4 +1,4 @@
-"""The word benchmarks of Table 1 as the paper's fork of ``word-embeddings-benchmarks`` read them (spec §5.2).
+"""The word benchmarks of Table 1 as the paper's fork of ``word-embeddings-benchmarks`` read them.
 
 One loader per task, each reading the bundled files under ``resources/benchmarks`` into a table of
 word pairs and scores, analogy questions, SemEval-2012 task 2 ratings or categories. Words are

@@ -88,7 +88,8 @@ def _is_header(tokens: list[str]) -> bool:
 
 
 def load_embedding_text(path: str | os.PathLike, vocabulary: Iterable[str] | None = None) -> StaticEmbedding:
-    """Read word2vec/GloVe text (header line optional), trimmed to ``vocabulary`` (spec §5.2).
+    """Read word2vec/GloVe text (header line optional), trimmed to ``vocabulary`` (every
+    embedding scored on the same words).
 
     The file is streamed and only lines whose lower-cased word is in the vocabulary are parsed,
     so a multi-GB GloVe file needs little memory. Words may contain spaces (the vector is the

@@ -1,4 +1,4 @@
-"""Static word embeddings and the nine word benchmarks of Table 1 (paper spec §5, §6.5).
+"""Static word embeddings and the nine word benchmarks of Table 1 (the paper's §4.3).
 
 A static embedding (a layer's first-principal-component file, or a GloVe/FastText baseline)
 is read from word2vec/GloVe text, trimmed to a shared lower-cased vocabulary, lower-cased and
@@ -223,7 +223,7 @@ def evaluate_embedding(
 
 
 def shared_vocabulary(word_index_path: str | os.PathLike) -> set[str]:
-    """The lower-cased word index: the one vocabulary every static embedding is trimmed to (spec §5.2)."""
+    """The lower-cased word index: the one vocabulary every static embedding is trimmed to."""
     return set(pd.read_parquet(word_index_path, columns=["word"])["word"].str.lower())
 
 

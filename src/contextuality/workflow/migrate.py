@@ -1,4 +1,5 @@
-"""Move a results folder of the layout before the corpus level (issue 37) into it, without recomputing anything.
+"""Move a results folder of the layout before the corpus level (``results/<kind>/{model}/``) into it, without
+recomputing anything.
 
     python -m contextuality.workflow.migrate [--results results] [--corpus sts] [--dry-run]
 
