@@ -55,6 +55,15 @@ def test_a_table_with_floats_becomes_markdown_then_html_with_numbers_right_align
     assert "<td class=num>0.912</td>" in body and "<td>a|b</td>" in body
 
 
+def test_a_label_with_line_breaks_stays_in_its_cell_and_a_stray_pipe_line_ends():
+    """A label's line breaks once ended its table row, and the loose "|" line after it made markdown_html loop for
+    ever (a report job that never finished): a cell is one line, and every line is consumed."""
+    frame = pd.DataFrame({"model": ["a", "b"], "label": ["Evil\n\n.. raw:: html\n\n   <script>x</script>", "fine"]})
+    body = markdown_html(frame_markdown(frame))
+    assert body.count("<tr>") == 3 and "<td>Evil .. raw:: html &lt;script&gt;x&lt;/script&gt;</td>" in body
+    assert markdown_html("| a stray pipe line\nthen text") == "<p>| a stray pipe line then text</p>"
+
+
 def test_every_report_item_is_filed_under_the_question_it_answers():
     """Every category a rule names is one of the questions, and every figure has its caption."""
     rules = "\n".join(path.read_text() for path in (PROJECT / "workflow" / "rules").glob("*.smk"))

@@ -178,7 +178,7 @@ def markdown_html(text: str) -> str:
                 i += 1
             blocks.append(f"<blockquote><p>{_inline(' '.join(quote))}</p></blockquote>")
         else:
-            paragraph = []
+            paragraph, i = [stripped], i + 1  # its first line always (a "|" line that opens no table, too)
             while i < len(lines) and lines[i].strip() and not re.match(r"#|\||[-*+] |\d+\. |>", lines[i].strip()):
                 paragraph.append(lines[i].strip())
                 i += 1
@@ -193,8 +193,8 @@ def frame_markdown(frame, digits: int = 3) -> str:
     def cell(value) -> str:
         if isinstance(value, float):
             return "" if value != value else f"{value:.{digits}f}"
-        if isinstance(value, str):
-            value = md_escape(value)
+        if isinstance(value, str):  # a cell is one line: a label's line breaks would end the row
+            value = md_escape(" ".join(value.split()))
         return str(value).replace("|", "\\|")
 
     header = "| " + " | ".join(map(str, frame.columns)) + " |"
