@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -23,7 +24,9 @@ def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None, tim
     """Run the project's Snakefile in ``workdir`` (each test its own, as Snakemake locks directories).
 
     ``timeout`` is a stall limit, not a wall-clock one: the run is stopped only after ``timeout`` seconds in which
-    it printed nothing and wrote no file under ``workdir``, so a loaded machine makes a test slow, never an error."""
+    it printed nothing and wrote no file under ``workdir``, so a loaded machine makes a test slow, never an error.
+    Its output is Snakemake's plain lines, which tests parse (``plain_logger_profile``), unless ``args`` name a
+    ``--workflow-profile``."""
     command = [
         sys.executable,
         "-m",
@@ -34,9 +37,13 @@ def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None, tim
         str(workdir),
         *args,
     ]
+    if "--workflow-profile" not in args:
+        command += ["--workflow-profile", str(plain_logger_profile())]
     if configfile is not None:
         command += ["--configfile", str(configfile)]
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
+    # plain lines, each one line (the project's lines break at COLUMNS: contextuality.core.runtime.for_terminal)
+    plain = {name: value for name, value in os.environ.items() if name != "COLUMNS"}
+    full_env = {**plain, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         process = subprocess.Popen(command, stdout=out, stderr=err, text=True, cwd=workdir, env=full_env,
                                    start_new_session=True)  # fmt: skip
@@ -49,6 +56,17 @@ def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None, tim
                 process.wait()
         out.seek(0), err.seek(0)
         return subprocess.CompletedProcess(command, process.returncode, out.read(), err.read())
+
+
+@functools.cache
+def plain_logger_profile() -> Path:
+    """The workflow profile (profiles/default) less its ``logger``: Snakemake's plain lines, which the tests parse
+    (the job stats table, the one-line errors), whatever the terminal of a user's run shows."""
+    profile = yaml.safe_load((PROJECT / "profiles" / "default" / "profile.yaml").read_text())
+    profile.pop("logger", None)
+    folder = Path(tempfile.mkdtemp(prefix="plain-logger-profile-"))
+    write_config(folder / "profile.yaml", profile)
+    return folder
 
 
 def _progress_mark(workdir: Path, streams) -> tuple:

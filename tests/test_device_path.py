@@ -98,7 +98,7 @@ def test_a_rerun_and_one_layer_per_pass_give_the_same_bytes(runs, tmp_path, monk
         record = Path(layout.path(layout.MODEL_RECORD, model=model))
         shape = json.loads(record.read_text())
         inputs = dict(
-            model_key=model, shard=settings.shard(model), measure=settings.metrics.measure, requested_device="cpu",
+            model_key=model, corpus="sts", shard=settings.shard(model), measure=settings.metrics.measure, requested_device="cpu",
             memory_fraction=0.9, job_memory_mb=16_384, parts=1, part=0, record_path=record,
             model_dir=unpacked(layout.path(layout.MODEL_FOLDER, model=model)),
             tokens_path=Path(layout.path(layout.TOKENS, corpus="sts", model=model)), units_path=Path(layout.path(layout.UNITS, corpus="sts", model=model)),

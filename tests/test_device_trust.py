@@ -88,7 +88,7 @@ def _layers(model: str = MODEL) -> str:
 def _job(settings) -> dict:
     """A device job's inputs for the smoke run's MODEL, part 0 of 1, run in the run's folder."""
     return dict(
-        model_key=MODEL, shard=settings.shard(MODEL), measure=settings.metrics.measure, requested_device="cpu",
+        model_key=MODEL, corpus="sts", shard=settings.shard(MODEL), measure=settings.metrics.measure, requested_device="cpu",
         memory_fraction=0.9, job_memory_mb=16_384, parts=1, part=0,
         record_path=Path(layout.path(layout.MODEL_RECORD, model=MODEL)),
         model_dir=unpacked(layout.path(layout.MODEL_FOLDER, model=MODEL)),

@@ -102,6 +102,7 @@ def test_half_precision_on_a_job_computing_on_the_cpu_stops_before_loading(tmp_p
     with pytest.raises(DeviceError) as raised:
         run_extraction_job(
             model_key="m",
+            corpus="sts",
             settings=settings.shard("m"),
             record_path=tmp_path / "source.json",
             model_dir=model_dir,

@@ -23,6 +23,8 @@ import yaml
 from conftest import PROJECT, run_snakemake, with_absolute_data_paths, write_config
 
 HOOKS = Path(__file__).resolve().parent / "hooks"
+# The shared smoke run shows what a user's terminal of this width shows: the project's workflow profile (its logger)
+TERMINAL_COLUMNS = 100
 _RUNS: dict[str, Path] = {}
 
 
@@ -60,14 +62,20 @@ def _check(name: str, result) -> None:
 
 def audited_smoke_run(tmp_path_factory) -> Path:
     """The whole smoke pipeline, every file write and rename of every process recorded in audit/
-    (the session fixture ``smoke_run``)."""
+    (the session fixture ``smoke_run``), through the terminal a user gets (profiles/default, TERMINAL_COLUMNS)."""
     _once("smoke")
     if "smoke" not in _RUNS:
         workdir = tmp_path_factory.mktemp("guarantees-smoke")
         audit = tmp_path_factory.mktemp("guarantees-audit")
         config = write_config(tmp_path_factory.mktemp("guarantees-config") / "smoke.yaml", smoke_config())
         result = run_snakemake(
-            workdir, "--cores", "2", configfile=config, env=hook_env(GUARANTEES_AUDIT_DIR=str(audit))
+            workdir,
+            "--cores",
+            "2",
+            "--workflow-profile",
+            str(PROJECT / "profiles" / "default"),
+            configfile=config,
+            env={**hook_env(GUARANTEES_AUDIT_DIR=str(audit)), "COLUMNS": str(TERMINAL_COLUMNS)},
         )
         _check("smoke", result)
         _RUNS["smoke"] = workdir

@@ -53,7 +53,8 @@ def _extract_shard_with_pooling(workdir: Path, shard: int, pooling: str, out: Pa
     shard_settings = dataclasses.replace(settings.shard(MODEL), pooling=pooling)
     model_root = workdir / "resources" / "models" / MODEL
     run_extraction_job(
-        model_key=MODEL, settings=shard_settings, record_path=model_root / "source.json", model_dir=model_root / "model",
+        model_key=MODEL, corpus="sts", settings=shard_settings, record_path=model_root / "source.json",
+        model_dir=model_root / "model",
         tokens_path=workdir / EMBEDDINGS / "tokens.parquet", units_path=workdir / EMBEDDINGS / "units.parquet",
         shard=shard, out_h5=out, threads=1, disk_factor=1.0, gpus=0, seed=settings.seed,
     )  # fmt: skip

@@ -10,7 +10,7 @@ from pathlib import Path
 from snakemake.exceptions import IncompleteCheckpointException
 
 from contextuality.core import layout
-from contextuality.core.runtime import prepend_python_path
+from contextuality.core.runtime import for_terminal, prepend_python_path
 from contextuality.measure import device_parts
 from contextuality.core.settings import as_params, batch_params, stateful_batches, stored_params
 from contextuality.corpus.sources import folder_files, is_sts
@@ -230,7 +230,7 @@ if (GIVEN_GPUS is None or GIVEN_GPUS.value is None) and not ON_A_CLUSTER:
         raise WorkflowError(str(err)) from None
     workflow.register_resource("gpu", LOCAL_GPUS)
     if workflow.is_main_process and LOCAL_GPUS:
-        print(gpu_line(LOCAL_GPUS), file=sys.stderr)
+        print(for_terminal(gpu_line(LOCAL_GPUS)), file=sys.stderr)
 else:
     LOCAL_GPUS = (GIVEN_GPUS.value if GIVEN_GPUS is not None else 0) or 0
 os.environ[LOCAL_GPUS_ENV] = str(LOCAL_GPUS)
@@ -295,10 +295,11 @@ if COMMAND in ("run", "dry-run"):
             GIVEN_CONFIG, yaml.safe_load(handle), workflow.overwrite_configfiles, os.path.relpath(DEFAULT_CONFIG)
         )
     if comparison:
-        print(comparison, file=sys.stderr)
+        print(for_terminal(comparison), file=sys.stderr)
     NEED = run_need.run_need(SETTINGS)
     FREE = free_bytes(Path(layout.RESULTS))
-    print(run_need.estimate_line(SETTINGS, NEED, workflow.resource_settings.cores, FREE, LOCAL_GPUS), file=sys.stderr)
+    NEED_LINE = run_need.estimate_line(SETTINGS, NEED, workflow.resource_settings.cores, FREE, LOCAL_GPUS)
+    print(for_terminal(NEED_LINE), file=sys.stderr)
     if COMMAND == "run" and not command_line_targets():  # the whole run: a target may need a part of it
         try:
             run_need.check_fits(SETTINGS, NEED, FREE, layout.RESULTS)

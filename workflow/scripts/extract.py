@@ -20,6 +20,7 @@ settings = run.shard(snakemake.wildcards.model)  # the manifest checks what the 
 with expected_errors(DiskSpaceError, DiskFullError, ModelError, DeviceError, ExtractionError, NonFiniteError):
     run_extraction_job(
         model_key=snakemake.wildcards.model,
+        corpus=snakemake.wildcards.corpus,
         settings=settings,
         record_path=Path(snakemake.input.record),
         model_dir=unpacked(snakemake.input.model),

@@ -32,6 +32,7 @@ with expected_errors(DeviceError, DeviceMemoryError, ModelError, ExtractionError
         )
     run_measure_model_job(
         model_key=snakemake.wildcards.model,
+        corpus=snakemake.wildcards.corpus,
         shard=run.shard(snakemake.wildcards.model),
         measure=run.metrics.measure,  # its params hold what changes the measures (not memory_mb, unused here)
         requested_device=run.metrics.device.device,

@@ -27,6 +27,12 @@ WORDNET_GLOSSES = f"{RESULTS}/corpus/wordnet_glosses.parquet"
 # The corpus the sense rules make of WordNet's usages (its own sentences and word index, no corpus.json)
 USAGES_CORPUS = "usages"
 
+
+def corpus_label(corpus: str) -> str:
+    """A corpus as the terminal's lines name it: the sense usages say whose they are, not to pass for the user's."""
+    return f"corpus {corpus}" + (" (WordNet's sense examples)" if corpus == USAGES_CORPUS else "")
+
+
 # The models (outside results/: built once, reused by every run)
 MODEL_ROOT = "resources/models/{model}"
 # The download and the model folder are declared as one file each, a tar (contextuality.core.archive: a

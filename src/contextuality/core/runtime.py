@@ -7,6 +7,7 @@ import gc
 import logging
 import os
 import sys
+import textwrap
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,12 +28,32 @@ def setup_job_logging(log_path: str | Path | None) -> logging.Logger:
     return logging.getLogger("contextuality")
 
 
+def terminal_width() -> int | None:
+    """The columns of the terminal watching the run (``COLUMNS``, else the run's stderr's own), or None where its
+    output is a file or a pipe (a CI log, the tests): there a line stays one line."""
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    try:
+        return os.get_terminal_size(sys.__stderr__.fileno()).columns if sys.__stderr__.isatty() else None
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def for_terminal(line: str) -> str:
+    """``line`` broken at spaces into lines no wider than the terminal (``terminal_width``), the later ones indented,
+    so no line of the project's runs over its width."""
+    width = terminal_width()
+    if not width or len(line) <= width:
+        return line
+    return textwrap.fill(line, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+
+
 def tell_terminal(line: str) -> None:
     """One line for the person watching the run: to the terminal's stderr (the job's stderr is its log,
-    ``setup_job_logging``), and to the log."""
+    ``setup_job_logging``), no wider than the terminal, and to the log."""
     logging.getLogger("contextuality").info("%s", line)
     if sys.stderr is not sys.__stderr__:
-        print(line, file=sys.__stderr__, flush=True)
+        print(for_terminal(line), file=sys.__stderr__, flush=True)
 
 
 @contextmanager
@@ -48,7 +69,7 @@ def expected_errors(*kinds: type[BaseException]):
     except kinds as err:
         logging.getLogger("contextuality").error("%s", err)
         if sys.stderr is not sys.__stderr__:  # stderr is the log (setup_job_logging): tell the terminal too
-            print(err, file=sys.__stderr__, flush=True)
+            print(for_terminal(str(err)), file=sys.__stderr__, flush=True)
         raise SystemExit(1) from None
 
 

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from contextuality.core import diskspace
 from contextuality.core.atomic import atomic_path
+from contextuality.core.layout import corpus_label
 from contextuality.core.runtime import tell_terminal
 from contextuality.core.settings import WINDOW_BATCHES, ShardSettings, shard_bounds, stored_params
 from contextuality.extraction.alignment import Plan
@@ -248,6 +249,7 @@ def package_versions() -> dict:
 def run_extraction_job(
     *,
     model_key: str,
+    corpus: str,
     settings: ShardSettings,
     record_path: Path,
     model_dir: Path,
@@ -280,8 +282,8 @@ def run_extraction_job(
     device, lease = choose_device(
         settings.device, gpus, shard, Path("resources") / ".gpu-leases", compute_dtype=settings.compute_dtype
     )
-    tell_terminal(f"{model_key}: shard {shard} of {settings.n_shards} (sentences {first}-{last - 1}) extracted on "
-                  f"{describe(device)}")  # fmt: skip
+    tell_terminal(f"{model_key}, {corpus_label(corpus)}: shard {shard} of {settings.n_shards} (sentences {first}-"
+                  f"{last - 1}) extracted on {describe(device)}")  # fmt: skip
     loaded = load_for_extraction(model_key, settings, record, model_dir, device)
     attrs = {
         "model": model_key,

@@ -366,6 +366,7 @@ def layer_after_final_norm(loaded, layer: int) -> int:
 def run_measure_model_job(
     *,
     model_key: str,
+    corpus: str,
     shard: ShardSettings,
     measure: MeasureSettings,
     requested_device: str,
@@ -390,6 +391,7 @@ def run_measure_model_job(
     ``sample``, the part's similarity sample)."""
     import torch
 
+    from contextuality.core.layout import corpus_label
     from contextuality.core.runtime import tell_terminal
     from contextuality.extraction.devices import choose_device, describe
     from contextuality.extraction.heap import keep_freed_memory
@@ -400,7 +402,8 @@ def run_measure_model_job(
     device, lease = choose_device(requested_device, gpus, part, Path("resources") / ".gpu-leases",
                                   compute_dtype=shard.compute_dtype, setting="metrics.device",
                                   job="device measurement job", rule="measure_model")  # fmt: skip
-    tell_terminal(f"{model_key}: every layer of part {part} of {parts} measured beside its forward passes, on "
+    tell_terminal(f"{model_key}, {corpus_label(corpus)}: every layer of part {part} of {parts} measured beside its "
+                  "forward passes, on "
                   f"{describe(device)}{'' if str(device).startswith('cuda') else ' (torch CPU backend)'}")  # fmt: skip
     try:
         # what a store's manifest would record, less what changes no row here (the number of shards)
