@@ -10,7 +10,7 @@ from pathlib import Path
 from snakemake.exceptions import IncompleteCheckpointException
 
 from contextuality.core import layout
-from contextuality.core.runtime import for_terminal, prepend_python_path
+from contextuality.core.runtime import TERMINAL_LINES_ENV, for_terminal, prepend_python_path
 from contextuality.measure import device_parts
 from contextuality.core.settings import as_params, batch_params, stateful_batches, stored_params
 from contextuality.corpus.sources import folder_files, is_sts
@@ -27,6 +27,7 @@ from contextuality.workflow.checks import check_half_precision_has_a_gpu, checke
 from contextuality.workflow.prerun import check_cpu_device_jobs_fit, check_device_has_a_gpu, check_local_model_files
 from contextuality.workflow.schema import ConfigError
 from contextuality.workflow.targets import command_kind, command_line_targets, record_run_config
+from contextuality.workflow.terminal import TerminalRelay
 
 # Every setting, resolved once from the validated config (the rules' params are taken from it), after
 # every check that can stop the run before any job: one line per problem, no traceback.
@@ -318,6 +319,11 @@ elif (
 
 # Targets named (`snakemake all`, `snakemake store`, a file): the whole-run check above is skipped (a target may need
 # a part of the run), and the shards that the targets' jobs write are checked once they are planned, before any job.
+# A local run's jobs then hand their lines for the terminal to this process, which shows them through Snakemake's
+# logger: written to the terminal, the rich logger's progress display would erase them (contextuality.workflow.terminal).
+TERMINAL = {}
+
+
 onstart:
     if COMMAND == "run" and command_line_targets():
         try:
@@ -326,13 +332,26 @@ onstart:
             run_need.check_planned_fits(SETTINGS, NEED, planned, free, layout.RESULTS, command_line_targets())
         except ConfigError as err:
             raise WorkflowError(str(err)) from None
+    if COMMAND == "run" and not ON_A_CLUSTER:
+        from snakemake.logging import logger as snakemake_logger
+
+        path = Path(".snakemake") / f"terminal-lines-{os.getpid()}.txt"
+        TERMINAL["relay"] = TerminalRelay(path, snakemake_logger.info).start()
+        os.environ[TERMINAL_LINES_ENV] = str(TERMINAL["relay"].path)
 
 
 # A run that built something records its config, for `snakemake --report` given none (one that built nothing, or
 # failed, is not "the last run": the report keeps the one that worked).
 onsuccess:
+    if "relay" in TERMINAL:
+        TERMINAL.pop("relay").close()
     if COMMAND == "run":
         record_run_config(GIVEN_CONFIG, workflow.configfiles)
+
+
+onerror:
+    if "relay" in TERMINAL:
+        TERMINAL.pop("relay").close()
 
 
 def n_layers_of(model):

@@ -48,12 +48,31 @@ def for_terminal(line: str) -> str:
     return textwrap.fill(line, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
 
 
+# A local run's file of the jobs' lines for its terminal, which its main process shows through Snakemake's logger
+# (contextuality.workflow.terminal): set by common.smk, inherited by the jobs
+TERMINAL_LINES_ENV = "CONTEXTUALITY_TERMINAL_LINES"
+
+
+def to_terminal(line: str) -> None:
+    """``line`` for the person watching the run. Written to the terminal by a job, it would land inside the rich
+    logger's progress display, which erases it at its next refresh: a local run's jobs append it to the run's file
+    (``TERMINAL_LINES_ENV``) instead, and elsewhere (a cluster's job, no run) it goes to stderr."""
+    relay = os.environ.get(TERMINAL_LINES_ENV)
+    if relay:
+        try:
+            with open(relay, "a", encoding="utf-8") as lines:  # one short append: whole, beside the other jobs'
+                lines.write(line + "\n")
+            return
+        except OSError:
+            pass
+    print(for_terminal(line), file=sys.__stderr__, flush=True)
+
+
 def tell_terminal(line: str) -> None:
-    """One line for the person watching the run: to the terminal's stderr (the job's stderr is its log,
-    ``setup_job_logging``), no wider than the terminal, and to the log."""
+    """One line for the person watching the run (``to_terminal``, no wider than its terminal), and to the log."""
     logging.getLogger("contextuality").info("%s", line)
-    if sys.stderr is not sys.__stderr__:
-        print(for_terminal(line), file=sys.__stderr__, flush=True)
+    if sys.stderr is not sys.__stderr__:  # stderr is the log (setup_job_logging), which has it already
+        to_terminal(line)
 
 
 @contextmanager
@@ -69,7 +88,7 @@ def expected_errors(*kinds: type[BaseException]):
     except kinds as err:
         logging.getLogger("contextuality").error("%s", err)
         if sys.stderr is not sys.__stderr__:  # stderr is the log (setup_job_logging): tell the terminal too
-            print(for_terminal(str(err)), file=sys.__stderr__, flush=True)
+            to_terminal(str(err))
         raise SystemExit(1) from None
 
 

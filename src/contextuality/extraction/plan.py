@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from contextuality.core.atomic import atomic_path
-from contextuality.core.runtime import for_terminal
+from contextuality.core.runtime import to_terminal
 from contextuality.core.settings import PlanSettings
 from contextuality.corpus.words import support
 from contextuality.extraction import alignment
@@ -258,5 +258,5 @@ def run_plan_job(
     warning = loss_warning(model_key, losses, out_losses)
     if warning:
         log.warning(warning)
-        print(for_terminal(warning), flush=True)  # the job's stdout: the terminal of the run (the log has it too)
+        to_terminal(warning)  # the terminal of the run (the log has it too)
     return losses
