@@ -14,7 +14,19 @@ importing only those listed before it:
 * ``senses``: word senses (WordNet 3.0 offline, its usages as a labelled corpus, sense separation,
   clusterability, the polysemy regression, the output layer as a lens);
 * ``report``: figures, the summary beside the paper, the claims, Table 1;
-* ``workflow``: what the Snakefile imports (config checks, target checks, job estimates).
+* ``workflow``: what the Snakefile imports (config checks, target checks, job estimates);
+* ``notebook``: ``contextuality.study``, one model's measures from a notebook, on the device path's engine.
+
+``contextuality.study`` is imported when first used, so ``import contextuality`` stays light.
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``study`` and ``Study`` (``contextuality.notebook.study``), imported on first use."""
+    if name in ("study", "Study"):
+        from contextuality.notebook import study
+
+        return getattr(study, name)
+    raise AttributeError(f"module 'contextuality' has no attribute {name!r}")
