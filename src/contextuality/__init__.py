@@ -17,16 +17,15 @@ importing only those listed before it:
 * ``workflow``: what the Snakefile imports (config checks, target checks, job estimates);
 * ``notebook``: ``contextuality.study``, one model's measures from a notebook, on the device path's engine.
 
-``contextuality.study`` is imported when first used, so ``import contextuality`` stays light.
+``contextuality.study`` imports it when first called, so ``import contextuality`` stays light.
 """
 
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
-    """``study`` and ``Study`` (``contextuality.notebook.study``), imported on first use."""
-    if name in ("study", "Study"):
-        from contextuality.notebook import study
+def study(model, sentences=None, **keywords):
+    """The paper's measures of one model on some sentences, in memory: ``contextuality.notebook.study.study`` (its
+    keywords: tokenizer, config, options, device, panel), imported on the first call."""
+    from contextuality.notebook.study import study as measure
 
-        return getattr(study, name)
-    raise AttributeError(f"module 'contextuality' has no attribute {name!r}")
+    return measure(model, sentences, **keywords)
