@@ -219,9 +219,8 @@ def run_plan_job(
     word_index = pd.read_parquet(word_index_path)
     tokenized = None  # a model with no tokenizer of its own reads spaCy words
     if not SOURCES[record["source"]].reads_words:
-        if (
-            settings.tokenization == "faithful"
-        ):  # the config cannot tell a downloaded model's architecture; its config.json can
+        # the config cannot tell a downloaded model's architecture; its config.json can
+        if settings.tokenization == "faithful":
             refuse_encoder(model_key, model_type_of(model_dir))
         tokenizer, max_length = loading.load_tokenizer(record, model_dir, settings.max_length)
         tokenized = type("Tokenized", (), {"tokenizer": tokenizer, "max_length": max_length, "key": model_key})

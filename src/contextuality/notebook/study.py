@@ -85,7 +85,7 @@ def _measure(given: ModelInput, settings, sentences: pd.DataFrame, device: str, 
     ``device``, the tables."""
     from contextuality.core import layout
     from contextuality.corpus.words import check_enough_words, word_index, word_table
-    from contextuality.extraction.plan import plan_occurrences, write_plan
+    from contextuality.extraction.plan import loss_warning, plan_occurrences, write_plan
     from contextuality.measure.combine import layer_tables
     from contextuality.measure.layer_result import WORD_COLUMNS, read_layer_results
     from contextuality.measure.panel import GEOMETRY_COLUMNS
@@ -98,6 +98,9 @@ def _measure(given: ModelInput, settings, sentences: pd.DataFrame, device: str, 
     record, model_dir, loaded = _model(given, settings, sentences, device, folder)
     tokenized = loaded if hasattr(loaded, "tokenizer") else None  # ELMo reads spaCy words
     plan, occurrences, losses = plan_occurrences(key, settings.plan(key), tokenized, sentences, words, index)
+    warning = loss_warning(key, losses)
+    if warning:  # what the model cannot store (truncated sentences, lost words), said as the plan job says it
+        log.warning(warning)
     paths = {name: folder / f"{name}.{suffix}" for name, suffix in
              (("tokens", "parquet"), ("units", "parquet"), ("occurrences", "parquet"), ("record", "json"))}  # fmt: skip
     write_plan(plan, paths["tokens"], paths["units"])
