@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,8 +60,22 @@ def study(model, sentences=None, *, tokenizer=None, config=None, options: dict |
     if device not in ("auto", "cpu", "cuda") and not str(device).startswith("cuda:"):
         raise ValueError(f"device is {device!r}; allowed: auto, cpu, cuda, cuda:N")
     sentences = sentence_table(sentences, settings)
-    with tempfile.TemporaryDirectory(prefix="contextuality-study-") as folder:
+    with tempfile.TemporaryDirectory(prefix="contextuality-study-") as folder, _quiet_transformers():
         return _measure(given, settings, sentences, _device(device, settings), Path(folder))
+
+
+@contextmanager
+def _quiet_transformers():
+    """transformers' errors only while ``study`` runs: its load report (a warning table per load, e.g. a base
+    model read from a checkpoint with a pretraining head) is noise in a notebook; a workflow job keeps it in its log."""
+    from transformers.utils import logging as transformers_logging
+
+    level = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        transformers_logging.set_verbosity(level)
 
 
 def _device(requested: str, settings) -> str:
