@@ -44,12 +44,29 @@ def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None, tim
     # plain lines, each one line (the project's lines break at COLUMNS: contextuality.core.runtime.for_terminal)
     plain = {name: value for name, value in os.environ.items() if name != "COLUMNS"}
     full_env = {**plain, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
+    return _run_watched(command, workdir, full_env, timeout, Path(workdir), f"snakemake in {workdir}", "run_snakemake")
+
+
+def run_command(command: list, *, cwd=None, env=None, timeout: float = 900, watch: Path | None = None):
+    """Run any other command a test needs to its end, its output captured (``subprocess.run``'s result).
+
+    ``timeout`` is the same stall limit as run_snakemake's: the command is stopped only after ``timeout`` seconds
+    in which it printed nothing and wrote no file under ``watch`` (none watched when None). A command that prints
+    only at its end (ruff, an import) has the limit as its whole time: give it a generous one."""
+    command = [str(part) for part in command]
+    # a Python child's prints reach the output file as they happen, not at its end, so they count as progress
+    full_env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
+    label = " ".join(part if len(part) < 60 else part[:57] + "..." for part in command).splitlines()[0]
+    return _run_watched(command, cwd, full_env, timeout, watch, f"`{label}`", "run_command")
+
+
+def _run_watched(command: list, cwd, env: dict, stall_s: float, watch: Path | None, what: str, knob: str):
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        process = subprocess.Popen(command, stdout=out, stderr=err, text=True, cwd=workdir, env=full_env,
+        process = subprocess.Popen(command, stdout=out, stderr=err, text=True, cwd=cwd, env=env,
                                    start_new_session=True)  # fmt: skip
         try:
-            _wait_while_progressing(process, Path(workdir), (out, err), timeout)
-        finally:  # its own session: an interrupted test must not leave the run behind
+            _wait_while_progressing(process, watch, (out, err), stall_s, what, knob)
+        finally:  # its own session: an interrupted test must not leave the command behind
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
@@ -69,30 +86,33 @@ def plain_logger_profile() -> Path:
     return folder
 
 
-def _progress_mark(workdir: Path, streams) -> tuple:
-    """What grows while a run works: its output and the newest file it wrote."""
+def _progress_mark(watch: Path | None, streams) -> tuple:
+    """What grows while a command works: its output and the newest file it wrote under ``watch``."""
     sizes = tuple(os.fstat(stream.fileno()).st_size for stream in streams)
     newest = 0.0
-    for root, _, files in os.walk(workdir):
+    for root, _, files in os.walk(watch) if watch is not None else ():
         for name in files:
             with contextlib.suppress(OSError):
                 newest = max(newest, os.stat(os.path.join(root, name)).st_mtime)
     return sizes, newest
 
 
-def _wait_while_progressing(process: subprocess.Popen, workdir: Path, streams, stall_s: float) -> None:
-    mark, since = _progress_mark(workdir, streams), time.monotonic()
+def _wait_while_progressing(
+    process: subprocess.Popen, watch: Path | None, streams, stall_s: float, what: str, knob: str
+) -> None:
+    mark, since = _progress_mark(watch, streams), time.monotonic()
     while process.poll() is None:
-        time.sleep(min(5.0, stall_s / 10))
-        if (now := _progress_mark(workdir, streams)) != mark:
+        with contextlib.suppress(subprocess.TimeoutExpired):  # returns as soon as the command ends
+            process.wait(timeout=min(5.0, stall_s / 10))
+        if (now := _progress_mark(watch, streams)) != mark:
             mark, since = now, time.monotonic()
-        elif time.monotonic() - since > stall_s:
+        elif process.poll() is None and time.monotonic() - since > stall_s:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             raise TimeoutError(
-                f"snakemake in {workdir} printed nothing and wrote no file for {stall_s:.0f} s: it stalled (a slow "
-                "machine only makes it slower; this limit is run_snakemake's timeout in tests/conftest.py)"
+                f"{what} printed nothing and wrote no file for {stall_s:.0f} s: it stalled (a slow machine only "
+                f"makes it slower; this limit is {knob}'s timeout in tests/conftest.py)"
             )
 
 

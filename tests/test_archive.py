@@ -1,9 +1,12 @@
 """A folder as one declared file (contextuality.core.archive): the model's form as a workflow output."""
 
 import os
+import queue
 import shutil
 
 from contextuality.core.archive import discard_unpacked, pack, unpacked
+
+ANSWER_LIMIT_S = 600  # a wall-clock limit on one trial's jobs (each unpacks and reads 3 MB: seconds when idle)
 
 
 def _folder(root):
@@ -80,7 +83,15 @@ def test_jobs_unpacking_one_archive_at_once_never_delete_or_half_show_each_other
         jobs = [context.Process(target=_unpack_and_read, args=(archive, expected, barrier, results)) for _ in range(4)]
         for job in jobs:
             job.start()
-        outcomes = [results.get(timeout=120) for _ in jobs]
+        try:
+            outcomes = [results.get(timeout=ANSWER_LIMIT_S) for _ in jobs]
+        except queue.Empty:
+            for job in jobs:
+                job.kill()
+            raise TimeoutError(
+                f"trial {trial}: the unpacking jobs gave no answer within {ANSWER_LIMIT_S} s, a slow machine's limit, "
+                "not a broken install (this limit is ANSWER_LIMIT_S in tests/test_archive.py)"
+            ) from None
         for job in jobs:
             job.join(timeout=60)
         failures += [f"trial {trial}: {outcome}" for outcome in outcomes if outcome != "ok"]

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import PROJECT
+from conftest import PROJECT, run_command
 from workflow_runs import failure, smoke_config_path
 
 pytestmark = pytest.mark.slow
@@ -29,8 +29,7 @@ def run(command: list, *, cwd=PROJECT, env=None, timeout: int = 300) -> str:
     """A benchmark's command line (``python`` is this interpreter, also for the shell scripts); its stdout."""
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     full_env = {**os.environ, "PATH": path, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
-    done = subprocess.run([str(part) for part in command], cwd=cwd, env=full_env, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    done = run_command(command, cwd=cwd, env=full_env, timeout=timeout)
     assert done.returncode == 0, failure(done)
     return done.stdout
 

@@ -31,7 +31,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import PROJECT, STS_DIR, run_snakemake, with_absolute_data_paths, write_config
+from conftest import PROJECT, STS_DIR, run_command, run_snakemake, with_absolute_data_paths, write_config
 from contextuality.corpus import sts
 from contextuality.workflow.checks import check_settings, checked_settings
 from contextuality.workflow.schema import ConfigError, load_settings
@@ -189,9 +189,7 @@ def hub_smoke_config(**corpus_settings) -> dict:
 
 
 def python_lines(code: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", code], cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, timeout=300
-    )
+    return run_command([sys.executable, "-c", code], cwd=cwd, env={**os.environ, **env}, timeout=300, watch=cwd)
 
 
 def failure(result) -> str:

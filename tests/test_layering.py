@@ -20,6 +20,7 @@ STAGES = (
     "senses",
     "report",
     "workflow",
+    "notebook",
 )
 
 

@@ -4,17 +4,16 @@ over the Python code, ``snakefmt`` ([tool.snakefmt]) over the rules. A ``# fmt: 
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
-from conftest import PROJECT
+from conftest import PROJECT, run_command
 
 LINTED = ("src", "tests", "workflow/scripts", "benchmarks")
 RULES = ("Snakefile", "workflow/rules")
 
 
 def _run(*command: str):
-    return subprocess.run([sys.executable, "-m", *command], cwd=PROJECT, capture_output=True, text=True, timeout=300)
+    return run_command([sys.executable, "-m", *command], cwd=PROJECT, timeout=300)
 
 
 def test_ruff_check_passes():

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pandas as pd
 import pytest
 
+from conftest import run_command
 from contextuality.corpus.words import build_word_index, tokenize, word_index, word_table
 
 SIX_SENTENCES = [
@@ -94,7 +94,7 @@ print(torch.zeros(2).sum().item())
 
 def test_the_tokenizer_imports_no_torch_and_leaves_it_importable():
     """The word-index job spends no 2.6 s importing torch for spaCy's thinc, and torch imports after it."""
-    result = subprocess.run([sys.executable, "-c", TOKENIZE_WITHOUT_TORCH], capture_output=True, text=True, timeout=300)
+    result = run_command([sys.executable, "-c", TOKENIZE_WITHOUT_TORCH], timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "0.0"
 

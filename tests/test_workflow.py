@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 
-from conftest import PROJECT, job_counts, run_snakemake, write_config
+from conftest import PROJECT, job_counts, run_command, run_snakemake, write_config
 
 
 def test_lint_is_clean(tmp_path):
@@ -53,7 +52,7 @@ def test_the_snakefile_imports_of_the_project_load_no_pandas():
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT / "src"), os.environ.get("PYTHONPATH")])),
     }
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    result = run_command([sys.executable, "-c", code], env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
 

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import yaml
 
-from conftest import PROJECT, run_snakemake, with_absolute_data_paths, write_config
+from conftest import PROJECT, _progress_mark, run_snakemake, with_absolute_data_paths, write_config
 
 HOOKS = Path(__file__).resolve().parent / "hooks"
 # The shared smoke run shows what a user's terminal of this width shows: the project's workflow profile (its logger)
 TERMINAL_COLUMNS = 100
+KILL_STALL_S = 300  # the killed run's stall limit (silent this long: stuck)
 _RUNS: dict[str, Path] = {}
 
 
@@ -174,9 +175,20 @@ def _kill_mid_shard(workdir: Path, config: Path) -> tuple[set[int], set[int]]:
         run = subprocess.Popen(
             command, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-        deadline = time.monotonic() + 300
+        # a stall limit as run_snakemake's: a loaded machine may take long to reach the shards, a stuck run never does
+        mark, since, checked = _progress_mark(workdir, (out,)), time.monotonic(), time.monotonic()
         try:
-            while time.monotonic() < deadline and run.poll() is None:
+            while run.poll() is None:
+                if time.monotonic() - checked > 5:  # the mark walks the folder: every 5 s, not every 50 ms
+                    checked = time.monotonic()
+                    if (now := _progress_mark(workdir, (out,))) != mark:
+                        mark, since = now, checked
+                    elif checked - since > KILL_STALL_S:
+                        raise TimeoutError(
+                            f"the run to kill mid-shard in {workdir} printed nothing and wrote no file for "
+                            f"{KILL_STALL_S} s: it stalled (a slow machine only makes it slower; this limit is "
+                            f"KILL_STALL_S in tests/workflow_runs.py): {(workdir / 'killed-run.out').read_text()[-3000:]}"
+                        )
                 # temporaries first: a shard renamed in between then counts as finished, not as half written
                 writing = (
                     {int(re.match(r"\.shard_(\d+)\.tmp-", p.name).group(1)) for p in shards.glob(".shard_*.tmp-*.h5")}

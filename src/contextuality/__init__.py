@@ -14,7 +14,18 @@ importing only those listed before it:
 * ``senses``: word senses (WordNet 3.0 offline, its usages as a labelled corpus, sense separation,
   clusterability, the polysemy regression, the output layer as a lens);
 * ``report``: figures, the summary beside the paper, the claims, Table 1;
-* ``workflow``: what the Snakefile imports (config checks, target checks, job estimates).
+* ``workflow``: what the Snakefile imports (config checks, target checks, job estimates);
+* ``notebook``: ``contextuality.study``, one model's measures from a notebook, on the device path's engine.
+
+``contextuality.study`` imports it when first called, so ``import contextuality`` stays light.
 """
 
 __version__ = "0.1.0"
+
+
+def study(model, sentences=None, **keywords):
+    """The paper's measures of one model on some sentences, in memory: ``contextuality.notebook.study.study`` (its
+    keywords: tokenizer, config, options, device, panel), imported on the first call."""
+    from contextuality.notebook.study import study as measure
+
+    return measure(model, sentences, **keywords)

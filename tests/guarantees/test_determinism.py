@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from conftest import (
     materialise,
     measure_model,
     measure_settings,
+    run_command,
 )
 from contextuality.corpus.sts import read_release, release_files
 from contextuality.corpus.words import word_index, word_table
@@ -85,7 +85,7 @@ def test_two_materialisations_of_a_random_model_give_byte_identical_tokenizer_an
             str(tmp_path / hash_seed),
             str(PROJECT / "tests"),
         ]
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        result = run_command(command, env=env, timeout=600, watch=tmp_path)
         assert result.returncode == 0, result.stderr[-3000:]
     first, second = _digests(tmp_path / "1"), _digests(tmp_path / "2")
     # tokenizer.json holds the vocabulary (and the merges); transformers 5 writes no vocab.txt/merges.txt

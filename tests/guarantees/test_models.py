@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import PROJECT, load_model, materialise
+from conftest import PROJECT, load_model, materialise, run_command
 from contextuality.models import loading
 from contextuality.models.loading import ModelError
 
@@ -48,9 +48,7 @@ def test_hub_unreachable_names_model_source_and_how_to_provide_it(tmp_path):
         " 'revision': 'cd5ef92a9fb2f889e972770a36d4ed042daf221e'}, Path('model'))\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "empty-hf-home")}
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
-    )
+    result = run_command([sys.executable, "-c", code], cwd=tmp_path, env=env, timeout=120, watch=tmp_path)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(

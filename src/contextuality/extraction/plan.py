@@ -218,16 +218,38 @@ def run_plan_job(
     sentences = pd.read_parquet(sentences_path, columns=["sentence_id", "text"])
     words = pd.read_parquet(words_path)
     word_index = pd.read_parquet(word_index_path)
-    indexing, tokenization, policy = settings.indexing, settings.tokenization, settings.max_length_policy
-    min_occurrences, count = settings.min_occurrences, settings.count
-    if SOURCES[record["source"]].reads_words:  # no tokenizer of its own
-        plan, max_length = alignment.plan_words(sentences, words), None
-    else:
-        if tokenization == "faithful":  # the config cannot tell a downloaded model's architecture; its config.json can
+    tokenized = None  # a model with no tokenizer of its own reads spaCy words
+    if not SOURCES[record["source"]].reads_words:
+        # the config cannot tell a downloaded model's architecture; its config.json can
+        if settings.tokenization == "faithful":
             refuse_encoder(model_key, model_type_of(model_dir))
         tokenizer, max_length = loading.load_tokenizer(record, model_dir, settings.max_length)
-        holder = type("Tokenized", (), {"tokenizer": tokenizer, "max_length": max_length, "key": model_key})
-        plan = plan_model(holder, sentences, words, indexing=indexing, tokenization=tokenization, policy=policy)
+        tokenized = type("Tokenized", (), {"tokenizer": tokenizer, "max_length": max_length, "key": model_key})
+    plan, occurrences, losses = plan_occurrences(model_key, settings, tokenized, sentences, words, word_index)
+    write_plan(plan, out_tokens, out_units)
+    with atomic_path(out_occurrences) as tmp:
+        occurrences.to_parquet(tmp, index=False)
+    with atomic_path(out_losses) as tmp:
+        tmp.write_text(json.dumps(losses, indent=1) + "\n")
+    warning = loss_warning(model_key, losses, out_losses)
+    if warning:
+        log.warning(warning)
+        to_terminal(warning)  # the terminal of the run (the log has it too)
+    return losses
+
+
+def plan_occurrences(model_key: str, settings: PlanSettings, tokenized, sentences: pd.DataFrame, words: pd.DataFrame,
+                     word_index: pd.DataFrame) -> tuple[Plan, pd.DataFrame, dict]:  # fmt: skip
+    """A model's plan, its occurrences and its losses (the plan job's, and ``contextuality.study``'s in memory).
+    ``tokenized``: anything with ``tokenizer``, ``max_length`` and ``key`` (a loaded Hugging Face model), or None
+    for a model that reads spaCy words (ELMo). Raises NothingToMeasureError when fewer than 2 words would be stored."""
+    indexing, tokenization, policy = settings.indexing, settings.tokenization, settings.max_length_policy
+    min_occurrences, count = settings.min_occurrences, settings.count
+    if tokenized is None:
+        plan, max_length = alignment.plan_words(sentences, words), None
+    else:
+        max_length = tokenized.max_length
+        plan = plan_model(tokenized, sentences, words, indexing=indexing, tokenization=tokenization, policy=policy)
     occurrences = build_occurrences(plan.units, word_index, indexing, min_occurrences, count, sentences)
     losses = count_losses(plan, word_index, occurrences, indexing)
     losses["model"] = model_key
@@ -250,13 +272,4 @@ def run_plan_job(
             f"models.{model_key}.indexing: {indexing}; {losses['sentences_truncated']} sentences truncated, "
             f"{losses['sentences_skipped']} skipped"
         )
-    write_plan(plan, out_tokens, out_units)
-    with atomic_path(out_occurrences) as tmp:
-        occurrences.to_parquet(tmp, index=False)
-    with atomic_path(out_losses) as tmp:
-        tmp.write_text(json.dumps(losses, indent=1) + "\n")
-    warning = loss_warning(model_key, losses, out_losses)
-    if warning:
-        log.warning(warning)
-        to_terminal(warning)  # the terminal of the run (the log has it too)
-    return losses
+    return plan, occurrences, losses

@@ -78,16 +78,8 @@ def combine_layers(
     """
     if manifest is not None:
         check_layer_set(manifest, {result.layer: result.shape._asdict() for result in results}, manifest_path)
-    order = np.argsort([result.layer for result in results], kind="stable")
-    ordered = [results[i] for i in order]
-    word_table = pd.concat([result.words for result in ordered], ignore_index=True).astype(
-        {"layer": "int64", "n": "int64"}
-    )
-    layer_table = pd.DataFrame([result.row for result in ordered], columns=LAYER_COLUMNS).astype(
-        {"layer": "int64", "n_words": "int64", "n_degenerate_words": "int64", "n_zero_vectors": "int64",
-         "after_final_norm": "int64",
-         "massive_occurrences": "int64", "geometry_sample": "int64", **{c: "str" for c in GEOMETRY_TEXT_COLUMNS}}
-    )  # fmt: skip
+    ordered = sorted(results, key=lambda result: result.layer)
+    word_table, layer_table = layer_tables(ordered)
     with atomic_path(out_words) as tmp:
         word_table[WORD_COLUMNS].to_parquet(tmp, index=False)
     with atomic_path(out_layers) as tmp:
@@ -107,6 +99,21 @@ def combine_layers(
     if out_rogue is not None:
         with atomic_path(out_rogue) as tmp:
             rogue_table(ordered).to_csv(tmp, index=False, float_format="%.6g")
+
+
+def layer_tables(results: list[LayerResult]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The words table (every column of the layers' words tables) and the layer table (``LAYER_COLUMNS``) of
+    per-layer results, in layer order, as words.parquet and layers.parquet hold them."""
+    ordered = sorted(results, key=lambda result: result.layer)
+    word_table = pd.concat([result.words for result in ordered], ignore_index=True).astype(
+        {"layer": "int64", "n": "int64"}
+    )
+    layer_table = pd.DataFrame([result.row for result in ordered], columns=LAYER_COLUMNS).astype(
+        {"layer": "int64", "n_words": "int64", "n_degenerate_words": "int64", "n_zero_vectors": "int64",
+         "after_final_norm": "int64",
+         "massive_occurrences": "int64", "geometry_sample": "int64", **{c: "str" for c in GEOMETRY_TEXT_COLUMNS}}
+    )  # fmt: skip
+    return word_table, layer_table
 
 
 def rogue_table(results: list[LayerResult]) -> pd.DataFrame:

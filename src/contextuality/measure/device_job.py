@@ -207,15 +207,16 @@ def measure_model(
     host_threads: int = 1,
     sample: SampleRequest | None = None,
     resume: Resume | None = None,
+    loaded=None,
     log: logging.Logger = LOG,
 ) -> dict:
     """Measure part ``part`` of ``parts`` of the layers of ``model_key`` on ``device`` (but those ``resume`` kept
-    from an earlier job of the part), writing each layer's
-    record, words table and PC vectors into ``out_folder`` (the layout's per-layer names, relative to the
-    model's metrics folder) with ``provenance``'s digest; on torch's CPU backend its groups planned in
-    ``job_memory_mb`` (the job's mem_mb); ``host_threads`` finish layers on the host at once;
+    from an earlier job of the part), writing each layer's record, words table and PC vectors into ``out_folder``
+    (the layout's per-layer names, relative to the model's metrics folder) with ``provenance``'s digest; on torch's
+    CPU backend its groups planned in ``job_memory_mb`` (the job's mem_mb); ``host_threads`` finish layers on the host at once;
     with ``sample``, each layer's similarity sample gathered from its resident rows into ``sample.out``.
-    Returns the job's figures (its layers, groups, seconds, peak device memory) and the model's shape."""
+    Returns the job's figures (its layers, groups, seconds, peak device memory) and the model's shape (``loaded``:
+    the model already loaded, ``contextuality.study``'s; else loaded from ``model_dir``)."""
     import torch
 
     from contextuality.extraction.extract import ElmoModel, load_for_extraction
@@ -227,7 +228,7 @@ def measure_model(
     started = time.perf_counter()
     record = json.loads(Path(record_path).read_text())
     plan = read_plan(tokens_path, units_path)
-    loaded = load_for_extraction(model_key, shard, record, model_dir, device)
+    loaded = load_for_extraction(model_key, shard, record, model_dir, device) if loaded is None else loaded
     index = OccurrenceIndex.from_parquet(occurrences_path)
     units = read_units(units_path) if measure.geometry else None
     n_rows = len(plan.units)

@@ -241,14 +241,20 @@ def _tokenizer(record: dict, hf_dir: Path, max_length: int | None):
 
     check_no_remote_code(record["key"], hf_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(hf_dir), trust_remote_code=False)
+    hf_config = AutoConfig.from_pretrained(str(hf_dir), trust_remote_code=False)
+    return prepared_tokenizer(record["key"], tokenizer, hf_config, max_length, str(hf_dir))
+
+
+def prepared_tokenizer(key: str, tokenizer, hf_config, max_length: int | None, where: str):
+    """A fast tokenizer made ready for alignment (decoders without a pad token get one: padding is masked, any id
+    will do) and its length limit (``load_tokenizer``); ``where`` names it in the refusal of a slow one."""
     if not getattr(tokenizer, "is_fast", False):
         raise ModelError(
-            f"model '{record['key']}': {hf_dir} has no fast (Rust) tokenizer, which alignment needs for character "
+            f"model '{key}': {where} has no fast (Rust) tokenizer, which alignment needs for character "
             "offsets; convert its tokenizer (tokenizer.json) or use another model"
         )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
-    hf_config = AutoConfig.from_pretrained(str(hf_dir), trust_remote_code=False)
     hf_config = getattr(hf_config, "text_config", None) or hf_config
     limits = [
         max_length,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from contextuality.report.findings_run import FindingsError, markers, update_files
+from contextuality.report.findings_run import FindingsError, markers, update_exit_status
 from contextuality.report.findings_run import replace_block as replace_marked
 from contextuality.report.tables import fmt, md_text, pipe_table
 
@@ -174,22 +174,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--readme", type=Path, help="the README to update")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 where a block is stale")
     args = parser.parse_args(argv)
-    try:
+
+    def targets():
         atlas, claims = read_tables(args.tables)
-        stale = update_files(
-            [
-                (args.findings, {MARKER: findings_block(atlas, claims)}),
-                (args.readme, {MARKER: readme_block(atlas, claims)}),
-            ],
-            args.check,
-        )
-    except FindingsError as error:
-        print(f"atlas_findings: {error}", file=sys.stderr)
-        return 2
-    if stale:
-        print(f"atlas_findings: stale against {args.tables}: {', '.join(stale)}", file=sys.stderr)
-        return 1
-    return 0
+        return [
+            (args.findings, {MARKER: findings_block(atlas, claims)}),
+            (args.readme, {MARKER: readme_block(atlas, claims)}),
+        ]
+
+    return update_exit_status("atlas_findings", args.tables, targets, args.check)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from contextuality.report.findings_paper import paper_block, rogue_dimensions
-from contextuality.report.findings_run import FindingsError, Model, RunTables, update_files
+from contextuality.report.findings_run import Model, RunTables, update_exit_status
 from contextuality.report.findings_senses import (
     WEAK_GAIN_OVER_SHAPE,
     best_layer,
@@ -124,17 +124,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--readme", type=Path, help="the README to update")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 where a block is stale")
     args = parser.parse_args(argv)
-    try:
+
+    def targets():
         run = RunTables.load(args.results, args.corpus)
         blocks = {PAPER: paper_block(run), SENSES: senses_block(run, args.results / "senses")}
-        stale = update_files([(args.findings, blocks), (args.readme, {README: readme_block(run)})], args.check)
-    except FindingsError as error:
-        print(f"findings: {error}", file=sys.stderr)
-        return 2
-    if stale:
-        print(f"findings: stale against {args.results}: {', '.join(stale)}", file=sys.stderr)
-        return 1
-    return 0
+        return [(args.findings, blocks), (args.readme, {README: readme_block(run)})]
+
+    return update_exit_status("findings", args.results, targets, args.check)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ sentence of the findings needs; a missing table or row gives None or an empty se
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,6 +150,23 @@ def update_files(targets: list[tuple[Path | None, dict]], check: bool) -> list[s
 
             write_text(path, updated)
     return stale
+
+
+def update_exit_status(
+    program: str, source: Path, targets: Callable[[], list[tuple[Path | None, dict]]], check: bool
+) -> int:
+    """A findings command's exit status: ``update_files(targets(), check)``, then 0 (done, or nothing stale), 1 (with
+    ``check``: a block stale against ``source``) or 2 (a run or a file the blocks cannot be made from or written
+    into), the reason on stderr after ``program``'s name. ``targets`` reads the run, so its errors count too."""
+    try:
+        stale = update_files(targets(), check)
+    except FindingsError as error:
+        print(f"{program}: {error}", file=sys.stderr)
+        return 2
+    if stale:
+        print(f"{program}: stale against {source}: {', '.join(stale)}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def each(models: list[Model], text: Callable[[Model], str | None], joiner: str = "and", long: bool = False) -> str:

@@ -5,7 +5,8 @@
   projected on its top q principal components (a fixed m: every clusterability statistic drifts with n).
 * C2 ``gaussian_null_p``: p of the CI against Gaussians with the subsample's covariance (conservative).
 * C3 ``matched_mono_poly`` and ``cluster_contrast``: frequency-matched monosemous and polysemous words (matched on
-  the STS count and, given a ``zipf`` column, on general English frequency too), and the difference of their mean CIs.
+  the STS count and, given a ``zipf`` column, on general English frequency too), and the difference of their mean CIs
+  (``contrast_row``: that difference as a row of the long table).
 * The positive control (can the statistic see two senses at all?): ``pseudo_word_pairs`` joins monosemous
   words two by two, at random, into pseudo-words with two senses by construction, and
   ``pseudo_word_cluster_index`` gives a pseudo-word the same statistic (R subsamples of m rows, half from each
@@ -254,3 +255,16 @@ def cluster_contrast(ci_poly, ci_mono, *, seed: int = 0, resamples: int = 2000) 
         mw_p=float(stats.mannwhitneyu(poly, mono, alternative="two-sided").pvalue),
     )
     return out
+
+
+def contrast_row(ci_poly, ci_mono) -> tuple[dict, dict]:
+    """``cluster_contrast(ci_poly, ci_mono)`` as a long-table row's value against 0, its interval and the two-sided
+    Mann-Whitney p (``rows.Rows.add``'s keywords), and the contrast itself (its counts)."""
+    contrast = cluster_contrast(ci_poly, ci_mono)
+    row = {
+        "value": contrast["delta_ci"],
+        "null": 0.0,
+        "ci": (contrast["ci_low"], contrast["ci_high"]),
+        "p": contrast["mw_p"],
+    }
+    return row, contrast

@@ -108,40 +108,36 @@ def _pooled_rows(add, r: dict, note: str, boot: str, permutations: int) -> None:
 def _control_rows(add, r: dict, token_note: str, boot: str, bootstrap: int, *, layer: int) -> None:
     """What the cosine adds beyond the pairs' shape (lengths, positions), and beyond layer 0 (from layer 1 on)."""
     pairs = _pairs(r)
-    add(
-        "auroc_same_token",
-        value=_get(r, "auroc_same_token"),
-        null=0.5,
-        ci=_ci(r, "auroc_same_token"),
-        n=_get(r, "n_pairs_same_token"),
-        note=f"pairs of the same stored token sequence only: {token_note}",
-    )
-    add(
-        "auroc_stratified",
-        value=_get(r, "auroc_stratified"),
-        null=0.5,
-        ci=_ci(r, "auroc_stratified"),
-        n=pairs,
-        note=f"pairs compared within strata of the sentence-length difference (0 to {separation.LENGTH_STRATA_CAP}+ "
-        f"words, {_get(r, 'n_strata'):.0f} strata); {boot}",
-    )
-    add(
-        "auroc_macro",
-        value=_get(r, "auroc_macro"),
-        null=0.5,
-        ci=_ci(r, "auroc_macro"),
-        n=_get(r, "n_lemmas_macro"),
-        note=f"mean of each lemma's own AUROC (n: lemmas with both kinds of pair); {boot}",
+    _chance_rows(
+        add,
+        r,
+        (
+            "auroc_same_token",
+            _get(r, "n_pairs_same_token"),
+            f"pairs of the same stored token sequence only: {token_note}",
+        ),
+        (
+            "auroc_stratified",
+            pairs,
+            f"pairs compared within strata of the sentence-length difference (0 to {separation.LENGTH_STRATA_CAP}+ "
+            f"words, {_get(r, 'n_strata'):.0f} strata); {boot}",
+        ),
+        (
+            "auroc_macro",
+            _get(r, "n_lemmas_macro"),
+            f"mean of each lemma's own AUROC (n: lemmas with both kinds of pair); {boot}",
+        ),
     )
     _shape_rows(add, r, pairs, boot, bootstrap)
-    add(
-        "heldout_balanced_accuracy",
-        value=_get(r, "heldout_balanced_accuracy"),
-        null=0.5,
-        ci=_ci(r, "heldout_balanced_accuracy"),
-        n=pairs,
-        note=f"same sense if cos >= t, t chosen on held-out lemmas ({separation.FOLDS}-fold GroupKFold, best training "
-        f"balanced accuracy); {boot}",
+    _chance_rows(
+        add,
+        r,
+        (
+            "heldout_balanced_accuracy",
+            pairs,
+            f"same sense if cos >= t, t chosen on held-out lemmas ({separation.FOLDS}-fold GroupKFold, best training "
+            f"balanced accuracy); {boot}",
+        ),
     )
     if layer > 0:
         add(
@@ -156,17 +152,24 @@ def _control_rows(add, r: dict, token_note: str, boot: str, bootstrap: int, *, l
         )
 
 
+def _chance_rows(add, r: dict, *measures: tuple[str, int, str]) -> None:
+    """A row per (measure, n, note) of ``r``'s value and interval under that name, against chance (0.5)."""
+    for measure, n, note in measures:
+        add(measure, value=_get(r, measure), null=0.5, ci=_ci(r, measure), n=n, note=note)
+
+
 def _shape_rows(add, r: dict, pairs: int, boot: str, bootstrap: int) -> None:
     """The shape baselines held out by lemma, no model (what shape alone reaches), and W3a's headline: the gain
     of cosine + shape over shape alone, and shape alone's held-out accuracy."""
-    add(
-        "auroc_shape",
-        value=_get(r, "auroc_shape"),
-        null=0.5,
-        ci=_ci(r, "auroc_shape"),
-        n=pairs,
-        note="no model: a logistic regression on the pair's sentence lengths and target positions, "
-        f"held out by lemma ({separation.FOLDS}-fold GroupKFold); {boot}",
+    _chance_rows(
+        add,
+        r,
+        (
+            "auroc_shape",
+            pairs,
+            "no model: a logistic regression on the pair's sentence lengths and target positions, "
+            f"held out by lemma ({separation.FOLDS}-fold GroupKFold); {boot}",
+        ),
     )
     add(
         "auroc_cosine_shape",
@@ -176,14 +179,15 @@ def _shape_rows(add, r: dict, pairs: int, boot: str, bootstrap: int) -> None:
         n=pairs,
         note=f"cosine + shape, the same held-out logistic regression; null: shape alone; {boot}",
     )
-    add(
-        "heldout_balanced_accuracy_shape",
-        value=_get(r, "heldout_balanced_accuracy_shape"),
-        null=0.5,
-        ci=_ci(r, "heldout_balanced_accuracy_shape"),
-        n=pairs,
-        note="no model: the same held-out threshold on the shape-only logistic regression's score (its cut chosen "
-        f"on the training folds' own scores); {boot}",
+    _chance_rows(
+        add,
+        r,
+        (
+            "heldout_balanced_accuracy_shape",
+            pairs,
+            "no model: the same held-out threshold on the shape-only logistic regression's score (its cut chosen "
+            f"on the training folds' own scores); {boot}",
+        ),
     )
     add(
         "auroc_gain_over_shape",

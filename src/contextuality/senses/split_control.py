@@ -143,15 +143,12 @@ class SplitControl:
             f"m = {m} ({PER_SENSE} usages of each sense; WordNet's synsets have few examples), the monosemous words "
             f"at the same m on their STS occurrences (different corpora: WordNet's example sentences against STS)"
         )
-        contrast = clusters.cluster_contrast(split, mono)
+        row, contrast = clusters.contrast_row(split, mono)
         rows.add(
             "clusterability",
             "delta_cluster_index_two_senses",
             kind,
-            contrast["delta_ci"],
-            null=0.0,
-            ci=(contrast["ci_low"], contrast["ci_high"]),
-            p=contrast["mw_p"],
+            **row,
             n=contrast["n_poly"] + contrast["n_mono"],
             note=f"positive control with real senses: {contrast['n_poly']} lemmas' two largest senses of one stored "
             f"token, balanced subsamples, minus the monosemous words; {where}; two-sided Mann-Whitney p",

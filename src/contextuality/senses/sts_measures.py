@@ -269,18 +269,8 @@ def _contrast_rows(rows: Rows, kind: str, poly: np.ndarray, mono: np.ndarray, no
             note="not measurable: fewer than 2 matched words in a group",
         )
         return
-    contrast = clusters.cluster_contrast(poly, mono)
-    rows.add(
-        "clusterability",
-        "delta_cluster_index",
-        kind,
-        contrast["delta_ci"],
-        null=0.0,
-        ci=(contrast["ci_low"], contrast["ci_high"]),
-        p=contrast["mw_p"],
-        n=len(poly) + len(mono),
-        note=note,
-    )
+    row, _ = clusters.contrast_row(poly, mono)
+    rows.add("clusterability", "delta_cluster_index", kind, **row, n=len(poly) + len(mono), note=note)
     rows.add(
         "clusterability",
         "cluster_index_poly",
@@ -295,15 +285,12 @@ def _contrast_rows(rows: Rows, kind: str, poly: np.ndarray, mono: np.ndarray, no
 def _pseudo_word_rows(rows: Rows, kind: str, pseudo_ci: np.ndarray, mono: np.ndarray) -> None:
     """The positive control: pseudo-words minus the monosemous words they are made of, on the same statistic."""
     if len(pseudo_ci) >= 2 and len(mono) >= 2:
-        contrast = clusters.cluster_contrast(pseudo_ci, mono)
+        row, _ = clusters.contrast_row(pseudo_ci, mono)
         rows.add(
             "clusterability",
             "delta_cluster_index_pseudo",
             kind,
-            contrast["delta_ci"],
-            null=0.0,
-            ci=(contrast["ci_low"], contrast["ci_high"]),
-            p=contrast["mw_p"],
+            **row,
             n=len(pseudo_ci) + len(mono),
             note=f"positive control: {len(pseudo_ci)} pseudo-words (two matched monosemous words each, half "
             "of every subsample from each) minus the monosemous words; two-sided Mann-Whitney p",
