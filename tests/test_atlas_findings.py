@@ -93,7 +93,7 @@ def test_the_readme_paragraph_names_the_range_and_the_claims_that_depend_on_the_
     text = readme_block(atlas_table(), claims_table())
     assert "3 trained models and 1 untrained controls" in text
     assert "peak anisotropy 0.41-0.90" in text  # trained models only: the control's 0.05 is not in the range
-    assert "adjusted self-similarity down to 0.18" in text
+    assert "adjusted self-similarity down to 0.18 (SmolLM2-135M-Instruct, relative depth 0.87)" in text
     assert "for GPT-2, A5b (Gemma-3-270m HOLDS vs SmolLM2-135M-Instruct FAILS)" in text
     assert text.endswith("![The atlas](docs/figures/atlas.png)")
 

@@ -122,11 +122,13 @@ def readme_block(atlas: pd.DataFrame, claims: pd.DataFrame) -> str:
     trained = atlas[atlas["training"] != "random"]
     if trained.empty:
         trained = atlas  # a run of controls only: their range, still named as controls below
+    lowest = trained.loc[trained.self_similarity_adj_min.idxmin()]  # where a trained model is most context-specific
     sentence = (
         f"The atlas (`config/atlas.yaml`) puts {(atlas.training != 'random').sum()} trained models and "
         f"{(atlas.training == 'random').sum()} untrained controls on one page: peak anisotropy {fmt(trained.anisotropy_max.min(), 2)}-"
         f"{fmt(trained.anisotropy_max.max(), 2)}, adjusted self-similarity down to "
-        f"{fmt(trained.self_similarity_adj_min.min(), 2)} in the upper layers."
+        f"{fmt(lowest.self_similarity_adj_min, 2)} ({md_text(lowest.label)}, relative depth "
+        f"{fmt(lowest.self_similarity_adj_min_depth, 2)})."
     )
     by_paper: dict[str, list[str]] = {}
     for paper_model, claim, by_model in changed:
