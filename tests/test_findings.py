@@ -86,6 +86,9 @@ def _senses(key: str, decoder: bool, extra: bool) -> pd.DataFrame:
             add("alignment_median_rank", 158 if layer == LAYERS - 1 else 3460, null=22236, n=500)
         if extra:
             add("auroc_gain_over_shape", 0.054, ci=(0.015, 0.089), n=1000)
+            add("w3b_detectable_split_share", 0.52 if layer == 2 else float("nan"), n=200)
+            if decoder:
+                add("prediction_vs_alignment_rank_median_difference", -168.0, p=9.6e-41, n=500)
     return rows.frame()
 
 
@@ -158,6 +161,14 @@ def test_a_newer_measure_has_its_sentence_only_where_its_rows_are():
         "The model's gain over shape (cosine + shape against shape alone, paired over lemma resamples): +0.054 [0.015, 0.089] (ENC)"
         in senses_block(synthetic_run(extra=True))
     )
+
+
+def test_w3c_says_the_paired_ranks_where_the_run_has_them_and_w3b_its_power():
+    """B4 and B5 on the same tokens: the paired difference is said, "not compared" only for an unpaired run."""
+    unpaired, paired = senses_block(synthetic_run()), senses_block(synthetic_run(extra=True))
+    assert "so their ranks are not compared" in unpaired and "so their ranks are not compared" not in paired
+    assert "On the same tokens, B5's rank minus B4's at the last layer: median -168 (Wilcoxon p 9.6e-41)" in paired
+    assert "the test would see splits only if at least 52%" in paired and "would see splits" not in unpaired
 
 
 def test_the_readme_block_credits_all_but_the_top():

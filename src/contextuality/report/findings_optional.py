@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from contextuality.report.findings_run import Model, each, measured
+from contextuality.report.sense_table import format_p
 from contextuality.report.tables import fmt, fmt_ci, fmt_share, fmt_signed, fmt_span
 
 
@@ -48,12 +49,26 @@ def detectable_share(models: list[Model]) -> str:
     return f"By its power, the test would see splits only if at least {each(models, one)} of the polysemous words had them."
 
 
-# The measure of the smallest share of split words the W3b test detects (the name its branch gives it).
-DETECTABLE_SHARE = "detectable_split_share"
+def paired_ranks(models: list[Model]) -> str:
+    def one(m: Model) -> str | None:
+        rows = m.sense_rows(PAIRED_RANKS).dropna(subset=["value"])
+        if rows.empty:
+            return None
+        last = rows.loc[rows.index.max()]
+        return f"median {fmt_signed(last['value'], 0)} (Wilcoxon p {format_p(last['p'])})"
+
+    return f"On the same tokens, B5's rank minus B4's at the last layer: {each(models, one)}."
+
+
+# B4 and B5 ranked on the same tokens (senses/output_layer.py): the paired difference W3c's verdict reads.
+PAIRED_RANKS = "prediction_vs_alignment_rank_median_difference"
+
+# The measure of the smallest share of split words the W3b test detects (senses/split_control.py writes it).
+DETECTABLE_SHARE = "w3b_detectable_split_share"
 
 # claim -> (measure, sentence of the models that have it), in the order they are written.
 OPTIONAL: dict[str, tuple[tuple[str, Callable[[list[Model]], str]], ...]] = {
     "W3a": (("auroc_gain_over_shape", gain_over_shape), ("heldout_balanced_accuracy_shape", heldout_shape)),
     "W3b": (("delta_cluster_index_two_senses", two_senses), (DETECTABLE_SHARE, detectable_share)),
-    "W3c": (),
+    "W3c": ((PAIRED_RANKS, paired_ranks),),
 }

@@ -12,7 +12,7 @@ import re
 
 import pandas as pd
 
-from contextuality.report.findings_optional import OPTIONAL
+from contextuality.report.findings_optional import OPTIONAL, PAIRED_RANKS
 from contextuality.report.findings_run import FAILS, HOLDS, Model, RunTables, best_layer, each, measured
 from contextuality.report.senses import THRESHOLDS
 from contextuality.report.tables import (
@@ -211,12 +211,15 @@ def w3c(run: RunTables) -> str | None:
         )
 
     no_head = [m.label for m in run.models if m not in models]
+    paired = any(m.sense_rows(PAIRED_RANKS)["value"].notna().any() for m in models)
+    unpaired = "" if paired else "B4 and B5 are two different samples of tokens, so their ranks are not compared. "
     return (
         f"- **W3c, the output row near the contexts' average: {verdicts(run, 'W3c', models)}.** Measured on a decoder's tied "
         f"rows{' (' + ', '.join(no_head) + ': no B5)' if no_head else ''}: B5 takes, for each next token, the centroid "
         "of the positions followed by it; B4 the centroid of a word's own occurrences, which sits near its own row "
         "from layer 1 on because the tied input row travels up the residual stream (layer 0 is left out: there it is "
-        "true by construction). B4 and B5 are two different samples of tokens, so their ranks are not compared. "
+        "true by construction). "
+        + unpaired
         + "; ".join(ranks(m)[0].upper() + ranks(m)[1:] for m in models)
         + ". "
         + optional_sentences(run, "W3c")
