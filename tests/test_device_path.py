@@ -36,6 +36,17 @@ HOST_SAMPLED = ["baseline_cosine", "baseline_mev", "n_baseline_vectors", "norm_m
                 "geometry_sample", "n_sentences_sampled", "massive_dims", "massive_occurrences"]  # fmt: skip
 
 
+def assert_same_layer_table(mine: pd.DataFrame, reference: pd.DataFrame, model: str) -> None:
+    """Another path's layers.parquet against the reference one: the host-sampled and text columns byte for byte,
+    every other number within 1e-5."""
+    assert list(mine.columns) == list(reference.columns) and len(mine) == len(reference)
+    for column in reference.columns:
+        if column in HOST_SAMPLED or not pd.api.types.is_numeric_dtype(reference[column]):
+            pd.testing.assert_series_equal(mine[column], reference[column], check_exact=True, obj=f"{model} {column}")
+        else:
+            np.testing.assert_allclose(mine[column], reference[column], atol=1e-5, rtol=0, err_msg=f"{model} {column}")
+
+
 @pytest.fixture(scope="module")
 def runs(smoke_run, device_run) -> tuple[Path, Path]:
     return smoke_run, device_run
@@ -54,12 +65,7 @@ def test_the_device_path_writes_no_store_and_gives_the_store_paths_tables(runs):
     for model in MODELS:
         a = pd.read_parquet(store / layout.path(layout.LAYERS_PARQUET, corpus="sts", model=model))
         b = pd.read_parquet(device / layout.path(layout.LAYERS_PARQUET, corpus="sts", model=model))
-        assert list(a.columns) == list(b.columns) and len(a) == len(b)
-        for column in a.columns:
-            if column in HOST_SAMPLED or not pd.api.types.is_numeric_dtype(a[column]):
-                pd.testing.assert_series_equal(b[column], a[column], check_exact=True, obj=f"{model} {column}")
-            else:
-                np.testing.assert_allclose(b[column], a[column], atol=1e-5, rtol=0, err_msg=f"{model} {column}")
+        assert_same_layer_table(b, a, model)
         words_a = pd.read_parquet(store / layout.path(layout.WORDS, corpus="sts", model=model))
         words_b = pd.read_parquet(device / layout.path(layout.WORDS, corpus="sts", model=model))
         pd.testing.assert_frame_equal(words_b, words_a, check_exact=False, atol=1e-5, rtol=0)

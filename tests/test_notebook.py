@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -112,7 +111,7 @@ def test_import_contextuality_stays_light():
 def test_study_gives_the_pipelines_tables_on_the_smoke_corpus(smoke_run, model):
     """The smoke run's model folder and corpus, its settings: the tables of its store path, within the tolerance
     of the device path against it (tests/test_device_path.py): the rows drawn on the host the same bytes."""
-    from test_device_path import HOST_SAMPLED
+    from test_device_path import assert_same_layer_table
 
     config = smoke_config()
     entry = config["models"][model]
@@ -122,12 +121,7 @@ def test_study_gives_the_pipelines_tables_on_the_smoke_corpus(smoke_run, model):
     measured = contextuality.study(model, None, config=config, device="cpu", panel=True)
     layers = pd.read_parquet(smoke_run / layout.path(layout.LAYERS_PARQUET, corpus="sts", model=model))
     mine = measured.layers.merge(measured.panel, on=["model", "layer"])[list(layers.columns)]
-    assert len(mine) == len(layers)
-    for column in layers.columns:
-        if column in HOST_SAMPLED or not pd.api.types.is_numeric_dtype(layers[column]):
-            pd.testing.assert_series_equal(mine[column], layers[column], check_exact=True, obj=f"{model} {column}")
-        else:
-            np.testing.assert_allclose(mine[column], layers[column], atol=1e-5, rtol=0, err_msg=f"{model} {column}")
+    assert_same_layer_table(mine, layers, model)
     words = pd.read_parquet(smoke_run / layout.path(layout.WORDS, corpus="sts", model=model))
     pd.testing.assert_frame_equal(measured.words, words, check_exact=False, atol=1e-5, rtol=0)
     assert measured.losses == json.loads(
