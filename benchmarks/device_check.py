@@ -51,6 +51,7 @@ from gpu_check import bert_base_folder, corpus, record_of, synchronize  # noqa: 
 from contextuality.core.settings import ShardSettings  # noqa: E402
 from contextuality.corpus.words import word_index  # noqa: E402
 from contextuality.extraction import extract, windows  # noqa: E402
+from contextuality.extraction.encoders import load_encoder  # noqa: E402
 from contextuality.extraction.plan import build_occurrences, plan_model, write_plan  # noqa: E402
 from contextuality.measure import device_job, device_plan  # noqa: E402
 from contextuality.measure.layer_job import OccurrenceIndex, RowsInMemory, measure_rows, read_units  # noqa: E402
@@ -168,10 +169,11 @@ def run_device(name, shard, measure, device, paths, folder, out: Path, host_thre
     # on torch's CPU backend the job plans in its memory: here 0.9 of the machine's, the workflow's cap
     job_memory_mb = int(0.9 * (machine_memory_bytes() or 8 << 30)) >> 20
     figures = device_job.measure_model(
-        model_key=name, shard=shard, measure=measure, device=device, memory_fraction=0.9, job_memory_mb=job_memory_mb,
-        parts=1, part=0, record_path=paths["record"], model_dir=folder, tokens_path=paths["tokens"],
-        units_path=paths["units"], occurrences_path=paths["occurrences"], out_folder=out, provenance={"check": name},
-        host_threads=host_threads,
+        read=device_job.ModelFiles(name, "", paths["record"], folder, paths["tokens"], paths["units"],
+                                   paths["occurrences"]),
+        shard=shard, measure=measure,
+        place=device_job.DevicePlace(device, 0.9, job_memory_mb, threads=host_threads),
+        out=device_job.LayerFiles(out, provenance={"check": name}),
     )  # fmt: skip
     return figures
 
@@ -182,10 +184,10 @@ def tolerance(name, shard, measure, device, paths, folder, layers: list[int], ou
 
     plan = read_plan(paths["tokens"], paths["units"])
     record = json.loads(paths["record"].read_text())
-    loaded = extract.load_for_extraction(name, shard, record, folder, device)
+    loaded = load_encoder(name, shard, record, folder, device)
     index = OccurrenceIndex.from_parquet(paths["occurrences"])
     units = read_units(paths["units"])
-    d = loaded.model.config.hidden_size
+    d = loaded.width
     resident = torch.empty((len(layers), len(plan.units), d), dtype=getattr(torch, shard.storage_dtype), device=device)
     with torch.inference_mode():
         device_job.fill_group(loaded, plan, layers, resident, shard, device, desc=f"{name} layers {layers}")
@@ -266,7 +268,7 @@ def check_model(name, folder, spec, sentences, words, index, args, tmp: Path) ->
 
     plan = read_plan(paths["tokens"], paths["units"])
     occurrence_index = OccurrenceIndex.from_parquet(paths["occurrences"])
-    loaded = extract.load_for_extraction(name, shard, record, folder, args.device)
+    loaded = load_encoder(name, shard, record, folder, args.device)
     layers = list(range(loaded.n_layers))
     resident = torch.empty((1, len(plan.units), first["dim"]), dtype=torch.float16, device=args.device)
     floor_s = 0.0

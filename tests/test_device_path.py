@@ -104,16 +104,19 @@ def test_a_rerun_and_one_layer_per_pass_give_the_same_bytes(runs, tmp_path, monk
         record = Path(layout.path(layout.MODEL_RECORD, model=model))
         shape = json.loads(record.read_text())
         inputs = dict(
-            model_key=model, corpus="sts", shard=settings.shard(model), measure=settings.metrics.measure, requested_device="cpu",
-            memory_fraction=0.9, job_memory_mb=16_384, parts=1, part=0, record_path=record,
-            model_dir=unpacked(layout.path(layout.MODEL_FOLDER, model=model)),
-            tokens_path=Path(layout.path(layout.TOKENS, corpus="sts", model=model)), units_path=Path(layout.path(layout.UNITS, corpus="sts", model=model)),
-            occurrences_path=Path(layout.path(layout.OCCURRENCES, corpus="sts", model=model)), threads=1, gpus=0,
+            read=device_job.ModelFiles(
+                key=model, corpus="sts", record=record, model_dir=unpacked(layout.path(layout.MODEL_FOLDER, model=model)),
+                tokens=Path(layout.path(layout.TOKENS, corpus="sts", model=model)),
+                units=Path(layout.path(layout.UNITS, corpus="sts", model=model)),
+                occurrences=Path(layout.path(layout.OCCURRENCES, corpus="sts", model=model)),
+            ),
+            shard=settings.shard(model), measure=settings.metrics.measure,
+            place=device_job.DevicePlace("cpu", memory_fraction=0.9, job_memory_mb=16_384, threads=1, gpus=0),
         )  # fmt: skip
         expected = _members(Path(layout.path(layout.DEVICE_PART, corpus="sts", model=model, part=0)))
         assert len(expected) == 3 * shape["n_layers"]
-        rerun = device_job.run_measure_model_job(**inputs, out_tar=tmp_path / model / "a" / "part_0.tar",
-                                                 out_record=tmp_path / model / "a" / "part_0.json")  # fmt: skip
+        rerun = device_job.run_measure_model_job(**inputs, out=device_job.PartFiles(
+            tmp_path / model / "a" / "part_0.tar", tmp_path / model / "a" / "part_0.json"))  # fmt: skip
         assert len(rerun["groups"]) == 1
         assert _members(tmp_path / model / "a" / "part_0.tar") == expected
         layer_bytes = rerun["rows"] * rerun["dim"] * 4  # float32 storage in the smoke config
@@ -126,8 +129,8 @@ def test_a_rerun_and_one_layer_per_pass_give_the_same_bytes(runs, tmp_path, monk
         handler = logging.Handler()
         handler.emit = lambda record, records=records: records.append(record.getMessage())
         plan_log.addHandler(handler)
-        split = device_job.run_measure_model_job(**inputs, out_tar=tmp_path / model / "b" / "part_0.tar",
-                                                 out_record=tmp_path / model / "b" / "part_0.json", log=plan_log)  # fmt: skip
+        split = device_job.run_measure_model_job(**inputs, out=device_job.PartFiles(
+            tmp_path / model / "b" / "part_0.tar", tmp_path / model / "b" / "part_0.json"), log=plan_log)  # fmt: skip
         plan_log.removeHandler(handler)
         monkeypatch.delenv(device_plan.ROOM_BYTES_ENV)
         assert split["groups"] == [[layer] for layer in range(shape["n_layers"])]
@@ -145,7 +148,7 @@ def test_a_rerun_and_one_layer_per_pass_give_the_same_bytes(runs, tmp_path, monk
 def test_a_pass_stopped_after_a_layer_gives_the_full_passes_hidden_states(architecture):
     from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, LlamaConfig, LlamaForCausalLM
 
-    from contextuality.extraction.windows import model_forward
+    from contextuality.extraction.windows import model_forward, stop_after, transformer_blocks
 
     torch.manual_seed(0)
     model = {
@@ -160,15 +163,15 @@ def test_a_pass_stopped_after_a_layer_gives_the_full_passes_hidden_states(archit
     ids = torch.randint(3, 50, (3, 7))
     mask = torch.ones_like(ids)
     mask[1, 5:] = 0
-    assert device_job.transformer_blocks(model, 5) is not None
+    assert transformer_blocks(model, 5) is not None
     with torch.inference_mode():
         full = model_forward(loaded)(ids, mask)
         for last in range(4):
-            early = device_job.stop_after(loaded, last, model_forward(loaded))(ids, mask)
+            early = stop_after(loaded, last, model_forward(loaded))(ids, mask)
             assert len(early) == last + 1
             for layer in range(last + 1):
                 assert torch.equal(early[layer], full[layer]), (last, layer)
-        assert device_job.stop_after(loaded, 4, full) is full  # the last layer: the full pass (after the final norm)
+        assert stop_after(loaded, 4, full) is full  # the last layer: the full pass (after the final norm)
 
 
 def test_groups_are_consecutive_balanced_and_refuse_a_device_without_room_for_one_layer(monkeypatch):

@@ -17,7 +17,7 @@ from conftest import PROJECT, job_counts, materialise, run_snakemake, write_conf
 from contextuality.core import layout
 from contextuality.core.archive import unpacked
 from contextuality.core.digest import sha256_of
-from contextuality.extraction.extract import load_for_extraction
+from contextuality.extraction.encoders import load_encoder
 from contextuality.measure import device_job
 from contextuality.measure.similarity_sample import SampleRequest, read_sample
 from contextuality.models.sources import write_source_record
@@ -42,11 +42,11 @@ def test_a_stateful_elmo_in_several_groups_equals_one_group(tmp_path):
     record = materialise("elmo", spec, tmp_path / "elmo")
     write_source_record(record, tmp_path / "elmo" / "source.json")
     shard = load_settings({"models": {"elmo": spec}}).shard("elmo")
-    loaded = load_for_extraction("elmo", shard, record, tmp_path / "elmo" / "model", "cpu")
+    loaded = load_encoder("elmo", shard, record, tmp_path / "elmo" / "model", "cpu")
     sentences = pd.DataFrame({"sentence_id": range(len(SENTENCES)), "text": SENTENCES})
     plan = plan_model(loaded, sentences, word_table(sentences), indexing="word", tokenization="natural",
                       policy="truncate")  # fmt: skip
-    shape = (len(plan.units), loaded.dim)
+    shape = (len(plan.units), loaded.width)
 
     def passes(groups):
         rows = {}
@@ -87,15 +87,15 @@ def _layers(model: str = MODEL) -> str:
 
 def _job(settings) -> dict:
     """A device job's inputs for the smoke run's MODEL, part 0 of 1, run in the run's folder."""
-    return dict(
-        model_key=MODEL, corpus="sts", shard=settings.shard(MODEL), measure=settings.metrics.measure, requested_device="cpu",
-        memory_fraction=0.9, job_memory_mb=16_384, parts=1, part=0,
-        record_path=Path(layout.path(layout.MODEL_RECORD, model=MODEL)),
+    read = device_job.ModelFiles(
+        key=MODEL, corpus="sts", record=Path(layout.path(layout.MODEL_RECORD, model=MODEL)),
         model_dir=unpacked(layout.path(layout.MODEL_FOLDER, model=MODEL)),
-        tokens_path=Path(layout.path(layout.TOKENS, corpus="sts", model=MODEL)),
-        units_path=Path(layout.path(layout.UNITS, corpus="sts", model=MODEL)),
-        occurrences_path=Path(layout.path(layout.OCCURRENCES, corpus="sts", model=MODEL)), threads=1, gpus=0,
+        tokens=Path(layout.path(layout.TOKENS, corpus="sts", model=MODEL)),
+        units=Path(layout.path(layout.UNITS, corpus="sts", model=MODEL)),
+        occurrences=Path(layout.path(layout.OCCURRENCES, corpus="sts", model=MODEL)),
     )  # fmt: skip
+    place = device_job.DevicePlace("cpu", memory_fraction=0.9, job_memory_mb=16_384, parts=1, part=0, threads=1, gpus=0)
+    return dict(read=read, shard=settings.shard(MODEL), measure=settings.metrics.measure, place=place)
 
 
 def _one_line(result, workdir: Path, pattern: str, log: str) -> None:
@@ -113,7 +113,7 @@ def test_a_part_made_with_other_settings_is_refused_naming_the_key(scratch, monk
     monkeypatch.chdir(workdir)
     settings = load_settings(smoke_config(**DEVICE_SMOKE, models={**smoke_config()["models"], MODEL: {
         **smoke_config()["models"][MODEL], "pooling": "mean"}}))  # fmt: skip
-    device_job.run_measure_model_job(**_job(settings), out_tar=_part("tar"), out_record=_part("record"))
+    device_job.run_measure_model_job(**_job(settings), out=device_job.PartFiles(_part("tar"), _part("record")))
     result = run_snakemake(workdir, _layers(), "--cores", "1", configfile=config)
     line = (rf"{_part('record')}: pooling is 'mean', but the config \(shard setting pooling\) has 'last': it was made "
             rf"by another model, plan or setting; delete {_part('record')} and rerun snakemake, which measures the part "
@@ -224,15 +224,15 @@ def test_a_part_killed_near_its_end_measures_only_the_layers_it_had_left(device_
         measured.append(layer)
         return real(rows, layer, *args, **kwargs)
 
-    out = dict(out_tar=tmp_path / "part_0.tar", out_record=tmp_path / "part_0.json")
+    tar, record = tmp_path / "part_0.tar", tmp_path / "part_0.json"
     monkeypatch.setattr(device_job, "measure_rows_then", killed)
     with pytest.raises(_Killed):
-        device_job.run_measure_model_job(**_job(settings), **out, sample=sample())
+        device_job.run_measure_model_job(**_job(settings), out=device_job.PartFiles(tar, record, sample()))
     monkeypatch.setattr(device_job, "measure_rows_then", counted)
-    device_job.run_measure_model_job(**_job(settings), **out, sample=sample())
+    device_job.run_measure_model_job(**_job(settings), out=device_job.PartFiles(tar, record, sample()))
     assert measured == [2, 3]
-    assert _members(out["out_tar"]) == _members(device_run / _part("tar"))
-    assert out["out_record"].read_bytes() == (device_run / _part("record")).read_bytes()
+    assert _members(tar) == _members(device_run / _part("tar"))
+    assert record.read_bytes() == (device_run / _part("record")).read_bytes()
     rows_digest = sha256_of(layout.path(layout.SIMILARITY_ROWS, corpus="sts"))
     n_rows = len(sample().first)
     resumed, _ = read_sample(tmp_path / "part_0.sample.h5", model=MODEL, rows_digest=rows_digest, n_rows=n_rows)

@@ -20,7 +20,7 @@ from conftest import (
     write_config,
 )
 from contextuality.corpus.words import word_table
-from contextuality.extraction.extract import load_for_extraction
+from contextuality.extraction.encoders import load_encoder
 from contextuality.models.elmo import ElmoEmbedder
 from contextuality.models.loading import ModelError
 from contextuality.models.sources import write_source_record
@@ -51,7 +51,7 @@ def test_elmo_extraction_stores_spacy_words_and_three_layers(elmo_record, tmp_pa
     record, spec = elmo_record
     sentences = pd.DataFrame({"sentence_id": range(len(SENTENCES)), "text": SENTENCES})
     words = word_table(sentences)
-    loaded = load_for_extraction(
+    loaded = load_encoder(
         "elmo", load_settings({"models": {"elmo": spec}}).shard("elmo"), record, tmp_path / "elmo" / "model", "cpu"
     )
     extract_planned(loaded, sentences, words, tmp_path, indexing="word", batch_size=2)

@@ -15,6 +15,7 @@ import torch
 from conftest import extract_planned, gather_layers, load_model, materialise
 from contextuality.corpus.words import word_index, word_table
 from contextuality.extraction import extract, windows
+from contextuality.extraction.encoders import ElmoEncoder
 from contextuality.extraction.extract import shard_bounds
 from contextuality.extraction.finite import NonFiniteError
 from contextuality.extraction.plan import build_occurrences
@@ -197,7 +198,7 @@ def test_elmo_batches_follow_the_token_cap():
             calls.append([len(words) for words in batch])
             return [np.full((3, len(words), 2), len(words), dtype=np.float32) for words in batch]
 
-    model = extract.ElmoModel("elmo", Embedder(), n_layers=3, dim=2)
+    model = ElmoEncoder("elmo", Embedder(), n_layers=3, width=2)
     sentences = [["w"] * n for n in (2, 1, 7, 3, 2)]
     arrays = model.forward_block(sentences, batch_size=4, max_tokens=6)
     assert calls == [[1, 2, 2], [3], [7]]

@@ -371,7 +371,7 @@ def test_a_pypi_package_that_exists_only_as_an_sdist_is_refused_without_running_
 
 def test_an_elmo_options_file_changed_after_the_build_is_refused_before_extraction(tmp_path):
     """ELMo's own loader checks the same digests: its options file, not only its weights."""
-    from contextuality.extraction.extract import load_for_extraction
+    from contextuality.extraction.encoders import load_encoder
     from contextuality.workflow.schema import load_settings
 
     golden = PROJECT / "tests" / "data" / "elmo-golden"
@@ -380,9 +380,7 @@ def test_an_elmo_options_file_changed_after_the_build_is_refused_before_extracti
     options = tmp_path / "elmo" / "model" / "options.json"
     options.write_text(options.read_text().replace("{", '{"edited": 1, ', 1))
     with pytest.raises(ModelError, match=rf"^model 'elmo': {options} changed since the model was built"):
-        load_for_extraction(
-            "elmo", load_settings({"models": {"elmo": spec}}).shard("elmo"), record, options.parent, "cpu"
-        )
+        load_encoder("elmo", load_settings({"models": {"elmo": spec}}).shard("elmo"), record, options.parent, "cpu")
 
 
 @pytest.mark.slow

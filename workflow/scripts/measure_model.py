@@ -8,7 +8,7 @@ from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.core.settings import Settings
 from contextuality.extraction.devices import DeviceError
 from contextuality.extraction.extract import ExtractionError
-from contextuality.measure.device_job import run_measure_model_job
+from contextuality.measure.device_job import DevicePlace, ModelFiles, PartFiles, run_measure_model_job
 from contextuality.measure.device_plan import DeviceMemoryError
 from contextuality.measure.similarity_sample import SampleRequest
 from contextuality.models.loading import ModelError
@@ -31,24 +31,26 @@ with expected_errors(DeviceError, DeviceMemoryError, ModelError, ExtractionError
             Path(snakemake.output.sample),
         )
     run_measure_model_job(
-        model_key=snakemake.wildcards.model,
-        corpus=snakemake.wildcards.corpus,
+        read=ModelFiles(
+            key=snakemake.wildcards.model,
+            corpus=snakemake.wildcards.corpus,
+            record=Path(snakemake.input.record),
+            model_dir=unpacked(snakemake.input.model),
+            tokens=Path(snakemake.input.tokens),
+            units=Path(snakemake.input.units),
+            occurrences=Path(snakemake.input.occurrences),
+        ),
         shard=run.shard(snakemake.wildcards.model),
         measure=run.metrics.measure,  # its params hold what changes the measures (not memory_mb, unused here)
-        requested_device=run.metrics.device.device,
-        memory_fraction=run.metrics.device.device_memory_fraction,
-        job_memory_mb=snakemake.resources.mem_mb,  # what the scheduler gave it: the CPU backend plans its groups in it
-        parts=run.metrics.device.device_parts,
-        part=int(snakemake.wildcards.part),
-        record_path=Path(snakemake.input.record),
-        model_dir=unpacked(snakemake.input.model),
-        tokens_path=Path(snakemake.input.tokens),
-        units_path=Path(snakemake.input.units),
-        occurrences_path=Path(snakemake.input.occurrences),
-        out_tar=Path(snakemake.output.layers),
-        out_record=Path(snakemake.output.record),
-        threads=snakemake.threads,
-        gpus=snakemake.resources.gpu,  # the GPU this job was given (0 or 1): the one device policy
-        sample=sample,
+        place=DevicePlace(
+            device=run.metrics.device.device,
+            memory_fraction=run.metrics.device.device_memory_fraction,
+            job_memory_mb=snakemake.resources.mem_mb,  # what the scheduler gave it: the CPU backend plans its groups in it
+            parts=run.metrics.device.device_parts,
+            part=int(snakemake.wildcards.part),
+            threads=snakemake.threads,
+            gpus=snakemake.resources.gpu,  # the GPU this job was given (0 or 1): the one device policy
+        ),
+        out=PartFiles(tar=Path(snakemake.output.layers), record=Path(snakemake.output.record), sample=sample),
         log=log,
     )

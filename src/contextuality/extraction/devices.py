@@ -14,11 +14,15 @@ import os
 import re
 import socket
 import time
+from contextlib import contextmanager
 from pathlib import Path
+
+from contextuality.extraction.heap import keep_freed_memory
 
 log = logging.getLogger(__name__)
 
 LOCAL_GPUS_ENV = "CONTEXTUALITY_LOCAL_GPUS"  # the run's `gpu` resource (--resources gpu=N), set by common.smk
+LEASE_DIR = Path("resources") / ".gpu-leases"  # the run's GPU leases (``_lease``), beside the run's resources
 
 
 class DeviceError(RuntimeError):
@@ -168,3 +172,20 @@ def _lease(count: int, visible: list[str], shard: int, lease_dir: Path) -> tuple
             log.warning("shard %d: all %d GPU leases in %s are held; waiting", shard, count, lease_dir)
         time.sleep(1)
         waited += 1
+
+
+@contextmanager
+def job_device(requested: str, gpus: int, slot: int, *, threads: int, compute_dtype: str, **named):
+    """The device a job computes on (``choose_device``: ``slot`` its shard or part, ``named`` its setting, job
+    and rule for the messages), its GPU's lease held for the ``with`` block. The process is readied first: freed
+    memory stays in its heap (``heap.keep_freed_memory``), torch runs ``threads`` threads."""
+    import torch
+
+    keep_freed_memory()
+    torch.set_num_threads(max(1, threads))
+    device, lease = choose_device(requested, gpus, slot, LEASE_DIR, compute_dtype=compute_dtype, **named)
+    try:
+        yield device
+    finally:
+        if lease is not None:
+            lease.close()

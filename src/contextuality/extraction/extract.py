@@ -3,8 +3,9 @@
 The plan (``contextuality.extraction.plan``, rule ``plan``) says what each sentence feeds the model and
 which token range each stored unit pools. Extraction only runs the model and keeps those rows:
 
-* The forward passes run in windows of length-sorted batches, and the rows to store are selected and
-  cast on the device (``contextuality.extraction.windows``); each window's rows come here in corpus order.
+* The model's forward passes (its encoder's, ``contextuality.extraction.encoders``) run in windows of
+  length-sorted batches, and the rows to store are selected and cast on the device
+  (``contextuality.extraction.windows``); each window's rows come here in corpus order.
 * HDF5 writes happen in a background thread (``contextuality.extraction.writer``) while the next batches run,
   each window's rows checked finite first (``finite``).
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
@@ -29,11 +29,12 @@ from contextuality.core.layout import corpus_label
 from contextuality.core.runtime import tell_terminal
 from contextuality.core.settings import WINDOW_BATCHES, ShardSettings, shard_bounds, stored_params
 from contextuality.extraction.alignment import Plan
-from contextuality.extraction.devices import choose_device, describe
+from contextuality.extraction.devices import LEASE_DIR, choose_device, describe
+from contextuality.extraction.encoders import Encoder, encoder_for, load_encoder
 from contextuality.extraction.finite import finite_check
 from contextuality.extraction.heap import keep_freed_memory
 from contextuality.extraction.plan import read_plan
-from contextuality.extraction.windows import ExtractionError, elmo_windows, hf_windows, length_batches
+from contextuality.extraction.windows import ExtractionError
 from contextuality.extraction.writer import ShardWriter, chunk_cache_bytes
 from contextuality.store.files import create_checked
 
@@ -44,68 +45,6 @@ WRITER_DEPTH = 4  # windows queued for the writer before the forward passes wait
 
 def estimate_bytes(n_units: int, n_layers: int, dim: int, storage_dtype: str) -> int:
     return n_units * n_layers * dim * np.dtype(storage_dtype).itemsize
-
-
-# --------------------------------------------------------------------------------------------------
-# Models behind one interface: a Hugging Face model, or ELMo reading spaCy words
-
-
-@dataclass
-class ElmoModel:
-    """ELMo behind the same interface as a Hugging Face model: units are spaCy words."""
-
-    key: str
-    embedder: object
-    n_layers: int
-    dim: int
-    stateful: bool = False
-    max_length: int = 10_000  # a character-CNN + LSTM has no position limit
-
-    def forward_block(
-        self, sentences: list[list[str]], batch_size: int, max_tokens: int | None = None, names=None
-    ) -> list[np.ndarray]:
-        """Per sentence (layers, words, dim) float32; stateful ELMo keeps corpus order (its state flows on).
-        ``max_tokens`` caps the padded words per batch (``length_batches``); ``names``: the sentences' ids."""
-        lengths = np.array([len(sentence) for sentence in sentences], dtype=np.int64)
-        order = np.arange(len(sentences)) if self.stateful else np.argsort(lengths, kind="stable")
-        names = np.arange(len(sentences)) if names is None else np.asarray(names)
-        results: list[np.ndarray | None] = [None] * len(sentences)
-        for indices in length_batches(order, lengths[order], batch_size, max_tokens, names[order]):
-            for index, array in zip(indices, self.embedder.embed_batch([sentences[i] for i in indices])):
-                results[index] = np.asarray(array, dtype=np.float32)
-        return results
-
-
-def load_for_extraction(key: str, settings: ShardSettings, record: dict, model_dir: Path, device: str):
-    """A loaded HF model, or ELMo wrapped in the same interface, from the materialised folder ``model_dir``."""
-    from contextuality.models import loading
-    from contextuality.models.sources import SOURCES
-
-    if not SOURCES[record["source"]].hf_folder:  # ELMo's own files
-        from contextuality.models.elmo import ElmoEmbedder
-
-        loading.verify_model_files(record, model_dir)
-        stateful = settings.stateful
-        if stateful:
-            log.warning(
-                "stateful ELMo: LSTM state is carried across sentences in corpus order within each "
-                "shard; models.%s.n_shards: 1 reproduces the original single-embedder run exactly",
-                key,
-            )
-        options_path, weights_path = Path(model_dir) / loading.ELMO_OPTIONS, Path(model_dir) / loading.ELMO_WEIGHTS
-        embedder = ElmoEmbedder(options_path, weights_path, device=device, stateful=stateful)
-        options = json.loads(options_path.read_text())
-        return ElmoModel(
-            key, embedder, options["lstm"]["n_layers"] + 1, 2 * options["lstm"]["projection_dim"], stateful
-        )
-    return loading.load(
-        record,
-        model_dir,
-        device,
-        settings.compute_dtype,
-        max_length=settings.max_length,
-        allow_pickle=settings.allow_pickle,
-    )
 
 
 def extract_shard(
@@ -122,37 +61,27 @@ def extract_shard(
     forward=None,
     max_batch_tokens: int | None = None,
 ) -> dict:
-    """Extract the plan's sentences into ``out_h5`` (one dataset per layer, rows in plan order); a forward pass
-    takes at most ``batch_size`` sentences and ``max_batch_tokens`` padded tokens (None: no cap)."""
-    n_units = len(plan.units)
-    dim = loaded.dim if isinstance(loaded, ElmoModel) else loaded.model.config.hidden_size
-    needed = estimate_bytes(n_units, loaded.n_layers, dim, storage_dtype)
-    _log_shard(loaded, plan, needed, dim, storage_dtype)
-    if isinstance(loaded, ElmoModel):
-        windows = elmo_windows(
-            loaded, plan, batch_size=batch_size, max_batch_tokens=max_batch_tokens, storage_dtype=storage_dtype
-        )
-    else:
-        windows = hf_windows(
-            loaded,
-            plan,
-            batch_size=batch_size,
-            max_batch_tokens=max_batch_tokens,
-            pooling=pooling,
-            device=device,
-            storage_dtype=storage_dtype,
-            forward=forward,
-        )
+    """Extract the plan's sentences into ``out_h5`` (one dataset per layer, rows in plan order) with the passes of
+    ``loaded`` (an encoder, or a loaded Hugging Face model: ``encoders.encoder_for``); a forward pass takes at most
+    ``batch_size`` sentences and ``max_batch_tokens`` padded tokens (None: no cap)."""
+    encoder = encoder_for(loaded)
+    n_units, dim = len(plan.units), encoder.width
+    needed = estimate_bytes(n_units, encoder.n_layers, dim, storage_dtype)
+    _log_shard(encoder, plan, needed, dim, storage_dtype)
+    windows = encoder.windows(plan, batch_size=batch_size, max_batch_tokens=max_batch_tokens, pooling=pooling,
+                              device=device, storage_dtype=storage_dtype, forward=forward)  # fmt: skip
     started = time.perf_counter()
-    bar = tqdm(total=len(plan.sentence_ids), unit="sent", mininterval=5, desc=f"extract {loaded.key}")
+    bar = tqdm(total=len(plan.sentence_ids), unit="sent", mininterval=5, desc=f"extract {encoder.key}")
     cache = chunk_cache_bytes(n_units, dim, storage_dtype)
     with (
         diskspace.reserve(out_h5, needed, disk_factor, ways=diskspace.ways_out(storage_dtype)),
         atomic_path(out_h5) as tmp,
         h5py.File(tmp, "w", rdcc_nbytes=cache, rdcc_nslots=1009) as out,
     ):
-        check = finite_check(plan, out_h5, loaded.key, attrs.get("shard", 0), storage_dtype)
-        writer = ShardWriter(out, out_h5, loaded.n_layers, n_units, dim, storage_dtype, depth=WRITER_DEPTH, check=check)
+        check = finite_check(plan, out_h5, encoder.key, attrs.get("shard", 0), storage_dtype)
+        writer = ShardWriter(
+            out, out_h5, encoder.n_layers, n_units, dim, storage_dtype, depth=WRITER_DEPTH, check=check
+        )
         try:
             _write_windows(windows, writer, plan, out_h5, bar, started)
         finally:
@@ -161,7 +90,7 @@ def extract_shard(
         create_checked(out, "sentence_offsets", plan.unit_offsets.shape, np.int64, data=plan.unit_offsets)
         create_checked(out, "sentence_ids", plan.sentence_ids.shape, np.int64, data=plan.sentence_ids)
         out.attrs.update(attrs)
-        out.attrs.update(_shard_attrs(loaded, plan, dim, storage_dtype, pooling))
+        out.attrs.update(_shard_attrs(encoder, plan, dim, storage_dtype, pooling))
     elapsed = time.perf_counter() - started
     stats = {
         "sentences": len(plan.sentence_ids),
@@ -176,7 +105,7 @@ def extract_shard(
     return stats
 
 
-def _log_shard(loaded, plan: Plan, needed: int, dim: int, storage_dtype: str) -> None:
+def _log_shard(encoder: Encoder, plan: Plan, needed: int, dim: int, storage_dtype: str) -> None:
     """The shard's size and output in the log, and its over-long sentences."""
     log.info(
         "shard: %d sentences, %d model tokens, %d stored units; output %.1f MB (%d layers x %d dims, %s)",
@@ -184,13 +113,13 @@ def _log_shard(loaded, plan: Plan, needed: int, dim: int, storage_dtype: str) ->
         plan.n_tokens,
         len(plan.units),
         needed / 1e6,
-        loaded.n_layers,
+        encoder.n_layers,
         dim,
         storage_dtype,
     )
     log.info(
         "over-long sentences (max %d tokens): %d truncated, %d skipped",
-        loaded.max_length,
+        encoder.max_length,
         int(plan.truncated.sum()),
         int(plan.skipped.sum()),
     )
@@ -210,14 +139,14 @@ def _write_windows(windows, writer: ShardWriter, plan: Plan, out_h5: Path, bar, 
         bar.set_postfix(tokens_per_s=f"{plan.token_offsets[done] / max(time.perf_counter() - started, 1e-9):.0f}")
 
 
-def _shard_attrs(loaded, plan: Plan, dim: int, storage_dtype: str, pooling: str) -> dict:
+def _shard_attrs(encoder: Encoder, plan: Plan, dim: int, storage_dtype: str, pooling: str) -> dict:
     """What the shard file records of its rows, beside the job's attributes: shape, dtype, pooling, losses."""
     return {
-        "n_layers": loaded.n_layers,
+        "n_layers": encoder.n_layers,
         "dim": dim,
         "dtype": storage_dtype,
         "pooling": pooling,
-        "max_length": loaded.max_length,
+        "max_length": encoder.max_length,
         "n_truncated_sentences": int(plan.truncated.sum()),
         "n_skipped_sentences": int(plan.skipped.sum()),
         "first_row": plan.first_row,
@@ -270,7 +199,6 @@ def run_extraction_job(
     import pyarrow.parquet as pq
     import torch
 
-    from contextuality.models import loading
     from contextuality.store import provenance
 
     keep_freed_memory()  # no page faults anew in every forward pass (extraction.heap)
@@ -279,12 +207,10 @@ def run_extraction_job(
     n_sentences = pq.ParquetFile(tokens_path).metadata.num_rows
     first, last = shard_bounds(n_sentences, settings.n_shards, shard, WINDOW_BATCHES * settings.batch_size)
     plan = read_plan(tokens_path, units_path, first, last)
-    device, lease = choose_device(
-        settings.device, gpus, shard, Path("resources") / ".gpu-leases", compute_dtype=settings.compute_dtype
-    )
+    device, lease = choose_device(settings.device, gpus, shard, LEASE_DIR, compute_dtype=settings.compute_dtype)
     tell_terminal(f"{model_key}, {corpus_label(corpus)}: shard {shard} of {settings.n_shards} (sentences {first}-"
                   f"{last - 1}) extracted on {describe(device)}")  # fmt: skip
-    loaded = load_for_extraction(model_key, settings, record, model_dir, device)
+    encoder = load_encoder(model_key, settings, record, model_dir, device)
     attrs = {
         "model": model_key,
         "source": record["source"],
@@ -295,13 +221,11 @@ def run_extraction_job(
         "n_shards": settings.n_shards,
         "device": device,
         "compute_dtype": settings.compute_dtype,
-        "tokenizer": type(getattr(loaded, "tokenizer", None)).__name__
-        if not isinstance(loaded, ElmoModel)
-        else "spacy",
+        "tokenizer": encoder.tokenizer_name,
         "indexing": settings.indexing,
         "tokenization": settings.tokenization,
         # the last hidden state of a pre-norm decoder has passed its final norm; the others have not
-        "final_norm": "" if isinstance(loaded, ElmoModel) else loading.final_norm(loaded.model),
+        "final_norm": encoder.final_norm,
         "versions": json.dumps(package_versions(), sort_keys=True),
         # what every shard of the model must share, checked by the manifest and every reader
         "provenance": provenance.encode(
@@ -310,7 +234,7 @@ def run_extraction_job(
     }
     try:
         return extract_shard(
-            loaded,
+            encoder,
             plan,
             out_h5,
             pooling=settings.pooling,

@@ -14,7 +14,7 @@ stored unit pools; ``hf_windows`` runs the model over it and hands each window's
   piece; or the mean of a word's pieces through a padded index matrix, deterministic), cast to the
   storage dtype there, and only they cross to the host (pinned memory, non-blocking, on CUDA).
 
-ELMo (``elmo_windows``) runs its own batches of spaCy words on the host.
+ELMo (``encoders.ElmoEncoder``) runs its own batches of spaCy words on the host.
 """
 
 from __future__ import annotations
@@ -22,16 +22,12 @@ from __future__ import annotations
 import logging
 import queue
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from contextuality.core.settings import WINDOW_BATCHES
 from contextuality.extraction.alignment import Plan
 from contextuality.extraction.writer import DeviceBlock, HostBlock, block_extent
-
-if TYPE_CHECKING:
-    from contextuality.extraction.extract import ElmoModel
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +121,56 @@ def model_forward(loaded):
     return forward
 
 
+class _Stop(Exception):
+    """Raised inside the model once the deepest hidden state a pass keeps is taken."""
+
+
+def transformer_blocks(model, n_layers: int):
+    """The model's blocks (the module list whose i-th member takes hidden state i as its input), or None.
+
+    Hidden state i (i >= 1) is block i-1's output, block i's input; hidden state 0 is block 0's input (the
+    embeddings). Found as the one ``ModuleList`` of n_layers - 1 members (BERT's ``encoder.layer``, GPT-2's
+    ``h``, Llama's ``layers``).
+    """
+    import torch
+
+    found = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n_layers - 1]
+    return found[0] if len(found) == 1 else None
+
+
+def stop_after(loaded, last: int, forward):
+    """A forward function giving hidden states 0..``last`` (as ``forward`` gives them), stopping the model
+    after them: each taken as the input of its block (a forward pre-hook), the pass raised out of at block
+    ``last``. The full ``forward`` when ``last`` is the final layer (transformers returns it after a pre-norm
+    decoder's final norm, which no block's input holds) or when the blocks cannot be found."""
+    blocks = transformer_blocks(loaded.model, loaded.n_layers)
+    if last >= loaded.n_layers - 1 or blocks is None:
+        return forward
+
+    def early(ids, mask):
+        states = {}
+
+        def take(layer):
+            def hook(module, args, kwargs):
+                states[layer] = args[0] if args else kwargs["hidden_states"]
+                if layer == last:
+                    raise _Stop
+
+            return hook
+
+        handles = [blocks[layer].register_forward_pre_hook(take(layer), with_kwargs=True) for layer in range(last + 1)]
+        try:
+            loaded.model(input_ids=ids, attention_mask=mask)
+        except _Stop:
+            pass
+        finally:
+            for handle in handles:
+                handle.remove()
+        return [states[layer] for layer in range(last + 1)]
+
+    return early
+
+
 def hf_windows(
     loaded,
     plan: Plan,
@@ -138,11 +184,12 @@ def hf_windows(
     layers=None,
     to_host: bool = True,
 ):
-    """Yield (first unit row of the window, (layers, units, dim) block in the storage dtype, window end).
+    """Yield (first unit row of the window, (layers, units, dim) block in the storage dtype, window end), the
+    passes of ``loaded``, a Hugging Face model's encoder (``encoders.HuggingFaceEncoder``).
 
     ``forward(input_ids, attention_mask) -> hidden states`` defaults to the model's forward pass
     (the benchmark replaces it by a stand-in to measure everything but the model; the device measurement
-    by one that stops after the deepest layer it keeps). ``layers``: the hidden states kept (default:
+    by one that stops after the deepest layer it keeps, ``stop_after``). ``layers``: the hidden states kept (default:
     every layer), in that order. ``to_host=False``: the block stays where the passes left it (a tensor
     on the device, handed back by calling the fourth value, ``release``, once its rows are taken), for
     measuring it there (``measure.device_job``); else a ``DeviceBlock`` or ``HostBlock`` for the writer.
@@ -152,7 +199,7 @@ def hf_windows(
     storage = getattr(torch, storage_dtype)
     on_cuda = str(device).startswith("cuda")
     forward = forward or model_forward(loaded)
-    dim = loaded.model.config.hidden_size
+    dim = loaded.width
     layers = list(range(loaded.n_layers)) if layers is None else list(layers)
     window = WINDOW_BATCHES * batch_size
     n_sentences = len(plan.sentence_ids)
@@ -290,22 +337,3 @@ def _holding(buffer, shape: tuple[int, ...], dtype, device):
     if buffer is not None and buffer.numel() >= needed:
         return buffer
     return torch.empty(max(needed, 1 << 20), dtype=dtype, device=device)
-
-
-def elmo_windows(loaded: ElmoModel, plan: Plan, *, batch_size: int, max_batch_tokens: int | None, storage_dtype: str):
-    import torch
-
-    words = plan.units["unit"].tolist()
-    window = WINDOW_BATCHES * batch_size
-    n_sentences = len(plan.sentence_ids)
-    for w0 in range(0, n_sentences, window):
-        w1 = min(w0 + window, n_sentences)
-        sentences = [words[plan.unit_offsets[i] : plan.unit_offsets[i + 1]] for i in range(w0, w1)]
-        arrays = loaded.forward_block(sentences, batch_size, max_batch_tokens, plan.sentence_ids[w0:w1])
-        arrays = [a for a in arrays if a is not None and a.shape[1]]
-        block = (
-            np.concatenate(arrays, axis=1).astype(storage_dtype)
-            if arrays
-            else np.zeros((loaded.n_layers, 0, loaded.dim), storage_dtype)
-        )
-        yield int(plan.unit_offsets[w0]), HostBlock(torch.from_numpy(block), bounds=block_extent(block)), w1

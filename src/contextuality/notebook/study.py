@@ -111,7 +111,7 @@ def _measure(given: ModelInput, settings, sentences: pd.DataFrame, device: str, 
     check_enough_words(index, words, sentences, min_occurrences=words_settings.min_occurrences,
                        count=words_settings.count)  # fmt: skip
     record, model_dir, loaded = _model(given, settings, sentences, device, folder)
-    tokenized = loaded if hasattr(loaded, "tokenizer") else None  # ELMo reads spaCy words
+    tokenized = loaded.tokenized  # None for ELMo, which reads spaCy words
     plan, occurrences, losses = plan_occurrences(key, settings.plan(key), tokenized, sentences, words, index)
     warning = loss_warning(key, losses)
     if warning:  # what the model cannot store (truncated sentences, lost words), said as the plan job says it
@@ -136,7 +136,7 @@ def _measure(given: ModelInput, settings, sentences: pd.DataFrame, device: str, 
 def _model(given: ModelInput, settings, sentences: pd.DataFrame, device: str, folder: Path):
     """The model's record (source.json's), folder and loaded model: built from its entry as materialise_model builds
     it (in ``folder``), or the loaded model given, its tokenizer made ready as the plan job's is."""
-    from contextuality.extraction.extract import load_for_extraction
+    from contextuality.extraction.encoders import encoder_for, load_encoder
     from contextuality.extraction.faithful import refuse_encoder
     from contextuality.models import loading, sources
     from contextuality.models.kind import model_type_of
@@ -148,7 +148,7 @@ def _model(given: ModelInput, settings, sentences: pd.DataFrame, device: str, fo
                                                            "the tokenizer given")  # fmt: skip
         given.loaded.eval().to(device)
         n_layers = given.loaded.config.num_hidden_layers + 1
-        loaded = loading.LoadedModel(key, tokenizer, given.loaded, record, max_length, n_layers)
+        loaded = encoder_for(loading.LoadedModel(key, tokenizer, given.loaded, record, max_length, n_layers))
         model_type = getattr(given.loaded.config, "model_type", None)
         model_dir = folder / "model"
     else:
@@ -159,7 +159,7 @@ def _model(given: ModelInput, settings, sentences: pd.DataFrame, device: str, fo
         sentences.to_parquet(sentences_parquet, index=False)  # a random model's tokenizer is trained on them
         record = sources.build(key, build, model_dir, download_dir=download_dir, sentences_parquet=sentences_parquet,
                                disk_factor=settings.extraction.min_free_disk_factor)  # fmt: skip
-        loaded = load_for_extraction(key, settings.shard(key), record, model_dir, device)
+        loaded = load_encoder(key, settings.shard(key), record, model_dir, device)
         model_type = model_type_of(model_dir)
     if model.tokenization == "faithful":
         refuse_encoder(key, model_type)
@@ -169,16 +169,15 @@ def _model(given: ModelInput, settings, sentences: pd.DataFrame, device: str, fo
 def _measure_layers(key: str, settings, device: str, loaded, paths: dict, model_dir: Path, out: Path) -> dict:
     """measure_model's one part: every layer measured on ``device`` in groups that fit (on the CPU, in
     ``metrics.device_memory_fraction`` of this machine's memory), its files written into ``out``."""
-    from contextuality.measure.device_job import measure_model
+    from contextuality.measure.device_job import DevicePlace, LayerFiles, ModelFiles, measure_model
     from contextuality.measure.device_plan import MB
     from contextuality.workflow.estimates import machine_memory_bytes
 
     memory = machine_memory_bytes() or settings.metrics.measure.memory_mb * MB
-    device_settings = settings.metrics.device
+    fraction = settings.metrics.device.device_memory_fraction
     return measure_model(
-        model_key=key, shard=settings.shard(key), measure=settings.metrics.measure, device=device,
-        memory_fraction=device_settings.device_memory_fraction,
-        job_memory_mb=int(memory * device_settings.device_memory_fraction) // MB, parts=1, part=0,
-        record_path=paths["record"], model_dir=model_dir, tokens_path=paths["tokens"], units_path=paths["units"],
-        occurrences_path=paths["occurrences"], out_folder=out, provenance={}, loaded=loaded, log=log,
+        read=ModelFiles(key, "", paths["record"], model_dir, paths["tokens"], paths["units"], paths["occurrences"]),
+        shard=settings.shard(key), measure=settings.metrics.measure,
+        place=DevicePlace(device, fraction, job_memory_mb=int(memory * fraction) // MB),
+        out=LayerFiles(out, provenance={}), encoder=loaded, log=log,
     )  # fmt: skip

@@ -24,7 +24,7 @@ import pandas as pd
 
 from contextuality.core.settings import SENSE_LAYER_DTYPE, SenseSettings, ShardSettings
 from contextuality.measure import backend
-from contextuality.measure.device_job import deterministic, fill_group, job_reserve, layer_after_final_norm, model_dim
+from contextuality.measure.device_job import deterministic, fill_group, job_reserve
 from contextuality.measure.device_plan import free_device_bytes, held_bytes, plan_groups, usable_fraction
 from contextuality.senses import memory
 from contextuality.senses.job import SensePaths, measure_layer_rows, prepare
@@ -39,7 +39,7 @@ def plan_sense_groups(loaded, plans: tuple, shard: ShardSettings, *, device: str
     """The groups of layers whose rows of both corpora (``plans``: the study's, the usages') fit the device at once,
     beside the forward passes and the measurement (``device_plan.plan_groups``)."""
     on_cuda = str(device).startswith("cuda")
-    d = model_dim(loaded)
+    d = loaded.width
     rows = sum(len(plan.units) for plan in plans)
     reserve = job_reserve(list(plans), shard, d=d, n_layers=loaded.n_layers, on_cuda=on_cuda, layer_measures=False)
     if not on_cuda:  # the measures' float32 rows and work live beside the resident layers in the host's memory
@@ -56,7 +56,7 @@ def layer_rows(loaded, plans: tuple, groups: list[list[int]], shard: ShardSettin
     host arrays in storage order. A group's rows are resident at once, filled by one forward pass per corpus."""
     import torch
 
-    storage, d = getattr(torch, shard.storage_dtype), model_dim(loaded)
+    storage, d = getattr(torch, shard.storage_dtype), loaded.width
     for number, group in enumerate(groups, 1):
         resident = []
         for name, plan in zip(("study corpus", "usages"), plans):
@@ -98,7 +98,7 @@ def measure_senses_on_device(
     import torch
     from threadpoolctl import threadpool_limits
 
-    from contextuality.extraction.extract import load_for_extraction
+    from contextuality.extraction.encoders import load_encoder
     from contextuality.extraction.plan import read_plan
 
     started = time.perf_counter()
@@ -107,18 +107,18 @@ def measure_senses_on_device(
     record = json.loads(Path(paths.record).read_text())
     plans = read_plan(paths.tokens, paths.units), read_plan(paths.senses_tokens, paths.senses_units)
     with threadpool_limits(limits=threads), torch.inference_mode():
-        loaded = load_for_extraction(model, shard, record, paths.model, device)
+        loaded = load_encoder(model, shard, record, paths.model, device)
         groups = plan_sense_groups(
             loaded, plans, shard, device=device, memory_fraction=memory_fraction, job_memory_mb=job_memory_mb,
             weights_bytes=int(record.get("weights_bytes", 0)),
         )  # fmt: skip
         log.info("%s senses on %s: %d + %d rows (study corpus + usages) x %d dims, %d layers; %s", model, device,
-                 len(plans[0].units), len(plans[1].units), model_dim(loaded), loaded.n_layers,
+                 len(plans[0].units), len(plans[1].units), loaded.width, loaded.n_layers,
                  groups.describe(loaded.n_layers))  # fmt: skip
         context = prepare(paths, settings, seed=seed, head_loader=head_loader)  # once the groups fit
         tables = []
         for layer, x, usage_x in layer_rows(loaded, plans, groups.groups, shard, device, model):
-            tables.append(measure_layer_rows(context, layer, x, bool(layer_after_final_norm(loaded, layer)), usage_x,
+            tables.append(measure_layer_rows(context, layer, x, bool(loaded.after_final_norm(layer)), usage_x,
                                              settings, seed=seed, model=model))  # fmt: skip
             del x, usage_x
             log.info("%s senses: layer %d of %d measured", model, layer, loaded.n_layers - 1)
