@@ -135,17 +135,10 @@ def run_measure_senses_on_device_job(*, requested_device: str, gpus: int, shard:
     """Everything one device ``measure_senses`` job does: pick its device (``metrics.device``, its ``gpu`` resource)
     and measure there (``measure_senses_on_device``, given ``job``'s other arguments)."""
     from contextuality.core.runtime import tell_terminal
-    from contextuality.extraction.devices import choose_device, describe
-    from contextuality.extraction.heap import keep_freed_memory
+    from contextuality.extraction.devices import describe, job_device
 
-    keep_freed_memory()
-    device, lease = choose_device(requested_device, gpus, 0, Path("resources") / ".gpu-leases",
-                                  compute_dtype=shard.compute_dtype, setting="metrics.device",
-                                  job="device sense measurement job", rule="measure_senses")  # fmt: skip
-    tell_terminal(f"{model}: every layer's sense measures beside its forward passes (both corpora), on "
-                  f"{describe(device)}{'' if str(device).startswith('cuda') else ' (torch CPU backend)'}")  # fmt: skip
-    try:
+    with job_device(requested_device, gpus, 0, threads=job.get("threads", 1), compute_dtype=shard.compute_dtype,
+                    setting="metrics.device", job="device sense measurement job", rule="measure_senses") as device:  # fmt: skip
+        tell_terminal(f"{model}: every layer's sense measures beside its forward passes (both corpora), on "
+                      f"{describe(device)}{'' if str(device).startswith('cuda') else ' (torch CPU backend)'}")  # fmt: skip
         return measure_senses_on_device(shard=shard, model=model, device=device, **job)
-    finally:
-        if lease is not None:
-            lease.close()
