@@ -15,7 +15,8 @@ import torch
 from conftest import extract_planned, gather_layers, load_model, materialise
 from contextuality.corpus.words import word_index, word_table
 from contextuality.extraction import extract, windows
-from contextuality.extraction.encoders import ElmoEncoder
+from contextuality.extraction.alignment import plan_words
+from contextuality.extraction.encoders import ElmoEncoder, encoder_for
 from contextuality.extraction.extract import shard_bounds
 from contextuality.extraction.finite import NonFiniteError
 from contextuality.extraction.plan import build_occurrences
@@ -203,6 +204,43 @@ def test_elmo_batches_follow_the_token_cap():
     arrays = model.forward_block(sentences, batch_size=4, max_tokens=6)
     assert calls == [[1, 2, 2], [3], [7]]
     assert [a.shape[1] for a in arrays] == [2, 1, 7, 3, 2]
+
+
+def test_an_encoder_says_its_models_layers_width_and_final_norm(tiny_model):
+    """One answer per model: BERT (post-norm) has no final norm, GPT-2's last hidden state is after ``ln_f``; an
+    encoder given to ``encoder_for`` is itself; ELMo has no final norm and reads spaCy words."""
+    loaded, spec = tiny_model
+    encoder = encoder_for(loaded)
+    assert encoder_for(encoder) is encoder and encoder.tokenized is encoder
+    assert (encoder.n_layers, encoder.width, encoder.key) == (3, 32, loaded.key)
+    assert encoder.tokenizer_name == type(loaded.tokenizer).__name__
+    norm = {"bert": "", "gpt2": "ln_f"}[spec["architecture"]]
+    assert encoder.final_norm == norm
+    assert [encoder.after_final_norm(layer) for layer in range(3)] == [0, 0, int(bool(norm))]
+    elmo = ElmoEncoder("elmo", object(), n_layers=3, width=4)
+    assert (elmo.final_norm, elmo.tokenizer_name, elmo.tokenized, elmo.after_final_norm(2)) == ("", "spacy", None, 0)
+
+
+def test_a_windows_rows_kept_on_the_device_are_those_handed_to_the_host(tiny_model, corpus):
+    """``windows(layers=..., to_host=False)`` (the device measurement's passes, stopping after the deepest layer
+    kept) gives the kept layers' rows of the host blocks (extraction's), exactly, for a Hugging Face model and
+    for ELMo."""
+
+    class Embedder:
+        def embed_batch(self, batch):
+            return [np.arange(3 * len(w) * 2, dtype=np.float32).reshape(3, len(w), 2) + len(w) for w in batch]
+
+    loaded, _ = tiny_model
+    sentences, words, _ = corpus
+    options = dict(batch_size=3, max_batch_tokens=None, pooling="first", device="cpu", storage_dtype="float32")
+    for encoder, plan in ((encoder_for(loaded), _plan(loaded, sentences, words)),
+                          (ElmoEncoder("elmo", Embedder(), n_layers=3, width=2), plan_words(sentences, words))):  # fmt: skip
+        host = np.concatenate([block.resolve() for _, block, _ in encoder.windows(plan, **options)], axis=1)
+        kept = []
+        for _, rows, _, release in encoder.windows(plan, **options, layers=[1, 0], to_host=False):
+            kept.append(rows.clone().numpy())
+            release()
+        np.testing.assert_array_equal(np.concatenate(kept, axis=1), host[[1, 0]])
 
 
 def test_word_mode_pools_the_pieces_of_each_word(tiny_model, corpus, tmp_path):
