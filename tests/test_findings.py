@@ -202,6 +202,7 @@ def smoke_results(smoke_run):
     return smoke_run / "results"
 
 
+@pytest.mark.slow
 def test_the_command_fills_every_block_of_the_smoke_run_and_check_then_passes(smoke_results, tmp_path, capsys):
     findings, readme = _targets(tmp_path)
     args = [str(smoke_results), "--findings", str(findings), "--readme", str(readme)]
