@@ -52,7 +52,8 @@ from contextuality.core.settings import ShardSettings  # noqa: E402
 from contextuality.corpus.words import word_index  # noqa: E402
 from contextuality.extraction import extract, windows  # noqa: E402
 from contextuality.extraction.plan import build_occurrences, plan_model, write_plan  # noqa: E402
-from contextuality.measure import device_job, device_plan  # noqa: E402
+from contextuality.measure import device_job  # noqa: E402
+from contextuality.measure.device import plan as device_plan  # noqa: E402
 from contextuality.measure.layer_job import OccurrenceIndex, RowsInMemory, measure_rows, read_units  # noqa: E402
 from contextuality.models import loading, randommodels  # noqa: E402
 from contextuality.workflow.estimates import machine_memory_bytes  # noqa: E402

@@ -10,10 +10,12 @@ import pandas as pd
 import pytest
 
 from conftest import measure_model, measure_settings
-from contextuality.measure import combine, layer_finish, layer_job, layer_result, panel, reference
-from contextuality.measure.exact_baseline import exact_baseline
-from contextuality.measure.postprocess import abtt
-from contextuality.measure.word_pcs import pc_stats_by_word
+from contextuality.measure import combine, layer_finish, layer_job, layer_result
+from contextuality.measure.engine import panel
+from contextuality.measure.reference import measures as reference
+from contextuality.measure.reference.exact_baseline import exact_baseline
+from contextuality.measure.reference.postprocess import abtt
+from contextuality.measure.reference.word_pcs import pc_stats_by_word
 from contextuality.store.files import StoreError
 from contextuality.store.reader import read_layer
 

@@ -14,8 +14,9 @@ import pandas as pd
 import pytest
 
 from conftest import measure_settings
-from contextuality.measure import reference, word_stats
+from contextuality.measure.engine import word_stats
 from contextuality.measure.layer_job import OccurrenceIndex, RowsInMemory, measure_rows
+from contextuality.measure.reference import measures as reference
 
 torch = pytest.importorskip("torch")
 
@@ -138,8 +139,8 @@ def test_self_similarity_is_float64_exact_beside_sink_rows(backend, d):
 def test_chunks_and_one_chunk_give_the_same_sums():
     """A layer passed in several chunks of whole sentences (a device's batches, a file read in chunks) gives
     the sums of one chunk to float64 rounding, on the torch backend as on numpy."""
-    from contextuality.measure.layer_pass import LayerPassSums, layer_shift
-    from contextuality.measure.sentences import intra_sentence_by_length
+    from contextuality.measure.engine.layer_pass import LayerPassSums, layer_shift
+    from contextuality.measure.engine.sentences import intra_sentence_by_length
 
     X, offsets, _ = sink_layer(d=64, seed=2, dtype=np.float32)
     T = torch.from_numpy(X)

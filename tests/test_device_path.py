@@ -21,8 +21,9 @@ import torch
 from conftest import PROJECT
 from contextuality.core import layout
 from contextuality.core.archive import unpacked
-from contextuality.measure import device_job, device_plan
-from contextuality.measure.device_parts import rows_provenance
+from contextuality.measure import device_job
+from contextuality.measure.device import plan as device_plan
+from contextuality.measure.device.parts import rows_provenance
 from contextuality.store.provenance import digest
 from contextuality.workflow.checks import check_settings
 from contextuality.workflow.schema import ConfigError, load_settings

@@ -19,7 +19,7 @@ from contextuality.core.archive import unpacked
 from contextuality.core.digest import sha256_of
 from contextuality.extraction.extract import load_for_extraction
 from contextuality.measure import device_job
-from contextuality.measure.similarity_sample import SampleRequest, read_sample
+from contextuality.measure.similarity.sample import SampleRequest, read_sample
 from contextuality.models.sources import write_source_record
 from contextuality.workflow.schema import load_settings
 from workflow_runs import DEVICE_SMOKE, failure, smoke_config

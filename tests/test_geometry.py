@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from sklearn.decomposition import PCA
 
-from contextuality.measure import isotropy, panel, postprocess, reference, rogue
+from contextuality.measure.engine import panel, rogue
+from contextuality.measure.reference import isotropy, postprocess
+from contextuality.measure.reference import measures as reference
 
 
 @pytest.fixture

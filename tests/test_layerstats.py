@@ -12,9 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from contextuality.measure import eigen, exact_baseline, layer_pass, postprocess, reference, rogue, word_pcs
-from contextuality.measure.transforms import Transform
-from contextuality.measure.word_stats import WordStats, word_stats
+from contextuality.measure.engine import eigen, layer_pass, rogue
+from contextuality.measure.engine.transforms import Transform
+from contextuality.measure.engine.word_stats import WordStats, word_stats
+from contextuality.measure.reference import exact_baseline, postprocess, word_pcs
+from contextuality.measure.reference import measures as reference
 
 F64_TOL, F32_TOL = 1e-10, 1e-5
 

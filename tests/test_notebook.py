@@ -13,8 +13,8 @@ import contextuality
 from conftest import materialise
 from contextuality.core import layout
 from contextuality.core.archive import unpacked
+from contextuality.measure.engine.panel import GEOMETRY_COLUMNS
 from contextuality.measure.layer_result import LAYER_COLUMNS, WORD_COLUMNS
-from contextuality.measure.panel import GEOMETRY_COLUMNS
 from contextuality.notebook.inputs import model_input
 from workflow_runs import smoke_config
 

@@ -1,4 +1,4 @@
-"""Bounded memory: a layer larger than ``metrics.memory_mb`` is measured in chunks (``measure.streaming``),
+"""Bounded memory: a layer larger than ``metrics.memory_mb`` is measured in chunks (``measure.engine.streaming``),
 with the in-memory path's results, and its peak memory stays within the budget."""
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import pytest
 
 from conftest import measure_settings
 from contextuality.measure import layer_job
-from contextuality.measure.layer_job import OccurrenceIndex
-from contextuality.measure.streaming import (
+from contextuality.measure.engine.streaming import (
     BASE_MB,
     MemoryPlan,
     OccurrenceSpill,
@@ -26,6 +25,7 @@ from contextuality.measure.streaming import (
     sentence_chunks,
     word_groups,
 )  # fmt: skip
+from contextuality.measure.layer_job import OccurrenceIndex
 from contextuality.store.reader import LayerReader
 
 
@@ -168,12 +168,12 @@ def test_the_index_from_parquet_is_the_index_of_the_table(tmp_path):
 def test_a_killed_measurements_spill_is_swept_when_a_layer_job_starts_and_a_live_one_is_kept(tmp_path):
     """A streamed measurement killed mid-layer left its .occurrences-*.spill (hundreds of MB per layer) for ever,
     filling the disk. The layer job sweeps, at its start, every spill of its folder that no live job holds."""
-    from contextuality.measure import streaming
+    from contextuality.measure.engine import streaming
 
     killed = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
         import os, signal
         import numpy as np
-        from contextuality.measure.streaming import OccurrenceSpill
+        from contextuality.measure.engine.streaming import OccurrenceSpill
         spill = OccurrenceSpill(np.arange(1000), 1000, 64, np.float16, {str(tmp_path)!r})
         os.kill(os.getpid(), signal.SIGKILL)  # the job killed mid-layer: no cleanup runs
     """)], capture_output=True)  # fmt: skip

@@ -16,7 +16,7 @@ import pytest
 
 from contextuality.core import layout
 from contextuality.core.archive import unpacked
-from contextuality.measure import device_plan
+from contextuality.measure.device import plan as device_plan
 from contextuality.workflow.schema import load_settings
 from workflow_runs import DEVICE_SMOKE, smoke_config
 

@@ -166,7 +166,7 @@ def extraction_runtime_min(
 
 
 def measure_mem_mb(measure: MeasureSettings, manifest_path: str | Path, attempt: int = 1) -> int:
-    """MB of one measurement job: its budget, ``metrics.memory_mb`` (``measure.streaming`` keeps the job
+    """MB of one measurement job: its budget, ``metrics.memory_mb`` (``measure.engine.streaming`` keeps the job
     within it whatever the layer's size: a larger layer is read in chunks); x attempt. The manifest is
     not needed: the budget, not the corpus, sets the job's memory."""
     return int(measure.memory_mb * attempt)
@@ -263,8 +263,10 @@ def cpu_device_job_mb(model: ModelSettings, record_path: str | Path, tokens_path
     ``fraction`` of ``machine_bytes``."""
     import numpy as np
 
-    from contextuality.measure import device_plan  # the measurement's libraries: not in the Snakefile's start
-    from contextuality.measure.streaming import BASE_MB
+    from contextuality.measure.device import (
+        plan as device_plan,  # the measurement's libraries: not in the Snakefile's start
+    )
+    from contextuality.measure.engine.streaming import BASE_MB
 
     whole = dataclasses.replace(model, n_shards=1)
     n_layers, dim = record_shape(record_path) or UNBUILT_SHAPE

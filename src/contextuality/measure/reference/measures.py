@@ -31,7 +31,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.stats
 
-from contextuality.measure.word_pcs import word_pc_stats
+from contextuality.measure.reference.word_pcs import word_pc_stats
 
 # The geometry's full-layer passes (``rogue``, ``postprocess``) read blocks of about this many elements
 # (16 MiB in float32).

@@ -22,14 +22,7 @@ import json
 
 import numpy as np
 
-from contextuality.measure.isotropy import (
-    TWONN_DISCARD_FRACTION,
-    gaussian_null,
-    isotropy_measures,
-    permuted_null,
-    sample_rows,
-)  # fmt: skip
-from contextuality.measure.rogue import (
+from contextuality.measure.engine.rogue import (
     MASSIVE_ABSOLUTE,
     MASSIVE_RELATIVE,
     MassiveActivations,
@@ -37,6 +30,13 @@ from contextuality.measure.rogue import (
     massive_activations,
     massive_carriers,
     rogue_dimensions,
+)  # fmt: skip
+from contextuality.measure.reference.isotropy import (
+    TWONN_DISCARD_FRACTION,
+    gaussian_null,
+    isotropy_measures,
+    permuted_null,
+    sample_rows,
 )  # fmt: skip
 
 # The isotropy measures of isotropy.isotropy_measures, and the columns of its null controls.

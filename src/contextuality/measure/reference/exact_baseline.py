@@ -42,8 +42,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from contextuality.measure.reference import row_norms
-from contextuality.measure.word_pcs import BATCH_ELEMENTS, degenerate_tolerance, lanczos_start, top_eigenpair
+from contextuality.measure.reference.measures import row_norms
+from contextuality.measure.reference.word_pcs import BATCH_ELEMENTS, degenerate_tolerance, lanczos_start, top_eigenpair
 
 
 class ExactBaseline(NamedTuple):

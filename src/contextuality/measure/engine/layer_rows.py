@@ -16,16 +16,16 @@ import pandas as pd
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from contextuality.measure import backend
-from contextuality.measure.layer_pass import BLOCK_ROWS
-from contextuality.measure.streaming import (
+from contextuality.measure.engine import backend
+from contextuality.measure.engine.layer_pass import BLOCK_ROWS
+from contextuality.measure.engine.streaming import (
     Chunk,
     MemoryPlan,
     OccurrenceSpill,
     read_chunks,
     sentence_chunks,
 )  # fmt: skip
-from contextuality.measure.word_pcs import group_sizes
+from contextuality.measure.reference.word_pcs import group_sizes
 
 
 class OccurrenceIndex:
@@ -60,12 +60,6 @@ class OccurrenceIndex:
         index._set(keys, rows)
         index.words = texts[np.argsort(rank)][index.words]  # ranks back to the texts
         return index
-
-
-def read_units(path: str | Path) -> pd.DataFrame:
-    """units.parquet's row, unit and position columns, each unit's text held once (a categorical column),
-    not once per row: the geometry panel names the units carrying massive activations."""
-    return pq.read_table(path, columns=["row", "unit", "position"], read_dictionary=["unit"]).to_pandas()
 
 
 class LayerRows(ABC):

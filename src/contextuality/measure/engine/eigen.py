@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-from contextuality.measure import backend
-from contextuality.measure.word_pcs import lanczos_start
+from contextuality.measure.engine import backend
+from contextuality.measure.reference.word_pcs import lanczos_start
 
 # Lanczos steps per round, rounds before LAPACK takes over, and the accepted residual |A x - theta x| /
 # theta of a top eigenpair (float32 arithmetic reaches about 1e-7; the eigenvalue is then good to the

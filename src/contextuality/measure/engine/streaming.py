@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from contextuality.core.diskspace import DiskSpaceError, free_bytes
-from contextuality.measure import backend
+from contextuality.measure.engine import backend
 
 # The job's memory beside its blocks: interpreter, numpy, pandas and h5py, the occurrence index and the
 # units table, the sampled sentences and geometry rows, the word batches (a default-run job measured

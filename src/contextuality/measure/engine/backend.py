@@ -23,6 +23,9 @@ try:
 except ImportError:  # a GPU image without the package: scikit-learn's vendored copy is the same library
     from sklearn.externals import array_api_compat
 
+# The engine's compute dtypes (``metrics.compute_dtype``'s and ``similarity.compute_dtype``'s values), by name.
+COMPUTE_DTYPES = {"float32": np.float32, "float64": np.float64}
+
 
 def namespace(*arrays):
     """The array namespace of ``arrays`` (numpy's or torch's, as the array API standard defines it)."""

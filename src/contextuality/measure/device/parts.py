@@ -134,7 +134,7 @@ class Resume:
         (self.state / f"{layer_name(layer)}.done").touch()
 
     def keep_sample(self, layer: int, rows) -> None:
-        from contextuality.measure import backend
+        from contextuality.measure.engine import backend
 
         with atomic_path(self.state / f"{layer_name(layer)}.sample.npy") as tmp, open(tmp, "wb") as handle:
             np.save(handle, np.ascontiguousarray(backend.to_host(rows)))

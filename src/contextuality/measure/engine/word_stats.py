@@ -17,10 +17,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from contextuality.measure import backend
-from contextuality.measure.eigen import top_eigenpairs
-from contextuality.measure.transforms import Transform, subtract_in_two_parts
-from contextuality.measure.word_pcs import group_sizes
+from contextuality.measure.engine import backend
+from contextuality.measure.engine.eigen import top_eigenpairs
+from contextuality.measure.engine.transforms import Transform, subtract_in_two_parts
+from contextuality.measure.reference.word_pcs import group_sizes
 
 # Gram matrices of at most this many rows get their spectra from LAPACK (cheaper than Lanczos there).
 LAPACK_MAX = 24

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from contextuality.measure import backend
-from contextuality.measure.layer_job import COMPUTE_DTYPES as LAYER_COMPUTE_DTYPES
-from contextuality.measure.rogue import massive_activations
+from contextuality.measure.engine import backend
+from contextuality.measure.engine.backend import COMPUTE_DTYPES as LAYER_COMPUTE_DTYPES
+from contextuality.measure.engine.rogue import massive_activations
 
 VARIANTS = ("raw", "unit_rows", "standardize", "no_massive")
 COMPUTE_DTYPES = tuple(LAYER_COMPUTE_DTYPES)  # the engine's compute dtypes: metrics.compute_dtype's, by name

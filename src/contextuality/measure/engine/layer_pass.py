@@ -21,12 +21,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from contextuality.measure import backend
-from contextuality.measure.exact_baseline import ExactBaseline
-from contextuality.measure.postprocess import abtt_components
-from contextuality.measure.rogue import RogueSummary, rogue_shares
-from contextuality.measure.transforms import VARIANTS, Transform, subtract_in_two_parts
-from contextuality.measure.word_pcs import lanczos_start, top_eigenpair
+from contextuality.measure.engine import backend
+from contextuality.measure.engine.rogue import RogueSummary, rogue_shares
+from contextuality.measure.engine.transforms import VARIANTS, Transform, subtract_in_two_parts
+from contextuality.measure.reference.exact_baseline import ExactBaseline
+from contextuality.measure.reference.postprocess import abtt_components
+from contextuality.measure.reference.word_pcs import lanczos_start, top_eigenpair
 
 # Rows per block of the full-layer passes (whole sentences; float32 blocks of 3 MiB at d = 384). Blocks and
 # batches are sized so that the several passes over each stay in cache (L3) even with two layers measured at

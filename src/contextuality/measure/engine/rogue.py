@@ -21,8 +21,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from contextuality.measure import backend
-from contextuality.measure.reference import row_blocks
+from contextuality.measure.engine import backend
+from contextuality.measure.reference.measures import row_blocks
 
 # Default thresholds of a massive activation (Sun et al., 2024): |x| > 100 and |x| >= 1000 x median |x|.
 MASSIVE_ABSOLUTE = 100.0

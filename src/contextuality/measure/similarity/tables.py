@@ -9,7 +9,7 @@ debiased one's spread, and a p-value). With ``pairs: diagonal`` only each layer 
 nearest relative depth (and B's against A's) is computed, and within a model each layer against the next and
 the last: no best matches then.
 
-The measures are the engine's (``measure.similarity``); this module only schedules them and lays out the rows.
+The measures are the engine's (``measure.similarity.measures``); this module only schedules them and lays out the rows.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pandas as pd
 
 from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import SimilaritySettings
-from contextuality.measure import similarity as engine
+from contextuality.measure.similarity import measures as engine
 from contextuality.store.files import StoreError
 
 TABLE_COLUMNS = [

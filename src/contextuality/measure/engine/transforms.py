@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from contextuality.measure import backend
+from contextuality.measure.engine import backend
 
 VARIANTS = ("none", "standardize", "abtt")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from contextuality.measure.reference import row_blocks
+from contextuality.measure.reference.measures import row_blocks
 
 
 def standardize(X: np.ndarray, dtype=np.float64) -> np.ndarray:

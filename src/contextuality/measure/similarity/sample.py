@@ -21,8 +21,8 @@ import numpy as np
 
 from contextuality.core.atomic import atomic_path
 from contextuality.core.digest import sha256_of
-from contextuality.measure import backend
-from contextuality.measure import similarity_join as joined
+from contextuality.measure.engine import backend
+from contextuality.measure.similarity import join as joined
 from contextuality.store.files import StoreError, create_checked, layer_name, open_complete, read_checked
 
 POOLINGS = ("mean", "first", "last")

@@ -13,9 +13,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from contextuality.measure.layer_pass import BLOCK_ROWS
-from contextuality.measure.streaming import SQUARE_MATRICES
-from contextuality.measure.word_stats import BATCH_ELEMENTS
+from contextuality.measure.engine.layer_pass import BLOCK_ROWS
+from contextuality.measure.engine.streaming import SQUARE_MATRICES
+from contextuality.measure.engine.word_stats import BATCH_ELEMENTS
 
 MB = 1 << 20
 # Rows per block of the full-layer passes on a GPU (a block's work is a few kernels; larger blocks, fewer launches).

@@ -29,9 +29,9 @@ import numpy as np
 import scipy.linalg
 from threadpoolctl import ThreadpoolController
 
-from contextuality.measure import backend
-from contextuality.measure.similarity_knn import knn_indices, mutual_knn
-from contextuality.measure.similarity_rows import (
+from contextuality.measure.engine import backend
+from contextuality.measure.similarity.knn import knn_indices, mutual_knn
+from contextuality.measure.similarity.rows import (
     COMPUTE_DTYPES,
     VARIANTS,
     Centring,

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from contextuality.measure import backend
-from contextuality.measure.similarity_rows import centred_chunks, check_layers, chunk_bounds, kept_rows, layer_centring
+from contextuality.measure.engine import backend
+from contextuality.measure.similarity.rows import centred_chunks, check_layers, chunk_bounds, kept_rows, layer_centring
 
 # Query rows x n similarities held at once (64 MiB in float64; the keys as much again).
 KNN_BLOCK_ELEMENTS = 1 << 23

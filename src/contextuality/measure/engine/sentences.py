@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from contextuality.measure import backend
-from contextuality.measure.layer_pass import _length_classes
-from contextuality.measure.transforms import Transform
+from contextuality.measure.engine import backend
+from contextuality.measure.engine.layer_pass import _length_classes
+from contextuality.measure.engine.transforms import Transform
 
 # Rows per stacked block of one length (float64: 16 MiB at d = 1024).
 BLOCK_ROWS = 2048
