@@ -16,10 +16,11 @@ from contextuality.measure.reference import measures as reference
 from contextuality.measure.reference.exact_baseline import exact_baseline
 from contextuality.measure.reference.postprocess import abtt
 from contextuality.measure.reference.word_pcs import pc_stats_by_word
+from contextuality.paper import MIN_BASELINE_VECTORS
 from contextuality.store.files import StoreError
 from contextuality.store.reader import read_layer
 
-# 120 sentences: the sampled baselines are reported from 100 vectors or more (reference.MIN_BASELINE_VECTORS)
+# 120 sentences: the sampled baselines are reported from 100 vectors or more (MIN_BASELINE_VECTORS)
 N_SENTENCES, DIM, LAYERS = 120, 16, (0, 1, 2)
 WORDS = ["alpha", "beta", "gamma", "delta", "the"]
 
@@ -366,12 +367,12 @@ def test_float64_compute_matches_float32(fake_model):
 
 def test_a_layer_drawing_fewer_than_100_baseline_vectors_reports_its_sampled_baselines_as_na(fake_model):
     """30 sampled sentences: 1 in 30 sampled pairs is a vector with itself (cosine 1); with one sentence the
-    baseline was 1.000. Below reference.MIN_BASELINE_VECTORS the sampled baselines and the values
+    baseline was 1.000. Below MIN_BASELINE_VECTORS the sampled baselines and the values
     adjusted by them are NaN; the exact ones stay, and the claims take them."""
     paths, occurrences = fake_model
     settings = measure_settings(seed=5, intra_sentences=20, baseline_samples=30, bootstrap_resamples=0, geometry=False)
     row = layer_job.measure_layer(paths[2], 2, occurrences, settings, model="fake").row
-    assert row["n_baseline_vectors"] == 30 < reference.MIN_BASELINE_VECTORS
+    assert row["n_baseline_vectors"] == 30 < MIN_BASELINE_VECTORS
     for column in (
         "baseline_cosine",
         "baseline_mev",

@@ -118,7 +118,6 @@ def test_a_rerun_and_one_layer_per_pass_give_the_same_bytes(runs, tmp_path, monk
         assert len(rerun["groups"]) == 1
         assert _members(tmp_path / model / "a" / "part_0.tar") == expected
         layer_bytes = rerun["rows"] * rerun["dim"] * 4  # float32 storage in the smoke config
-        monkeypatch.setenv(device_plan.ROOM_BYTES_ENV, str(int(1.5 * layer_bytes)))
         # a logger of the test's own: another test's logging setup (Snakemake's dictConfig) may disable the module's
         records: list[str] = []
         plan_log = logging.getLogger(f"test_device_path.{model}")
@@ -127,10 +126,11 @@ def test_a_rerun_and_one_layer_per_pass_give_the_same_bytes(runs, tmp_path, monk
         handler = logging.Handler()
         handler.emit = lambda record, records=records: records.append(record.getMessage())
         plan_log.addHandler(handler)
-        split = device_job.run_measure_model_job(**inputs, out_tar=tmp_path / model / "b" / "part_0.tar",
-                                                 out_record=tmp_path / model / "b" / "part_0.json", log=plan_log)  # fmt: skip
+        with monkeypatch.context() as room:  # room for one layer and a half: one layer a group
+            room.setattr(device_plan, "layer_room", lambda *_, bytes_=int(1.5 * layer_bytes): bytes_)
+            split = device_job.run_measure_model_job(**inputs, out_tar=tmp_path / model / "b" / "part_0.tar",
+                                                     out_record=tmp_path / model / "b" / "part_0.json", log=plan_log)  # fmt: skip
         plan_log.removeHandler(handler)
-        monkeypatch.delenv(device_plan.ROOM_BYTES_ENV)
         assert split["groups"] == [[layer] for layer in range(shape["n_layers"])]
         assert any(f"{shape['n_layers']} group(s) of <= 1 layers" in line for line in records)
         assert _members(tmp_path / model / "b" / "part_0.tar") == expected
@@ -172,8 +172,7 @@ def test_a_pass_stopped_after_a_layer_gives_the_full_passes_hidden_states(archit
         assert device_job.stop_after(loaded, 4, full) is full  # the last layer: the full pass (after the final norm)
 
 
-def test_groups_are_consecutive_balanced_and_refuse_a_device_without_room_for_one_layer(monkeypatch):
-    monkeypatch.delenv(device_plan.ROOM_BYTES_ENV, raising=False)
+def test_groups_are_consecutive_balanced_and_refuse_a_device_without_room_for_one_layer():
     plan = device_plan.plan_groups(list(range(13)), 100, 1000, 0.9, 100)  # room 800: 8 layers a group
     assert plan.groups == [list(range(7)), list(range(7, 13))]
     assert device_plan.plan_groups(list(range(4)), 100, 10_000, 0.9, 100).groups == [[0, 1, 2, 3]]

@@ -8,7 +8,6 @@ it was given less what it holds beside them (``held_bytes``), so a job given les
 
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
 import numpy as np
@@ -27,8 +26,6 @@ CUDA_CONTEXT_MB = 1536
 # workflow.estimates' extraction base), and each model it loads, twice over while it loads (the checkpoint read
 # and the built model).
 HOST_BASE_MB = 1000
-# A test's stand-in for the room the resident layers may take, in bytes (forces a schedule of several groups).
-ROOM_BYTES_ENV = "CONTEXTUALITY_DEVICE_ROOM_BYTES"
 
 
 class DeviceMemoryError(RuntimeError):
@@ -67,13 +64,19 @@ def reserve_bytes(*, d: int, n_layers: int, batch_tokens: int, widest_window: in
     return forward + window + measure + (CUDA_CONTEXT_MB * MB if on_cuda else 0)
 
 
+def layer_room(free_bytes: int, fraction: float, reserve: int) -> int:
+    """Bytes the resident layers may take: ``fraction`` of ``free_bytes`` less ``reserve`` (a test that wants a
+    schedule of several groups replaces this function)."""
+    return int(free_bytes * fraction) - reserve
+
+
 def plan_groups(layers: list[int], layer_bytes: int, free_bytes: int, fraction: float, reserve: int,
                 job_memory_mb: int | None = None) -> GroupPlan:  # fmt: skip
     """Consecutive groups of ``layers``, as few as fit: each group's rows within ``fraction`` of ``free_bytes``
-    less ``reserve`` (or the room ``ROOM_BYTES_ENV`` gives); sizes balanced (13 layers in 2 groups: 7 + 6).
+    less ``reserve`` (``layer_room``); sizes balanced (13 layers in 2 groups: 7 + 6).
     ``job_memory_mb``: on torch's CPU backend, the job's own memory that ``free_bytes`` was taken from (the
     refusal then says how to give it more)."""
-    room = int(os.environ[ROOM_BYTES_ENV]) if os.environ.get(ROOM_BYTES_ENV) else int(free_bytes * fraction) - reserve
+    room = layer_room(free_bytes, fraction, reserve)
     if room < layer_bytes:
         if job_memory_mb is None:
             where = (f"the device has {free_bytes / MB:.0f} MB free and {max(room, 0) / MB:.0f} MB of it for layers "

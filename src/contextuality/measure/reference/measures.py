@@ -32,6 +32,7 @@ import numpy as np
 import scipy.stats
 
 from contextuality.measure.reference.word_pcs import word_pc_stats
+from contextuality.paper import MIN_BASELINE_VECTORS
 
 # The geometry's full-layer passes (``rogue``, ``postprocess``) read blocks of about this many elements
 # (16 MiB in float32).
@@ -44,13 +45,6 @@ class Baseline(NamedTuple):
     cosine: float  # mean cosine between occurrence vectors drawn uniformly with replacement
     mev: float  # the paper's MEV of the sampled vectors
     n_vectors: int  # how many vectors were sampled (one per non-empty sampled sentence)
-
-
-# The fewest vectors the sampled baselines are reported from. Pairs are drawn with replacement, as the paper's
-# code draws them, so 1/n of them pair a vector with itself (cosine 1) and the estimate is biased up
-# by (1 - b)/n: at most 0.01 from 100 vectors (0.001 from the paper's 1,000), but 1.000 from one sentence's. Below
-# it a layer's sampled baselines (and the values adjusted by them) are N/A; the claims take the exact ones.
-MIN_BASELINE_VECTORS = 100
 
 
 def reported(baseline: Baseline) -> Baseline:
