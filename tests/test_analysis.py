@@ -19,6 +19,7 @@ from contextuality.measure.reference.word_pcs import pc_stats_by_word
 from contextuality.paper import MIN_BASELINE_VECTORS
 from contextuality.store.files import StoreError
 from contextuality.store.reader import read_layer
+from test_data_contract import contract
 
 # 120 sentences: the sampled baselines are reported from 100 vectors or more (MIN_BASELINE_VECTORS)
 N_SENTENCES, DIM, LAYERS = 120, 16, (0, 1, 2)
@@ -82,17 +83,7 @@ def test_measure_model_writes_the_contract(fake_model, tmp_path):
     outputs = run(paths, occurrences, tmp_path / "a", self_similarity="both")
     words = pd.read_parquet(outputs["out_words"])
     layers = pd.read_parquet(outputs["out_layers"])
-    contract_words = [
-        "model",
-        "word",
-        "layer",
-        "n",
-        "self_similarity",
-        "self_similarity_sampled",
-        "mev",
-        "mev_literal",
-        "mev_centered",
-    ]
+    contract_words = contract()["results/metrics/{corpus}/{model}/words.parquet"]["Columns"]  # docs/data-contract.md
     assert list(words.columns[: len(contract_words)]) == contract_words
     assert set(layer_result.LAYER_COLUMNS[:22]) <= set(layers.columns)
     assert len(words) == len(WORDS) * len(LAYERS) and list(layers["layer"]) == list(LAYERS)

@@ -66,13 +66,10 @@ def geometry_panel(
     weights: np.ndarray | None = None,
     units=None,
     positions: np.ndarray | None = None,
-    *,
-    massive_absolute: float = MASSIVE_ABSOLUTE,
-    massive_relative: float = MASSIVE_RELATIVE,
-    twonn_discard_fraction: float = TWONN_DISCARD_FRACTION,
-    twonn_sample_size: int | None = None,
+    **options,
 ) -> dict:
-    """Every geometry column of one layer (``GEOMETRY_COLUMNS``), as a flat dict of scalars.
+    """Every geometry column of one layer (``GEOMETRY_COLUMNS``), as a flat dict of scalars; ``options``:
+    ``panel_row``'s keywords (the massive-activation thresholds, TwoNN's discarded fraction and sample size).
 
     Over all N rows of X: the rogue-dimension shares of the exact anisotropy (weighted by ``weights``
     when given, e.g. the paper's p_i = 1 / (S len(s_i)); see ``rogue.rogue_contributions``) and the
@@ -87,11 +84,7 @@ def geometry_panel(
     of the three isotropy blocks on 5,000 rows, nearly all of it TwoNN's exact neighbour search
     (N^2 d): 3.3 in all, 1.6 with ``twonn_sample_size=2000``.
     """
-    return panel_row(
-        X, rogue_dimensions(X, weights), rng, sample_size, units, positions, massive_absolute=massive_absolute,
-        massive_relative=massive_relative, twonn_discard_fraction=twonn_discard_fraction,
-        twonn_sample_size=twonn_sample_size,
-    )  # fmt: skip
+    return panel_row(X, rogue_dimensions(X, weights), rng, sample_size, units, positions, **options)
 
 
 def panel_row(
