@@ -13,7 +13,6 @@ import tarfile
 import types
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -27,25 +26,9 @@ from contextuality.measure.device.parts import rows_provenance
 from contextuality.store.provenance import digest
 from contextuality.workflow.checks import check_settings
 from contextuality.workflow.schema import ConfigError, load_settings
-from workflow_runs import DEVICE_SMOKE, smoke_config
+from workflow_runs import DEVICE_SMOKE, assert_same_layer_table, smoke_config
 
 MODELS = ("tiny-bert", "tiny-gpt2")
-# computed by the same numpy code on rows drawn on the host: the same bytes on either path (not
-# adjusted_self_similarity: the device's self-similarity, within the tolerance, less the host's baseline)
-HOST_SAMPLED = ["baseline_cosine", "baseline_mev", "n_baseline_vectors", "norm_mean", "norm_std", "pc1_ratio",
-                "effective_rank", "isoscore", "isoscore_star", "twonn_dimension", "twonn_duplicate_fraction",
-                "geometry_sample", "n_sentences_sampled", "massive_dims", "massive_occurrences"]  # fmt: skip
-
-
-def assert_same_layer_table(mine: pd.DataFrame, reference: pd.DataFrame, model: str) -> None:
-    """Another path's layers.parquet against the reference one: the host-sampled and text columns byte for byte,
-    every other number within 1e-5."""
-    assert list(mine.columns) == list(reference.columns) and len(mine) == len(reference)
-    for column in reference.columns:
-        if column in HOST_SAMPLED or not pd.api.types.is_numeric_dtype(reference[column]):
-            pd.testing.assert_series_equal(mine[column], reference[column], check_exact=True, obj=f"{model} {column}")
-        else:
-            np.testing.assert_allclose(mine[column], reference[column], atol=1e-5, rtol=0, err_msg=f"{model} {column}")
 
 
 @pytest.fixture(scope="module")

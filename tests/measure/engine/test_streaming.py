@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import measure_settings
+from conftest import PROJECT, measure_settings
 from contextuality.measure import layer_job
 from contextuality.measure.engine.streaming import (
     BASE_MB,
@@ -136,7 +136,7 @@ def test_peak_memory_stays_within_a_small_budget(tmp_path):
     assert n_rows * 256 * 4 > 700 * 2**20 * 0.8
     script = textwrap.dedent(f"""
         import json, sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        sys.path.insert(0, {str(PROJECT / "tests")!r})
         from conftest import measure_settings
         from contextuality.measure.layer_job import OccurrenceIndex, measure_layer
         settings = measure_settings(memory_mb=700, geometry=False, postprocess=["none"], bootstrap_resamples=0)
@@ -186,6 +186,4 @@ def test_a_killed_measurements_spill_is_swept_when_a_layer_job_starts_and_a_live
         assert sorted(tmp_path.glob(".occurrences-*.spill")) == [Path(live.file.name)]
         assert (tmp_path / "layer_01.json").exists()
     assert sorted(tmp_path.glob(".occurrences-*.spill")) == []  # and a finished one removes its own
-    assert (
-        "sweep_stale_spills(scratch)" in (Path(__file__).parents[1] / "workflow/scripts/measure_layer.py").read_text()
-    )
+    assert "sweep_stale_spills(scratch)" in (PROJECT / "workflow/scripts/measure_layer.py").read_text()

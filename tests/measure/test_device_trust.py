@@ -287,7 +287,7 @@ def test_a_model_copy_left_by_a_job_killed_while_unpacking_is_swept(tmp_path):
         time.sleep(0.1)
     assert started.exists(), (
         f"the unpacking job did not start (exit {job.poll()}) within {START_LIMIT_S} s; if it still ran, that is a "
-        "slow machine's limit, not a broken install (this limit is START_LIMIT_S in tests/test_device_trust.py)"
+        "slow machine's limit, not a broken install (this limit is START_LIMIT_S in tests/measure/test_device_trust.py)"
     )
     os.kill(job.pid, signal.SIGKILL)
     job.wait()
