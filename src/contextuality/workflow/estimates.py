@@ -257,7 +257,7 @@ def cpu_device_job_mb(model: ModelSettings, record_path: str | Path, tokens_path
                       models: int, storage_dtype: str, fraction: float, machine_bytes: int | None, attempt: int,
                       sense_work_bytes: int | None = None) -> int:  # fmt: skip
     """MB (of 2**20 bytes, as the job plans) of a device job on torch's CPU backend that holds ``layers_at_once``
-    layers of ``rows`` rows: the job's own arithmetic (``device_plan``: ``held_bytes`` of ``models`` models,
+    layers of ``rows`` rows: the job's own arithmetic (``measure.device.plan``: ``held_bytes`` of ``models`` models,
     ``reserve_bytes`` of its largest pass and widest window, from the plans once they exist, the host part, and
     the measures' work: the layer measurement's, or ``sense_work_bytes`` for the sense job's), x attempt, capped at
     ``fraction`` of ``machine_bytes``."""

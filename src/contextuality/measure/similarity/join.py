@@ -6,7 +6,7 @@ model's length limit, skipped sentences). So the stage compares models only on t
 occurrences (``word_index.parquet``, model-independent) that **every** model stores, found through each
 model's ``units.parquet`` by ``(sentence_id, word_position)``: an explicit inner join, in corpus order, never
 positional. A subword-indexed model counts a word when at least one of its pieces is stored, and its pieces
-(consecutive rows) are pooled per word when the sample is gathered (``similarity_sample``).
+(consecutive rows) are pooled per word when the sample is gathered (``sample``).
 
 ``rows.parquet`` holds every common occurrence with a seeded ``draw`` (a permutation of 0..n-1 from the run's
 seed): the sample is the rows with ``draw < max_rows``, the k-NN sample those with ``draw < knn_rows``

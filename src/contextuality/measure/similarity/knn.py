@@ -1,7 +1,7 @@
 """Mutual k-nearest neighbours of two layers' rows (Huh et al. 2024, platonic-rep's ``mutual_knn``; spec
 similarity-atlas 4.1), chunked over query rows: chunk x n similarities at a time, never n x n.
 
-``knn_indices`` gives each row's k nearest rows by cosine of the variant's centred rows (``similarity_rows``),
+``knn_indices`` gives each row's k nearest rows by cosine of the variant's centred rows (``rows``),
 itself excluded; ``mutual_knn`` the mean over rows of the share of neighbours two layers have in common.
 
 Ties, and why the ranking is coarse. Cosines are computed in float64 and ranked at a resolution of 2^-24

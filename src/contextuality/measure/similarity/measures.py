@@ -1,14 +1,14 @@
 """How alike two layers' representations of the same rows are, within a model and across models (spec
 similarity-atlas 4.1, 4.3, 4.4): linear CKA (biased, Kornblith et al. 2019; debiased, Song et al.'s 2012
 unbiased HSIC in Kornblith's feature-space form), the Procrustes angle (Williams et al. 2021), mutual k-NN
-(Huh et al. 2024, ``similarity_knn``) and a row-permutation null.
+(Huh et al. 2024, ``knn``) and a row-permutation null.
 
 ``layer_grid`` measures every pair of layers, one model with itself (ℓ <= m, mirrored) or two models, on a
 block-row schedule: per block of A's layers (as many as ``memory_mb`` holds), one pass over chunks of
 rows accumulates X_ℓ^T [Y_1 .. Y_M] in float64, each chunk's product in the compute dtype. Per layer, a
 pass of its own gives ||X^T X||_F and each row's squared norm. Every measure follows from these sums:
 no n x n matrix is ever formed. The rows are the variant's, centred on the exact float64 mean first
-(``similarity_rows``). For centred X (n x d_x) and Y (n x d_y):
+(``rows``). For centred X (n x d_x) and Y (n x d_y):
 
     cka_biased   = ||X^T Y||_F^2 / (||X^T X||_F ||Y^T Y||_F)
     hsic(X, Y)   = ||X^T Y||_F^2 - n/(n-2) sum_i |x_i|^2 |y_i|^2 + ||X||_F^2 ||Y||_F^2 / ((n-1)(n-2))
@@ -250,7 +250,7 @@ def layer_grid(layers_a, layers_b=None, *, variant: str = "raw", keep=None, meas
     """Every measure of every pair (ℓ of ``layers_a``, m of ``layers_b``), or of ``layers_a`` with itself.
 
     ``layers_a``, ``layers_b``: one n x d_ℓ array per layer, the same n rows (any float dtype; numpy or torch,
-    all in one namespace). ``variant`` maps the rows (``similarity_rows``); ``keep`` (a bool per row,
+    all in one namespace). ``variant`` maps the rows (``rows``); ``keep`` (a bool per row,
     ``no_massive`` needs it) leaves out the others. ``measures``: which of ``MEASURES`` (the others stay
     NaN). ``compute_dtype`` of each chunk's products (sums, means and scalars are float64 either way),
     ``chunk_rows`` rows at a time, ``memory_mb`` for the block-row accumulators and chunks (not counting

@@ -1,4 +1,4 @@
-"""Each model's rows of the similarity sample: the same word occurrences for every model (``similarity_join``),
+"""Each model's rows of the similarity sample: the same word occurrences for every model (``join``),
 gathered from every layer into ``sample.h5``, one dataset per layer, rows in draw order.
 
 Two paths write the same sample: from the store (rule ``similarity_sample``: each layer file read once, in
