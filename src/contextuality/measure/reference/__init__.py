@@ -1,1 +1,1 @@
-"""The pure float64 definitions the engine is tested against: the paper's measures, exact baselines, word PCs, post-processing, isotropy."""
+"""The pure float64 definitions the engine is tested against: the paper's measures, baselines, word PCs, isotropy."""
