@@ -40,9 +40,8 @@ from contextuality.core.settings import WINDOW_BATCHES, MeasureSettings, ShardSe
 from contextuality.extraction.devices import describe, job_device
 from contextuality.extraction.encoders import Encoder, encoder_for, load_encoder
 from contextuality.extraction.plan import read_plan
-from contextuality.measure import backend
-from contextuality.measure.device_parts import Resume, device_record, resume_key, rows_provenance
-from contextuality.measure.device_plan import (
+from contextuality.measure.device.parts import Resume, device_record, resume_key, rows_provenance
+from contextuality.measure.device.plan import (
     GPU_BLOCK_ROWS,
     MB,
     GroupPlan,
@@ -52,12 +51,13 @@ from contextuality.measure.device_plan import (
     reserve_bytes,
     usable_fraction,
 )
+from contextuality.measure.engine import backend
+from contextuality.measure.engine.layer_pass import BLOCK_ROWS
+from contextuality.measure.engine.layer_rows import OccurrenceIndex, RowsInMemory
+from contextuality.measure.engine.streaming import BASE_MB
 from contextuality.measure.layer_job import measure_rows_then, read_units
-from contextuality.measure.layer_pass import BLOCK_ROWS
 from contextuality.measure.layer_result import write_layer_results
-from contextuality.measure.layer_rows import OccurrenceIndex, RowsInMemory
-from contextuality.measure.similarity_sample import SampleRequest
-from contextuality.measure.streaming import BASE_MB
+from contextuality.measure.similarity.sample import SampleRequest
 from contextuality.store import provenance as provenance_module
 from contextuality.store.provenance import shard_provenance
 
