@@ -128,7 +128,9 @@ def test_relative_depth_and_single_figure(tmp_path, run):
     tables, labels = run
     png, pdf = figures.plot_mev(tables, labels, tmp_path / "m.png", tmp_path / "m.pdf", relative_depth=True)
     check_files(png, pdf)
-    png, pdf = figures.plot_anisotropy(tables, labels, tmp_path / "a.png", tmp_path / "a.pdf", relative_depth=True)
+    png, pdf = figures.plot_line_figure(
+        "anisotropy", tables, labels, tmp_path / "a.png", tmp_path / "a.pdf", relative_depth=True
+    )
     check_files(png, pdf)
 
 
@@ -143,8 +145,8 @@ def test_missing_values_and_columns_do_not_break_figures(tmp_path, run):
 
 def test_pdf_is_reproducible(tmp_path, run):
     tables, labels = run
-    first = figures.plot_intra_sentence(tables, labels, tmp_path / "1.png", tmp_path / "1.pdf")
-    second = figures.plot_intra_sentence(tables, labels, tmp_path / "2.png", tmp_path / "2.pdf")
+    first = figures.plot_line_figure("intra_sentence", tables, labels, tmp_path / "1.png", tmp_path / "1.pdf")
+    second = figures.plot_line_figure("intra_sentence", tables, labels, tmp_path / "2.png", tmp_path / "2.pdf")
     assert first[1].read_bytes() == second[1].read_bytes()
     assert first[0].read_bytes() == second[0].read_bytes()
 
