@@ -43,6 +43,7 @@ from sklearn.cluster import AgglomerativeClustering, KMeans
 from sklearn.metrics.cluster import contingency_matrix
 from threadpoolctl import threadpool_limits
 
+from contextuality.core.atomic import atomic_path
 from contextuality.paper import TABLE1_TASKS
 from contextuality.static.benchmark_files import TASKS
 from contextuality.static.benchmarks import (
@@ -255,3 +256,13 @@ def score_baseline_file(
     """Score a user-supplied static embedding (GloVe, FastText, ...) trimmed to ``vocabulary``."""
     emb = load_embedding_text(path, vocabulary)
     return evaluate_embedding(emb, benchmark_root, seed=seed).assign(model=label, layer=float("nan"))
+
+
+def write_scores(job, score: Callable[..., pd.DataFrame], embeddings, label: str) -> None:
+    """A scoring rule's job (``job``: its ``snakemake`` object): ``score`` (``score_pc_layers``, ``score_baseline_file``)
+    of ``embeddings`` trimmed to the run's word index (input ``word_index``), on its benchmarks (input ``benchmarks``)
+    with its seed (params ``seed``), written to its output ``scores`` (CSV)."""
+    vocabulary = shared_vocabulary(job.input.word_index)
+    scores = score(embeddings, vocabulary, job.input.benchmarks, label=label, seed=job.params.seed)
+    with atomic_path(job.output.scores) as tmp:
+        scores.to_csv(tmp, index=False)
