@@ -20,14 +20,9 @@ STS_DIR = PROJECT / "resources" / "sts"
 BENCHMARK_DIR = PROJECT / "resources" / "benchmarks"
 
 
-def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 900, env=None):
-    """Run the project's Snakefile in ``workdir`` (each test its own, as Snakemake locks directories).
-
-    ``timeout`` is a stall limit, not a wall-clock one: the run is stopped only after ``timeout`` seconds in which
-    it printed nothing and wrote no file under ``workdir``, so a loaded machine makes a test slow, never an error.
-    Its output is Snakemake's plain lines, which tests parse (``plain_logger_profile``), unless ``args`` name a
-    ``--workflow-profile``."""
-    command = [
+def snakemake_command(workdir: Path, *args: str) -> list[str]:
+    """The command line that runs the project's Snakefile in ``workdir`` with ``args``."""
+    return [
         sys.executable,
         "-m",
         "snakemake",
@@ -35,8 +30,17 @@ def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None, tim
         str(PROJECT / "Snakefile"),
         "--directory",
         str(workdir),
-        *args,
-    ]
+    ] + [*args]
+
+
+def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 900, env=None):
+    """Run the project's Snakefile in ``workdir`` (each test its own, as Snakemake locks directories).
+
+    ``timeout`` is a stall limit, not a wall-clock one: the run is stopped only after ``timeout`` seconds in which
+    it printed nothing and wrote no file under ``workdir``, so a loaded machine makes a test slow, never an error.
+    Its output is Snakemake's plain lines, which tests parse (``plain_logger_profile``), unless ``args`` name a
+    ``--workflow-profile``."""
+    command = snakemake_command(workdir, *args)
     if "--workflow-profile" not in args:
         command += ["--workflow-profile", str(plain_logger_profile())]
     if configfile is not None:
@@ -114,6 +118,21 @@ def _wait_while_progressing(
                 f"{what} printed nothing and wrote no file for {stall_s:.0f} s: it stalled (a slow machine only "
                 f"makes it slower; this limit is {knob}'s timeout in tests/conftest.py)"
             )
+
+
+def write_sts_release(root: Path, year: int, input_text: bytes, gold_text: bytes, domain: str = "toy"):
+    """One STS release's pair of files for ``domain`` (its sentence pairs, its gold scores) under ``root/year/test``,
+    named as the release names them; their ``ReleaseFiles``."""
+    from contextuality.corpus.sts import ReleaseFiles
+
+    folder = root / str(year) / "test"
+    folder.mkdir(parents=True, exist_ok=True)
+    prefix = "STS2016" if year == 2016 else "STS"
+    (folder / f"{prefix}.input.{domain}.txt").write_bytes(input_text)
+    (folder / f"{prefix}.gs.{domain}.txt").write_bytes(gold_text)
+    return ReleaseFiles(
+        year, "test", domain, folder / f"{prefix}.input.{domain}.txt", folder / f"{prefix}.gs.{domain}.txt"
+    )
 
 
 def write_config(path: Path, config: dict) -> Path:
@@ -309,14 +328,19 @@ def interrupted_smoke_run(smoke_run, tmp_path_factory) -> dict:
     return interrupted_run(tmp_path_factory)
 
 
+def fetched_once(tmp_path_factory, name: str, fetch) -> Path:
+    """A folder of the session's, ``name``, filled by ``fetch`` (a session fixture's download, made once)."""
+    root = tmp_path_factory.mktemp(name)
+    fetch(root)
+    return root
+
+
 # The WordNet 3.0 copy the senses tests share: fetched once per session (a 31.6 MB download, about 15 s).
 @pytest.fixture(scope="session")
 def wordnet_root(tmp_path_factory):
     from contextuality.senses.wordnet import fetch_wordnet
 
-    root = tmp_path_factory.mktemp("wordnet")
-    fetch_wordnet(root)
-    return root
+    return fetched_once(tmp_path_factory, "wordnet", fetch_wordnet)
 
 
 @pytest.fixture(scope="session")
@@ -331,6 +355,4 @@ def wordnet(wordnet_root):
 def tagger_root(tmp_path_factory):
     from contextuality.senses.tagger import fetch_tagger
 
-    root = tmp_path_factory.mktemp("tagger")
-    fetch_tagger(root)
-    return root
+    return fetched_once(tmp_path_factory, "tagger", fetch_tagger)
