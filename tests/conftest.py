@@ -135,6 +135,45 @@ def write_sts_release(root: Path, year: int, input_text: bytes, gold_text: bytes
     )
 
 
+def synthetic_layers_table(model, baseline, self_adj, intra_adj, mev, baseline_mev, *, ci=0.01, mev_ci=0.002,
+                           n_words=100, n_sentences=50, norm_mean=10.0):  # fmt: skip
+    """A layers.parquet-shaped table from per-layer baselines, adjusted similarities and raw MEV; the raw measures'
+    CIs are value ± ``ci`` (MEV's ± ``mev_ci``)."""
+    import numpy as np
+    import pandas as pd
+
+    b, bm = np.asarray(baseline, float), np.asarray(baseline_mev, float)
+    self_raw = np.asarray(self_adj, float) + b
+    intra_raw = np.asarray(intra_adj, float) + b
+    mev = np.asarray(mev, float)
+    return pd.DataFrame(
+        {
+            "model": model,
+            "layer": np.arange(len(b)),
+            "n_words": n_words,
+            "n_sentences_sampled": n_sentences,
+            "self_similarity": self_raw,
+            "self_similarity_ci_low": self_raw - ci,
+            "self_similarity_ci_high": self_raw + ci,
+            "intra_sentence": intra_raw,
+            "intra_sentence_ci_low": intra_raw - ci,
+            "intra_sentence_ci_high": intra_raw + ci,
+            "mev": mev,
+            "mev_ci_low": mev - mev_ci,
+            "mev_ci_high": mev + mev_ci,
+            "mev_literal": mev,
+            "mev_centered": mev,
+            "baseline_cosine": b,
+            "baseline_mev": bm,
+            "adjusted_self_similarity": self_raw - b,
+            "adjusted_intra_sentence": intra_raw - b,
+            "adjusted_mev": mev - bm,
+            "norm_mean": norm_mean,
+            "norm_std": 1.0,
+        }
+    )
+
+
 def write_config(path: Path, config: dict) -> Path:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -205,6 +244,23 @@ def materialise(key: str, spec: dict, root: Path, *, sentences_parquet: Path | N
         )
     finally:
         shutil.rmtree(download_dir, ignore_errors=True)
+
+
+def random_model_on(texts: list[str], root: Path, architecture: str, vocab_size: int):
+    """A tiny random ``architecture`` (2 layers of width 32, seed 5) built under ``root`` on ``texts``: the sentences
+    (also ``root/sentences.parquet``), their words, the word index (words seen twice) and the loaded model."""
+    import pandas as pd
+
+    from contextuality.corpus.words import word_index, word_table
+
+    sentences = pd.DataFrame({"sentence_id": range(len(texts)), "text": texts})
+    sentences.to_parquet(root / "sentences.parquet")
+    words = word_table(sentences)
+    index = word_index(words, sentences, min_occurrences=2, count="occurrences")
+    spec = {"source": "random", "architecture": architecture, "n_hidden_layers": 2, "hidden_size": 32,
+            "vocab_size": vocab_size}  # fmt: skip
+    record = materialise("m", spec, root / "model", sentences_parquet=root / "sentences.parquet", seed=5)
+    return sentences, words, index, load_model(record, root / "model" / "model", spec)
 
 
 def load_model(record: dict, folder: Path, spec: dict, device: str = "cpu", dtype: str = "float32"):
