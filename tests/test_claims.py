@@ -3,6 +3,7 @@
 import difflib
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -14,7 +15,7 @@ from contextuality import paper
 from contextuality.models.sources import SOURCES
 from contextuality.report import tables
 from contextuality.report.claims import CHECKS, EXACT_COLUMNS, claims_report, evaluate_claims
-from contextuality.report.losses import losses_frame
+from contextuality.report.run_reports import RunTables, write_run_reports
 from contextuality.report.summary import summary_table
 
 # per-layer baselines, adjusted similarities and raw MEV -> a layers.parquet-shaped table
@@ -520,12 +521,11 @@ def _paper_run_parts():
 
 
 def _write_reports(out: Path, run) -> None:
-    """What workflow/scripts/summary.py writes, from one run's tables."""
+    """What the summary rule writes (report.run_reports), from one run's tables."""
     tables, words, labels, pms, sources, losses, table1 = run
-    summary_table(tables, labels, pms, out / "summary.md", out / "summary.tex", sources=sources, losses=losses)
-    claims = claims_report(tables, words, labels, pms, out / "claims.md", sources=sources, losses=losses, table1=table1)
-    claims.to_csv(out / "claims.csv", index=False)
-    losses_frame(losses or {}, labels).to_csv(out / "losses.csv", index=False)
+    names = ("summary_md", "summary_tex", "claims_md", "claims_csv", "losses_csv")
+    outputs = SimpleNamespace(**{name: out / name.replace("_", ".") for name in names})
+    write_run_reports(RunTables(tables, words, losses or {}, table1=table1), labels, pms, outputs, sources=sources)
 
 
 @pytest.mark.parametrize("name, run", [("full", _full_run), ("small", _small_run)])
