@@ -14,7 +14,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +21,14 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from conftest import PROJECT, _progress_mark, run_snakemake, with_absolute_data_paths, write_config
+from conftest import (
+    PROJECT,
+    _progress_mark,
+    run_snakemake,
+    snakemake_command,
+    with_absolute_data_paths,
+    write_config,
+)
 
 HOOKS = Path(__file__).resolve().parent / "hooks"
 # The shared smoke run shows what a user's terminal of this width shows: the project's workflow profile (its logger)
@@ -157,20 +163,7 @@ def _kill_mid_shard(workdir: Path, config: Path) -> tuple[set[int], set[int]]:
 
     Returns (shards finished before the kill, shards whose temporary file the kill left behind).
     """
-    command = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        *KILLED_TARGETS,
-        "--snakefile",
-        str(PROJECT / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--cores",
-        "2",
-        "--configfile",
-        str(config),
-    ]
+    command = snakemake_command(workdir, *KILLED_TARGETS, "--cores", "2", "--configfile", str(config))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **hook_env(GUARANTEES_SLOW_EXTRACT="3")}
     shards = workdir / "results" / "embeddings" / "sts" / KILLED_MODEL / "shards"
     with open(workdir / "killed-run.out", "w") as out:

@@ -3,8 +3,7 @@
 
 from pathlib import Path
 
-from contextuality.core.archive import unpacked
-from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.core.runtime import expected_errors, job_files, setup_job_logging
 from contextuality.core.settings import Settings
 from contextuality.extraction.devices import DeviceError
 from contextuality.extraction.extract import ExtractionError
@@ -40,13 +39,8 @@ with expected_errors(DeviceError, DeviceMemoryError, ModelError, ExtractionError
         job_memory_mb=snakemake.resources.mem_mb,  # what the scheduler gave it: the CPU backend plans its groups in it
         parts=run.metrics.device.device_parts,
         part=int(snakemake.wildcards.part),
-        record_path=Path(snakemake.input.record),
-        model_dir=unpacked(snakemake.input.model),
-        tokens_path=Path(snakemake.input.tokens),
-        units_path=Path(snakemake.input.units),
-        occurrences_path=Path(snakemake.input.occurrences),
+        **job_files(snakemake, inputs=("record", "model", "tokens", "units", "occurrences"), outputs=("record",)),
         out_tar=Path(snakemake.output.layers),
-        out_record=Path(snakemake.output.record),
         threads=snakemake.threads,
         gpus=snakemake.resources.gpu,  # the GPU this job was given (0 or 1): the one device policy
         sample=sample,
