@@ -37,7 +37,7 @@ trap "exit 143" TERM INT   # so that a stopped test still cleans up
 
 if ! "$PY" -c "import snakemake_storage_plugin_s3, moto" 2>/dev/null; then
   say "installing snakemake-storage-plugin-s3 and moto[server] into $VENV"
-  "$PY" -m pip install --quiet "$PROJECT[s3test]" -c "$PROJECT/envs/constraints.txt" 2>&1 | grep -v "^WARNING: Location" || true
+  "$PY" -m pip install --quiet -e "$PROJECT[s3test]" -c "$PROJECT/envs/constraints.txt" 2>&1 | grep -v "^WARNING: Location" || true
   "$PY" -c "import snakemake_storage_plugin_s3, moto"
 fi
 
