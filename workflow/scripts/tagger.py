@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging
-from contextuality.senses.tagger import TaggerError, fetch_tagger
+from contextuality.senses.lexicon.tagger import TaggerError, fetch_tagger
 
 setup_job_logging(snakemake.log[0])
 with expected_errors(TaggerError):

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging
-from contextuality.senses.wordnet import WordNetError, fetch_wordnet
+from contextuality.senses.lexicon.wordnet import WordNetError, fetch_wordnet
 
 setup_job_logging(snakemake.log[0])
 with expected_errors(WordNetError):
