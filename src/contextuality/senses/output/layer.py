@@ -22,6 +22,40 @@ MEAN_ROWS = 10_000  # rows of the layer whose lens inputs give B4's mean m (a se
 MIN_GROUP = 5  # occurrences (B4) and positions followed (B5) a token needs: a centroid of fewer is mostly noise
 
 
+@dataclass(frozen=True)
+class Alignment:
+    """One centroid-to-row alignment (B4, B5): its rows' prefix, whose centroids (``OutputTokens.word_members`` or
+    ``next_members``), against which rows of the head ("output", or the "input" embedding rows), when it is taken
+    ("always", "causal": a decoder's, "untied"), its note (``{sample}``: the tokens it is taken on), its paired
+    comparison (name, first alignment's prefix, second's, what: the first's rank minus the second's), and the note
+    of the NaN row where it is not taken (no row where empty)."""
+
+    prefix: str
+    members: str
+    against: str
+    when: str
+    note: str
+    paired: tuple = ()
+    otherwise: str = ""
+
+
+# B4 and B5 on the same tokens, both ranks per token compared paired; with untied embeddings B4 also against the
+# input rows. In the table's order.
+ALIGNMENTS = (
+    Alignment("alignment", "word_members", "output", "always", "B4: the centroid of the token's occurrences as a word "
+              "vs its own output row ({sample}); null: a frequency-matched token's row"),
+    Alignment("prediction_alignment", "next_members", "output", "causal", "B5: the centroid of the stored positions "
+              "followed by the token vs its row (the same tokens as B4); null: a frequency-matched token's row",
+              paired=("prediction_vs_alignment_rank", "prediction_alignment", "alignment", "B5's rank minus B4's")),
+    Alignment("alignment_input", "word_members", "input", "untied", "B4 against the input embedding rows (untied); "
+              "the same query as B4; null: a frequency-matched token's input row",
+              paired=("alignment_output_vs_input_rank", "alignment", "alignment_input",
+                      "B4's rank among the output rows minus its rank among the input rows"),
+              otherwise="tied embeddings: the input rows are the output rows, so B4 cannot tell the input row carried "
+              "by the residual stream from the output layer's pull"),
+)  # fmt: skip
+
+
 @dataclass
 class OutputTokens:
     """What every layer's output-layer measures share (``prepare_output``): each occurrence's own and next token
@@ -169,26 +203,24 @@ def _alignments(rows, words: pd.DataFrame, x, prepared: OutputTokens, head, laye
             against, centroids, tokens, null, after_final_norm=after_final_norm, layer_mean=layer_mean
         )
 
-    word_centroids = centroids_of(x, prepared.word_members, k)
-    b4 = align(word_centroids)
     sample = "the same tokens as B5" if causal else "tokens with 5 occurrences as a single-piece word"
-    add_alignment_rows(rows, "alignment", b4, f"B4: the centroid of the token's occurrences as a word vs its own "
-                       f"output row ({sample}); null: a frequency-matched token's row")  # fmt: skip
-    if causal:
-        b5 = align(centroids_of(x, prepared.next_members, k))
-        add_alignment_rows(rows, "prediction_alignment", b5, "B5: the centroid of the stored positions followed by "
-                           "the token vs its row (the same tokens as B4); null: a frequency-matched token's row")  # fmt: skip
-        add_paired_rows(rows, "prediction_vs_alignment_rank", b5["rank"], b4["rank"], "B5's rank minus B4's")
-    if head.tied:
-        rows.add("output_layer", "alignment_input_median_rank", "centred", np.nan,
-                 note="tied embeddings: the input rows are the output rows, so B4 cannot tell the input row carried "
-                 "by the residual stream from the output layer's pull")  # fmt: skip
-    else:
-        b4_input = align(word_centroids, replace(head, unembedding=head.input_embeddings, bias=None))
-        add_alignment_rows(rows, "alignment_input", b4_input, "B4 against the input embedding rows (untied); the "
-                           "same query as B4; null: a frequency-matched token's input row")  # fmt: skip
-        add_paired_rows(rows, "alignment_output_vs_input_rank", b4["rank"], b4_input["rank"],
-                        "B4's rank among the output rows minus its rank among the input rows")  # fmt: skip
+    applies = {"always": True, "causal": causal, "untied": not head.tied}
+    centroids, results = {}, {}
+    for alignment in ALIGNMENTS:
+        if not applies[alignment.when]:
+            if alignment.otherwise:
+                rows.add("output_layer", f"{alignment.prefix}_median_rank", "centred", np.nan,
+                         note=alignment.otherwise)  # fmt: skip
+            continue
+        if alignment.members not in centroids:
+            centroids[alignment.members] = centroids_of(x, getattr(prepared, alignment.members), k)
+        against = head if alignment.against == "output" else replace(head, unembedding=head.input_embeddings, bias=None)
+        results[alignment.prefix] = align(centroids[alignment.members], against)
+        add_alignment_rows(rows, alignment.prefix, results[alignment.prefix], alignment.note.format(sample=sample))
+        if alignment.paired:
+            name, first, second, what = alignment.paired
+            add_paired_rows(rows, name, results[first]["rank"], results[second]["rank"], what)
+    b4 = results["alignment"]
     ranks = pd.DataFrame({"code": np.arange(k), "alignment_rank": b4["rank"], "alignment_null_rank": b4["null_rank"]})
     ranks = ranks.merge(prepared.forms, on="code").groupby("form")[["alignment_rank", "alignment_null_rank"]]
     return words.merge(ranks.median().reset_index(), on="form", how="left")

@@ -3,6 +3,7 @@ table (``rows.Rows``), from ``design.SeparationDesign.measure``."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -105,100 +106,59 @@ def _pooled_rows(add, r: dict, note: str, boot: str, permutations: int) -> None:
     )
 
 
+@dataclass(frozen=True)
+class ControlRow:
+    """One row of what the cosine adds: its measure, its note (``str.format`` fields: ``boot``, ``bootstrap``,
+    ``floor``, ``folds``, ``cap``, ``strata``, ``token_note``), the key of ``SeparationDesign.measure``'s result
+    it reads (default: the measure; its interval under ``{key}_ci_low``/``_high``), its null (a number or a key),
+    its n (a key, or the pairs), whether the result holds a p (``{key}_p``), and the first layer it is taken at."""
+
+    measure: str
+    note: str
+    key: str = ""
+    null: float | str = 0.5
+    n: str = "pairs"
+    p: bool = False
+    from_layer: int = 0
+
+
+# beyond the pairs' shape (lengths, positions), and beyond layer 0 (from layer 1 on): in the table's order
+CONTROL_ROWS = (
+    ControlRow("auroc_same_token", "pairs of the same stored token sequence only: {token_note}", n="n_pairs_same_token"),
+    ControlRow("auroc_stratified", "pairs compared within strata of the sentence-length difference (0 to {cap}+ "
+               "words, {strata:.0f} strata); {boot}"),
+    ControlRow("auroc_macro", "mean of each lemma's own AUROC (n: lemmas with both kinds of pair); {boot}",
+               n="n_lemmas_macro"),
+    ControlRow("auroc_shape", "no model: a logistic regression on the pair's sentence lengths and target positions, "
+               "held out by lemma ({folds}-fold GroupKFold); {boot}"),
+    ControlRow("auroc_cosine_shape", "cosine + shape, the same held-out logistic regression; null: shape alone; "
+               "{boot}", null="auroc_shape"),
+    ControlRow("heldout_balanced_accuracy_shape", "no model: the same held-out threshold on the shape-only logistic "
+               "regression's score (its cut chosen on the training folds' own scores); {boot}"),
+    ControlRow("auroc_gain_over_shape", "held-out AUROC of cosine + shape minus shape alone, paired over the same "
+               "{bootstrap} lemma resamples; p: share of resamples <= 0 (floor {floor:.2g})", null=0.0, p=True),
+    ControlRow("heldout_balanced_accuracy", "same sense if cos >= t, t chosen on held-out lemmas ({folds}-fold "
+               "GroupKFold, best training balanced accuracy); {boot}"),
+    ControlRow("auroc_minus_layer0", "AUROC here minus at layer 0 on the same pairs, paired bootstrap over "
+               "{bootstrap} lemma resamples; p: share of resamples <= 0 (floor {floor:.2g})", key="control_difference",
+               null=0.0, p=True, from_layer=1),
+)  # fmt: skip
+
+
 def _control_rows(add, r: dict, token_note: str, boot: str, bootstrap: int, *, layer: int) -> None:
-    """What the cosine adds beyond the pairs' shape (lengths, positions), and beyond layer 0 (from layer 1 on)."""
+    """What the cosine adds beyond the pairs' shape (lengths, positions), and beyond layer 0 (from layer 1 on):
+    a row per ``CONTROL_ROWS`` entry."""
     pairs = _pairs(r)
-    _chance_rows(
-        add,
-        r,
-        (
-            "auroc_same_token",
-            _get(r, "n_pairs_same_token"),
-            f"pairs of the same stored token sequence only: {token_note}",
-        ),
-        (
-            "auroc_stratified",
-            pairs,
-            f"pairs compared within strata of the sentence-length difference (0 to {design.LENGTH_STRATA_CAP}+ "
-            f"words, {_get(r, 'n_strata'):.0f} strata); {boot}",
-        ),
-        (
-            "auroc_macro",
-            _get(r, "n_lemmas_macro"),
-            f"mean of each lemma's own AUROC (n: lemmas with both kinds of pair); {boot}",
-        ),
-    )
-    _shape_rows(add, r, pairs, boot, bootstrap)
-    _chance_rows(
-        add,
-        r,
-        (
-            "heldout_balanced_accuracy",
-            pairs,
-            f"same sense if cos >= t, t chosen on held-out lemmas ({design.FOLDS}-fold GroupKFold, best training "
-            f"balanced accuracy); {boot}",
-        ),
-    )
-    if layer > 0:
-        add(
-            "auroc_minus_layer0",
-            value=_get(r, "control_difference"),
-            null=0.0,
-            ci=_ci(r, "control_difference"),
-            p=_get(r, "control_difference_p"),
-            n=pairs,
-            note=f"AUROC here minus at layer 0 on the same pairs, paired bootstrap over {bootstrap} lemma resamples; "
-            f"p: share of resamples <= 0 (floor {1 / (bootstrap + 1):.2g})",
-        )
-
-
-def _chance_rows(add, r: dict, *measures: tuple[str, int, str]) -> None:
-    """A row per (measure, n, note) of ``r``'s value and interval under that name, against chance (0.5)."""
-    for measure, n, note in measures:
-        add(measure, value=_get(r, measure), null=0.5, ci=_ci(r, measure), n=n, note=note)
-
-
-def _shape_rows(add, r: dict, pairs: int, boot: str, bootstrap: int) -> None:
-    """The shape baselines held out by lemma, no model (what shape alone reaches), and W3a's headline: the gain
-    of cosine + shape over shape alone, and shape alone's held-out accuracy."""
-    _chance_rows(
-        add,
-        r,
-        (
-            "auroc_shape",
-            pairs,
-            "no model: a logistic regression on the pair's sentence lengths and target positions, "
-            f"held out by lemma ({design.FOLDS}-fold GroupKFold); {boot}",
-        ),
-    )
-    add(
-        "auroc_cosine_shape",
-        value=_get(r, "auroc_cosine_shape"),
-        null=_get(r, "auroc_shape"),
-        ci=_ci(r, "auroc_cosine_shape"),
-        n=pairs,
-        note=f"cosine + shape, the same held-out logistic regression; null: shape alone; {boot}",
-    )
-    _chance_rows(
-        add,
-        r,
-        (
-            "heldout_balanced_accuracy_shape",
-            pairs,
-            "no model: the same held-out threshold on the shape-only logistic regression's score (its cut chosen "
-            f"on the training folds' own scores); {boot}",
-        ),
-    )
-    add(
-        "auroc_gain_over_shape",
-        value=_get(r, "auroc_gain_over_shape"),
-        null=0.0,
-        ci=_ci(r, "auroc_gain_over_shape"),
-        p=_get(r, "auroc_gain_over_shape_p"),
-        n=pairs,
-        note="held-out AUROC of cosine + shape minus shape alone, paired over the same "
-        f"{bootstrap} lemma resamples; p: share of resamples <= 0 (floor {1 / (bootstrap + 1):.2g})",
-    )
+    fields = dict(boot=boot, bootstrap=bootstrap, floor=1 / (bootstrap + 1), folds=design.FOLDS,
+                  cap=design.LENGTH_STRATA_CAP, strata=_get(r, "n_strata"), token_note=token_note)  # fmt: skip
+    for row in CONTROL_ROWS:
+        if layer < row.from_layer:
+            continue
+        key = row.key or row.measure
+        null = _get(r, row.null) if isinstance(row.null, str) else row.null
+        n = pairs if row.n == "pairs" else _get(r, row.n)
+        p = _get(r, f"{key}_p") if row.p else np.nan
+        add(row.measure, value=_get(r, key), null=null, ci=_ci(r, key), p=p, n=n, note=row.note.format(**fields))
 
 
 def _knn_rows(add, r: dict, boot: str) -> None:
