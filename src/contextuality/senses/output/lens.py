@@ -91,21 +91,22 @@ def lens_logits(
     head: OutputHead, hidden: np.ndarray, *, after_final_norm: bool, batch_rows: int = BATCH_ROWS
 ) -> np.ndarray:
     """The lens's logits (n×V float32) of the rows of one layer; for few rows (ranks: ``token_ranks``)."""
-    hidden = _check_rows(head, hidden, "hidden")
-    out = np.empty((hidden.shape[0], head.vocab_size), dtype=np.float32)
-    for rows, z in _batches(head, hidden, after_final_norm, batch_rows):
-        out[rows] = z.numpy()
-    return out
+    return _stacked(head, hidden, after_final_norm, batch_rows, logits=True)
 
 
 def lens_inputs(
     head: OutputHead, hidden: np.ndarray, *, after_final_norm: bool, batch_rows: int = BATCH_ROWS
 ) -> np.ndarray:
     """What the unembedding multiplies, row by row (n×d float32): N_f(h), h, or the masked LM's T(h)."""
+    return _stacked(head, hidden, after_final_norm, batch_rows, logits=False)
+
+
+def _stacked(head: OutputHead, hidden: np.ndarray, after_final_norm: bool, batch_rows: int, *, logits: bool):
+    """``_batches``' logits (n×V) or lens inputs (n×d) of ``hidden``'s rows in one float32 array."""
     hidden = _check_rows(head, hidden, "hidden")
-    out = np.empty(hidden.shape, dtype=np.float32)
-    for rows, mapped in _batches(head, hidden, after_final_norm, batch_rows, logits=False):
-        out[rows] = mapped.numpy()
+    out = np.empty((hidden.shape[0], head.vocab_size if logits else head.dim), dtype=np.float32)
+    for rows, z in _batches(head, hidden, after_final_norm, batch_rows, logits=logits):
+        out[rows] = z.numpy()
     return out
 
 

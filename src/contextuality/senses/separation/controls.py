@@ -70,27 +70,26 @@ def auroc_variants(design, cos, pair_ok) -> dict:
     return out
 
 
+# the macro AUROC where no lemma has both same- and different-sense pairs
+NO_MACRO_AUROC = {
+    "auroc_macro": np.nan,
+    "auroc_macro_ci_low": np.nan,
+    "auroc_macro_ci_high": np.nan,
+    "n_lemmas_macro": 0,
+}
+
+
 def _macro_auroc(design, cos, pos, neg) -> dict:
     """Each lemma's own AUROC (ranks within the lemma, ties ½), their mean and its lemma-bootstrap interval."""
     keep = pos | neg
     t = pd.DataFrame({"lemma": design.pair_lemma[keep], "cos": cos[keep], "pos": pos[keep].astype(np.float64)})
     if t.empty:
-        return {
-            "auroc_macro": np.nan,
-            "auroc_macro_ci_low": np.nan,
-            "auroc_macro_ci_high": np.nan,
-            "n_lemmas_macro": 0,
-        }
+        return dict(NO_MACRO_AUROC)
     t["rank_pos"] = t.groupby("lemma")["cos"].rank(method="average") * t["pos"]
     per = t.groupby("lemma").agg(n_pos=("pos", "sum"), n=("pos", "size"), rank_pos=("rank_pos", "sum"))
     per = per[(per["n_pos"] > 0) & (per["n_pos"] < per["n"])]
     if per.empty:
-        return {
-            "auroc_macro": np.nan,
-            "auroc_macro_ci_low": np.nan,
-            "auroc_macro_ci_high": np.nan,
-            "n_lemmas_macro": 0,
-        }
+        return dict(NO_MACRO_AUROC)
     n_pos, n_neg = per["n_pos"].to_numpy(), (per["n"] - per["n_pos"]).to_numpy()
     auc = (per["rank_pos"].to_numpy() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
     weights = design.boot_lemma_counts[:, per.index.to_numpy()]

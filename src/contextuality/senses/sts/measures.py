@@ -89,33 +89,10 @@ def regression_rows(
             rows.add("polysemy", "beta_log_synsets", kind, np.nan, n=len(table), note=f"not measurable: {err}")
             continue
         n_words = int(full["n_words"].iloc[0])
-        for term, measure in (
-            ("log_synsets", "beta_log_synsets"),
-            ("context_diversity", "beta_context_diversity"),
-            ("log_n", "beta_log_n"),
-        ):
-            rows.add(
-                "polysemy",
-                measure,
-                kind,
-                full.loc[term, "beta"],
-                null=0.0,
-                ci=(full.loc[term, "ci_low"], full.loc[term, "ci_high"]),
-                p=full.loc[term, "p"],
-                n=n_words,
-                note=note,
-            )
-        rows.add(
-            "polysemy",
-            "beta_log_synsets_without_diversity",
-            kind,
-            reduced.loc["log_synsets", "beta"],
-            null=0.0,
-            ci=(reduced.loc["log_synsets", "ci_low"], reduced.loc["log_synsets", "ci_high"]),
-            p=reduced.loc["log_synsets", "p"],
-            n=n_words,
-            note=note,
-        )
+        terms = [("log_synsets", "beta_log_synsets"), ("context_diversity", "beta_context_diversity"),
+                 ("log_n", "beta_log_n")]  # fmt: skip
+        _add_betas(rows, kind, full, terms, n_words, note)
+        _add_betas(rows, kind, reduced, [("log_synsets", "beta_log_synsets_without_diversity")], n_words, note)
         rows.add(
             "polysemy",
             "r2",
@@ -162,18 +139,16 @@ def _frequency_regressions(rows: Rows, table: pd.DataFrame, tagged: pd.DataFrame
         ]
         if suffix == "frequency":
             terms += [("zipf", "beta_zipf"), ("length", "beta_length")]
-        for term, measure in terms:
-            rows.add(
-                "polysemy",
-                measure,
-                kind,
-                fit.loc[term, "beta"],
-                null=0.0,
-                ci=(fit.loc[term, "ci_low"], fit.loc[term, "ci_high"]),
-                p=fit.loc[term, "p"],
-                n=n_words,
-                note=f"{what}; {note}",
-            )
+        _add_betas(rows, kind, fit, terms, n_words, f"{what}; {note}")
+
+
+def _add_betas(rows: Rows, kind: str, fit: pd.DataFrame, terms: list, n_words: int, note: str) -> None:
+    """One polysemy row per (term, measure) of ``terms``: the fit's coefficient of the term against 0, with its
+    interval and p."""
+    for term, measure in terms:
+        ci = (fit.loc[term, "ci_low"], fit.loc[term, "ci_high"])
+        rows.add("polysemy", measure, kind, fit.loc[term, "beta"], null=0.0, ci=ci, p=fit.loc[term, "p"], n=n_words,
+                 note=note)  # fmt: skip
 
 
 def clusterability_rows(
