@@ -3,10 +3,6 @@ gives each form its majority POS, purity, lemma and the WordNet senses of exactl
 
 from __future__ import annotations
 
-import http.server
-import json
-import threading
-
 import pandas as pd
 import pytest
 
@@ -14,33 +10,12 @@ from contextuality.corpus.words import word_table
 from contextuality.senses.lexicon import tagger as tagmod
 from contextuality.senses.lexicon.tagger import TaggerError, load_tagger, tag_words, tagged_forms
 from contextuality.senses.lexicon.wordnet import index_synset_counts
-
-
-def _serve(files: dict[str, bytes]):
-    listing = json.dumps({"files": [{"filename": name, "url": f"/files/{name}"} for name in files]}).encode()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (the standard library's name)
-            body = (
-                listing
-                if self.path.rstrip("/").endswith(f"/{tagmod.PACKAGE}")
-                else files.get(self.path.rsplit("/", 1)[-1])
-            )
-            self.send_response(200 if body is not None else 404)
-            self.end_headers()
-            self.wfile.write(body or b"")
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_port}/simple"
+from package_index import serve_index
 
 
 def test_a_foreign_wheel_is_refused_by_its_digest_and_nothing_is_kept(tmp_path, monkeypatch):
-    server, index = _serve({tagmod.WHEEL: b"PK\x05\x06" + b"\x00" * 18})
-    monkeypatch.setenv("PIP_INDEX_URL", index)
+    server, index = serve_index(tagmod.PACKAGE, {tagmod.WHEEL: b"PK\x05\x06" + b"\x00" * 18})
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://{index}")
     try:
         with pytest.raises(TaggerError, match="is not the pinned"):
             tagmod.fetch_tagger(tmp_path / "out")

