@@ -87,6 +87,20 @@ class SensePaths:
     senses_manifest: Path | None = None
 
 
+@dataclass(frozen=True)
+class SenseJob:
+    """What one ``measure_senses`` job is given, from the store or on the device path (``senses.device``): its
+    files, settings, seed and model, the loader of the model's output head, and its threads (torch's, BLAS and
+    OpenMP)."""
+
+    paths: SensePaths
+    settings: SenseSettings
+    seed: int
+    model: str
+    head_loader: object = None
+    threads: int = 1
+
+
 @dataclass
 class SenseContext:
     """What every layer's measures share, prepared once per model: the occurrences and words used, the output
@@ -146,24 +160,16 @@ def sts_occurrences(
 # The job
 
 
-def measure_senses(
-    paths: SensePaths,
-    settings: SenseSettings,
-    *,
-    seed: int,
-    model: str,
-    head_loader=None,
-    threads: int = 1,
-    progress=None,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+def measure_senses(job: SenseJob, *, progress=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every sense measure of every layer of one model: the long ``rows`` table and the per-word table.
 
     One job per model: the imports, the output head, the tables and the separation design's permutations are
-    prepared once, then each layer of both corpora is read once. ``threads``: BLAS, OpenMP and torch threads.
+    prepared once, then each layer of both corpora is read once. ``progress``: wraps the layers' range.
     """
     import torch
     from threadpoolctl import threadpool_limits
 
+    paths, settings, seed, model, threads = job.paths, job.settings, job.seed, job.model, job.threads
     if len(paths.layers) != len(paths.senses_layers):
         raise StoreError(
             f"{len(paths.layers)} STS layer files but {len(paths.senses_layers)} of the usages' corpus; "
@@ -171,7 +177,7 @@ def measure_senses(
         )
     torch.set_num_threads(max(1, threads))
     with threadpool_limits(limits=threads):
-        context = prepare(paths, settings, seed=seed, head_loader=head_loader)
+        context = prepare(paths, settings, seed=seed, head_loader=job.head_loader)
         manifests = read_manifest(paths.manifest), read_manifest(paths.senses_manifest)
         tables = [
             measure_layer(context, layer, paths, manifests, settings, seed=seed, model=model)
