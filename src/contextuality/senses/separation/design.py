@@ -138,7 +138,7 @@ class SeparationDesign:
         self.n_lemmas, self.pair_lemma, self.folds = n_lemmas, self.lemma[self.a], folds
         self.shape, self.length_stratum = self._shape(usages, lengths)
         self.same_token = self._same_token(token_keys)
-        # separation_controls' caches: the shape-only AUROC per set of usable pairs, the control's resamples
+        # the controls' caches (controls.py): the shape-only AUROC per set of usable pairs, the control's resamples
         self.shape_cache: dict[bytes, dict] = {}
         self.control_cache: dict[str, np.ndarray] = {}
 

@@ -8,7 +8,7 @@ sees word-sized splits, not sense-sized ones. Here the split is two senses of on
   so only the context differs).
 * ``delta_cluster_index_two_senses``: each set's cluster index (R seeded subsamples of ``PER_SENSE`` usages of each
   sense, ``clusters``' statistic) minus the matched monosemous STS words' at the same subsample size m = 2 ×
-  ``PER_SENSE`` (the statistic drifts with m), with the interval and Mann-Whitney p of ``clusters.cluster_contrast``.
+  ``PER_SENSE`` (the statistic drifts with m), with the interval and Mann-Whitney p of ``sts.clusters.cluster_contrast``.
   WordNet's synsets have few examples each (a median of one), so m is small here, and the two groups' sentences
   come from different corpora (WordNet's examples, STS): the note says so.
 * ``w3b_detectable_split_share``: the power of the poly - mono test, at that m on the same matched words. A share
