@@ -70,38 +70,22 @@ def test_each_subpackage_says_its_room_in_one_line():
 
 SENSES = PACKAGE / "senses"
 # senses/'s rooms bottom to top (a folder or a top-level module): a room may import itself and the rooms before it.
-SENSES_ROOMS = (
-    "combine",
-    "rows",
-    "vectors",
-    "memory",
-    "lexicon",
-    "sts",
-    "separation",
-    "output",
-    "job",
-    "device",
-)
+SENSES_ROOMS = ("combine", "rows", "vectors", "memory", "lexicon", "sts", "separation", "output", "job", "device")
 
 
 def _senses_room(path) -> str:
-    relative = path.relative_to(SENSES)
-    return relative.parts[0] if len(relative.parts) > 1 else relative.stem
+    """A module's room: its folder under senses/, or the top-level module itself."""
+    return path.relative_to(SENSES).parts[0].removesuffix(".py")
 
 
 def _imported_senses_rooms(path) -> set[str]:
-    rooms = set()
+    """The rooms of senses/ that ``path`` imports from (``from contextuality.senses import memory`` included)."""
+    imported = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module == "contextuality.senses":
-            names = [f"contextuality.senses.{alias.name}" for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module]
-        else:
-            names = []
-        rooms |= {name.split(".")[2] for name in names if name.startswith("contextuality.senses.")}
-    return rooms
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            module = getattr(node, "module", None)
+            imported |= {alias.name if module is None else f"{module}.{alias.name}" for alias in node.names}
+    return {name.split(".")[2] for name in imported if name.startswith("contextuality.senses.")}
 
 
 def test_senses_rooms_import_only_the_rooms_below_them():
