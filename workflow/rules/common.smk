@@ -11,7 +11,7 @@ from snakemake.exceptions import IncompleteCheckpointException
 
 from contextuality.core import layout
 from contextuality.core.runtime import TERMINAL_LINES_ENV, for_terminal, prepend_python_path
-from contextuality.measure import device_parts
+from contextuality.measure.device import parts as device_parts
 from contextuality.core.settings import as_params, batch_params, stateful_batches, stored_params
 from contextuality.corpus.sources import folder_files, is_sts
 from contextuality.corpus.sts import bundled_release_paths
