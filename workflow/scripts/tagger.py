@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from contextuality.core.runtime import script_job
-from contextuality.senses.tagger import TaggerError, fetch_tagger
+from contextuality.senses.lexicon.tagger import TaggerError, fetch_tagger
 
 with script_job(snakemake, TaggerError):
     fetch_tagger(Path(snakemake.output.record).parent)

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from contextuality.core.runtime import script_job
-from contextuality.senses.wordnet import WordNetError, fetch_wordnet
+from contextuality.senses.lexicon.wordnet import WordNetError, fetch_wordnet
 
 with script_job(snakemake, WordNetError):
     fetch_wordnet(Path(snakemake.output.record).parent)  # the record sits at the root: <root>/wordnet.json
