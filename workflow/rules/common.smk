@@ -81,7 +81,7 @@ try:
         COMMAND,
         given_config=GIVEN_CONFIG,
         default_config=Path(workflow.basedir) / "config" / "config.yaml",
-        replaces_default=workflow.overwrite_configfiles,
+        configfiles=workflow.overwrite_configfiles,
         cores=workflow.resource_settings.cores,
         targets=command_line_targets(),
     )

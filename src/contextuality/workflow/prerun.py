@@ -168,7 +168,7 @@ def check_before_jobs(settings: Settings, gpus, command: str | None) -> None:
     check_half_precision_has_a_gpu(settings, gpus.extract_job(), gpus.measure_job())
 
 
-def before_jobs(settings: Settings, gpus, command: str | None, *, given_config: dict, default_config, replaces_default,
+def before_jobs(settings: Settings, gpus, command: str | None, *, given_config: dict, default_config, configfiles,
                 cores: int | None, targets: list[str]):  # fmt: skip
     """Before any job of a run (or a dry run), one line each on stderr: whether the config leaves the default
     comparison (``default_config``: its file), and what the whole run needs (its vectors' disk against the free
@@ -188,7 +188,7 @@ def before_jobs(settings: Settings, gpus, command: str | None, *, given_config: 
 
     if command in ("run", "dry-run"):
         default = yaml.safe_load(Path(default_config).read_text())
-        comparison = default_comparison_line(given_config, default, replaces_default, os.path.relpath(default_config))
+        comparison = default_comparison_line(given_config, default, configfiles, os.path.relpath(default_config))
         if comparison:
             print(for_terminal(comparison), file=sys.stderr)
         need, free = run_need.run_need(settings), free_bytes(Path(layout.RESULTS))

@@ -35,9 +35,7 @@ def filled(files, **values) -> list:
 
 
 def _apply(file, wildcards: dict):
-    if hasattr(file, "apply_wildcards"):
-        return file.apply_wildcards(wildcards)
-    return layout.path(file, **{name: wildcards[name] for name in wildcards if "{" + name + "}" in file})
+    return file.apply_wildcards(wildcards) if hasattr(file, "apply_wildcards") else file.format(**wildcards)
 
 
 def in_corpus(pattern: str, corpus: str) -> str:
