@@ -148,13 +148,8 @@ def extraction_mem_mb(
     return int((EXTRACT_BASE_MB + 2 * weights_mb + batch_mb + window_mb) * attempt)
 
 
-def extraction_runtime_min(
-    model: ModelSettings,
-    corpus: CorpusSettings,
-    record_path: str | Path,
-    attempt: int = 1,
-    tokens_path: str | Path | None = None,
-) -> int:
+def extraction_runtime_min(model: ModelSettings, corpus: CorpusSettings, record_path: str | Path, attempt: int = 1,
+                           tokens_path: str | Path | None = None) -> int:  # fmt: skip
     """Minutes for one shard from the model size and the shard's share of sentences (``shard_sentences``).
 
     CPU-calibrated, so an upper bound on a GPU; 10 minutes are added for start-up and model loading,
