@@ -11,22 +11,8 @@ import pytest
 from contextuality.core import layout
 from contextuality.workflow.run_files import RunFiles, dataset_folder_files, filled, in_corpus, pair_files
 from contextuality.workflow.schema import load_settings
-from workflow_runs import DEVICE_SMOKE, smoke_config
+from workflow_runs import DEVICE_SMOKE, RULES, smoke_config
 
-# Each rule's outputs by the wildcards they carry (the files' names here are the rule's; RunFiles reads no name).
-_WILDCARDS = {
-    "figures": "", "summary": "", "report_pages": "", "table1": "", "wordnet": "", "sense_inventory": "",
-    "sense_usages": "", "context_diversity": "", "tagger": "", "sense_tags": "", "senses_figures": "",
-    "similarity_figures": "", "atlas": "", "corpus": "{corpus}", "words": "{corpus}", "sts_pairs": "{corpus}",
-    "similarity_rows": "{corpus}", "static_baseline_scores": "{baseline}", "model_figures": "{model}",
-    "static_scores": "{model}", "model_pages": "{corpus}/{model}", "measure_senses": "{corpus}/{model}",
-    "plan": "{corpus}/{model}", "manifest": "{corpus}/{model}", "combine_layers": "{corpus}/{model}",
-    "export_classic": "{corpus}/{model}", "similarity_sample": "{corpus}/{model}",
-    "similarity_model": "{corpus}/{model}", "measure_model": "{corpus}/{model}/{part}",
-    "device_layer": "{corpus}/{model}/{layer}", "measure_layer": "{corpus}/{model}/{layer}",
-    "extract": "{corpus}/{model}/{shard}", "layer_file": "{corpus}/{model}/{layer}",
-}  # fmt: skip
-RULES = SimpleNamespace(**{name: SimpleNamespace(output=[f"{name}:{where}"]) for name, where in _WILDCARDS.items()})
 LAYERS = {"tiny-bert": 3, "tiny-gpt2": 4}  # the smoke models' layers (input layer included)
 
 
