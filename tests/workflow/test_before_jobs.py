@@ -221,3 +221,17 @@ def test_a_models_build_declares_its_weights_twice_beside_the_interpreter():
     millions = run_need.params_millions(model, run_need.model_shape(model)[0])
     assert estimates.materialise_mem_mb(model, 1) == int(estimates.EXTRACT_BASE_MB + 8 * millions)
     assert estimates.materialise_runtime_min(model, 3) == int((10 + millions / 100) * 3)
+
+
+def test_a_local_run_starts_the_relay_once_its_targets_planned_shards_fit(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(TERMINAL_LINES_ENV, raising=False)
+    settings = load_settings(smoke_config())
+    need = run_need.run_need(settings)
+    no_jobs = list
+    assert prerun.start_of_run(settings, need, "dry-run", GpuPolicy(settings), no_jobs, []) == []
+    assert prerun.start_of_run(settings, need, "run", GpuPolicy(settings, on_cluster=True), no_jobs, ["all"]) == []
+    [relay] = prerun.start_of_run(settings, need, "run", GpuPolicy(settings), no_jobs, [])
+    relay.close()
+    assert relay.path.parent == tmp_path / ".snakemake" and os.environ[TERMINAL_LINES_ENV] == str(relay.path)
+    prerun.check_before_jobs(settings, GpuPolicy(settings, local=0), "run", main_process=False)  # a job's process

@@ -17,12 +17,11 @@ from contextuality.static.benchmark_files import benchmark_files
 from contextuality.workflow.checks import checked_settings
 from contextuality.workflow.estimates import machine_memory_bytes
 from contextuality.workflow.gpus import gpu_policy
-from contextuality.workflow.prerun import before_jobs, check_before_jobs, check_planned
+from contextuality.workflow.prerun import before_jobs, check_before_jobs, start_of_run
 from contextuality.workflow.rule_params import JobResources, RuleParams
 from contextuality.workflow.run_files import RunFiles, in_corpus, pair_files
 from contextuality.workflow.schema import ConfigError
 from contextuality.workflow.targets import command_kind, command_line_targets, record_run_config
-from contextuality.workflow.terminal import start_relay
 
 # Every setting, resolved once from the validated config (the rules' params are taken from it), after
 # every check that can stop the run before any job: one line per problem, no traceback.
@@ -73,8 +72,7 @@ def final_outputs(wildcards):
 COMMAND = command_kind() if workflow.is_main_process else None
 try:
     GPUS = gpu_policy(workflow, SETTINGS)
-    if workflow.is_main_process:
-        check_before_jobs(SETTINGS, GPUS, COMMAND)
+    check_before_jobs(SETTINGS, GPUS, COMMAND, main_process=workflow.is_main_process)
     NEED = before_jobs(
         SETTINGS,
         GPUS,
@@ -100,12 +98,12 @@ TERMINAL = []
 
 
 onstart:
-    if COMMAND == "run":
-        try:
-            check_planned(SETTINGS, NEED, workflow.dag.needrun_jobs, command_line_targets())
-        except ConfigError as err:
-            raise WorkflowError(str(err)) from None
-        TERMINAL.extend([] if GPUS.on_cluster else [start_relay()])
+    try:
+        TERMINAL.extend(
+            start_of_run(SETTINGS, NEED, COMMAND, GPUS, workflow.dag.needrun_jobs, command_line_targets())
+        )
+    except ConfigError as err:
+        raise WorkflowError(str(err)) from None
 
 
 # A run that built something records its config, for `snakemake --report` given none (one that built nothing, or

@@ -151,14 +151,17 @@ def _one_layer_needs(settings: Settings, key: str, model) -> dict[str, int]:
 # What the Snakefile does once it has read the config, before any job (common.smk calls these).
 
 
-def check_before_jobs(settings: Settings, gpus, command: str | None) -> None:
+def check_before_jobs(settings: Settings, gpus, command: str | None, main_process: bool = True) -> None:
     """Every check of the main process that can stop the run before any job, raising ConfigError: half precision
     where no extraction job can be given a GPU (not in the first shard job), metrics.device: cuda on a machine (or
     run) with no GPU (not in every device job after the builds); and for a run (or a dry run), this machine and the
-    local inputs (not for a report, lint or graph of it). ``gpus``: the run's ``GpuPolicy``."""
+    local inputs (not for a report, lint or graph of it). ``gpus``: the run's ``GpuPolicy``; a job's process
+    (``main_process`` false) checks nothing."""
     from contextuality.workflow.checks import check_half_precision_has_a_gpu
     from contextuality.workflow.estimates import machine_memory_bytes
 
+    if not main_process:
+        return
     if command in ("run", "dry-run") and not gpus.on_cluster:
         check_device_has_a_gpu(settings, gpus.local, gpus.given)
         # a device job on torch's CPU backend that cannot hold one layer in this machine's memory
@@ -201,6 +204,18 @@ def before_jobs(settings: Settings, gpus, command: str | None, *, given_config: 
         raise ConfigError(f"the report needs the run's results, and {first} is not there: pass the run's config "
                           "(snakemake --report --configfile <its files>), or run it first")  # fmt: skip
     return None
+
+
+def start_of_run(settings: Settings, need, command: str | None, gpus, jobs, targets: list[str]) -> list:
+    """What a run does once its jobs are planned (the Snakefile's onstart): named targets' planned shards checked
+    (``check_planned``), and for a local run the relay of its jobs' lines started (``terminal.start_relay``),
+    returned to be closed when the run ends; nothing for any other command."""
+    from contextuality.workflow.terminal import start_relay
+
+    if command != "run":
+        return []
+    check_planned(settings, need, jobs, targets)
+    return [] if gpus.on_cluster else [start_relay()]
 
 
 def check_planned(settings: Settings, need, jobs, targets: list[str]) -> None:
