@@ -201,12 +201,19 @@ def test_the_jobs_resources_are_the_estimates_of_the_wildcards_model(tmp_path, m
     jobs = JobResources(settings, GpuPolicy(settings, local=0), machine_bytes=16 * 10**9)
     wildcards = SimpleNamespace(model="tiny-gpt2", corpus="sts", shard="0")
     record, tokens = "nosuch/source.json", "nosuch/tokens.parquet"
-    files = SimpleNamespace(record=record, tokens=tokens, units=None, manifest="nosuch/manifest.json")
+    files = SimpleNamespace(record=record, tokens=tokens, units=None, manifest="nosuch/manifest.json",
+                            senses_tokens=tokens, senses_units=None)  # fmt: skip
     assert jobs.extraction_mem_mb(wildcards, files, 2) == estimates.extraction_mem_mb(model, record, 2, tokens, 0)
     assert jobs.measure_mem_mb(wildcards, files, 1) == settings.metrics.measure.memory_mb
     assert jobs.device_measure_runtime_min(wildcards, files, 1) == estimates.device_measure_runtime_min(
         model, settings.corpus, settings.metrics, record, 1, tokens
     )
+    assert jobs.senses_mem_mb(wildcards, files, 1) == estimates.device_senses_mem_mb(
+        model, settings.metrics, record, 1, tokens_paths=[tokens, tokens], units_paths=[None, None], gpus=0,
+        machine_bytes=16 * 10**9,
+    )  # fmt: skip
+    store = JobResources(load_settings(smoke_config()), GpuPolicy(settings), None)
+    assert store.senses_mem_mb(wildcards, files, 1) == estimates.whole_layer_mem_mb(files.manifest, 1)
     assert jobs.similarity_mem_mb([], 1) == settings.metrics.measure.memory_mb + estimates.MEASURE_BASE_MB
     built = jobs.materialise_mem_mb(wildcards, 1)
     assert built == jobs.materialise_mem_mb(wildcards, 2) // 2 and built >= estimates.EXTRACT_BASE_MB

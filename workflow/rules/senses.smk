@@ -180,7 +180,7 @@ rule measure_senses:
         "../../envs/senses.yaml"
     threads: SETTINGS.extraction.threads if SETTINGS.metrics.device.on_device else 1
     resources:
-        mem_mb=JOBS.device_senses_mem_mb if SETTINGS.metrics.device.on_device else JOBS.whole_layer_mem_mb,
+        mem_mb=JOBS.senses_mem_mb,
         gpu=GPUS.device_senses,
     params:
         # on the device path (none from the store): what changes the rows its forward passes make, as measure_model's

@@ -124,6 +124,12 @@ class JobResources:
             machine_bytes=self.machine_bytes,
         )  # fmt: skip
 
+    def senses_mem_mb(self, wildcards, input, attempt) -> int:
+        """The sense job's: on the device path its forward passes' (``device_senses_mem_mb``), else one whole layer
+        read from the store at a time (``whole_layer_mem_mb``)."""
+        on_device = self.settings.metrics.device.on_device
+        return (self.device_senses_mem_mb if on_device else self.whole_layer_mem_mb)(wildcards, input, attempt)
+
     def device_measure_runtime_min(self, wildcards, input, attempt) -> int:
         settings = self.settings
         return estimates.device_measure_runtime_min(
