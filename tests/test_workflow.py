@@ -78,3 +78,15 @@ def test_a_run_whose_vectors_cannot_fit_stops_before_any_job(tmp_path, base_conf
     assert "not enough disk for this run: its stored vectors take about" in result.stderr + result.stdout
     assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()  # no job ran
     # a dry run only prints it: tests/workflow/test_before_jobs.py
+
+
+def test_every_rule_is_defined_under_every_config():
+    """No rule under an `if` (the rule set, --list-rules and the lint are the same whatever the config): each rule
+    and checkpoint starts a line of its file; which of two rules writes a file is a ruleorder's choice."""
+    nested = [
+        f"{path.name}:{number}: {line.strip()}"
+        for path in sorted((PROJECT / "workflow" / "rules").glob("*.smk"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.match(r"\s+(rule|checkpoint) \w+:", line)
+    ]
+    assert nested == []
