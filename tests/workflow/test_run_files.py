@@ -121,7 +121,7 @@ def test_the_input_functions_name_every_shard_and_layer_of_the_wildcards_model()
 
 @pytest.mark.parametrize("parts", [1, 2, 3])
 def test_each_layer_is_taken_from_the_part_that_measures_it(parts):
-    from contextuality.measure.device_job import part_layers
+    from contextuality.measure.device_parts import part_layers
 
     files = _files(metrics={"on_device": True, "device": "cpu", "device_parts": parts}, extraction={"store": False})
     for layer in range(LAYERS["tiny-gpt2"]):
@@ -161,3 +161,14 @@ def test_filled_keeps_a_storage_objects_wildcards_and_formats_a_plain_pattern():
     assert in_corpus(layout.MANIFEST, "usages") == layout.MANIFEST.replace("{corpus}", "usages")
     pair = SimpleNamespace(corpus="sts", model_a="a", model_b="b")
     assert pair_files(layout.WORDS, pair) == [layout.path(layout.WORDS, corpus="sts", model=m) for m in "ab"]
+
+
+def test_a_layer_is_in_exactly_one_part_of_consecutive_layers():
+    from contextuality.measure.device_parts import part_layers, part_of_layer
+
+    for layers, parts in ((13, 2), (4, 3), (25, 4), (3, 3)):
+        split = [part_layers(layers, parts, part) for part in range(parts)]
+        assert sum(split, []) == list(range(layers))
+        assert [part_of_layer(layer, layers, parts) for layer in range(layers)] == [
+            part for part, held in enumerate(split) for _ in held
+        ]

@@ -17,6 +17,7 @@ from contextuality.core import layout
 from contextuality.core.settings import Settings
 from contextuality.corpus.sources import folder_files, is_sts
 from contextuality.corpus.sts import bundled_release_paths
+from contextuality.measure.device_parts import part_of_layer
 from contextuality.models.sources import SOURCES
 
 
@@ -239,15 +240,10 @@ class RunFiles:
         return inputs
 
     def device_part_of_layer(self, wildcards) -> str:
-        """The device part's tar that holds the wildcards' layer (``device_job.part_layers``: consecutive layers)."""
-        from contextuality.measure.device_job import part_layers
-
-        layers, parts, layer = (
-            self.n_layers(wildcards.model),
-            self.settings.metrics.device.device_parts,
-            int(wildcards.layer),
-        )
-        part = next(part for part in range(parts) if layer in part_layers(layers, parts, part))
+        """The device part's tar that holds the wildcards' layer (``device_parts.part_layers``: consecutive
+        layers)."""
+        parts, layers = self.settings.metrics.device.device_parts, self.n_layers(wildcards.model)
+        part = part_of_layer(int(wildcards.layer), layers, parts)
         return layout.path(layout.DEVICE_PART, corpus=wildcards.corpus, model=wildcards.model, part=part)
 
     def _of_parts(self, pattern: str, wildcards) -> list[str]:
