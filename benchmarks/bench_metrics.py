@@ -62,7 +62,8 @@ from floor import products  # the products floor (f), shared with bench_scaling.
 from measure_layers import layer_files  # the child of --against-commit
 
 from contextuality.measure.combine import combine_layers
-from contextuality.measure.layer_job import COMPUTE_DTYPES, OccurrenceIndex, RowsInMemory, measure_layer, measure_rows
+from contextuality.measure.engine.backend import COMPUTE_DTYPES
+from contextuality.measure.layer_job import OccurrenceIndex, RowsInMemory, measure_layer, measure_rows
 from contextuality.store.reader import LayerReader, mapped_sources, read_layer
 from contextuality.workflow.schema import load_settings
 

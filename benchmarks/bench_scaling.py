@@ -59,8 +59,8 @@ from cost_model import MB, MIN_OCCURRENCES, ROWS_PER_TYPE, UNINDEXED_SHARE, meas
 from floor import products, products_flops  # noqa: E402
 
 from contextuality.core import layout  # noqa: E402
+from contextuality.measure.engine.layer_pass import BLOCK_ROWS  # noqa: E402
 from contextuality.measure.layer_job import OccurrenceIndex  # noqa: E402
-from contextuality.measure.layer_pass import BLOCK_ROWS  # noqa: E402
 from contextuality.store import provenance  # noqa: E402
 from contextuality.store.files import chunk_rows, create_checked, layer_name  # noqa: E402
 from contextuality.store.reader import read_layer  # noqa: E402

@@ -1,4 +1,4 @@
-"""Time the similarity engine (``contextuality.measure.similarity``) on synthetic layers of the default study's shapes.
+"""Time the similarity engine (``contextuality.measure.similarity.measures``) on synthetic layers of the default study's shapes.
 
     python benchmarks/bench_similarity.py --rows 20000
     python benchmarks/bench_similarity.py --rows 20000 --backend torch
@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from contextuality.measure import similarity
+from contextuality.measure.similarity import measures as similarity
 
 SHAPES = {"MiniLM": (7, 384), "SmolLM2": (31, 576)}
 PRODUCT_MEASURES = ["cka_biased", "cka_debiased", "procrustes"]

@@ -38,11 +38,11 @@ import numpy as np
 import pandas as pd
 
 from contextuality.core.settings import WINDOW_BATCHES
-from contextuality.measure.eigen import LANCZOS_STEPS
-from contextuality.measure.layer_pass import SHIFT_ROWS
-from contextuality.measure.postprocess import abtt_components
-from contextuality.measure.streaming import BASE_MB, SQUARE_MATRICES, plan_memory
-from contextuality.measure.word_stats import LAPACK_MAX, PAD_STEP, STACK_MAX
+from contextuality.measure.engine.eigen import LANCZOS_STEPS
+from contextuality.measure.engine.layer_pass import SHIFT_ROWS
+from contextuality.measure.engine.streaming import BASE_MB, SQUARE_MATRICES, plan_memory
+from contextuality.measure.engine.word_stats import LAPACK_MAX, PAD_STEP, STACK_MAX
+from contextuality.measure.reference.postprocess import abtt_components
 from contextuality.workflow.estimates import EXTRACT_BASE_MB, MAX_SENTENCE_TOKENS, MAX_WINDOW_UNITS
 
 MB = 2**20

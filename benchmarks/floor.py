@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from contextuality.measure.layer_pass import BLOCK_ROWS
-from contextuality.measure.word_stats import BATCH_ELEMENTS, STACK_MAX
+from contextuality.measure.engine.layer_pass import BLOCK_ROWS
+from contextuality.measure.engine.word_stats import BATCH_ELEMENTS, STACK_MAX
 
 
 def products(X: np.ndarray, rows: np.ndarray, group_starts: np.ndarray) -> None:

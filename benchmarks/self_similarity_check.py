@@ -23,11 +23,11 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from contextuality.measure.engine.transforms import Transform  # noqa: E402
+from contextuality.measure.engine.word_stats import word_stats  # noqa: E402
 from contextuality.measure.layer_job import OccurrenceIndex  # noqa: E402
-from contextuality.measure.reference import unit_rows  # noqa: E402
-from contextuality.measure.transforms import Transform  # noqa: E402
-from contextuality.measure.word_pcs import degenerate_tolerance  # noqa: E402
-from contextuality.measure.word_stats import word_stats  # noqa: E402
+from contextuality.measure.reference.measures import unit_rows  # noqa: E402
+from contextuality.measure.reference.word_pcs import degenerate_tolerance  # noqa: E402
 from contextuality.store.reader import LayerReader, read_manifest  # noqa: E402
 
 

@@ -334,3 +334,22 @@ def tagger_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("tagger")
     fetch_tagger(root)
     return root
+
+
+# CI's fast tier (`pytest -m "not slow"`, .ci/run) starts none of the shared workflow runs: a test that uses one
+# is marked slow, or the collection stops, naming it.
+WORKFLOW_RUN_FIXTURES = {"smoke_run", "device_run", "interrupted_smoke_run"}
+
+
+def pytest_collection_modifyitems(config, items):
+    unmarked = [
+        item.nodeid
+        for item in items
+        if WORKFLOW_RUN_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("slow") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(
+            f"{unmarked[0]} (and {len(unmarked) - 1} more) uses a shared workflow run "
+            f"({', '.join(sorted(WORKFLOW_RUN_FIXTURES))}) but is not marked slow, so the fast tier would start it: "
+            "mark it @pytest.mark.slow"
+        )

@@ -120,7 +120,7 @@ def test_the_products_floor_takes_every_route():
     sys.path.insert(0, str(BENCHMARKS))
     from floor import products, products_flops
 
-    from contextuality.measure.word_stats import STACK_MAX
+    from contextuality.measure.engine.word_stats import STACK_MAX
 
     d = 16
     sizes = np.array([2, 2, 3, STACK_MAX, STACK_MAX + 1, 3 * d])  # stacked (<= STACK_MAX), Gram, scatter (> d)

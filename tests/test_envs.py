@@ -72,7 +72,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def _module_file(name: str) -> Path | None:
-    """The file of a project module (``contextuality.measure.isotropy``), or of a package's __init__."""
+    """The file of a project module (``contextuality.measure.reference.isotropy``), or of a package's __init__."""
     relative = Path(*name.split(".")[1:])
     if not relative.parts:
         return PACKAGE / "__init__.py"

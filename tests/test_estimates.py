@@ -306,7 +306,7 @@ def test_a_cpu_device_job_declares_its_parts_layers_at_once_capped_by_the_machin
     """On torch's CPU backend measure_model declares what it holds and keeps beside its layers plus every layer of its
     part (SmolLM2: 31 x 328 MB), so the job given it plans one group; capped at device_memory_fraction of the
     machine, where the job then plans more groups. On a GPU the declaration is as before."""
-    from contextuality.measure import device_plan
+    from contextuality.measure.device import plan as device_plan
 
     settings = _settings(tmp_path, batch_size=64)
     model, metrics = settings.models["m"], settings.metrics

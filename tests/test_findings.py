@@ -178,6 +178,17 @@ def test_the_readme_block_credits_all_but_the_top():
     assert "sense clusters without labels are not detected (W3b)" in text
 
 
+def test_anisotropy_says_more_only_where_every_contextual_layer_is_above_the_input():
+    # ENC's last layer (0.02) is below its input layer (0.06), though its mean over layers 1-4 is above it
+    text = readme_block(synthetic_run())
+    assert "contextual layers are not all more anisotropic than the input layer" in text
+    assert "goes from 0.06 at layer 0 to 0.02–0.21 in layers 1-4, above layer 0 in 3 of them;" in text
+    assert "0.46–0.70 in layers 1-4)" in text  # DEC: every layer above its input, no count
+    run = synthetic_run()
+    run.models[0].layers.loc[4, "baseline_cosine"] = 0.1
+    assert "contextual layers are more anisotropic than the input layer" in readme_block(run)
+
+
 def _targets(tmp_path):
     findings, readme = tmp_path / "findings.md", tmp_path / "README.md"
     text = "".join(f"# {n}\n{markers(n)[0]}\nold\n{markers(n)[1]}\nafter\n" for n in (PAPER, SENSES))
@@ -202,6 +213,7 @@ def smoke_results(smoke_run):
     return smoke_run / "results"
 
 
+@pytest.mark.slow
 def test_the_command_fills_every_block_of_the_smoke_run_and_check_then_passes(smoke_results, tmp_path, capsys):
     findings, readme = _targets(tmp_path)
     args = [str(smoke_results), "--findings", str(findings), "--readme", str(readme)]

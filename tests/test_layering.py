@@ -66,3 +66,63 @@ def test_each_subpackage_says_its_room_in_one_line():
         docstring = ast.get_docstring(ast.parse(init.read_text()))
         assert docstring and "\n" not in docstring.strip(), stage
         assert init.read_text().strip().count("\n") == 0, f"{stage}/__init__.py holds more than its one line"
+
+
+# measure/'s rooms, bottom to top: a module may import its own room and the rooms before it. The modules at
+# measure/'s top level are the jobs, the top room.
+MEASURE = PACKAGE / "measure"
+MEASURE_ROOMS = ("reference", "engine", "similarity", "device", "jobs")
+
+
+def _measure_room(dotted: str) -> str:
+    """The room of a module of measure/ (``contextuality.measure.engine.backend``: engine)."""
+    first = dotted.split(".")[2] if dotted.count(".") >= 2 else ""
+    return first if first in MEASURE_ROOMS else "jobs"
+
+
+def _imported_measure_modules(path) -> set[str]:
+    """The modules of measure/ that ``path`` imports (``from contextuality.measure import x``: x)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module == "contextuality.measure":
+            names |= {f"contextuality.measure.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return {name for name in names if name.startswith("contextuality.measure.")}
+
+
+def _upward_in_measure(path, module: str) -> list[str]:
+    """The imports of ``path`` (the module ``module`` of measure/) into a room above its own."""
+    own = MEASURE_ROOMS.index(_measure_room(module))
+    imported = sorted(_imported_measure_modules(path))
+    return [f"{module} imports {name}" for name in imported if MEASURE_ROOMS.index(_measure_room(name)) > own]
+
+
+def test_measure_rooms_import_only_the_rooms_below_them():
+    folders = {path.name for path in MEASURE.iterdir() if path.is_dir() and (path / "__init__.py").exists()}
+    assert folders == set(MEASURE_ROOMS) - {"jobs"}
+    upward = []
+    for path in sorted(MEASURE.rglob("*.py")):
+        upward += _upward_in_measure(
+            path, ".".join(("contextuality", *path.relative_to(PACKAGE).with_suffix("").parts))
+        )
+    assert upward == []
+
+
+def test_the_measure_room_check_finds_an_upward_import(tmp_path):
+    rows = tmp_path / "rows.py"
+    rows.write_text("from contextuality.measure import layer_job\nfrom contextuality.measure.engine import backend\n")
+    upward = _upward_in_measure(rows, "contextuality.measure.similarity.rows")
+    assert upward == ["contextuality.measure.similarity.rows imports contextuality.measure.layer_job"]
+    assert _upward_in_measure(rows, "contextuality.measure.combine") == []
+
+
+def test_each_measure_room_says_what_it_holds_in_one_line():
+    for room in MEASURE_ROOMS[:-1]:
+        init = (MEASURE / room / "__init__.py").read_text()
+        docstring = ast.get_docstring(ast.parse(init))
+        assert docstring and "\n" not in docstring.strip(), room
+        assert init.strip().count("\n") == 0, f"measure/{room}/__init__.py holds more than its one line"
+    assert len([path for path in MEASURE.glob("*.py") if path.name != "__init__.py"]) <= 12

@@ -13,8 +13,8 @@ import contextuality
 from conftest import materialise
 from contextuality.core import layout
 from contextuality.core.archive import unpacked
+from contextuality.measure.engine.panel import GEOMETRY_COLUMNS
 from contextuality.measure.layer_result import LAYER_COLUMNS, WORD_COLUMNS
-from contextuality.measure.panel import GEOMETRY_COLUMNS
 from contextuality.notebook.inputs import model_input
 from workflow_runs import smoke_config
 
@@ -110,8 +110,8 @@ def test_import_contextuality_stays_light():
 @pytest.mark.parametrize("model", ["tiny-bert", "tiny-gpt2"])
 def test_study_gives_the_pipelines_tables_on_the_smoke_corpus(smoke_run, model):
     """The smoke run's model folder and corpus, its settings: the tables of its store path, within the tolerance
-    of the device path against it (tests/test_device_path.py): the rows drawn on the host the same bytes."""
-    from test_device_path import assert_same_layer_table
+    of the device path against it (tests/measure/test_device_path.py): the rows drawn on the host the same bytes."""
+    from workflow_runs import assert_same_layer_table
 
     config = smoke_config()
     entry = config["models"][model]

@@ -35,9 +35,13 @@ def _python_values() -> dict[str, tuple]:
     from contextuality.corpus import sources as corpus_sources
     from contextuality.corpus.sts import RELEASES
     from contextuality.corpus.words import COUNT_MODES
-    from contextuality.measure import similarity, similarity_rows, similarity_sample, similarity_tables
-    from contextuality.measure.layer_job import COMPUTE_DTYPES, SELF_SIMILARITY_MODES
-    from contextuality.measure.transforms import VARIANTS
+    from contextuality.measure.engine.backend import COMPUTE_DTYPES
+    from contextuality.measure.engine.transforms import VARIANTS
+    from contextuality.measure.layer_job import SELF_SIMILARITY_MODES
+    from contextuality.measure.similarity import measures as similarity
+    from contextuality.measure.similarity import rows as similarity_rows
+    from contextuality.measure.similarity import sample as similarity_sample
+    from contextuality.measure.similarity import tables as similarity_tables
     from contextuality.models import assemble
     from contextuality.models import sources as model_sources
     from contextuality.models.randommodels import HEADS

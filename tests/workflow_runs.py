@@ -19,6 +19,8 @@ import time
 import types
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import yaml
 
 from conftest import PROJECT, _progress_mark, run_snakemake, with_absolute_data_paths, write_config
@@ -280,3 +282,21 @@ def planned(config: dict) -> dict[str, list[str]]:
         name, _, where = target.partition(":")
         by_rule.setdefault(name, []).append(where)
     return by_rule
+
+
+# computed by the same numpy code on rows drawn on the host: the same bytes on either path (not
+# adjusted_self_similarity: the device's self-similarity, within the tolerance, less the host's baseline)
+HOST_SAMPLED = ["baseline_cosine", "baseline_mev", "n_baseline_vectors", "norm_mean", "norm_std", "pc1_ratio",
+                "effective_rank", "isoscore", "isoscore_star", "twonn_dimension", "twonn_duplicate_fraction",
+                "geometry_sample", "n_sentences_sampled", "massive_dims", "massive_occurrences"]  # fmt: skip
+
+
+def assert_same_layer_table(mine: pd.DataFrame, reference: pd.DataFrame, model: str) -> None:
+    """Another path's layers.parquet against the reference one: the host-sampled and text columns byte for byte,
+    every other number within 1e-5."""
+    assert list(mine.columns) == list(reference.columns) and len(mine) == len(reference)
+    for column in reference.columns:
+        if column in HOST_SAMPLED or not pd.api.types.is_numeric_dtype(reference[column]):
+            pd.testing.assert_series_equal(mine[column], reference[column], check_exact=True, obj=f"{model} {column}")
+        else:
+            np.testing.assert_allclose(mine[column], reference[column], atol=1e-5, rtol=0, err_msg=f"{model} {column}")

@@ -29,6 +29,13 @@ PAPER_CHECKPOINTS = {
 # Number of contextual layers; layer 0 (the input embedding) comes on top.
 PAPER_DEPTH = {"elmo": 2, "bert": 12, "gpt2": 12}
 
+# The fewest vectors the sampled baselines are reported from. Pairs are drawn with replacement, as the paper's
+# code draws them, so 1/n of them pair a vector with itself (cosine 1) and the estimate is biased up
+# by (1 - b)/n: at most 0.01 from 100 vectors (0.001 from the paper's 1,000), but 1.000 from one sentence's. Below
+# it a layer's sampled baselines (and the values adjusted by them) are N/A; the claims take the exact ones.
+MIN_BASELINE_VECTORS = 100
+
+
 # The paper's own checkpoints as a run's config names them (config/paper.yaml): BERT and GPT-2 by
 # their hub ids (and the legacy aliases the hub redirects to the same repository) at the pinned commits, ELMo by
 # its official files on either AllenNLP host. A name alone proves nothing: any folder or fine-tuned copy can be

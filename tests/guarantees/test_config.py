@@ -501,7 +501,7 @@ def test_bootstrap_resamples_zero_allowed_by_the_schema_means_no_interval():
     """Every value the schema allows must run: 0 resamples (documented as 'none') gives no interval."""
     import numpy as np
 
-    from contextuality.measure.reference import bootstrap_ci
+    from contextuality.measure.reference.measures import bootstrap_ci
 
     low, high = bootstrap_ci(np.array([0.1, 0.5, 0.9]), np.random.default_rng(0), n_resamples=0)
     assert np.isnan(low) and np.isnan(high)

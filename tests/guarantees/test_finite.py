@@ -23,8 +23,9 @@ import pandas as pd
 import pytest
 
 from conftest import measure_settings, run_snakemake
-from contextuality.measure import exact_baseline, reference, word_pcs
 from contextuality.measure.layer_job import measure_layer
+from contextuality.measure.reference import exact_baseline, word_pcs
+from contextuality.measure.reference import measures as reference
 from contextuality.store.files import StoreError
 from workflow_runs import failure, hook_env, smoke_config_path
 
@@ -96,7 +97,7 @@ def test_a_nan_in_a_stored_vector_stops_the_measurement_naming_file_layer_row_se
 def test_an_infinity_stops_the_measurement_before_any_eigen_solve(layer, monkeypatch):
     """Case 13: float16 infinity in a row no word indexes; measurement used to end in LinAlgError. The refusal
     comes from the first pass over the rows: no eigen-solve runs."""
-    from contextuality.measure import word_stats
+    from contextuality.measure.engine import word_stats
 
     folder, vectors, offsets, occurrences = layer
     row = int(np.setdiff1d(np.arange(len(vectors)), occurrences["row"])[0])

@@ -1,4 +1,4 @@
-"""Guarantee: the similarity engine (``measure.similarity``) gives the textbook values (spec similarity-atlas 8.3,
+"""Guarantee: the similarity engine (``measure.similarity.measures``) gives the textbook values (spec similarity-atlas 8.3,
 groups 1-7), on numpy and on torch's CPU backend alike.
 
 1. The streamed feature form equals the Gram-form references (``reference.cka_biased_gram``,
@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from contextuality.measure import reference, similarity
-from contextuality.measure.similarity import layer_grid, permutation_null
+from contextuality.measure.reference import measures as reference
+from contextuality.measure.similarity import measures as similarity
+from contextuality.measure.similarity.measures import layer_grid, permutation_null
 
 torch = pytest.importorskip("torch")
 

@@ -15,12 +15,12 @@ import pytest
 
 from conftest import extract_planned, gather_layers, job_counts, load_model, materialise, run_snakemake, write_config
 from contextuality.corpus.words import word_index, word_table
-from contextuality.measure import similarity_join as joined
-from contextuality.measure import similarity_tables as tables
+from contextuality.measure.similarity import join as joined
+from contextuality.measure.similarity import tables
+from contextuality.measure.similarity.sample import gather, gather_from_store, write_sample
+from contextuality.measure.similarity.tables import read_table
 from contextuality.measure.similarity_job import sample_attrs
-from contextuality.measure.similarity_sample import gather, gather_from_store, write_sample
 from contextuality.measure.similarity_table_job import load_sample, run_similarity_model
-from contextuality.measure.similarity_tables import read_table
 from contextuality.store.files import StoreError
 from contextuality.store.reader import LayerReader
 from contextuality.workflow.schema import load_settings
@@ -218,7 +218,7 @@ def test_a_new_sample_size_reruns_only_the_similarity_rules(smoke_run, tmp_path)
 def test_a_sample_of_every_row_is_mapped_not_held_and_checked_by_its_digest(tmp_path):
     """similarity.max_rows: null writes unchunked datasets with their sha256; the reader maps them (numpy memmaps,
     paged in by the OS as the engine reads chunks) and refuses one whose bytes changed."""
-    from contextuality.measure.similarity_sample import SampleWriter, read_sample
+    from contextuality.measure.similarity.sample import SampleWriter, read_sample
 
     rows = np.random.default_rng(0).normal(size=(50, 4)).astype(np.float16)
     writer = SampleWriter(tmp_path / "s.h5", contiguous=True)

@@ -291,18 +291,18 @@ set -e
 kill "$NETWATCH_PID"; wait "$NETWATCH_PID" || true; NETWATCH_PID=""
 say "Kubernetes run 2 exit $RC2, local run exit $LOCAL_RC"
 if [ "$RC2" != 0 ]; then tail -60 "$WORK/k8s-2.log"; exit 1; fi
-if [ "$LOCAL_RC" != 0 ]; then tail -60 "$WORK/local.log"; exit 1; fi
+if [ "$LOCAL_RC" != 0 ]; then tail -60 "$LOCAL.log"; exit 1; fi
 
 # --- 5. assertions --------------------------------------------------------------------------------
 kubectl get jobs -o json > "$WORK/jobs.json"
 kubectl get pods -o json > "$WORK/pods.json"
-"$PY" "$HERE/check.py" "$WORK/jobs-run1.json" "$WORK/jobs.json" "$WORK/pods.json" "$WORK/local.log" "$KILLED" "$RUN2_START"
+"$PY" "$HERE/check.py" "$WORK/jobs-run1.json" "$WORK/jobs.json" "$WORK/pods.json" "$LOCAL.log" "$KILLED" "$RUN2_START"
 (cd "$REMOTE" && find . -type f ! -path './.snakemake/*' | sort) > "$WORK/files-after.txt"
 diff "$WORK/files-before.txt" "$WORK/files-after.txt" > /dev/null ||
   { diff "$WORK/files-before.txt" "$WORK/files-after.txt" | head; echo "FAIL: the runs wrote to the work folder"; exit 1; }
 echo "ok: nothing written to the work folder but .snakemake/ ($(wc -l < "$WORK/files-after.txt") project files unchanged)"
 "$PY" "$PROJECT/tests/s3/bucket.py" get "$MOTO_URL" "$BUCKET" "$WORK/bucket"
-"$PY" "$PROJECT/tests/s3/bucket.py" compare "$WORK/local" "$WORK/bucket"
+"$PY" "$PROJECT/tests/s3/bucket.py" compare "$LOCAL" "$WORK/bucket"
 if [ "$(wc -l < "$WORK/netwatch.txt")" != 1 ]; then cat "$WORK/netwatch.txt"; echo "FAIL: connections outside 127.0.0.0/8"; exit 1; fi
 echo "ok: every connection of the test's processes and pods on 127.0.0.0/8 ($(cat "$WORK/netwatch.txt")); service range $SERVICE_RANGE"
 say "PASS in $(( $(date +%s) - START )) s"

@@ -1,4 +1,4 @@
-# Sourced by tests/s3/run.sh and tests/kubernetes/run.sh: a moto S3 server on loopback, the smoke configs,
+# Sourced by tests/s3/run.sh, tests/slurm/run.sh, tests/kubernetes/run.sh and tests/reference_run.sh: a moto S3 server on loopback, the smoke configs,
 # the local reference run. Needs PY (the venv's python), PROJECT, WORK and say().
 
 # moto's S3 server on 127.0.0.1 and a free port; MOTO_PID and MOTO_URL are set, its log is $WORK/moto.log.
@@ -26,24 +26,35 @@ stop_moto() {
   MOTO_PID=""
 }
 
-# $WORK/local/smoke.yaml (absolute data folders) and $WORK/remote/smoke.yaml (the data folders as
-# relative paths, which the default storage provider maps into the bucket): the smoke config's tiny-gpt2.
-smoke_configs() {
-  mkdir -p "$WORK/local" "$WORK/remote"
-  "$PY" - "$PROJECT" "$WORK" <<'PYEOF'
+# DIR/smoke.yaml: the smoke config's tiny-gpt2 (one model: every rule, half the jobs), with the data folders
+# absolute (local) or relative (remote: the default storage provider maps them into the bucket).
+smoke_config() {
+  mkdir -p "$1"
+  "$PY" - "$PROJECT" "$1" "$2" <<'PYEOF'
 import sys
 from pathlib import Path
 import yaml
-project, work = Path(sys.argv[1]), Path(sys.argv[2])
+project, folder, where = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 config = yaml.safe_load((project / "config" / "smoke.yaml").read_text())
-config["models"] = {"tiny-gpt2": config["models"]["tiny-gpt2"]}  # one model: every rule, half the jobs
-config["corpus"]["bundled_dir"] = str(project / "resources" / "sts")
-config["static"] = {"benchmark_dir": str(project / "resources" / "benchmarks")}
-(work / "local" / "smoke.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-config["corpus"]["bundled_dir"] = "resources/sts"
-config["static"] = {"benchmark_dir": "resources/benchmarks"}
-(work / "remote" / "smoke.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+config["models"] = {"tiny-gpt2": config["models"]["tiny-gpt2"]}
+data = project / "resources" if where == "local" else Path("resources")
+config["corpus"]["bundled_dir"] = str(data / "sts")
+config["static"] = {"benchmark_dir": str(data / "benchmarks")}
+(folder / "smoke.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 PYEOF
+}
+
+# $WORK/local/smoke.yaml for the local reference run, or, given REFERENCE_RUN, a check that it is a finished one
+# (before any run starts).
+local_config() {
+  if [ -z "${REFERENCE_RUN:-}" ]; then smoke_config "$WORK/local" local; return; fi
+  [ -f "$REFERENCE_RUN/.complete" ] || { echo "REFERENCE_RUN=$REFERENCE_RUN is not a finished run of tests/reference_run.sh: unset it, or make it first"; return 1; }
+}
+
+# $WORK/remote/smoke.yaml and the local reference run's (local_config).
+smoke_configs() {
+  smoke_config "$WORK/remote" remote
+  local_config
 }
 
 # The inputs a bucket would hold, uploaded under s3://BUCKET/PREFIX/resources/.
@@ -53,10 +64,22 @@ fill_bucket() {
   done
 }
 
-# The local reference run, in the background: LOCAL_PID.
+# The local reference run of DIR/smoke.yaml in DIR, --cores 1, its log DIR.log (tests/reference_run.sh).
+local_run() {
+  ( cd "$1" && exec timeout -k 15 "${TIMEOUT:-900}" "$PY" -m snakemake --snakefile "$PROJECT/Snakefile" \
+      --directory "$1" --configfile smoke.yaml --cores 1 --workflow-profile none > "$1.log" 2>&1 )
+}
+
+# The local reference run, in the background (LOCAL_PID), in LOCAL. REFERENCE_RUN, a finished one that
+# tests/reference_run.sh made (CI makes one for every proof while its fast tier runs), stands in for it.
 start_local_run() {
-  ( cd "$WORK/local" && exec timeout -k 15 "${TIMEOUT:-900}" "$PY" -m snakemake --snakefile "$PROJECT/Snakefile" \
-      --directory "$WORK/local" --configfile smoke.yaml --cores 1 --workflow-profile none > "$WORK/local.log" 2>&1 ) &
+  if [ -n "${REFERENCE_RUN:-}" ]; then
+    LOCAL="$REFERENCE_RUN"
+    ( exit 0 ) &
+  else
+    LOCAL="$WORK/local"
+    local_run "$LOCAL" &
+  fi
   LOCAL_PID=$!
 }
 

@@ -6,7 +6,8 @@
 #
 # 1. pip-installs snakemake-storage-plugin-s3 and moto[server] into VENV (envs/constraints.txt);
 # 2. starts moto_server on 127.0.0.1 and a free port, and uploads the smoke config's data folders;
-# 3. runs the smoke config's tiny-gpt2 twice, at once: locally, and with --default-storage-provider s3;
+# 3. runs the smoke config's tiny-gpt2 twice, at once: locally (or takes REFERENCE_RUN, tests/reference_run.sh),
+#    and with --default-storage-provider s3;
 # 4. asserts that the S3 run wrote nothing to its work folder and that the bucket's results/ equal the
 #    local run's (tests/slurm/compare.py: HDF5 datasets and attributes, every other file byte for byte);
 # 5. stops moto by PID and removes the workdirs (KEEP=1 keeps them).
@@ -62,9 +63,9 @@ wait "$LOCAL_PID"; LOCAL_RC=$?; LOCAL_PID=""
 set -e
 say "S3 run exit $S3_RC, local run exit $LOCAL_RC"
 if [ "$S3_RC" != 0 ]; then tail -60 "$WORK/s3.log"; exit 1; fi
-if [ "$LOCAL_RC" != 0 ]; then tail -60 "$WORK/local.log"; exit 1; fi
+if [ "$LOCAL_RC" != 0 ]; then tail -60 "$LOCAL.log"; exit 1; fi
 
 check_workdir_clean "$WORK/remote"
 "$PY" "$HERE/bucket.py" get "$MOTO_URL" "$BUCKET" "$WORK/bucket"
-"$PY" "$HERE/bucket.py" compare "$WORK/local" "$WORK/bucket"
+"$PY" "$HERE/bucket.py" compare "$LOCAL" "$WORK/bucket"
 say "PASS in $(( $(date +%s) - START )) s"

@@ -16,7 +16,7 @@ import pytest
 
 from contextuality.core import layout
 from contextuality.core.archive import unpacked
-from contextuality.measure import device_plan
+from contextuality.measure.device import plan as device_plan
 from contextuality.workflow.schema import load_settings
 from workflow_runs import DEVICE_SMOKE, smoke_config
 
@@ -69,7 +69,6 @@ def test_a_sense_job_given_little_memory_plans_several_groups_and_the_same_table
 
     settings = load_settings(json.loads(json.dumps(smoke_config(**DEVICE_SMOKE))))
     monkeypatch.chdir(smoke_run)
-    monkeypatch.delenv(device_plan.ROOM_BYTES_ENV, raising=False)
     for model in MODELS:
         paths, shard = sense_paths(model), settings.shard(model)
         record = json.loads(paths.record.read_text())

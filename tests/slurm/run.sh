@@ -7,7 +7,7 @@
 #    a one-node cluster on localhost with 2 fake GPUs (tests/slurm/setup.sh);
 # 2. pip-installs snakemake-executor-plugin-slurm into VENV;
 # 3. runs the smoke config (its tiny random GPT-2, 120 sentences, 4 shards) twice in temp workdirs:
-#    locally (`--cores 1`, device cpu) and on SLURM (`--profile profiles/slurm --workflow-profile none`,
+#    locally (`--cores 1`, device cpu; or REFERENCE_RUN, tests/reference_run.sh) and on SLURM (`--profile profiles/slurm --workflow-profile none`,
 #    device cuda on fake GPUs: the test hook TEST_FAKE_GPUS (tests/hooks/sitecustomize.py) computes on the
 #    CPU but records the device each shard chose, its CUDA_VISIBLE_DEVICES and SLURM job id);
 # 4. asserts that every non-local job went through sbatch (sacct lists it, COMPLETED), that each
@@ -54,21 +54,12 @@ if ! "$PY" -c "import snakemake_executor_plugin_slurm" 2>/dev/null; then
 fi
 
 # --- configs: the smoke config with absolute paths; the SLURM run asks for (fake) GPUs -------------
-mkdir -p "$WORK/local" "$WORK/slurm"
-"$PY" - "$PROJECT" "$WORK" <<'PYEOF'
-import sys
-from pathlib import Path
-import yaml
-project, work = Path(sys.argv[1]), Path(sys.argv[2])
-config = yaml.safe_load((project / "config" / "smoke.yaml").read_text())
-config["corpus"]["bundled_dir"] = str(project / "resources" / "sts")
-config["static"] = {"benchmark_dir": str(project / "resources" / "benchmarks")}
-# one model (the decoder, 4 shards): every rule runs, in about half the jobs of two models
-config["models"] = {"tiny-gpt2": config["models"]["tiny-gpt2"]}
-(work / "local" / "smoke.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-config["extraction"]["device"] = "cuda"   # one GPU per shard job, from SLURM's GRES
-(work / "slurm" / "smoke.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-PYEOF
+source "$PROJECT/tests/s3/lib.sh"
+local_config
+smoke_config "$WORK/slurm" local
+# one GPU per shard job, from SLURM's GRES
+"$PY" -c 'import sys, yaml; p = sys.argv[1]; c = yaml.safe_load(open(p)); c["extraction"]["device"] = "cuda"
+open(p, "w").write(yaml.safe_dump(c, sort_keys=False))' "$WORK/slurm/smoke.yaml"
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HDF5_USE_FILE_LOCKING=FALSE
 
@@ -81,17 +72,14 @@ say "SLURM run: --profile profiles/slurm --workflow-profile none (background)"
     --slurm-init-seconds-before-status-checks 2 > "$WORK/slurm.log" 2>&1 ) &
 SLURM_PID=$!
 say "local reference run (background)"
-( cd "$WORK/local" && exec timeout -k 15 "$TIMEOUT" "$PY" -m snakemake --snakefile "$PROJECT/Snakefile" \
-    --directory "$WORK/local" --configfile smoke.yaml --cores 1 --workflow-profile none \
-    > "$WORK/local.log" 2>&1 ) &
-LOCAL_PID=$!
+start_local_run
 set +e
 wait "$SLURM_PID"; SLURM_RC=$?; SLURM_PID=""
 wait "$LOCAL_PID"; LOCAL_RC=$?; LOCAL_PID=""
 set -e
 say "SLURM run exit $SLURM_RC, local run exit $LOCAL_RC"
 if [ "$SLURM_RC" != 0 ]; then tail -60 "$WORK/slurm.log"; exit 1; fi
-if [ "$LOCAL_RC" != 0 ]; then tail -60 "$WORK/local.log"; exit 1; fi
+if [ "$LOCAL_RC" != 0 ]; then tail -60 "$LOCAL.log"; exit 1; fi
 
 # --- every non-local job went through sbatch -------------------------------------------------------
 RUN=$(grep -oP 'SLURM run ID: \K\S+' "$WORK/slurm.log" | head -1)
@@ -99,5 +87,5 @@ RUN=$(grep -oP 'SLURM run ID: \K\S+' "$WORK/slurm.log" | head -1)
 sacct -X -n -P --name "$RUN" -o JobID,Comment,State,ExitCode > "$WORK/sacct.txt"
 say "sacct lists $(wc -l < "$WORK/sacct.txt") jobs of run $RUN"
 "$PY" "$HERE/compare.py" --slurm-log "$WORK/slurm.log" --sacct "$WORK/sacct.txt" \
-    --local "$WORK/local" --slurm "$WORK/slurm"
+    --local "$LOCAL" --slurm "$WORK/slurm"
 say "PASS in $(( $(date +%s) - START )) s"

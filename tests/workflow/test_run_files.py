@@ -121,7 +121,7 @@ def test_the_input_functions_name_every_shard_and_layer_of_the_wildcards_model()
 
 @pytest.mark.parametrize("parts", [1, 2, 3])
 def test_each_layer_is_taken_from_the_part_that_measures_it(parts):
-    from contextuality.measure.device_parts import part_layers
+    from contextuality.measure.device.parts import part_layers
 
     files = _files(metrics={"on_device": True, "device": "cpu", "device_parts": parts}, extraction={"store": False})
     for layer in range(LAYERS["tiny-gpt2"]):
@@ -164,7 +164,7 @@ def test_filled_keeps_a_storage_objects_wildcards_and_formats_a_plain_pattern():
 
 
 def test_a_layer_is_in_exactly_one_part_of_consecutive_layers():
-    from contextuality.measure.device_parts import part_layers, part_of_layer
+    from contextuality.measure.device.parts import part_layers, part_of_layer
 
     for layers, parts in ((13, 2), (4, 3), (25, 4), (3, 3)):
         split = [part_layers(layers, parts, part) for part in range(parts)]

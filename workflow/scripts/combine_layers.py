@@ -5,7 +5,7 @@ from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.measure.combine import combine_layers, measured_on
-from contextuality.measure.device_parts import parts_hint
+from contextuality.measure.device.parts import parts_hint
 from contextuality.measure.layer_result import read_layer_results
 from contextuality.store.files import REBUILD_HINT, StoreError
 from contextuality.store.provenance import shard_provenance

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging
-from contextuality.measure.device_parts import take_layer_files
+from contextuality.measure.device.parts import take_layer_files
 from contextuality.store.files import StoreError
 
 setup_job_logging(snakemake.log[0])

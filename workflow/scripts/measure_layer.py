@@ -4,9 +4,9 @@ from pathlib import Path
 
 from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.core.settings import MeasureSettings, from_params
+from contextuality.measure.engine.streaming import sweep_stale_spills
 from contextuality.measure.layer_job import OccurrenceIndex, measure_layer, read_units
 from contextuality.measure.layer_result import write_layer_results
-from contextuality.measure.streaming import sweep_stale_spills
 from contextuality.store.files import StoreError
 from contextuality.store.reader import read_manifest
 

@@ -8,9 +8,9 @@ from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.core.settings import Settings
 from contextuality.extraction.devices import DeviceError
 from contextuality.extraction.extract import ExtractionError
+from contextuality.measure.device.plan import DeviceMemoryError
 from contextuality.measure.device_job import run_measure_model_job
-from contextuality.measure.device_plan import DeviceMemoryError
-from contextuality.measure.similarity_sample import SampleRequest
+from contextuality.measure.similarity.sample import SampleRequest
 from contextuality.models.loading import ModelError
 from contextuality.store.files import StoreError
 

@@ -13,7 +13,7 @@ from contextuality.core.runtime import expected_errors, setup_job_logging
 from contextuality.core.settings import SenseSettings, Settings, from_params
 from contextuality.extraction.devices import DeviceError
 from contextuality.extraction.extract import ExtractionError
-from contextuality.measure.device_plan import DeviceMemoryError
+from contextuality.measure.device.plan import DeviceMemoryError
 from contextuality.models.heads import output_head_or_reason
 from contextuality.models.loading import ModelError
 from contextuality.senses.device import run_measure_senses_on_device_job

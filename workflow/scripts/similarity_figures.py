@@ -1,7 +1,7 @@
 """Snakemake entry point: the study corpus's similarity tables -> each model's heat maps and each pair's."""
 
 from contextuality.core.runtime import expected_errors, setup_job_logging
-from contextuality.measure.similarity_tables import read_table
+from contextuality.measure.similarity.tables import read_table
 from contextuality.report.figure_files import FORMATS
 from contextuality.report.inert import from_inert_json
 from contextuality.report.similarity_figures import draw_model_similarity, draw_pairs_similarity

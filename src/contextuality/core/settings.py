@@ -246,7 +246,7 @@ class MeasureSettings:
     twonn_sample: int | None
     postprocess: tuple[str, ...]
     compute_dtype: str
-    memory_mb: int  # the job's memory budget: a larger layer is measured in chunks (measure.streaming)
+    memory_mb: int  # the job's memory budget: a larger layer is measured in chunks (measure.engine.streaming)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 
 from contextuality.core.atomic import atomic_path
-from contextuality.measure.device_parts import check_parts_against_run, rows_provenance, same_rows
+from contextuality.measure.device.parts import check_parts_against_run, rows_provenance, same_rows
+from contextuality.measure.engine.panel import GEOMETRY_TEXT_COLUMNS
 from contextuality.measure.layer_result import LAYER_COLUMNS, POSTPROCESS_COLUMNS, WORD_COLUMNS, LayerResult
-from contextuality.measure.panel import GEOMETRY_TEXT_COLUMNS
 from contextuality.store.files import StoreError
 from contextuality.store.provenance import difference
 from contextuality.store.reader import Manifest, check_layer_set, read_manifest

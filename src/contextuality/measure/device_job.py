@@ -33,9 +33,8 @@ from contextuality.core import layout
 from contextuality.core.archive import pack
 from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import WINDOW_BATCHES, MeasureSettings, ShardSettings, stored_params
-from contextuality.measure import backend
-from contextuality.measure.device_parts import Resume, device_record, part_layers, resume_key, rows_provenance
-from contextuality.measure.device_plan import (
+from contextuality.measure.device.parts import Resume, device_record, part_layers, resume_key, rows_provenance
+from contextuality.measure.device.plan import (
     GPU_BLOCK_ROWS,
     MB,
     GroupPlan,
@@ -45,12 +44,13 @@ from contextuality.measure.device_plan import (
     reserve_bytes,
     usable_fraction,
 )
+from contextuality.measure.engine import backend
+from contextuality.measure.engine.layer_pass import BLOCK_ROWS
+from contextuality.measure.engine.layer_rows import OccurrenceIndex, RowsInMemory
+from contextuality.measure.engine.streaming import BASE_MB
 from contextuality.measure.layer_job import measure_rows_then, read_units
-from contextuality.measure.layer_pass import BLOCK_ROWS
 from contextuality.measure.layer_result import write_layer_results
-from contextuality.measure.layer_rows import OccurrenceIndex, RowsInMemory
-from contextuality.measure.similarity_sample import SampleRequest
-from contextuality.measure.streaming import BASE_MB
+from contextuality.measure.similarity.sample import SampleRequest
 
 LOG = logging.getLogger(__name__)
 

@@ -19,12 +19,14 @@ import numpy as np
 import pandas as pd
 
 from contextuality.core.settings import MeasureSettings
-from contextuality.measure.exact_baseline import ExactBaseline
-from contextuality.measure.layer_pass import LayerPass, exact_baseline_from_pass, rogue_summary
+from contextuality.measure.engine.layer_pass import LayerPass, exact_baseline_from_pass, rogue_summary
+from contextuality.measure.engine.layer_rows import OccurrenceIndex
+from contextuality.measure.engine.panel import empty_panel, panel_row
+from contextuality.measure.engine.transforms import Transform
+from contextuality.measure.engine.word_stats import WordStats
 from contextuality.measure.layer_result import LAYER_COLUMNS, POSTPROCESS_COLUMNS, LayerResult, LayerShape
-from contextuality.measure.layer_rows import OccurrenceIndex
-from contextuality.measure.panel import empty_panel, panel_row
-from contextuality.measure.reference import (
+from contextuality.measure.reference.exact_baseline import ExactBaseline
+from contextuality.measure.reference.measures import (
     Baseline,
     anisotropy_baseline,
     bootstrap_ci,
@@ -34,8 +36,6 @@ from contextuality.measure.reference import (
     row_norms,
     sentence_rows,
 )  # fmt: skip
-from contextuality.measure.transforms import Transform
-from contextuality.measure.word_stats import WordStats
 
 # Sub-seeds of the random streams; each purpose draws from its own stream.
 SENTENCE_SAMPLE, BASELINE, SAMPLED_PAIRS, BOOTSTRAP, GEOMETRY, BOOTSTRAP_VARIANT = range(6)

@@ -31,9 +31,24 @@ from tqdm import tqdm
 
 from contextuality.core.runtime import collection_paused
 from contextuality.core.settings import MeasureSettings
-from contextuality.measure import backend
-from contextuality.measure.finite import non_finite_error
-from contextuality.measure.isotropy import sample_indices
+from contextuality.measure.engine import backend
+from contextuality.measure.engine.backend import COMPUTE_DTYPES
+from contextuality.measure.engine.finite import non_finite_error
+from contextuality.measure.engine.layer_pass import (
+    SHIFT_ROWS,
+    CosinePassSums,
+    LayerPass,
+    LayerPassSums,
+    NonFiniteRows,
+    layer_shift,
+    make_transform,
+)  # fmt: skip
+from contextuality.measure.engine.layer_rows import LayerRows, OccurrenceIndex, RowsInChunks, RowsInMemory
+from contextuality.measure.engine.rogue import largest_magnitude, massive_activations_blocks
+from contextuality.measure.engine.sentences import intra_sentence_by_length
+from contextuality.measure.engine.streaming import gather, plan_memory, word_groups
+from contextuality.measure.engine.transforms import VARIANTS, Transform
+from contextuality.measure.engine.word_stats import WordStats, word_stats
 from contextuality.measure.layer_finish import (
     GEOMETRY,
     SAMPLED_PAIRS,
@@ -43,31 +58,16 @@ from contextuality.measure.layer_finish import (
     layer_result,
     stream,
 )  # fmt: skip
-from contextuality.measure.layer_pass import (
-    SHIFT_ROWS,
-    CosinePassSums,
-    LayerPass,
-    LayerPassSums,
-    NonFiniteRows,
-    layer_shift,
-    make_transform,
-)  # fmt: skip
 from contextuality.measure.layer_result import LayerResult
-from contextuality.measure.layer_rows import LayerRows, OccurrenceIndex, RowsInChunks, RowsInMemory
-from contextuality.measure.reference import self_similarity_sampled, sentence_rows
-from contextuality.measure.rogue import largest_magnitude, massive_activations_blocks
-from contextuality.measure.sentences import intra_sentence_by_length
-from contextuality.measure.streaming import gather, plan_memory, word_groups
-from contextuality.measure.transforms import VARIANTS, Transform
-from contextuality.measure.word_pcs import DEGENERATE_FLOOR, STORAGE_EPSILON, degenerate_tolerance
-from contextuality.measure.word_stats import WordStats, word_stats
+from contextuality.measure.reference.isotropy import sample_indices
+from contextuality.measure.reference.measures import self_similarity_sampled, sentence_rows
+from contextuality.measure.reference.word_pcs import DEGENERATE_FLOOR, STORAGE_EPSILON, degenerate_tolerance
 from contextuality.store.files import StoreError
 from contextuality.store.reader import LayerReader, check_layer
 
 LOG = logging.getLogger(__name__)
 
 SELF_SIMILARITY_MODES = ("exact", "sampled", "both")
-COMPUTE_DTYPES = {"float32": np.float32, "float64": np.float64}
 # The layer's first rows that tell its storage format's rounding (``_tolerance``).
 TOLERANCE_ROWS = 1024
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from contextuality.core.atomic import atomic_path
-from contextuality.measure.panel import GEOMETRY_COLUMNS
+from contextuality.measure.engine.panel import GEOMETRY_COLUMNS
 from contextuality.static.embeddings import write_embedding_text
 from contextuality.store.files import REBUILD_HINT, StoreError
 

@@ -17,8 +17,8 @@ import pandas as pd
 from tqdm import tqdm
 
 from contextuality.core.digest import sha256_of
-from contextuality.measure import similarity_join as joined
-from contextuality.measure.similarity_sample import (
+from contextuality.measure.similarity import join as joined
+from contextuality.measure.similarity.sample import (
     SampleWriter,
     gather_from_store,
     sample_dtype,

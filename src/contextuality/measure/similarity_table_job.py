@@ -21,9 +21,9 @@ from tqdm import tqdm
 from contextuality.core.atomic import atomic_path
 from contextuality.core.digest import sha256_of
 from contextuality.core.settings import SimilaritySettings
-from contextuality.measure import similarity_join as joined
-from contextuality.measure import similarity_tables as tables
-from contextuality.measure.similarity_sample import read_sample
+from contextuality.measure.similarity import join as joined
+from contextuality.measure.similarity import tables
+from contextuality.measure.similarity.sample import read_sample
 from contextuality.store.files import StoreError, layer_name
 
 LOG = logging.getLogger(__name__)

@@ -102,8 +102,8 @@ def _measure(given: ModelInput, settings, sentences: pd.DataFrame, device: str, 
     from contextuality.corpus.words import check_enough_words, word_index, word_table
     from contextuality.extraction.plan import loss_warning, plan_occurrences, write_plan
     from contextuality.measure.combine import layer_tables
+    from contextuality.measure.engine.panel import GEOMETRY_COLUMNS
     from contextuality.measure.layer_result import WORD_COLUMNS, read_layer_results
-    from contextuality.measure.panel import GEOMETRY_COLUMNS
 
     key, words_settings = given.key, settings.words
     words = word_table(sentences)
@@ -169,8 +169,8 @@ def _model(given: ModelInput, settings, sentences: pd.DataFrame, device: str, fo
 def _measure_layers(key: str, settings, device: str, loaded, paths: dict, model_dir: Path, out: Path) -> dict:
     """measure_model's one part: every layer measured on ``device`` in groups that fit (on the CPU, in
     ``metrics.device_memory_fraction`` of this machine's memory), its files written into ``out``."""
+    from contextuality.measure.device.plan import MB
     from contextuality.measure.device_job import measure_model
-    from contextuality.measure.device_plan import MB
     from contextuality.workflow.estimates import machine_memory_bytes
 
     memory = machine_memory_bytes() or settings.metrics.measure.memory_mb * MB

@@ -16,8 +16,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from contextuality.measure.reference import MIN_BASELINE_VECTORS
-from contextuality.paper import CLAIMS, PAPER_LABELS, claims_for
+from contextuality.paper import CLAIMS, MIN_BASELINE_VECTORS, PAPER_LABELS, claims_for
 from contextuality.report.claim_checks import LAYER_CHECKS, NA, ModelView, NotApplicable, Result
 from contextuality.report.claim_sensitivity import claims_sensitivity, sensitivity_section
 from contextuality.report.losses import losses_section

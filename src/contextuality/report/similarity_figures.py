@@ -1,6 +1,6 @@
 """The similarity stage's heat maps: each model's layers against each other, and each pair of models.
 
-Each panel is one measure of one variant (``similarity_tables``): debiased CKA (the primary measure) of every
+Each panel is one measure of one variant (``measure.similarity.tables``): debiased CKA (the primary measure) of every
 variant the run computed, and mutual k-NN of the first (``raw``). A within-model table lists ℓ ≤ m only; the map
 is mirrored. In a pair's maps each layer of A's best match in B (``best_for_a``) is marked with a dot. CKA shares
 one colour scale, [0, 1] (debiased values below 0 are drawn as 0 and mean "no more than chance").

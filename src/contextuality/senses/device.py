@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 
 from contextuality.core.settings import SENSE_LAYER_DTYPE, SenseSettings, ShardSettings
-from contextuality.measure import backend
+from contextuality.measure.device.plan import free_device_bytes, held_bytes, plan_groups, usable_fraction
 from contextuality.measure.device_job import deterministic, fill_group, job_reserve, layer_after_final_norm, model_dim
-from contextuality.measure.device_plan import free_device_bytes, held_bytes, plan_groups, usable_fraction
+from contextuality.measure.engine import backend
 from contextuality.senses import memory
 from contextuality.senses.job import SensePaths, measure_layer_rows, prepare
 

@@ -179,7 +179,7 @@ def materialise_runtime_min(model: ModelSettings, attempt: int = 1) -> int:
 
 
 def measure_mem_mb(measure: MeasureSettings, manifest_path: str | Path, attempt: int = 1) -> int:
-    """MB of one measurement job: its budget, ``metrics.memory_mb`` (``measure.streaming`` keeps the job
+    """MB of one measurement job: its budget, ``metrics.memory_mb`` (``measure.engine.streaming`` keeps the job
     within it whatever the layer's size: a larger layer is read in chunks); x attempt. The manifest is
     not needed: the budget, not the corpus, sets the job's memory."""
     return int(measure.memory_mb * attempt)
@@ -270,14 +270,16 @@ def cpu_device_job_mb(model: ModelSettings, record_path: str | Path, tokens_path
                       models: int, storage_dtype: str, fraction: float, machine_bytes: int | None, attempt: int,
                       sense_work_bytes: int | None = None) -> int:  # fmt: skip
     """MB (of 2**20 bytes, as the job plans) of a device job on torch's CPU backend that holds ``layers_at_once``
-    layers of ``rows`` rows: the job's own arithmetic (``device_plan``: ``held_bytes`` of ``models`` models,
+    layers of ``rows`` rows: the job's own arithmetic (``measure.device.plan``: ``held_bytes`` of ``models`` models,
     ``reserve_bytes`` of its largest pass and widest window, from the plans once they exist, the host part, and
     the measures' work: the layer measurement's, or ``sense_work_bytes`` for the sense job's), x attempt, capped at
     ``fraction`` of ``machine_bytes``."""
     import numpy as np
 
-    from contextuality.measure import device_plan  # the measurement's libraries: not in the Snakefile's start
-    from contextuality.measure.streaming import BASE_MB
+    from contextuality.measure.device import (
+        plan as device_plan,  # the measurement's libraries: not in the Snakefile's start
+    )
+    from contextuality.measure.engine.streaming import BASE_MB
 
     whole = dataclasses.replace(model, n_shards=1)
     n_layers, dim = record_shape(record_path) or UNBUILT_SHAPE

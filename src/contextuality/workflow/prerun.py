@@ -114,8 +114,8 @@ def _one_layer_needs(settings: Settings, key: str, model) -> dict[str, int]:
     import numpy as np
 
     from contextuality.core import layout
-    from contextuality.measure import device_plan
-    from contextuality.measure.streaming import BASE_MB
+    from contextuality.measure.device import plan as device_plan
+    from contextuality.measure.engine.streaming import BASE_MB
     from contextuality.models.loading import record_weights_bytes
     from contextuality.senses import memory
     from contextuality.workflow import estimates, run_need

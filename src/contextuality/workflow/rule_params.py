@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 
 from contextuality.core.settings import Settings, as_params, stateful_batches
-from contextuality.measure import device_parts
+from contextuality.measure.device import parts as device_parts
 from contextuality.models.sources import SOURCES
 from contextuality.workflow import estimates
 

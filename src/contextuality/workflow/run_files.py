@@ -17,7 +17,7 @@ from contextuality.core import layout
 from contextuality.core.settings import Settings
 from contextuality.corpus.sources import folder_files, is_sts
 from contextuality.corpus.sts import bundled_release_paths
-from contextuality.measure.device_parts import part_of_layer
+from contextuality.measure.device.parts import part_of_layer
 from contextuality.models.sources import SOURCES
 
 
@@ -240,7 +240,7 @@ class RunFiles:
         return inputs
 
     def device_part_of_layer(self, wildcards) -> str:
-        """The device part's tar that holds the wildcards' layer (``device_parts.part_layers``: consecutive
+        """The device part's tar that holds the wildcards' layer (``measure.device.parts.part_layers``: consecutive
         layers)."""
         parts, layers = self.settings.metrics.device.device_parts, self.n_layers(wildcards.model)
         part = part_of_layer(int(wildcards.layer), layers, parts)

@@ -1,0 +1,1 @@
+"""A device job's parts as files and its layers grouped by the device's free memory."""

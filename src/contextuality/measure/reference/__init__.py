@@ -1,0 +1,1 @@
+"""The pure float64 definitions the engine is tested against: the paper's measures, baselines, word PCs, isotropy."""
