@@ -19,7 +19,7 @@ import yaml
 from conftest import load_model, materialise, run_snakemake, write_config
 from contextuality.corpus.words import WordIndexError, build_word_index
 from contextuality.workflow.checks import checked_settings
-from contextuality.workflow.schema import ConfigError, check_duplicate_keys
+from contextuality.workflow.schema import ConfigError, check_duplicate_keys, load_settings
 from workflow_runs import failure, smoke_config
 
 
@@ -349,19 +349,7 @@ def test_a_value_nested_in_command_line_config_names_the_yaml_overlay_that_gives
         "the default config, --configfile config/config.yaml mine.yaml)"
     )
     assert "--config" not in _problems(config)  # the same string from a YAML file: no word of --config
-    # the real command line, as a user types it (a dry run: the check runs before any job either way)
-    result = run_snakemake(
-        tmp_path,
-        "-n",
-        "--cores",
-        "1",
-        "--config",
-        "extraction={batch_size: 32}",
-        configfile=write_config(tmp_path / "config.yaml", smoke_config()),
-    )
-    assert result.returncode != 0 and "as a string: put it in a YAML file" in result.stdout + result.stderr, failure(
-        result
-    )
+    # the real command line, as a user types it: tests/test_prerun.py (a nested command-line value)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -649,9 +637,15 @@ def test_half_precision_where_no_job_can_have_a_gpu_stops_the_run_before_any_job
     config = smoke_config(extraction={"device": "auto", "compute_dtype": "float16"})
     output = _stops_before_any_job(tmp_path, config)
     assert HALF_PRECISION_WITHOUT_A_GPU in output, output
-    for resources in (["--resources", "gpu=1"], ["--set-resources", "extract:gpu=1"]):
-        result = run_snakemake(tmp_path, "-n", "--cores", "1", *resources, configfile=tmp_path / "config.yaml")
-        assert result.returncode == 0 and "rule extract:" in result.stdout, failure(result)
+    from types import SimpleNamespace
+
+    from contextuality.workflow.gpus import GpuPolicy
+    from contextuality.workflow.prerun import check_before_jobs
+
+    settings = load_settings(config)
+    given = {"extract": {"gpu": SimpleNamespace(value=1)}}
+    for gpus in (GpuPolicy(settings, local=1, given=True), GpuPolicy(settings, local=0, overwrite=given)):
+        check_before_jobs(settings, gpus, None)  # --resources gpu=1, --set-resources extract:gpu=1: planned
 
 
 def test_a_malformed_release_file_of_a_second_corpus_stops_the_run_before_any_job(tmp_path):

@@ -33,7 +33,7 @@ from contextuality.core import layout
 from contextuality.core.archive import pack
 from contextuality.core.atomic import atomic_path
 from contextuality.core.settings import WINDOW_BATCHES, MeasureSettings, ShardSettings, stored_params
-from contextuality.measure.device.parts import Resume, device_record, resume_key, rows_provenance
+from contextuality.measure.device.parts import Resume, device_record, part_layers, resume_key, rows_provenance
 from contextuality.measure.device.plan import (
     GPU_BLOCK_ROWS,
     MB,
@@ -117,11 +117,6 @@ def stop_after(loaded, last: int, forward):
 
 # --------------------------------------------------------------------------------------------------
 # The job
-
-
-def part_layers(n_layers: int, parts: int, part: int) -> list[int]:
-    """The consecutive layers of ``part`` (of ``parts``): as even as the layer count allows."""
-    return list(range(part * n_layers // parts, (part + 1) * n_layers // parts))
 
 
 def deterministic(device: str) -> None:
