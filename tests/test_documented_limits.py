@@ -23,8 +23,9 @@ TEXTS = ["The dog runs home.", "A cat runs.", "The dog sleeps.", "The cat sleeps
 TINY = {"source": "random", "n_hidden_layers": 1, "hidden_size": 16, "vocab_size": 120}
 
 
-def _planned_inputs(tmp_path: Path, architecture: str) -> tuple[dict, Path]:
-    """A tiny random model of ``architecture`` built on a five-sentence corpus: (the run's paths, its folder)."""
+def _planned_inputs(tmp_path: Path, architecture: str) -> tuple[dict, dict]:
+    """A tiny random model of ``architecture`` built on a five-sentence corpus: (the run's paths, the model as the
+    jobs take it: its key, record and folder)."""
     sentences = pd.DataFrame({"sentence_id": range(len(TEXTS)), "text": TEXTS})
     paths = {name: tmp_path / f"{name}.parquet" for name in ("sentences", "words", "index")}
     sentences.to_parquet(paths["sentences"])
@@ -33,20 +34,18 @@ def _planned_inputs(tmp_path: Path, architecture: str) -> tuple[dict, Path]:
         "m", {**TINY, "architecture": architecture}, tmp_path / "model", sentences_parquet=paths["sentences"], seed=1
     )
     (tmp_path / "source.json").write_text(json.dumps(record))
-    return paths, tmp_path / "model" / "model"
+    return paths, {"model_key": "m", "record_path": tmp_path / "source.json", "model_dir": tmp_path / "model" / "model"}
 
 
-def _plan(tmp_path: Path, settings, paths: dict, model_dir: Path) -> dict:
+def _plan(tmp_path: Path, settings, paths: dict, model: dict) -> dict:
     out = {
         name: tmp_path / "plan" / f"{name}.{ext}"
         for name, ext in [("tokens", "parquet"), ("units", "parquet"), ("occurrences", "parquet"), ("losses", "json")]
     }
     (tmp_path / "plan").mkdir(exist_ok=True)
     run_plan_job(
-        model_key="m",
         settings=settings.plan("m"),
-        record_path=tmp_path / "source.json",
-        model_dir=model_dir,
+        **model,
         sentences_path=paths["sentences"],
         words_path=paths["words"],
         word_index_path=paths["index"],
@@ -60,11 +59,11 @@ def _plan(tmp_path: Path, settings, paths: dict, model_dir: Path) -> dict:
 
 def test_faithful_tokenization_of_an_encoder_stops_the_plan_job_naming_the_key(tmp_path):
     """A BERT fed the paper's GPT-2 input ran without [CLS]/[SEP], most words read at another word's position."""
-    paths, model_dir = _planned_inputs(tmp_path, "bert")
+    paths, model = _planned_inputs(tmp_path, "bert")
     # the schema alone: the config check (contextuality.workflow.checks) refuses a random BERT before this
     settings = load_settings({"models": {"m": {**TINY, "architecture": "bert", "tokenization": "faithful"}}})
     with pytest.raises(ValueError) as raised:  # NotADecoderError, the plan job's expected error
-        _plan(tmp_path, settings, paths, model_dir)
+        _plan(tmp_path, settings, paths, model)
     assert str(raised.value) == (
         "models.m.tokenization: 'faithful' rebuilds the paper's GPT-2 input, which only a decoder reads, but 'm' is "
         "a 'bert' model, not a decoder (no [CLS]/[SEP], word i read at position i); use tokenization: natural"
@@ -95,17 +94,15 @@ def test_decoders_are_the_model_types_with_a_causal_head_only(model_type, decode
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_precision_on_a_job_computing_on_the_cpu_stops_before_loading(tmp_path, dtype):
     """``device: auto`` and no GPU given to the job: the job computes on the CPU, where float16 is not allowed."""
-    paths, model_dir = _planned_inputs(tmp_path, "gpt2")
+    paths, model = _planned_inputs(tmp_path, "gpt2")
     spec = {**TINY, "architecture": "gpt2"}
     settings = load_settings({"models": {"m": spec}, "extraction": {"device": "auto", "compute_dtype": dtype}})
-    planned = _plan(tmp_path, settings, paths, model_dir)
+    planned = _plan(tmp_path, settings, paths, model)
     with pytest.raises(DeviceError) as raised:
         run_extraction_job(
-            model_key="m",
             corpus="sts",
             settings=settings.shard("m"),
-            record_path=tmp_path / "source.json",
-            model_dir=model_dir,
+            **model,
             tokens_path=planned["tokens"],
             units_path=planned["units"],
             shard=0,

@@ -9,6 +9,7 @@ import pytest
 from docutils.core import publish_parts
 from jinja2 import Environment
 
+from conftest import synthetic_layers_table
 from contextuality.report import figures, model_figures
 
 REPORT_DIR = Path(__file__).resolve().parents[1] / "workflow" / "report"
@@ -32,37 +33,11 @@ CAPTIONS = (
 
 
 def layers_table(model, baseline, self_adj, intra_adj, adj_mev, baseline_mev, ci=0.02):
-    """A layers.parquet-shaped table; CIs of the raw measures are value ± ci."""
-    b, bm = np.asarray(baseline, float), np.asarray(baseline_mev, float)
-    self_raw, intra_raw = np.asarray(self_adj) + b, np.asarray(intra_adj) + b
-    mev = np.asarray(adj_mev, float) + bm
+    """A layers.parquet-shaped table from adjusted MEV (none at layer 0); CIs of the raw measures are value ± ci."""
+    mev = np.asarray(adj_mev, float) + np.asarray(baseline_mev, float)
     mev[0] = np.nan  # MEV is not computed at layer 0
-    return pd.DataFrame(
-        {
-            "model": model,
-            "layer": np.arange(len(b)),
-            "n_words": 50,
-            "n_sentences_sampled": 20,
-            "self_similarity": self_raw,
-            "self_similarity_ci_low": self_raw - ci,
-            "self_similarity_ci_high": self_raw + ci,
-            "intra_sentence": intra_raw,
-            "intra_sentence_ci_low": intra_raw - ci,
-            "intra_sentence_ci_high": intra_raw + ci,
-            "mev": mev,
-            "mev_ci_low": mev - ci / 4,
-            "mev_ci_high": mev + ci / 4,
-            "mev_literal": mev,
-            "mev_centered": mev,
-            "baseline_cosine": b,
-            "baseline_mev": bm,
-            "adjusted_self_similarity": self_raw - b,
-            "adjusted_intra_sentence": intra_raw - b,
-            "adjusted_mev": mev - bm,
-            "norm_mean": 5.0,
-            "norm_std": 1.0,
-        }
-    )
+    return synthetic_layers_table(model, baseline, self_adj, intra_adj, mev, baseline_mev, ci=ci, mev_ci=ci / 4,
+                                  n_words=50, n_sentences=20, norm_mean=5.0)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +103,9 @@ def test_relative_depth_and_single_figure(tmp_path, run):
     tables, labels = run
     png, pdf = figures.plot_mev(tables, labels, tmp_path / "m.png", tmp_path / "m.pdf", relative_depth=True)
     check_files(png, pdf)
-    png, pdf = figures.plot_anisotropy(tables, labels, tmp_path / "a.png", tmp_path / "a.pdf", relative_depth=True)
+    png, pdf = figures.plot_line_figure(
+        "anisotropy", tables, labels, tmp_path / "a.png", tmp_path / "a.pdf", relative_depth=True
+    )
     check_files(png, pdf)
 
 
@@ -143,8 +120,8 @@ def test_missing_values_and_columns_do_not_break_figures(tmp_path, run):
 
 def test_pdf_is_reproducible(tmp_path, run):
     tables, labels = run
-    first = figures.plot_intra_sentence(tables, labels, tmp_path / "1.png", tmp_path / "1.pdf")
-    second = figures.plot_intra_sentence(tables, labels, tmp_path / "2.png", tmp_path / "2.pdf")
+    first = figures.plot_line_figure("intra_sentence", tables, labels, tmp_path / "1.png", tmp_path / "1.pdf")
+    second = figures.plot_line_figure("intra_sentence", tables, labels, tmp_path / "2.png", tmp_path / "2.pdf")
     assert first[1].read_bytes() == second[1].read_bytes()
     assert first[0].read_bytes() == second[0].read_bytes()
 

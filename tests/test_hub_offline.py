@@ -235,13 +235,7 @@ def test_hub_models_run_the_whole_pipeline_offline_from_the_cache_at_the_pinned_
 
 
 def test_hub_revision_missing_from_the_cache_is_one_line_naming_model_id_and_revision(hf_home, tmp_path):
-    code = (
-        "from pathlib import Path\n"
-        f"import sys; sys.path.insert(0, {str(PROJECT / 'tests')!r})\n"
-        "from conftest import materialise\n"
-        f"materialise('tiny-gpt2', {{'source': 'hub', 'id': {GPT2_ID!r}, 'revision': {ABSENT_REV!r}}}, Path('m'))\n"
-    )
-    result = python_lines(code, offline_env(hf_home), tmp_path)
+    result = materialise_offline(hf_home, tmp_path, "tiny-gpt2", GPT2_ID, ABSENT_REV)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(
@@ -260,13 +254,7 @@ def test_a_cached_weights_file_that_does_not_match_its_blob_name_is_refused(hf_h
     storage = add_snapshot(home / "hub", "model", BERT_ID, BERT_REV, cached)
     blob = blob_of(home / "hub", BERT_ID, BERT_REV, "model.safetensors")
     blob.write_bytes(blob.read_bytes()[:-1] + b"\x00")  # one changed byte: the blob's name no longer matches
-    code = (
-        "from pathlib import Path\n"
-        f"import sys; sys.path.insert(0, {str(PROJECT / 'tests')!r})\n"
-        "from conftest import materialise\n"
-        f"materialise('tiny-bert', {{'source': 'hub', 'id': {BERT_ID!r}, 'revision': {BERT_REV!r}}}, Path('m'))\n"
-    )
-    result = python_lines(code, offline_env(home), tmp_path)
+    result = materialise_offline(home, tmp_path, "tiny-bert", BERT_ID, BERT_REV)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(

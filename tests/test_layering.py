@@ -126,3 +126,45 @@ def test_each_measure_room_says_what_it_holds_in_one_line():
         assert docstring and "\n" not in docstring.strip(), room
         assert init.strip().count("\n") == 0, f"measure/{room}/__init__.py holds more than its one line"
     assert len([path for path in MEASURE.glob("*.py") if path.name != "__init__.py"]) <= 12
+
+
+SENSES = PACKAGE / "senses"
+# senses/'s rooms bottom to top (a folder or a top-level module): a room may import itself and the rooms before it.
+SENSES_ROOMS = ("combine", "rows", "vectors", "memory", "lexicon", "sts", "separation", "output", "job", "device")
+
+
+def _senses_room(path) -> str:
+    """A module's room: its folder under senses/, or the top-level module itself."""
+    return path.relative_to(SENSES).parts[0].removesuffix(".py")
+
+
+def _imported_senses_rooms(path) -> set[str]:
+    """The rooms of senses/ that ``path`` imports from (``from contextuality.senses import memory`` included)."""
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            module = getattr(node, "module", None)
+            imported |= {alias.name if module is None else f"{module}.{alias.name}" for alias in node.names}
+    return {name.split(".")[2] for name in imported if name.startswith("contextuality.senses.")}
+
+
+def test_senses_rooms_import_only_the_rooms_below_them():
+    modules = [path for path in sorted(SENSES.rglob("*.py")) if path != SENSES / "__init__.py"]
+    assert {_senses_room(path) for path in modules} == set(SENSES_ROOMS)
+    upward = [
+        f"{path.relative_to(SENSES)} imports {room}"
+        for path in modules
+        for room in sorted(_imported_senses_rooms(path))
+        if SENSES_ROOMS.index(room) > SENSES_ROOMS.index(_senses_room(path))
+    ]
+    assert upward == []
+
+
+def test_senses_top_level_and_each_folder_says_its_room_in_one_line():
+    assert len(list(SENSES.glob("*.py"))) <= 12
+    for init in sorted(SENSES.glob("*/__init__.py")):
+        docstring = ast.get_docstring(ast.parse(init.read_text()))
+        assert docstring and "\n" not in docstring.strip(), init.parent.name
+        assert init.read_text().strip().count("\n") == 0, (
+            f"senses/{init.parent.name}/__init__.py holds more than its one line"
+        )

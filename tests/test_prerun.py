@@ -36,30 +36,20 @@ def test_cuda_visible_devices_is_read_as_cuda_reads_it(monkeypatch, value, liste
     assert devices.listed_devices(value) == listed
 
 
-def test_a_device_listed_twice_is_refused_in_one_line(monkeypatch, tmp_path):
-    """Hole 9: CUDA shows no device for '0,0'; the run stops before any job instead of counting two GPUs."""
+def test_a_device_listed_twice_is_refused_in_one_line(monkeypatch):
+    """Hole 9: CUDA shows no device for '0,0'; the run stops before any job instead of counting two GPUs (the run's
+    GPU policy asks the machine: tests/workflow/test_gpus.py)."""
+    from types import SimpleNamespace
+
+    from contextuality.workflow.gpus import gpu_policy
+    from contextuality.workflow.schema import load_settings
+
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,0")
     with pytest.raises(devices.DeviceError, match=r"lists device 0 twice, which leaves CUDA no device: list each GPU"):
         devices.visible_gpus()
-    result = _dry_run(tmp_path, smoke_config(), env={"CUDA_VISIBLE_DEVICES": "0,0"})
-    assert result.returncode != 0
-    assert "CUDA_VISIBLE_DEVICES='0,0' lists device 0 twice" in _message(result), result.stdout[-2000:]
-    assert "Traceback" not in result.stderr
-
-
-@pytest.mark.parametrize("visible", ["", "NoDevFiles"])
-def test_metrics_device_cuda_without_a_gpu_is_refused_before_any_job(tmp_path, visible):
-    """Hole 11: metrics.device cuda on a machine with no GPU stops the run, not every device job after the builds;
-    with --resources gpu=N the run is planned (a cluster or a GPU the user vouches for)."""
-    config = smoke_config(**DEVICE_SMOKE)
-    config["metrics"]["device"] = "cuda"
-    result = _dry_run(tmp_path, config, env={"CUDA_VISIBLE_DEVICES": visible})
-    assert result.returncode != 0
-    assert _message(result).startswith(
-        "metrics.device: 'cuda' runs every device measurement job on a GPU, but this run has no GPU"
-    ), result.stdout[-2000:]
-    assert "set metrics.device: auto" in _message(result)
-    assert _dry_run(tmp_path, config, "--resources", "gpu=1", env={"CUDA_VISIBLE_DEVICES": visible}).returncode == 0
+    workflow = SimpleNamespace(global_resources={"_nodes": SimpleNamespace(value=None)}, is_main_process=True)
+    with pytest.raises(devices.DeviceError, match=r"CUDA_VISIBLE_DEVICES='0,0' lists device 0 twice"):
+        gpu_policy(workflow, load_settings(smoke_config()))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -195,37 +185,6 @@ def test_the_planned_check_counts_only_the_shards_planned(tmp_path, monkeypatch)
 
 
 # --------------------------------------------------------------------------------------------------
-# A local model that is not there: found before any job
-
-
-@pytest.mark.parametrize("case", ["missing_folder", "not_a_hf_folder", "missing_gguf", "missing_elmo_weights"])
-def test_a_local_model_that_is_not_there_stops_the_run_before_any_job(tmp_path, case):
-    """It was found in the model's download job, after the corpus and the other models' builds, as "not a Hugging
-    Face folder (no config.json)" even for a path that does not exist."""
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    entries = {
-        "missing_folder": ({"source": "path", "path": str(tmp_path / "nosuch")}, "models.m.path: "
-                           f"{tmp_path / 'nosuch'} does not exist; allowed: a Hugging Face model folder (config.json)"),
-        "not_a_hf_folder": ({"source": "path", "path": str(empty)},
-                            f"models.m.path: {empty} is not a Hugging Face model folder (no config.json); allowed: "),
-        "missing_gguf": ({"source": "path", "path": str(empty), "gguf_file": "m.gguf"},
-                         f"models.m.gguf_file: m.gguf is not in {empty}; allowed: the name of a GGUF file"),
-        "missing_elmo_weights": ({"source": "elmo", "options": "https://example.org/options.json",
-                                  "weights": str(tmp_path / "w.hdf5")},
-                                 f"models.m.weights: {tmp_path / 'w.hdf5'} does not exist; allowed: a local file or"),
-    }  # fmt: skip
-    entry, expected = entries[case]
-    config = smoke_config()
-    config["models"] = {"tiny-gpt2": config["models"]["tiny-gpt2"], "m": {**entry, "indexing": "word"}}
-    result = _dry_run(tmp_path, config)
-    assert result.returncode != 0
-    lines = (result.stdout + result.stderr).splitlines()
-    assert any(line.strip().startswith(expected) for line in lines), result.stdout[-2000:]
-    assert "Traceback" not in result.stdout + result.stderr
-
-
-# --------------------------------------------------------------------------------------------------
 # --config given a nested value: the overlay after the user's own config files
 
 
@@ -254,17 +213,20 @@ def test_a_nested_command_line_value_names_the_users_own_config_files_with_the_o
     ["store", "results/embeddings/sts/tiny-gpt2/shards/shard_0.h5", "results/embeddings/sts/tiny-gpt2/manifest.json",
      "results/embeddings/sts/tiny-gpt2/layers/layer_01.h5"],
 )  # fmt: skip
-def test_store_false_refuses_every_store_file_as_it_refuses_the_target_store(tmp_path, target):
-    """`snakemake store` was refused, but a shard, the manifest or a layer file named on the command line was built."""
-    config = smoke_config(**DEVICE_SMOKE)
-    result = _dry_run(tmp_path, config, target)
-    assert result.returncode != 0
+def test_store_false_refuses_every_store_file_as_it_refuses_the_target_store(target):
+    """`snakemake store` was refused, but a shard, the manifest or a layer file named on the command line was built
+    (the targets are checked with the config, contextuality.workflow.checks.checked_settings)."""
+    from contextuality.workflow.schema import ConfigError, load_settings
+    from contextuality.workflow.targets import check_targets
+
+    settings = load_settings(smoke_config(**DEVICE_SMOKE))
+    with pytest.raises(ConfigError) as refused:
+        check_targets([target], settings)
     assert (
         f"target {target}: extraction.store is false (never write the store); set extraction.store: auto or true "
         "to build it"
-    ) in result.stdout + result.stderr, result.stdout[-2000:]
-    plan = "results/embeddings/sts/tiny-gpt2/units.parquet"  # not a store file: planned as before
-    assert _dry_run(tmp_path, config, plan).returncode == 0
+    ) in str(refused.value)
+    check_targets(["results/embeddings/sts/tiny-gpt2/units.parquet"], settings)  # not a store file: planned as before
 
 
 # --------------------------------------------------------------------------------------------------
@@ -307,43 +269,6 @@ def test_only_a_run_that_built_something_becomes_the_last_run_and_the_report_nam
         f"; --configfile names another: the runs recorded here, latest first, are {runs[0].relative_to(workdir)} ("
         in line
     )
-
-
-# --------------------------------------------------------------------------------------------------
-# Hole 10: the device path on torch's CPU backend, checked when the config is read
-
-
-@pytest.mark.parametrize("machine_gb, refused", [(8, True), (32, False)])
-def test_the_default_config_on_the_device_path_on_a_cpu_machine_is_checked_before_any_job(tmp_path, machine_gb,
-                                                                                          refused):  # fmt: skip
-    """The default config with config/on-device.yaml on a CPU machine: on 32 GB every device job holds a layer and
-    the run is planned; on 8 GB SmolLM2's sense job (two models, both corpora's rows of a layer, the sense work)
-    cannot, and the run stops before any job, naming the job, the key and the ways out, not in that job after the
-    downloads, builds and plans."""
-    import yaml
-
-    from conftest import PROJECT, with_absolute_data_paths
-    from workflow_runs import hook_env
-
-    workdir = tmp_path / "run"
-    workdir.mkdir()
-    config = with_absolute_data_paths(yaml.safe_load((PROJECT / "config" / "config.yaml").read_text()))
-    result = run_snakemake(workdir, "-n", "--cores", "2", "--configfile", str(write_config(tmp_path / "c.yaml", config)),
-                           str(PROJECT / "config" / "on-device.yaml"),
-                           env=hook_env(TEST_MACHINE_BYTES=str(machine_gb * 10**9), CUDA_VISIBLE_DEVICES=""))  # fmt: skip
-    output = result.stdout + result.stderr
-    if not refused:
-        assert result.returncode == 0, output[-2000:]
-        return
-    assert result.returncode != 0
-    lines = [line.strip() for line in output.splitlines() if line.strip().startswith("metrics.on_device: ")]
-    assert lines == [
-        "metrics.on_device: measure_senses of model 'smollm2' computes on torch's CPU backend (no GPU in this run) and "
-        "needs about 7,912 MB to hold one layer beside its model and its work, more than "
-        "metrics.device_memory_fraction 0.9 of this machine's 8,000 MB; raise metrics.device_memory_fraction (at most "
-        "1), measure from the store (metrics.on_device: false), run where a GPU is visible, or on a machine with more "
-        "memory"
-    ], output[-2000:]
 
 
 def test_the_usages_corpus_of_a_quick_run_does_not_size_the_real_ones(tmp_path, monkeypatch):

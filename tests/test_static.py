@@ -244,6 +244,23 @@ def test_evaluate_embedding_on_real_benchmarks():
     assert table.set_index("task").loc["Google", "n_items"] == 19544
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # a four-word vocabulary
+def test_a_scoring_job_writes_the_scores_of_its_embedding_on_the_run_vocabulary(tmp_path):
+    from types import SimpleNamespace
+
+    path = tmp_path / "glove.txt"
+    path.write_text("4 2\nking 1 0\nqueen 0.9 0.1\nman 0 1\nwoman 0.1 0.9\n")
+    pd.DataFrame({"word": ["King", "queen", "man"]}).to_parquet(tmp_path / "word_index.parquet")
+    job = SimpleNamespace(
+        input=SimpleNamespace(word_index=tmp_path / "word_index.parquet", benchmarks=BENCHMARKS),
+        params=SimpleNamespace(seed=3),
+        output=SimpleNamespace(scores=tmp_path / "scores.csv"),
+    )
+    st.write_scores(job, st.score_baseline_file, path, label="GloVe")
+    expected = st.score_baseline_file(path, {"king", "queen", "man"}, BENCHMARKS, label="GloVe", seed=3)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "scores.csv"), expected, check_dtype=False)
+
+
 def _results() -> pd.DataFrame:
     rows = []
     for model, layer, base in [("GloVe", np.nan, 0.30), ("BERT", 0, 0.20), ("BERT", 1, 0.40), ("GPT-2", 1, 0.10)]:

@@ -57,23 +57,9 @@ def test_the_snakefile_imports_of_the_project_load_no_pandas():
     assert result.stdout.strip() == "False"
 
 
-def test_a_dry_run_prints_the_whole_runs_disk_and_time_and_a_config_leaving_the_default(tmp_path, base_config):
-    """Before any job: one line of the run's stored vectors, jobs and time; one line when --configfile replaces
-    the default study and leaves its settings to the schema's defaults."""
-    result = run_snakemake(tmp_path, "-n", "--cores", "2", configfile=write_config(tmp_path / "c.yaml", base_config))
-    assert result.returncode == 0, result.stderr
-    line = next(line for line in result.stderr.splitlines() if line.startswith("contextuality: this run"))
-    assert "stores about 14." in line and "GB free" in line and "on 2 CPU cores" in line
-    assert "replaces" not in result.stderr  # the default study, with absolute paths
-    only_models = {"models": base_config["models"], "corpus": base_config["corpus"], "static": base_config["static"]}
-    result = run_snakemake(tmp_path, "-n", configfile=write_config(tmp_path / "mine.yaml", only_models))
-    assert result.returncode == 0, result.stderr
-    assert "mine.yaml replaces" in result.stderr and "senses.max_lemmas: null, not 800" in result.stderr
-
-
 def test_a_run_whose_vectors_cannot_fit_stops_before_any_job(tmp_path, base_config):
     """A random model 4,096 dims wide and 200 layers deep stores hundreds of GB of STS: the run stops at its start,
-    naming the size, instead of at its first shard; a dry run only prints it."""
+    naming the size, instead of at its first shard (the command-line case of contextuality.workflow.prerun.before_jobs)."""
     config = base_config | {
         "models": {
             "huge": {
@@ -91,6 +77,16 @@ def test_a_run_whose_vectors_cannot_fit_stops_before_any_job(tmp_path, base_conf
     assert result.returncode != 0
     assert "not enough disk for this run: its stored vectors take about" in result.stderr + result.stdout
     assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()  # no job ran
-    dry = run_snakemake(tmp_path, "-n", configfile=path)
-    assert dry.returncode == 0, dry.stderr
-    assert "contextuality: this run stores about" in dry.stderr and " of vectors (huge " in dry.stderr
+    # a dry run only prints it: tests/workflow/test_before_jobs.py
+
+
+def test_every_rule_is_defined_under_every_config():
+    """No rule under an `if` (the rule set, --list-rules and the lint are the same whatever the config): each rule
+    and checkpoint starts a line of its file; which of two rules writes a file is a ruleorder's choice."""
+    nested = [
+        f"{path.name}:{number}: {line.strip()}"
+        for path in sorted((PROJECT / "workflow" / "rules").glob("*.smk"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.match(r"\s+(rule|checkpoint) \w+:", line)
+    ]
+    assert nested == []

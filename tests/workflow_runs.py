@@ -14,15 +14,22 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import yaml
 
-from conftest import PROJECT, _progress_mark, run_snakemake, with_absolute_data_paths, write_config
+from conftest import (
+    PROJECT,
+    _progress_mark,
+    run_snakemake,
+    snakemake_command,
+    with_absolute_data_paths,
+    write_config,
+)
 
 HOOKS = Path(__file__).resolve().parent / "hooks"
 # The shared smoke run shows what a user's terminal of this width shows: the project's workflow profile (its logger)
@@ -157,20 +164,7 @@ def _kill_mid_shard(workdir: Path, config: Path) -> tuple[set[int], set[int]]:
 
     Returns (shards finished before the kill, shards whose temporary file the kill left behind).
     """
-    command = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        *KILLED_TARGETS,
-        "--snakefile",
-        str(PROJECT / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--cores",
-        "2",
-        "--configfile",
-        str(config),
-    ]
+    command = snakemake_command(workdir, *KILLED_TARGETS, "--cores", "2", "--configfile", str(config))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **hook_env(GUARANTEES_SLOW_EXTRACT="3")}
     shards = workdir / "results" / "embeddings" / "sts" / KILLED_MODEL / "shards"
     with open(workdir / "killed-run.out", "w") as out:
@@ -242,6 +236,45 @@ def interrupted_run(tmp_path_factory) -> dict:
             "rerun": rerun.stdout + rerun.stderr,
         }
     return _RUNS["interrupted"]
+
+
+# --------------------------------------------------------------------------------------------------
+# What `snakemake` builds by default, without starting it (contextuality.workflow.run_files.RunFiles.final)
+
+# Each rule's outputs by the wildcards they carry (the files' names here are the rule's; RunFiles reads no name).
+_WILDCARDS = {
+    "figures": "", "summary": "", "report_pages": "", "table1": "", "wordnet": "", "sense_inventory": "",
+    "sense_usages": "", "context_diversity": "", "tagger": "", "sense_tags": "", "senses_figures": "",
+    "similarity_figures": "", "atlas": "", "corpus": "{corpus}", "words": "{corpus}", "sts_pairs": "{corpus}",
+    "similarity_rows": "{corpus}", "static_baseline_scores": "{baseline}", "model_figures": "{model}",
+    "static_scores": "{model}", "model_pages": "{corpus}/{model}", "measure_senses": "{corpus}/{model}",
+    "plan": "{corpus}/{model}", "manifest": "{corpus}/{model}", "combine_layers": "{corpus}/{model}",
+    "export_classic": "{corpus}/{model}", "similarity_sample": "{corpus}/{model}",
+    "similarity_model": "{corpus}/{model}", "measure_model": "{corpus}/{model}/{part}",
+    "device_layer": "{corpus}/{model}/{layer}", "measure_layer": "{corpus}/{model}/{layer}",
+    "extract": "{corpus}/{model}/{shard}", "layer_file": "{corpus}/{model}/{layer}",
+}  # fmt: skip
+RULES = types.SimpleNamespace(
+    **{name: types.SimpleNamespace(output=[f"{name}:{where}"]) for name, where in _WILDCARDS.items()}
+)
+
+
+def planned(config: dict) -> dict[str, list[str]]:
+    """The wildcards of every file ``config``'s run builds by default, by the rule that writes it: a model whose
+    layer count is in its config (random) has its layers' files, any other's wait for its build (a checkpoint)."""
+    from snakemake.exceptions import IncompleteCheckpointException
+
+    from contextuality.workflow.run_files import RunFiles
+    from contextuality.workflow.schema import load_settings
+
+    def unbuilt(model):
+        raise IncompleteCheckpointException(None, None)
+
+    by_rule: dict[str, list[str]] = {}
+    for target in RunFiles(load_settings(config), built_record=unbuilt).final(RULES):
+        name, _, where = target.partition(":")
+        by_rule.setdefault(name, []).append(where)
+    return by_rule
 
 
 # computed by the same numpy code on rows drawn on the host: the same bytes on either path (not

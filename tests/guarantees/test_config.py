@@ -9,6 +9,7 @@ that a mistake stops ``snakemake`` before any job, with one message and no trace
 from __future__ import annotations
 
 import copy
+import functools
 import re
 
 import pandas as pd
@@ -18,8 +19,18 @@ import yaml
 from conftest import load_model, materialise, run_snakemake, write_config
 from contextuality.corpus.words import WordIndexError, build_word_index
 from contextuality.workflow.checks import checked_settings
-from contextuality.workflow.schema import ConfigError, check_duplicate_keys
+from contextuality.workflow.schema import ConfigError, check_duplicate_keys, load_settings
 from workflow_runs import failure, smoke_config
+
+
+def _set(path: str, value):
+    """The mistake of giving the config's setting ``path`` (dotted: its sections, then its key) ``value``."""
+    *sections, key = path.split(".")
+
+    def mutate(config: dict) -> None:
+        functools.reduce(lambda node, name: node[name], sections, config)[key] = copy.deepcopy(value)
+
+    return mutate
 
 
 def _broken(mutate) -> dict:
@@ -57,39 +68,39 @@ ASSEMBLE = {"parts": "parts_*/data/model.gguf.part*", "sha256": "0" * 64, "then"
 
 CONFIG_CASES = {
     "unknown_key": (
-        lambda c: c["corpus"].update(yeers=[2012]),
+        _set("corpus.yeers", [2012]),
         "corpus: unknown key(s) 'yeers'; allowed: bundled_dir, dataset, group_column, hub_revisions, id_column, include_2012_train, max_sentences, name, path, revision, source, split, text_column, years",
     ),
     "unknown_model_field": (
-        lambda c: c["models"]["tiny-bert"].update(layers=4),
+        _set("models.tiny-bert.layers", 4),
         "models.tiny-bert: unknown key(s) 'layers'; allowed:",
     ),
     "wrong_type": (
-        lambda c: c["extraction"].update(batch_size="eight"),
+        _set("extraction.batch_size", "eight"),
         "extraction.batch_size: 'eight' has the wrong type; expected integer",
     ),
     "value_not_allowed": (
-        lambda c: c["extraction"].update(storage_dtype="float64"),
+        _set("extraction.storage_dtype", "float64"),
         "extraction.storage_dtype: 'float64' is not allowed; allowed: 'float16', 'float32'",
     ),
     "n_shards_below_one": (
-        lambda c: c["extraction"].update(n_shards=0),
+        _set("extraction.n_shards", 0),
         "extraction.n_shards: 0 is out of range; must be at least 1",
     ),
     "model_layers_below_one": (
-        lambda c: c["models"]["tiny-gpt2"].update(n_hidden_layers=0),
+        _set("models.tiny-gpt2.n_hidden_layers", 0),
         "models.tiny-gpt2.n_hidden_layers: 0 is out of range; must be at least 1",
     ),
     "model_without_source": (
-        lambda c: c["models"].update(bert={"id": "google-bert/bert-base-cased"}),
+        _set("models.bert", {"id": "google-bert/bert-base-cased"}),
         "models.bert: 'source' is a required property",
     ),
     "hub_model_without_revision": (
-        lambda c: c["models"].update(bert={"source": "hub", "id": "google-bert/bert-base-cased"}),
+        _set("models.bert", {"source": "hub", "id": "google-bert/bert-base-cased"}),
         "models.bert.revision: missing; a 'hub' model needs id, revision",
     ),
     "pypi_model_without_version": (
-        lambda c: c["models"].update(minilm={"source": "pypi", "package": "some-model-wheel"}),
+        _set("models.minilm", {"source": "pypi", "package": "some-model-wheel"}),
         "models.minilm.version: missing; a 'pypi' model needs package, version",
     ),
     # parts joined into one file: only a package's wheels ship them
@@ -101,23 +112,23 @@ CONFIG_CASES = {
         "remove it, or join the parts yourself and use a 'path' source",
     ),
     "assemble_with_a_short_sha256": (
-        lambda c: c["models"].update(m={**PARTS_MODEL, "assemble": {**ASSEMBLE, "sha256": "a5fd3b62"}}),
+        _set("models.m", {**PARTS_MODEL, "assemble": {**ASSEMBLE, "sha256": "a5fd3b62"}}),
         "models.m.assemble.sha256: 'a5fd3b62' is not a full sha256 digest; write all 64 lowercase hexadecimal digits",
     ),
     "assemble_with_an_uppercase_sha256": (
-        lambda c: c["models"].update(m={**PARTS_MODEL, "assemble": {**ASSEMBLE, "sha256": "A" * 64}}),
+        _set("models.m", {**PARTS_MODEL, "assemble": {**ASSEMBLE, "sha256": "A" * 64}}),
         "models.m.assemble.sha256: '" + "A" * 64 + "' is not a full sha256 digest",
     ),
     "assemble_without_then": (
-        lambda c: c["models"].update(m={**PARTS_MODEL, "assemble": {"parts": "p*/x.*", "sha256": "0" * 64}}),
+        _set("models.m", {**PARTS_MODEL, "assemble": {"parts": "p*/x.*", "sha256": "0" * 64}}),
         "models.m.assemble: 'then' is a required property",
     ),
     "assemble_then_not_allowed": (
-        lambda c: c["models"].update(m={**PARTS_MODEL, "assemble": {**ASSEMBLE, "then": "tar"}}),
+        _set("models.m", {**PARTS_MODEL, "assemble": {**ASSEMBLE, "then": "tar"}}),
         "models.m.assemble.then: 'tar' is not allowed; allowed: 'zip', 'gguf'",
     ),
     "assemble_parts_climbing_out": (
-        lambda c: c["models"].update(m={**PARTS_MODEL, "assemble": {**ASSEMBLE, "parts": "../../etc/*"}}),
+        _set("models.m", {**PARTS_MODEL, "assemble": {**ASSEMBLE, "parts": "../../etc/*"}}),
         "models.m.assemble.parts: '../../etc/*' is absolute or climbs out with '..'; write the glob relative to the "
         "unpacked wheels' root",
     ),
@@ -127,19 +138,19 @@ CONFIG_CASES = {
     ),
     # jsonschema alone counts 2.0 as an integer: it passed the schema, and the run failed later
     "integer_given_as_float": (
-        lambda c: c["extraction"].update(n_shards=2.0),
+        _set("extraction.n_shards", 2.0),
         "extraction.n_shards: 2.0 has the wrong type; expected integer (write 2, not 2.0)",
     ),
     "model_integer_given_as_float": (
-        lambda c: c["models"]["tiny-bert"].update(n_hidden_layers=2.0),
+        _set("models.tiny-bert.n_hidden_layers", 2.0),
         "models.tiny-bert.n_hidden_layers: 2.0 has the wrong type; expected integer",
     ),
     "nullable_integer_given_as_float": (
-        lambda c: c["corpus"].update(max_sentences=120.0),
+        _set("corpus.max_sentences", 120.0),
         "corpus.max_sentences: 120.0 has the wrong type; expected integer or null",
     ),
     "integer_or_all_given_as_float": (
-        lambda c: c["metrics"].update(intra_sentences=50.0),
+        _set("metrics.intra_sentences", 50.0),
         "metrics.intra_sentences: 50.0 is not allowed; expected integer at least 2 at most 2147483647 or 'all'",
     ),
     # passed the schema, and failed after the extraction (Table 1's clustering) without naming the seed
@@ -148,7 +159,7 @@ CONFIG_CASES = {
         "seed: 18446744073709551616 is out of range; must be at most 4294967295",
     ),
     "integer_beyond_its_range": (
-        lambda c: c["extraction"].update(threads=2**31),
+        _set("extraction.threads", 2**31),
         "extraction.threads: 2147483648 is out of range; must be at most 2147483647",
     ),
     # Python's `$` matches before a final newline: `^[A-Za-z0-9][A-Za-z0-9_-]*$` accepted "tiny\n"
@@ -157,22 +168,22 @@ CONFIG_CASES = {
         "models: model key 'tiny\\n' is not allowed; it names files and folders, so it must match",
     ),
     "device_ending_in_a_newline": (
-        lambda c: c["extraction"].update(device="cpu\n"),
+        _set("extraction.device", "cpu\n"),
         "extraction.device: 'cpu\\n' does not match the allowed pattern",
     ),
     "hub_revision_year_ending_in_a_newline": (
-        lambda c: c["corpus"].update(hub_revisions={"2012\n": "0" * 40}),
+        _set("corpus.hub_revisions", {"2012\n": "0" * 40}),
         "corpus.hub_revisions: unknown key(s) '2012\\n'; allowed keys match",
     ),
     # `2012: <hash>` unquoted is an integer key, and jsonschema's pattern ended in a TypeError traceback
     "hub_revision_year_unquoted": (
-        lambda c: c["corpus"].update(hub_revisions={2012: "0" * 40}),
+        _set("corpus.hub_revisions", {2012: "0" * 40}),
         "corpus.hub_revisions: the key 2012 is read by YAML as int, not text; allowed: keys as text (the years "
         "'2012' to '2016'); quote it: '2012':",
     ),
     # its scores went to results/static/baselines/../../elsewhere/evil.csv, outside the run
     "baseline_label_naming_a_path": (
-        lambda c: c["static"].update(baselines={"../../elsewhere/evil": "glove.txt"}),
+        _set("static.baselines", {"../../elsewhere/evil": "glove.txt"}),
         "static.baselines: baseline label '../../elsewhere/evil' is not allowed; it names files and folders",
     ),
     # results/static/baselines/ holds the baselines' scores: a model keyed so shares its folder
@@ -228,7 +239,7 @@ CONFIG_CASES = {
         "models.Baselines: 'Baselines' is a reserved name (results/static/baselines/ holds other files",
     ),
     "baseline_label_that_is_a_model_key": (
-        lambda c: c["static"].update(baselines={"tiny-bert": "glove.txt"}),
+        _set("static.baselines", {"tiny-bert": "glove.txt"}),
         "static.baselines.tiny-bert: 'tiny-bert' is also a model key; Table 1 would show two rows of that name",
     ),
     # a BERT fed the paper's GPT-2 input: no [CLS]/[SEP], most words read at another word's position
@@ -338,19 +349,7 @@ def test_a_value_nested_in_command_line_config_names_the_yaml_overlay_that_gives
         "the default config, --configfile config/config.yaml mine.yaml)"
     )
     assert "--config" not in _problems(config)  # the same string from a YAML file: no word of --config
-    # the real command line, as a user types it (a dry run: the check runs before any job either way)
-    result = run_snakemake(
-        tmp_path,
-        "-n",
-        "--cores",
-        "1",
-        "--config",
-        "extraction={batch_size: 32}",
-        configfile=write_config(tmp_path / "config.yaml", smoke_config()),
-    )
-    assert result.returncode != 0 and "as a string: put it in a YAML file" in result.stdout + result.stderr, failure(
-        result
-    )
+    # the real command line, as a user types it: tests/test_prerun.py (a nested command-line value)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -638,9 +637,15 @@ def test_half_precision_where_no_job_can_have_a_gpu_stops_the_run_before_any_job
     config = smoke_config(extraction={"device": "auto", "compute_dtype": "float16"})
     output = _stops_before_any_job(tmp_path, config)
     assert HALF_PRECISION_WITHOUT_A_GPU in output, output
-    for resources in (["--resources", "gpu=1"], ["--set-resources", "extract:gpu=1"]):
-        result = run_snakemake(tmp_path, "-n", "--cores", "1", *resources, configfile=tmp_path / "config.yaml")
-        assert result.returncode == 0 and "rule extract:" in result.stdout, failure(result)
+    from types import SimpleNamespace
+
+    from contextuality.workflow.gpus import GpuPolicy
+    from contextuality.workflow.prerun import check_before_jobs
+
+    settings = load_settings(config)
+    given = {"extract": {"gpu": SimpleNamespace(value=1)}}
+    for gpus in (GpuPolicy(settings, local=1, given=True), GpuPolicy(settings, local=0, overwrite=given)):
+        check_before_jobs(settings, gpus, None)  # --resources gpu=1, --set-resources extract:gpu=1: planned
 
 
 def test_a_malformed_release_file_of_a_second_corpus_stops_the_run_before_any_job(tmp_path):

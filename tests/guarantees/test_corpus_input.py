@@ -11,23 +11,11 @@ import h5py
 import pandas as pd
 import pytest
 
-from conftest import STS_DIR, extract_planned, load_model, materialise, run_snakemake, write_config
-from contextuality.corpus.sts import CorpusError, ReleaseFiles, build_corpus, read_release, write_bundled_pairs
+from conftest import STS_DIR, extract_planned, load_model, materialise, run_snakemake, write_config, write_sts_release
+from contextuality.corpus.sts import CorpusError, build_corpus, read_release, write_bundled_pairs
 from contextuality.corpus.words import build_word_index, word_table
 from contextuality.extraction.alignment import AlignmentError
 from workflow_runs import failure, smoke_config
-
-
-def _release(root, year, input_text: bytes, gold_text: bytes, domain="toy") -> ReleaseFiles:
-    folder = root / str(year) / "test"
-    folder.mkdir(parents=True, exist_ok=True)
-    prefix = "STS2016" if year == 2016 else "STS"
-    (folder / f"{prefix}.input.{domain}.txt").write_bytes(input_text)
-    (folder / f"{prefix}.gs.{domain}.txt").write_bytes(gold_text)
-    return ReleaseFiles(
-        year, "test", domain, folder / f"{prefix}.input.{domain}.txt", folder / f"{prefix}.gs.{domain}.txt"
-    )
-
 
 ERROR_CASES = {
     "missing_tab": (
@@ -107,16 +95,16 @@ ERROR_CASES = {
 def test_malformed_release_file_is_an_error_naming_file_and_line(tmp_path, case):
     year, input_text, gold_text, message = ERROR_CASES[case]
     with pytest.raises(CorpusError, match=message):
-        read_release(_release(tmp_path, year, input_text, gold_text))
+        read_release(write_sts_release(tmp_path, year, input_text, gold_text))
 
 
 def test_gold_scores_at_the_ends_of_the_range_are_accepted(tmp_path):
-    pairs, _ = read_release(_release(tmp_path, 2014, b"a\tb\nc\td\n", b"0\n5.000\n"))
+    pairs, _ = read_release(write_sts_release(tmp_path, 2014, b"a\tb\nc\td\n", b"0\n5.000\n"))
     assert [pair["score"] for pair in pairs] == [0.0, 5.0]
 
 
 def test_documented_2016_source_columns_are_accepted_and_ignored(tmp_path):
-    pairs, _ = read_release(_release(tmp_path, 2016, b"a b\tc d\tsource one\tsource two\n", b"3\n"))
+    pairs, _ = read_release(write_sts_release(tmp_path, 2016, b"a b\tc d\tsource one\tsource two\n", b"3\n"))
     assert (pairs[0]["sentence1"], pairs[0]["sentence2"]) == ("a b", "c d")
 
 
@@ -142,11 +130,11 @@ def test_malformed_release_file_stops_the_run_before_any_job_with_file_and_line_
 
 def test_byte_order_mark_at_the_start_of_a_release_file_is_not_part_of_the_first_word(tmp_path):
     bom = codecs.BOM_UTF8
-    pairs, _ = read_release(_release(tmp_path, 2014, bom + b"The dog runs.\tA cat sleeps.\n", b"3.5\n"))
+    pairs, _ = read_release(write_sts_release(tmp_path, 2014, bom + b"The dog runs.\tA cat sleeps.\n", b"3.5\n"))
     assert pairs[0]["sentence1"] == "The dog runs."  # was '\ufeffThe dog runs.'
     first = word_table(pd.DataFrame({"sentence_id": [0], "text": [pairs[0]["sentence1"]]}))
     assert first["word"].tolist()[:2] == ["The", "dog"]
-    pairs, _ = read_release(_release(tmp_path, 2015, b"a\tb\n", bom + b"3.5\n"))  # in a gold file: a number
+    pairs, _ = read_release(write_sts_release(tmp_path, 2015, b"a\tb\n", bom + b"3.5\n"))  # in a gold file: a number
     assert pairs[0]["score"] == 3.5
 
 
@@ -170,7 +158,7 @@ def odd_corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("odd")
     sts = root / "sts"
     for domain in ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"):
-        _release(
+        write_sts_release(
             sts,
             2014,
             ODD_INPUT if domain == "deft-forum" else b"x y\tz w\n",

@@ -17,14 +17,12 @@ from conftest import (
     STS_DIR,
     extract_planned,
     gather_layers,
-    load_model,
-    materialise,
     measure_model,
     measure_settings,
+    random_model_on,
     run_command,
 )
 from contextuality.corpus.sts import read_release, release_files
-from contextuality.corpus.words import word_index, word_table
 from contextuality.extraction.plan import build_occurrences
 from contextuality.store.files import open_complete
 from workflow_runs import KILLED_MODEL
@@ -116,13 +114,7 @@ TEXTS = [
 def two_batch_sizes(tmp_path_factory):
     """The same model and sentences extracted and measured with batch size 1 and 8."""
     root = tmp_path_factory.mktemp("batch")
-    sentences = pd.DataFrame({"sentence_id": range(len(TEXTS)), "text": TEXTS})
-    sentences.to_parquet(root / "sentences.parquet")
-    words = word_table(sentences)
-    index = word_index(words, sentences, min_occurrences=2, count="occurrences")
-    spec = {"source": "random", "architecture": "gpt2", "n_hidden_layers": 2, "hidden_size": 32, "vocab_size": 200}
-    record = materialise("m", spec, root / "model", sentences_parquet=root / "sentences.parquet", seed=5)
-    loaded = load_model(record, root / "model" / "model", spec)
+    sentences, words, index, loaded = random_model_on(TEXTS, root, "gpt2", vocab_size=200)
     runs = {}
     for batch_size in (1, 8):
         out = root / f"batch{batch_size}"

@@ -26,6 +26,12 @@ from workflow_runs import failure, smoke_audit, smoke_config, smoke_config_path
 TEXTS = ["The dog runs.", "A cat sleeps on the mat.", "The dog sleeps."]
 
 
+def _extract_shard(loaded, plan, path, storage_dtype: str, disk_factor: float):
+    """The tiny model's shard of ``plan`` written to ``path``: the first piece of each word, batches of 2, on the CPU."""
+    return extract_shard(loaded, plan, path, pooling="first", batch_size=2, storage_dtype=storage_dtype, device="cpu",
+                         disk_factor=disk_factor, attrs={})  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "dtype, ways",
     [
@@ -56,17 +62,7 @@ def test_extraction_that_does_not_fit_on_disk_stops_with_the_numbers_before_writ
     plan = plan_model(loaded, sentences, words, indexing="word", tokenization="natural", policy="truncate")
     needed = len(plan.units) * 2 * 16 * (4 if dtype == "float32" else 2)  # units x layers (input + 1) x dims x bytes
     with pytest.raises(DiskSpaceError) as caught:
-        extract_shard(
-            loaded,
-            plan,
-            out / "shard.h5",
-            pooling="first",
-            batch_size=2,
-            storage_dtype=dtype,
-            device="cpu",
-            disk_factor=1.5,
-            attrs={},
-        )
+        _extract_shard(loaded, plan, out / "shard.h5", dtype, disk_factor=1.5)
     assert str(caught.value) == (
         f"not enough disk for {out / 'shard.h5'}: it needs {diskspace._size(needed)} x margin 1.5 "
         f"(extraction.min_free_disk_factor) = {diskspace._size(needed * 1.5)}, and 1.00 kB are free; {ways}"
@@ -138,17 +134,7 @@ def test_a_disk_that_fills_mid_write_gives_one_line_and_leaves_nothing(tmp_path,
     out.mkdir(parents=True)
     needed = len(plan.units) * 2 * 16 * 4
     with pytest.raises(DiskFullError) as caught:
-        extract_shard(
-            loaded,
-            plan,
-            out / "shard_0.h5",
-            pooling="first",
-            batch_size=2,
-            storage_dtype="float32",
-            device="cpu",
-            disk_factor=1.0,
-            attrs={},
-        )
+        _extract_shard(loaded, plan, out / "shard_0.h5", "float32", disk_factor=1.0)
     message = str(caught.value)
     assert message.startswith(
         f"{out / 'shard_0.h5'}: the disk filled up while writing it: it needs {needed:,} bytes and "

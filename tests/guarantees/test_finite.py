@@ -186,6 +186,15 @@ def scratch(smoke_run, tmp_path) -> Path:
     return workdir
 
 
+def _ended_with_one_line(result, line: str, log: Path) -> None:
+    """The run failed, and its job's ``line`` (a regex) stands in the terminal's output and in the job's ``log``,
+    with no traceback."""
+    assert result.returncode != 0, failure(result)
+    assert re.search(line, result.stderr), failure(result)
+    text = log.read_text()
+    assert re.search(line, text) and "Traceback" not in text, text
+
+
 @pytest.mark.slow
 def test_a_nan_in_a_shard_ends_the_measure_layer_job_with_one_line(scratch):
     shard = scratch / EMBEDDINGS / "shards" / "shard_1.h5"
@@ -196,14 +205,11 @@ def test_a_nan_in_a_shard_ends_the_measure_layer_job_with_one_line(scratch):
     result = run_snakemake(
         scratch, target, "--cores", "1", "--forcerun", "measure_layer", configfile=smoke_config_path()
     )
-    assert result.returncode != 0, failure(result)
     line = (
         rf"{EMBEDDINGS}/layers/layer_02\.h5: layer 2, row {row} \(sentence \d+(, word '[^']+')?\) holds nan \(1 of "
         r"the layer's \d+ rows hold NaN or infinity\); the measures need finite vectors: delete the model's shards"
     )
-    assert re.search(line, result.stderr), failure(result)
-    log = (scratch / "logs" / "measure_layer" / "sts" / MODEL / "layer_02.log").read_text()
-    assert re.search(line, log) and "Traceback" not in log, log
+    _ended_with_one_line(result, line, scratch / "logs" / "measure_layer" / "sts" / MODEL / "layer_02.log")
 
 
 @pytest.mark.slow
@@ -213,12 +219,9 @@ def test_a_nan_from_the_model_ends_the_extraction_job_with_one_line_and_keeps_no
     target = EMBEDDINGS / "shards" / "shard_0.h5"
     result = run_snakemake(scratch, str(target), "--cores", "1", "--forcerun", "extract", configfile=smoke_config_path(),
                            env=hook_env(GUARANTEES_SCALE_ACTIVATIONS="nan"))  # fmt: skip
-    assert result.returncode != 0, failure(result)
     line = (
         rf"{target}: model '{MODEL}', shard 0, layer 0, sentence \d+ \(unit '[^']+', row 0 of the shard\): the "
         r"vector holds nan from the model's forward pass; nothing was stored"
     )
-    assert re.search(line, result.stderr), failure(result)
-    log = (scratch / "logs" / "extract" / "sts" / MODEL / "shard_0.log").read_text()
-    assert re.search(line, log) and "Traceback" not in log, log
+    _ended_with_one_line(result, line, scratch / "logs" / "extract" / "sts" / MODEL / "shard_0.log")
     assert not (scratch / target).exists() and not list((scratch / target).parent.glob(".shard_0.tmp-*"))

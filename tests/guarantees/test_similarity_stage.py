@@ -13,8 +13,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import extract_planned, gather_layers, job_counts, load_model, materialise, run_snakemake, write_config
-from contextuality.corpus.words import word_index, word_table
+from conftest import (
+    extract_planned,
+    gather_layers,
+    job_counts,
+    random_model_on,
+    run_snakemake,
+    write_config,
+)
 from contextuality.measure.similarity import join as joined
 from contextuality.measure.similarity import tables
 from contextuality.measure.similarity.sample import gather, gather_from_store, write_sample
@@ -126,13 +132,7 @@ TEXTS = [
 
 
 def test_a_subword_models_mean_pooled_pieces_are_its_word_rows_to_float16_rounding(tmp_path):
-    sentences = pd.DataFrame({"sentence_id": range(len(TEXTS)), "text": TEXTS})
-    sentences.to_parquet(tmp_path / "sentences.parquet")
-    words = word_table(sentences)
-    index = word_index(words, sentences, min_occurrences=2, count="occurrences")
-    spec = {"source": "random", "architecture": "bert", "n_hidden_layers": 2, "hidden_size": 32, "vocab_size": 120}
-    record = materialise("m", spec, tmp_path / "model", sentences_parquet=tmp_path / "sentences.parquet", seed=5)
-    loaded = load_model(record, tmp_path / "model" / "model", spec)
+    sentences, words, index, loaded = random_model_on(TEXTS, tmp_path, "bert", vocab_size=120)
     stores = {}
     for name, indexing in (("sub", "subword"), ("word", "word")):
         out = tmp_path / name

@@ -17,6 +17,7 @@ from contextuality.measure.reference.exact_baseline import exact_baseline
 from contextuality.measure.reference.postprocess import abtt
 from contextuality.measure.reference.word_pcs import pc_stats_by_word
 from contextuality.paper import MIN_BASELINE_VECTORS
+from contextuality.report.claims import EXACT_COLUMNS
 from contextuality.store.files import StoreError
 from contextuality.store.reader import read_layer
 from test_data_contract import contract
@@ -364,13 +365,7 @@ def test_a_layer_drawing_fewer_than_100_baseline_vectors_reports_its_sampled_bas
     settings = measure_settings(seed=5, intra_sentences=20, baseline_samples=30, bootstrap_resamples=0, geometry=False)
     row = layer_job.measure_layer(paths[2], 2, occurrences, settings, model="fake").row
     assert row["n_baseline_vectors"] == 30 < MIN_BASELINE_VECTORS
-    for column in (
-        "baseline_cosine",
-        "baseline_mev",
-        "adjusted_self_similarity",
-        "adjusted_intra_sentence",
-        "adjusted_mev",
-    ):
+    for column in EXACT_COLUMNS:  # the sampled baselines and the values adjusted by them, each with its exact twin
         assert np.isnan(row[column]), column
     for column in ("baseline_cosine_exact", "baseline_mev_exact", "adjusted_self_similarity_exact", "self_similarity"):
         assert np.isfinite(row[column]), column

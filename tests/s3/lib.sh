@@ -1,5 +1,5 @@
-# Sourced by tests/s3/run.sh, tests/slurm/run.sh, tests/kubernetes/run.sh and tests/reference_run.sh: a moto S3 server on loopback, the smoke configs,
-# the local reference run. Needs PY (the venv's python), PROJECT, WORK and say().
+# Sourced by tests/s3/run.sh, tests/slurm/run.sh, tests/kubernetes/run.sh and tests/reference_run.sh: a moto S3
+# server on loopback, the smoke configs, the local reference run. Needs PY (the venv's python), PROJECT, WORK, say().
 
 # moto's S3 server on 127.0.0.1 and a free port; MOTO_PID and MOTO_URL are set, its log is $WORK/moto.log.
 start_moto() {
@@ -81,6 +81,18 @@ start_local_run() {
     local_run "$LOCAL" &
   fi
   LOCAL_PID=$!
+}
+
+# Wait for the run under test (NAME PID LOG) and the local reference run; a failed one: its log's tail, exit 1.
+wait_beside_local_run() {
+  local name=$1 pid=$2 log=$3 rc local_rc
+  set +e
+  wait "$pid"; rc=$?
+  wait "$LOCAL_PID"; local_rc=$?; LOCAL_PID=""
+  set -e
+  say "$name run exit $rc, local run exit $local_rc"
+  if [ "$rc" != 0 ]; then tail -60 "$log"; exit 1; fi
+  if [ "$local_rc" != 0 ]; then tail -60 "$LOCAL.log"; exit 1; fi
 }
 
 # Nothing but Snakemake's own folder and the config in the submitting work folder: every output went to the bucket.

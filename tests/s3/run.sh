@@ -37,7 +37,7 @@ trap "exit 143" TERM INT   # so that a stopped test still cleans up
 
 if ! "$PY" -c "import snakemake_storage_plugin_s3, moto" 2>/dev/null; then
   say "installing snakemake-storage-plugin-s3 and moto[server] into $VENV"
-  "$PY" -m pip install --quiet "$PROJECT[s3test]" -c "$PROJECT/envs/constraints.txt" 2>&1 | grep -v "^WARNING: Location" || true
+  "$PY" -m pip install --quiet -e "$PROJECT[s3test]" -c "$PROJECT/envs/constraints.txt" 2>&1 | grep -v "^WARNING: Location" || true
   "$PY" -c "import snakemake_storage_plugin_s3, moto"
 fi
 
@@ -57,13 +57,8 @@ say "S3 run: --shared-fs-usage none --default-storage-provider s3 against $MOTO_
 S3_PID=$!
 say "local reference run (background)"
 start_local_run
-set +e
-wait "$S3_PID"; S3_RC=$?; S3_PID=""
-wait "$LOCAL_PID"; LOCAL_RC=$?; LOCAL_PID=""
-set -e
-say "S3 run exit $S3_RC, local run exit $LOCAL_RC"
-if [ "$S3_RC" != 0 ]; then tail -60 "$WORK/s3.log"; exit 1; fi
-if [ "$LOCAL_RC" != 0 ]; then tail -60 "$LOCAL.log"; exit 1; fi
+wait_beside_local_run S3 "$S3_PID" "$WORK/s3.log"
+S3_PID=""
 
 check_workdir_clean "$WORK/remote"
 "$PY" "$HERE/bucket.py" get "$MOTO_URL" "$BUCKET" "$WORK/bucket"

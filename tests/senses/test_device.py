@@ -66,6 +66,7 @@ def test_a_sense_job_given_little_memory_plans_several_groups_and_the_same_table
     from contextuality.models.heads import output_head_or_reason
     from contextuality.senses import memory
     from contextuality.senses.device import MODELS_LOADED, measure_senses_on_device
+    from contextuality.senses.job import SenseJob
 
     settings = load_settings(json.loads(json.dumps(smoke_config(**DEVICE_SMOKE))))
     monkeypatch.chdir(smoke_run)
@@ -80,10 +81,12 @@ def test_a_sense_job_given_little_memory_plans_several_groups_and_the_same_table
         beside = device_plan.held_bytes(record["weights_bytes"], MODELS_LOADED) + memory.work_bytes(rows, d)
         beside += job_reserve(list(plans), shard, d=d, n_layers=record["n_layers"], on_cuda=False, layer_measures=False)
         job_memory_mb = -(-(beside + layer_bytes) // device_plan.MB)
+        job = SenseJob(
+            paths, settings.senses, settings.seed, model, partial(output_head_or_reason, record, paths.model)
+        )
         table, words, figures = measure_senses_on_device(
-            paths, settings.senses, seed=settings.seed, model=model, shard=shard, device="cpu", memory_fraction=0.9,
-            job_memory_mb=job_memory_mb, head_loader=partial(output_head_or_reason, record, paths.model),
-        )  # fmt: skip
+            job, shard=shard, device="cpu", memory_fraction=0.9, job_memory_mb=job_memory_mb
+        )
         assert len(figures["groups"]) > 1 and max(map(len, figures["groups"])) <= most, figures["groups"]
         assert [layer for group in figures["groups"] for layer in group] == list(range(record["n_layers"]))
         expected = (smoke_run / layout.path(layout.SENSE_LAYERS, corpus="sts", model=model)).read_text()
@@ -92,6 +95,6 @@ def test_a_sense_job_given_little_memory_plans_several_groups_and_the_same_table
         pd.testing.assert_frame_equal(words, stored, check_exact=True)
         with pytest.raises(device_plan.DeviceMemoryError, match=r"mem_mb.*--set-resources"):
             measure_senses_on_device(
-                paths, settings.senses, seed=settings.seed, model=model, shard=shard, device="cpu",
+                SenseJob(paths, settings.senses, settings.seed, model), shard=shard, device="cpu",
                 memory_fraction=0.9, job_memory_mb=beside // device_plan.MB - 1,
             )  # fmt: skip

@@ -9,9 +9,9 @@ import pytest
 
 from contextuality.report.senses import FAILS, HOLDS, NA, sense_claims
 from contextuality.senses.job import sts_occurrences, usage_row_numbers
-from contextuality.senses.output_layer import token_ids_of
+from contextuality.senses.output.layer import token_ids_of
 from contextuality.senses.rows import Rows
-from contextuality.senses.sts_measures import self_similarity_by_form, word_seed
+from contextuality.senses.sts.measures import self_similarity_by_form, word_seed
 
 
 def test_self_similarity_by_form_is_the_brute_force_mean_over_ordered_pairs():

@@ -27,6 +27,7 @@ WORK="$(mktemp -d /tmp/contextuality-slurm.XXXXXX)"
 LOCAL_PID=""
 SLURM_PID=""
 say() { echo "[slurm-test $(( $(date +%s) - START ))s] $*"; }
+source "$PROJECT/tests/s3/lib.sh"   # the local reference run and the wait beside it
 
 cleanup() {
   rc=$?
@@ -73,13 +74,8 @@ say "SLURM run: --profile profiles/slurm --workflow-profile none (background)"
 SLURM_PID=$!
 say "local reference run (background)"
 start_local_run
-set +e
-wait "$SLURM_PID"; SLURM_RC=$?; SLURM_PID=""
-wait "$LOCAL_PID"; LOCAL_RC=$?; LOCAL_PID=""
-set -e
-say "SLURM run exit $SLURM_RC, local run exit $LOCAL_RC"
-if [ "$SLURM_RC" != 0 ]; then tail -60 "$WORK/slurm.log"; exit 1; fi
-if [ "$LOCAL_RC" != 0 ]; then tail -60 "$LOCAL.log"; exit 1; fi
+wait_beside_local_run SLURM "$SLURM_PID" "$WORK/slurm.log"
+SLURM_PID=""
 
 # --- every non-local job went through sbatch -------------------------------------------------------
 RUN=$(grep -oP 'SLURM run ID: \K\S+' "$WORK/slurm.log" | head -1)

@@ -10,7 +10,7 @@ rule sts_pairs:
     # The bundled release files, parsed strictly into the JSON-lines form the `datasets` json builder loads.
     # Each file it reads is an input too: the folder's time does not change when a file inside is edited.
     input:
-        unpack(sts_release_inputs),
+        unpack(FILES.sts_release_inputs),
     output:
         pairs=layout.STS_PAIRS,
     log:
@@ -31,7 +31,7 @@ rule corpus:
     # (corpus.sources), with the STS corpus's cleaning, stable ids and a record of its inputs' digests.
     # A path a rule makes (the WordNet glosses) is made first.
     input:
-        unpack(corpus_inputs),
+        unpack(FILES.corpus_inputs),
     output:
         sentences=layout.SENTENCES,
         record=layout.CORPUS_RECORD,

@@ -46,9 +46,9 @@ rule extract:
         "../../envs/models.yaml"
     threads: SETTINGS.extraction.threads
     resources:
-        gpu=gpus_per_shard,
-        mem_mb=extraction_mem_mb,
-        runtime=extraction_runtime_min,
+        gpu=GPUS.per_shard,
+        mem_mb=JOBS.extraction_mem_mb,
+        runtime=JOBS.extraction_runtime_min,
     params:
         # only what changes the stored vectors, so toggling e.g. export_classic, or lowering max_batch_tokens after
         # one shard ran out of memory, re-extracts nothing; and what of the batches changes a shard (batch_params)
@@ -62,7 +62,7 @@ rule manifest:
     # The model's manifest: every shard's rows checked against the plan's units, and its provenance (weights,
     # plan files, shard settings) against source.json, the plan and the settings; the vectors stay in the shards.
     input:
-        shards=expand_shards(layout.SHARD),
+        shards=FILES.expand_shards(layout.SHARD),
         record=rules.materialise_model.output.record,
         tokens=rules.plan.output.tokens,
         units=rules.plan.output.units,
@@ -84,7 +84,7 @@ rule layer_file:
     # A few kB: HDF5 virtual dataset over the shards' layer_{layer} datasets, plus offsets and attributes
     # (the shards' provenance, checked against the manifest's).
     input:
-        shards=expand_shards(layout.SHARD),
+        shards=FILES.expand_shards(layout.SHARD),
         manifest=rules.manifest.output.manifest,
     output:
         layer=layout.LAYER_FILE,
@@ -99,8 +99,8 @@ rule layer_file:
 rule export_classic:
     # Opt-in (extraction.export_classic): the layout of the paper's code and allennlp's `elmo` command.
     input:
-        layers=every_layer(layout.LAYER_FILE),
-        shards=expand_shards(layout.SHARD),
+        layers=FILES.every_layer(layout.LAYER_FILE),
+        shards=FILES.expand_shards(layout.SHARD),
         manifest=rules.manifest.output.manifest,
         occurrences=rules.plan.output.occurrences,
         sentences=layout.SENTENCES,
@@ -118,4 +118,4 @@ rule export_classic:
 rule store:
     # Target: every model's store of every configured corpus (its shards, manifest and layer files), whether or not the run's measures read it.
     input:
-        store_files,
+        FILES.store_files,

@@ -19,7 +19,7 @@ rule download_model:
     conda:
         "../../envs/models.yaml"
     params:
-        download=model_params(lambda model: model.build.download),
+        download=PARAMS.model(lambda model: model.build.download),
     script:
         "../scripts/download_model.py"
 
@@ -27,17 +27,24 @@ rule download_model:
 checkpoint materialise_model:
     # A checkpoint: the model's layer count, read from its source.json, decides the layer files.
     input:
-        download=download_for_model,
+        download=FILES.download_for_model,
         # only a model built from the corpus (random: its tokenizer is trained on the sentences) needs it
-        sentences=branch(needs_corpus_for_model, then=layout.path(layout.SENTENCES, corpus=MAIN_CORPUS), otherwise=[]),
+        sentences=branch(
+            FILES.needs_corpus_for_model, then=layout.path(layout.SENTENCES, corpus=MAIN_CORPUS), otherwise=[]
+        ),
     output:
         model=layout.MODEL_FOLDER,
         record=layout.MODEL_RECORD,
     log:
         layout.MATERIALISE_MODEL_LOG,
+    benchmark:
+        layout.MATERIALISE_MODEL_BENCHMARK
     conda:
         "../../envs/models.yaml"
+    resources:
+        mem_mb=JOBS.materialise_mem_mb,
+        runtime=JOBS.materialise_runtime_min,
     params:
-        build=model_params(lambda model: model.build),
+        build=PARAMS.model(lambda model: model.build),
     script:
         "../scripts/materialise_model.py"

@@ -28,7 +28,7 @@ rule figures:
         "../../envs/analysis.yaml"
     params:
         models=MODELS,
-        labels=inert_json(MODEL_LABELS),
+        labels=inert_json(PARAMS.model_labels),
         x_axis=SETTINGS.figures.x_axis,
     script:
         "../scripts/figures.py"
@@ -59,7 +59,7 @@ rule model_figures:
     conda:
         "../../envs/analysis.yaml"
     params:
-        label=lambda wildcards: inert_json(MODEL_LABELS[wildcards.model]),
+        label=lambda wildcards: inert_json(PARAMS.model_labels[wildcards.model]),
         x_axis=SETTINGS.figures.x_axis,
     script:
         "../scripts/model_figures.py"
@@ -89,9 +89,9 @@ rule summary:
         "../../envs/analysis.yaml"
     params:
         models=MODELS,
-        labels=inert_json(MODEL_LABELS),
-        paper_models=STANDS_FOR,
-        sources=inert_json(MODEL_SOURCES),
+        labels=inert_json(PARAMS.model_labels),
+        paper_models=PARAMS.stands_for,
+        sources=inert_json(PARAMS.model_sources),
         # each model's training (claim A3 names a sentence encoder's trained last layer)
         trainings={key: model.training for key, model in SETTINGS.models.items()},
     script:
@@ -120,7 +120,7 @@ rule table1:
         "../../envs/analysis.yaml"
     params:
         # display names are applied here, so renaming a model re-scores nothing
-        labels=inert_json(MODEL_LABELS),
+        labels=inert_json(PARAMS.model_labels),
     script:
         "../scripts/table1.py"
 
@@ -177,6 +177,6 @@ rule model_pages:
     conda:
         "../../envs/analysis.yaml"
     params:
-        label=lambda wildcards: inert_json(MODEL_LABELS[wildcards.model]),
+        label=lambda wildcards: inert_json(PARAMS.model_labels[wildcards.model]),
     script:
         "../scripts/report_pages.py"

@@ -4,7 +4,7 @@
 # study's corpus (one job per model, reading both corpora's layer files, or on the device path computing them
 # from both corpora's plans), drawn across models.
 from contextuality.senses.combine import SENSE_FIGURES
-from contextuality.senses.wordnet import WORDNET_FILES
+from contextuality.senses.lexicon.wordnet import WORDNET_FILES
 
 
 localrules:
@@ -69,7 +69,7 @@ rule sense_usages:
     # same-form pairs, and the second corpus (sentences, spaCy words, the target words as its index). With
     # senses.usages.source: wsd_xml, the instances of a sense-tagged corpus in the WSD evaluation format instead.
     input:
-        **usage_source_inputs(),
+        **FILES.usage_source_inputs(),
         record=rules.wordnet.output.record,
         wordnet=rules.wordnet.output.files,
         inventory=rules.sense_inventory.output.inventory,
@@ -152,7 +152,7 @@ rule measure_senses:
     # over both corpora's plans, in groups of layers that fit its device (or, on torch's CPU backend, its mem_mb).
     input:
         # from the store only: every layer file, shard and manifest of both corpora
-        **store_sense_inputs(),
+        **FILES.store_sense_inputs(),
         occurrences=layout.OCCURRENCES,
         units=layout.UNITS,
         tokens=layout.TOKENS,
@@ -180,11 +180,11 @@ rule measure_senses:
         "../../envs/senses.yaml"
     threads: SETTINGS.extraction.threads if SETTINGS.metrics.device.on_device else 1
     resources:
-        mem_mb=device_senses_mem_mb if SETTINGS.metrics.device.on_device else whole_layer_mem_mb,
-        gpu=gpus_for_device_senses,
+        mem_mb=JOBS.senses_mem_mb,
+        gpu=GPUS.device_senses,
     params:
         # on the device path (none from the store): what changes the rows its forward passes make, as measure_model's
-        **device_sense_params(),
+        **PARAMS.device_senses(),
         senses=as_params(SETTINGS.senses),
         seed=SETTINGS.seed,
         allow_pickle=lambda wildcards: SETTINGS.models[wildcards.model].build.download.allow_pickle,
@@ -212,7 +212,7 @@ rule senses_figures:
         "../../envs/analysis.yaml"
     params:
         models=MODELS,
-        labels=inert_json(MODEL_LABELS),
+        labels=inert_json(PARAMS.model_labels),
         x_axis=SETTINGS.figures.x_axis,
     script:
         "../scripts/senses_figures.py"

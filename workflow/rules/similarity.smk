@@ -32,7 +32,7 @@ rule similarity_sample:
     # A model's rows of the sample, every layer: gathered from the store (each layer file read once, checked
     # against the manifest), or joined from what measure_model gathered on the device (metrics.on_device).
     input:
-        unpack(similarity_sample_inputs),
+        unpack(FILES.similarity_sample_inputs),
         rows=rules.similarity_rows.output.rows,
     output:
         sample=layout.SIMILARITY_SAMPLE,
@@ -43,7 +43,7 @@ rule similarity_sample:
     conda:
         "../../envs/analysis.yaml"
     params:
-        pooling=similarity_pooling,
+        pooling=PARAMS.similarity_pooling,
         max_rows=SETTINGS.similarity.max_rows,
     script:
         "../scripts/similarity_sample.py"
@@ -66,10 +66,10 @@ rule similarity_model:
         "../../envs/device.yaml"
     threads: SETTINGS.extraction.threads
     resources:
-        gpu=gpus_for_device_measure,
-        mem_mb=lambda wildcards, input, attempt: similarity_mem_mb([input.sample], attempt),
+        gpu=GPUS.device_measure,
+        mem_mb=lambda wildcards, input, attempt: JOBS.similarity_mem_mb([input.sample], attempt),
     params:
-        similarity=SIMILARITY_PARAMS,
+        similarity=PARAMS.similarity,
         seed=SETTINGS.seed,
         memory_mb=SETTINGS.metrics.measure.memory_mb,
     script:
@@ -95,10 +95,10 @@ rule similarity_pair:
         "../../envs/device.yaml"
     threads: SETTINGS.extraction.threads
     resources:
-        gpu=gpus_for_device_measure,
-        mem_mb=lambda wildcards, input, attempt: similarity_mem_mb(input.samples, attempt),
+        gpu=GPUS.device_measure,
+        mem_mb=lambda wildcards, input, attempt: JOBS.similarity_mem_mb(input.samples, attempt),
     params:
-        similarity=SIMILARITY_PARAMS,
+        similarity=PARAMS.similarity,
         seed=SETTINGS.seed,
         memory_mb=SETTINGS.metrics.measure.memory_mb,
     script:
@@ -109,7 +109,10 @@ rule similarity_figures:
     # The study corpus's heat maps: each model's layers against each other, and each pair of models.
     input:
         within=expand(layout.SIMILARITY_LAYERS, corpus=MAIN_CORPUS, model=MODELS),
-        pairs=[layout.path(layout.SIMILARITY_PAIR, corpus=MAIN_CORPUS, model_a=a, model_b=b) for a, b in MODEL_PAIRS],
+        pairs=[
+            layout.path(layout.SIMILARITY_PAIR, corpus=MAIN_CORPUS, model_a=a, model_b=b)
+            for a, b in PARAMS.model_pairs
+        ],
     output:
         **{
             f"{model}_{ext}": layout.path(layout.MODEL_FIGURE, model=model, name="similarity", ext=ext)
@@ -136,7 +139,7 @@ rule similarity_figures:
         "../../envs/analysis.yaml"
     params:
         models=MODELS,
-        labels=inert_json(MODEL_LABELS),
+        labels=inert_json(PARAMS.model_labels),
     script:
         "../scripts/similarity_figures.py"
 
@@ -152,7 +155,10 @@ rule atlas:
         senses=expand(layout.SENSE_LAYERS, corpus=MAIN_CORPUS, model=MODELS) if SETTINGS.senses.enabled else [],
         claims=layout.path(layout.TABLE, name="claims", ext="csv"),
         within=expand(layout.SIMILARITY_LAYERS, corpus=MAIN_CORPUS, model=MODELS),
-        pairs=[layout.path(layout.SIMILARITY_PAIR, corpus=MAIN_CORPUS, model_a=a, model_b=b) for a, b in MODEL_PAIRS],
+        pairs=[
+            layout.path(layout.SIMILARITY_PAIR, corpus=MAIN_CORPUS, model_a=a, model_b=b)
+            for a, b in PARAMS.model_pairs
+        ],
     output:
         csv=layout.path(layout.TABLE, name="atlas", ext="csv"),
         md=layout.path(layout.TABLE, name="atlas", ext="md"),
@@ -177,6 +183,6 @@ rule atlas:
                 for key, m in SETTINGS.models.items()
             ]
         ),
-        pairs=[list(pair) for pair in MODEL_PAIRS],
+        pairs=[list(pair) for pair in PARAMS.model_pairs],
     script:
         "../scripts/atlas.py"

@@ -6,7 +6,7 @@
 rule static_scores:
     # One model's PC embeddings (every layer, layer 0 = the model's own static baseline) scored.
     input:
-        pcs=every_layer(layout.PCS, corpus=MAIN_CORPUS),
+        pcs=FILES.every_layer(layout.PCS, corpus=MAIN_CORPUS),
         word_index=layout.path(layout.WORD_INDEX, corpus=MAIN_CORPUS),
         benchmarks=SETTINGS.static.benchmark_dir,
         benchmark_files=benchmark_files(SETTINGS.static.benchmark_dir),

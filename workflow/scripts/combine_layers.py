@@ -3,15 +3,14 @@ context-specific words."""
 
 from pathlib import Path
 
-from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.core.runtime import script_job
 from contextuality.measure.combine import combine_layers, measured_on
 from contextuality.measure.device.parts import parts_hint
 from contextuality.measure.layer_result import read_layer_results
 from contextuality.store.files import REBUILD_HINT, StoreError
 from contextuality.store.provenance import shard_provenance
 
-setup_job_logging(snakemake.log[0])
-with expected_errors(StoreError):
+with script_job(snakemake, StoreError):
     on_device = snakemake.params.get("rows") is not None
     # on the device path, what the run's settings, weights and plan would make: each part's record must match it
     expected = None

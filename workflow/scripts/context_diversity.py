@@ -4,7 +4,7 @@ import pandas as pd
 
 from contextuality.core.atomic import atomic_path
 from contextuality.core.runtime import setup_job_logging
-from contextuality.senses.diversity import context_diversity
+from contextuality.senses.sts.diversity import context_diversity
 
 setup_job_logging(snakemake.log[0])
 table = context_diversity(

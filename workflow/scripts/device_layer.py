@@ -2,12 +2,11 @@
 
 from pathlib import Path
 
-from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.core.runtime import script_job
 from contextuality.measure.device.parts import take_layer_files
 from contextuality.store.files import StoreError
 
-setup_job_logging(snakemake.log[0])
-with expected_errors(StoreError):
+with script_job(snakemake, StoreError):
     take_layer_files(
         Path(snakemake.input.part),
         int(snakemake.wildcards.layer),

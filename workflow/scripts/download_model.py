@@ -1,13 +1,12 @@
 """Snakemake entry point: one model's download settings -> resources/models/{model}/download.tar (what its source needs)."""
 
 from contextuality.core.archive import folder_of, pack
-from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.core.runtime import script_job
 from contextuality.core.settings import DownloadSettings, from_params
 from contextuality.models.loading import ModelError
 from contextuality.models.sources import download
 
-setup_job_logging(snakemake.log[0])
-with expected_errors(ModelError):
+with script_job(snakemake, ModelError):
     settings = from_params(DownloadSettings, snakemake.params.download)
     folder = folder_of(snakemake.output.download)
     download(snakemake.wildcards.model, settings, folder)

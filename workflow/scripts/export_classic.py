@@ -4,14 +4,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.core.runtime import script_job
 from contextuality.core.settings import Settings
 from contextuality.store.export import export_classic
 from contextuality.store.files import StoreError
 from contextuality.store.reader import read_manifest
 
-setup_job_logging(snakemake.log[0])
-with expected_errors(StoreError):
+with script_job(snakemake, StoreError):
     export_classic(
         [Path(path) for path in snakemake.input.layers],
         pd.read_parquet(snakemake.input.occurrences),

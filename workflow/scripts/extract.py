@@ -2,9 +2,8 @@
 
 from pathlib import Path
 
-from contextuality.core.archive import unpacked
 from contextuality.core.diskspace import DiskSpaceError
-from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.core.runtime import expected_errors, job_files, setup_job_logging
 from contextuality.core.settings import Settings
 from contextuality.extraction.devices import DeviceError
 from contextuality.extraction.extract import ExtractionError, run_extraction_job
@@ -22,10 +21,7 @@ with expected_errors(DiskSpaceError, DiskFullError, ModelError, DeviceError, Ext
         model_key=snakemake.wildcards.model,
         corpus=snakemake.wildcards.corpus,
         settings=settings,
-        record_path=Path(snakemake.input.record),
-        model_dir=unpacked(snakemake.input.model),
-        tokens_path=Path(snakemake.input.tokens),
-        units_path=Path(snakemake.input.units),
+        **job_files(snakemake, inputs=("record", "model", "tokens", "units")),
         shard=int(snakemake.wildcards.shard),
         out_h5=Path(snakemake.output.shard),
         threads=snakemake.threads,

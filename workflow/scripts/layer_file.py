@@ -2,13 +2,12 @@
 
 from pathlib import Path
 
-from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.core.runtime import script_job
 from contextuality.store.files import StoreError
 from contextuality.store.reader import read_manifest
 from contextuality.store.views import write_layer_file
 
-setup_job_logging(snakemake.log[0])
-with expected_errors(StoreError):
+with script_job(snakemake, StoreError):
     write_layer_file(
         [Path(path) for path in snakemake.input.shards],
         int(snakemake.wildcards.layer),

@@ -5,13 +5,12 @@ the shard settings the extract rule is given."""
 
 from pathlib import Path
 
-from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.core.runtime import script_job
 from contextuality.store.files import StoreError
 from contextuality.store.provenance import shard_provenance
 from contextuality.store.views import write_manifest
 
-setup_job_logging(snakemake.log[0])
-with expected_errors(StoreError):
+with script_job(snakemake, StoreError):
     write_manifest(
         [Path(path) for path in snakemake.input.shards],
         Path(snakemake.input.units),

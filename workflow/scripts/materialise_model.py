@@ -3,13 +3,12 @@
 from pathlib import Path
 
 from contextuality.core.archive import discard_unpacked, folder_of, pack, unpacked
-from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.core.runtime import script_job
 from contextuality.core.settings import BuildSettings, Settings, from_params
 from contextuality.models.loading import ModelError
 from contextuality.models.sources import build, write_source_record
 
-setup_job_logging(snakemake.log[0])
-with expected_errors(ModelError):
+with script_job(snakemake, ModelError):
     record = build(
         snakemake.wildcards.model,
         from_params(BuildSettings, snakemake.params.build),

@@ -17,7 +17,7 @@ from contextuality.measure.device.plan import DeviceMemoryError
 from contextuality.models.heads import output_head_or_reason
 from contextuality.models.loading import ModelError
 from contextuality.senses.device import run_measure_senses_on_device_job
-from contextuality.senses.job import SensePaths, measure_senses
+from contextuality.senses.job import SenseJob, SensePaths, measure_senses
 from contextuality.store.files import StoreError
 
 log = setup_job_logging(snakemake.log[0])
@@ -32,33 +32,30 @@ settings = from_params(SenseSettings, snakemake.params.senses)
 head_loader = partial(
     output_head_or_reason, json.loads(paths.record.read_text()), paths.model, allow_pickle=snakemake.params.allow_pickle
 )
+job = SenseJob(
+    paths,
+    settings,
+    snakemake.params.seed,
+    snakemake.wildcards.model,
+    head_loader=head_loader,
+    threads=snakemake.threads,
+)
 with expected_errors(StoreError, ModelError, DeviceError, DeviceMemoryError, ExtractionError):
     if getattr(snakemake.params, "on_device", None) is not None:
         # how the job runs (its batches, device and memory share) is read from the config: a change reruns nothing
         run = Settings.from_config(snakemake.config)
         rows, words, _ = run_measure_senses_on_device_job(
+            job,
             requested_device=run.metrics.device.device,
             gpus=snakemake.resources.gpu,  # the GPU this job was given (0 or 1): the one device policy
             shard=run.shard(snakemake.wildcards.model),
-            model=snakemake.wildcards.model,
-            paths=paths,
-            settings=settings,
-            seed=snakemake.params.seed,
             memory_fraction=run.metrics.device.device_memory_fraction,
             job_memory_mb=snakemake.resources.mem_mb,  # what the scheduler gave it: its groups are planned in it
-            head_loader=head_loader,
-            threads=snakemake.threads,
             log=log,
         )
     else:
         rows, words = measure_senses(
-            paths,
-            settings,
-            seed=snakemake.params.seed,
-            model=snakemake.wildcards.model,
-            threads=snakemake.threads,
-            head_loader=head_loader,
-            progress=lambda layers: tqdm(layers, desc=f"senses {snakemake.wildcards.model}", unit="layer"),
+            job, progress=lambda layers: tqdm(layers, desc=f"senses {snakemake.wildcards.model}", unit="layer")
         )
 with atomic_path(snakemake.output.layers) as tmp:
     rows.to_csv(tmp, index=False)

@@ -5,12 +5,11 @@ from pathlib import Path
 import pandas as pd
 
 from contextuality.core.atomic import atomic_path
-from contextuality.core.runtime import expected_errors, setup_job_logging
-from contextuality.senses.inventory import sense_inventory
-from contextuality.senses.wordnet import WordNetError, load_wordnet
+from contextuality.core.runtime import script_job
+from contextuality.senses.lexicon.inventory import sense_inventory
+from contextuality.senses.lexicon.wordnet import WordNetError, load_wordnet
 
-setup_job_logging(snakemake.log[0])
-with expected_errors(WordNetError):
+with script_job(snakemake, WordNetError):
     wordnet = load_wordnet(Path(snakemake.input.record).parent)
 inventory = sense_inventory(pd.read_parquet(snakemake.input.word_index), wordnet)
 with atomic_path(snakemake.output.inventory) as tmp:

@@ -5,12 +5,11 @@ from pathlib import Path
 import pandas as pd
 
 from contextuality.core.atomic import atomic_path
-from contextuality.core.runtime import expected_errors, setup_job_logging
-from contextuality.senses.tagger import TaggerError, load_tagger, tag_words, tagged_forms
-from contextuality.senses.wordnet import WordNetError, index_synset_counts
+from contextuality.core.runtime import script_job
+from contextuality.senses.lexicon.tagger import TaggerError, load_tagger, tag_words, tagged_forms
+from contextuality.senses.lexicon.wordnet import WordNetError, index_synset_counts
 
-setup_job_logging(snakemake.log[0])
-with expected_errors(TaggerError, WordNetError):
+with script_job(snakemake, TaggerError, WordNetError):
     nlp = load_tagger(Path(snakemake.input.record).parent)
     synset_counts = index_synset_counts(Path(snakemake.input.wordnet_record).parent)
 words = pd.read_parquet(snakemake.input.spacy_words)

@@ -5,13 +5,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from contextuality.core.runtime import expected_errors, setup_job_logging
-from contextuality.senses.usages import UsageError, build_usages, check_enough_usages, write_senses_corpus
-from contextuality.senses.wordnet import WordNetError, load_wordnet
-from contextuality.senses.wsd_corpus import build_wsd_usages
+from contextuality.core.runtime import script_job
+from contextuality.senses.lexicon.usages import UsageError, build_usages, check_enough_usages, write_senses_corpus
+from contextuality.senses.lexicon.wordnet import WordNetError, load_wordnet
+from contextuality.senses.lexicon.wsd_corpus import build_wsd_usages
 
-setup_job_logging(snakemake.log[0])
-with expected_errors(WordNetError, UsageError):
+with script_job(snakemake, WordNetError, UsageError):
     wordnet = load_wordnet(Path(snakemake.input.record).parent)
     forms = set(pd.read_parquet(snakemake.input.inventory, columns=["form"])["form"])
     sample = {"max_lemmas": snakemake.params.max_lemmas, "seed": snakemake.params.seed}

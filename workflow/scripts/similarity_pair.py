@@ -3,13 +3,12 @@ layer of B, every variant)."""
 
 from pathlib import Path
 
-from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.core.runtime import script_job
 from contextuality.core.settings import SimilaritySettings, from_params
 from contextuality.measure.similarity_table_job import run_similarity_pair, table_device
 from contextuality.store.files import StoreError
 
-log = setup_job_logging(snakemake.log[0])
-with expected_errors(StoreError):
+with script_job(snakemake, StoreError) as log:
     run_similarity_pair(
         corpus=snakemake.wildcards.corpus,
         models=(snakemake.wildcards.model_a, snakemake.wildcards.model_b),

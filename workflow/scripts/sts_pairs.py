@@ -2,11 +2,10 @@
 
 from pathlib import Path
 
-from contextuality.core.runtime import expected_errors, setup_job_logging
+from contextuality.core.runtime import script_job
 from contextuality.corpus.sts import CorpusError, write_bundled_pairs
 
-setup_job_logging(snakemake.log[0])
-with expected_errors(CorpusError):
+with script_job(snakemake, CorpusError):
     write_bundled_pairs(
         Path(snakemake.input.release_dir),
         years=snakemake.params.years,

@@ -2,9 +2,8 @@
 
 from pathlib import Path
 
-from contextuality.core.runtime import expected_errors, setup_job_logging
-from contextuality.senses.tagger import TaggerError, fetch_tagger
+from contextuality.core.runtime import script_job
+from contextuality.senses.lexicon.tagger import TaggerError, fetch_tagger
 
-setup_job_logging(snakemake.log[0])
-with expected_errors(TaggerError):
+with script_job(snakemake, TaggerError):
     fetch_tagger(Path(snakemake.output.record).parent)

@@ -2,9 +2,8 @@
 
 from pathlib import Path
 
-from contextuality.core.runtime import expected_errors, setup_job_logging
-from contextuality.senses.wordnet import WordNetError, fetch_wordnet
+from contextuality.core.runtime import script_job
+from contextuality.senses.lexicon.wordnet import WordNetError, fetch_wordnet
 
-setup_job_logging(snakemake.log[0])
-with expected_errors(WordNetError):
+with script_job(snakemake, WordNetError):
     fetch_wordnet(Path(snakemake.output.record).parent)  # the record sits at the root: <root>/wordnet.json

@@ -128,6 +128,7 @@ EXTRACT_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/extract_shard_{{shard}}.
 MANIFEST_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/manifest.tsv"
 MEASURE_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/measure_layer_{{layer}}.tsv"
 MEASURE_MODEL_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/measure_model_{{part}}.tsv"
+MATERIALISE_MODEL_BENCHMARK = f"{BENCHMARKS}/materialise_model/{{model}}.tsv"
 COMBINE_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/combine_layers.tsv"
 SIMILARITY_SAMPLE_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/similarity_sample.tsv"
 SIMILARITY_MODEL_BENCHMARK = f"{BENCHMARKS}/{{corpus}}/{{model}}/similarity_model.tsv"

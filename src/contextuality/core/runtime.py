@@ -1,5 +1,6 @@
-"""What every job shares: its log (logging and stderr, tqdm's bars), the one-line end of an expected error,
-the package's place on the jobs' PYTHONPATH, and pausing the garbage collector over allocation-heavy work."""
+"""What every job shares: its log (logging and stderr, tqdm's bars), the one-line end of an expected error, a
+workflow script's start and files (``script_job``, ``job_files``), the package's place on the jobs' PYTHONPATH, and
+pausing the garbage collector over allocation-heavy work."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import logging
 import os
 import sys
 import textwrap
+from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+from contextuality.core.archive import unpacked
 
 
 def setup_job_logging(log_path: str | Path | None) -> logging.Logger:
@@ -90,6 +94,26 @@ def expected_errors(*kinds: type[BaseException]):
         if sys.stderr is not sys.__stderr__:  # stderr is the log (setup_job_logging): tell the terminal too
             to_terminal(str(err))
         raise SystemExit(1) from None
+
+
+@contextmanager
+def script_job(job, *expected: type[BaseException]):
+    """A workflow script's job (``job``: its ``snakemake`` object): its log set up (``setup_job_logging`` of the rule's
+    log, stderr where it has none) and each ``expected`` error ended as its one line (``expected_errors``).
+    Yields the job's logger."""
+    log = setup_job_logging(job.log[0] if job.log else None)
+    with expected_errors(*expected):
+        yield log
+
+
+def job_files(job, inputs: Sequence[str] = (), outputs: Sequence[str] = ()) -> dict[str, Path]:
+    """A workflow script's files (``job``: its ``snakemake`` object) named as the job's entry point takes them:
+    input ``x`` as ``x_path`` (but input ``model``, the model folder's tar, unpacked as ``model_dir``), output ``x`` as
+    ``out_x``."""
+    files = {f"{name}_path": Path(getattr(job.input, name)) for name in inputs if name != "model"}
+    if "model" in inputs:
+        files["model_dir"] = unpacked(job.input.model)
+    return files | {f"out_{name}": Path(getattr(job.output, name)) for name in outputs}
 
 
 def prepend_python_path(folder: str | Path) -> None:

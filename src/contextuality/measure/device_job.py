@@ -40,7 +40,7 @@ from contextuality.core.settings import WINDOW_BATCHES, MeasureSettings, ShardSe
 from contextuality.extraction.devices import describe, job_device
 from contextuality.extraction.encoders import Encoder, encoder_for, load_encoder
 from contextuality.extraction.plan import read_plan
-from contextuality.measure.device.parts import Resume, device_record, resume_key, rows_provenance
+from contextuality.measure.device.parts import Resume, device_record, part_layers, resume_key, rows_provenance
 from contextuality.measure.device.plan import (
     GPU_BLOCK_ROWS,
     MB,
@@ -72,11 +72,6 @@ NON_FINITE_REMEDY = (
 
 # --------------------------------------------------------------------------------------------------
 # The job
-
-
-def part_layers(n_layers: int, parts: int, part: int) -> list[int]:
-    """The consecutive layers of ``part`` (of ``parts``): as even as the layer count allows."""
-    return list(range(part * n_layers // parts, (part + 1) * n_layers // parts))
 
 
 def deterministic(device: str) -> None:

@@ -133,6 +133,12 @@ def _layers_within(frame: pd.DataFrame, n_layers: int, where: str, columns=("lay
             )
 
 
+def _whole_number(path: str | Path, name: str, value: object, least: int, what: str) -> None:
+    """``value`` (``name`` in ``path``) an int of at least ``least``, not a bool; else the error says it is not ``what``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise AtlasInputError(f"{path}: {name!r} is {value!r}, not {what}")
+
+
 def read_record(path: str | Path, key: str) -> dict:
     """``source.json``: its shape and the keys the atlas needs beyond it (``lm_kind``, ``n_parameters``)."""
     record = json.loads(Path(path).read_text())
@@ -143,9 +149,7 @@ def read_record(path: str | Path, key: str) -> dict:
     if "model_type" in record and "lm_kind" not in record:  # a Hugging Face folder's (ELMo's records neither)
         raise AtlasInputError(f"{path}: no 'lm_kind' (written by materialise_model: rebuild the model's record)")
     for name, least in (("n_layers", 2), ("dim", 1), ("n_parameters", 1)):
-        value = record.get(name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < least:
-            raise AtlasInputError(f"{path}: {name!r} is {value!r}, not a whole number of at least {least}")
+        _whole_number(path, name, record.get(name), least, f"a whole number of at least {least}")
     return record
 
 
@@ -176,8 +180,7 @@ def read_losses(path: str | Path, key: str) -> dict:
         raise AtlasInputError(f"{path}: no 'words_lost' by reason")
     counts = {"units": losses.get("units"), **{f"words_lost.{k}": v for k, v in losses["words_lost"].items()}}
     for name, value in counts.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise AtlasInputError(f"{path}: {name!r} is {value!r}, not a count")
+        _whole_number(path, name, value, 0, "a count")
     return losses
 
 

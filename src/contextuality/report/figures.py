@@ -12,6 +12,7 @@ are in ``report.model_figures``, the sense figures in ``report.sense_figures``.
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 
 import matplotlib
@@ -154,45 +155,29 @@ def _line_figure(
     return save_and_close(fig, png, pdf)
 
 
-def plot_anisotropy(
-    layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], png, pdf, *, relative_depth: bool = False
+# Figures 1-3, one line per model: name -> (the column drawn, its CI columns, the baseline it is drawn against).
+# Figure 1 is the anisotropy baseline itself; Figures 2 and 3 a similarity minus it, with the similarity's CI band.
+_LINE_FIGURES: dict[str, tuple[str, tuple[str, str] | None, str | None]] = {
+    "anisotropy": ("baseline_cosine", None, None),
+    **{
+        name: (f"adjusted_{name}", (f"{name}_ci_low", f"{name}_ci_high"), "baseline_cosine")
+        for name in ("self_similarity", "intra_sentence")
+    },
+}
+
+
+def plot_line_figure(
+    name: str,
+    layer_tables: dict[str, pd.DataFrame],
+    labels: dict[str, str],
+    png,
+    pdf,
+    *,
+    relative_depth: bool = False,
 ) -> tuple[Path, Path]:
-    """Figure 1: average cosine between randomly sampled words (the anisotropy baseline) per layer."""
-    return _line_figure("anisotropy", "baseline_cosine", None, None, layer_tables, labels, png, pdf, relative_depth)
-
-
-def plot_self_similarity(
-    layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], png, pdf, *, relative_depth: bool = False
-) -> tuple[Path, Path]:
-    """Figure 2: average self-similarity minus the baseline per layer, with its CI band."""
-    return _line_figure(
-        "self_similarity",
-        "adjusted_self_similarity",
-        ("self_similarity_ci_low", "self_similarity_ci_high"),
-        "baseline_cosine",
-        layer_tables,
-        labels,
-        png,
-        pdf,
-        relative_depth,
-    )
-
-
-def plot_intra_sentence(
-    layer_tables: dict[str, pd.DataFrame], labels: dict[str, str], png, pdf, *, relative_depth: bool = False
-) -> tuple[Path, Path]:
-    """Figure 3: average intra-sentence similarity minus the baseline per layer, with its CI band."""
-    return _line_figure(
-        "intra_sentence",
-        "adjusted_intra_sentence",
-        ("intra_sentence_ci_low", "intra_sentence_ci_high"),
-        "baseline_cosine",
-        layer_tables,
-        labels,
-        png,
-        pdf,
-        relative_depth,
-    )
+    """Figure 1, 2 or 3 (``name`` in ``_LINE_FIGURES``): its value per layer, one line per model."""
+    value, ci, shift = _LINE_FIGURES[name]
+    return _line_figure(name, value, ci, shift, layer_tables, labels, png, pdf, relative_depth)
 
 
 def plot_mev(
@@ -251,12 +236,7 @@ def plot_mev(
     return save_and_close(fig, png, pdf)
 
 
-_PLOTTERS = {
-    "anisotropy": plot_anisotropy,
-    "self_similarity": plot_self_similarity,
-    "intra_sentence": plot_intra_sentence,
-    "mev": plot_mev,
-}
+_PLOTTERS = {name: partial(plot_line_figure, name) for name in _LINE_FIGURES} | {"mev": plot_mev}
 # the workflow declares one output per name in paper.FIGURES: the two lists are one
 assert tuple(_PLOTTERS) == FIGURES, (tuple(_PLOTTERS), FIGURES)
 

@@ -60,10 +60,10 @@ def paired_ranks(models: list[Model]) -> str:
     return f"On the same tokens, B5's rank minus B4's at the last layer: {each(models, one)}."
 
 
-# B4 and B5 ranked on the same tokens (senses/output_layer.py): the paired difference W3c's verdict reads.
+# B4 and B5 ranked on the same tokens (senses/output/layer.py): the paired difference W3c's verdict reads.
 PAIRED_RANKS = "prediction_vs_alignment_rank_median_difference"
 
-# The measure of the smallest share of split words the W3b test detects (senses/split_control.py writes it).
+# The measure of the smallest share of split words the W3b test detects (senses/separation/split_control.py writes it).
 DETECTABLE_SHARE = "w3b_detectable_split_share"
 
 # claim -> (measure, sentence of the models that have it), in the order they are written.

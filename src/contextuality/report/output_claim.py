@@ -1,6 +1,6 @@
 """W3c, the output row near the contexts' average, on one model's sense table: B5 against B4 on the same tokens
 (paired), what tied embeddings leave open (an untied model's B4 against each matrix), and a masked LM's own-token
-rank and B4 at masked positions (``senses.output_layer``, ``senses.masked``)."""
+rank and B4 at masked positions (``senses.output.layer``, ``senses.output.masked``)."""
 
 from __future__ import annotations
 

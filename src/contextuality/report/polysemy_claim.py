@@ -1,6 +1,6 @@
 """W4, the paper's reading (context variety, not polysemy, drives the variation), on one model's sense table: the
 regression of self-similarity on the number of WordNet senses with context diversity, log count, Zipf frequency,
-length and POS in (``senses.polysemy``); the verdict from the tagged content words, all word forms beside it."""
+length and POS in (``senses.sts.polysemy``); the verdict from the tagged content words, all word forms beside it."""
 
 from __future__ import annotations
 

@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from contextuality.core.settings import SENSE_LAYER_DTYPE, SenseSettings, ShardSettings
+from contextuality.core.settings import SENSE_LAYER_DTYPE, ShardSettings
 from contextuality.measure.device.plan import free_device_bytes, held_bytes, plan_groups, usable_fraction
 from contextuality.measure.device_job import deterministic, fill_group, job_reserve
 from contextuality.measure.engine import backend
 from contextuality.senses import memory
-from contextuality.senses.job import SensePaths, measure_layer_rows, prepare
+from contextuality.senses.job import SenseJob, measure_layer_rows, prepare
 
 LOG = logging.getLogger(__name__)
 # The models the job loads: the one its forward passes run, and the one with its output head (the lens)
@@ -79,28 +79,24 @@ def _host_float32(rows) -> np.ndarray:
 
 
 def measure_senses_on_device(
-    paths: SensePaths,
-    settings: SenseSettings,
+    job: SenseJob,
     *,
-    seed: int,
-    model: str,
     shard: ShardSettings,
     device: str,
     memory_fraction: float,
     job_memory_mb: int,
-    head_loader=None,
-    threads: int = 1,
     log: logging.Logger = LOG,
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """Every sense measure of every layer of ``model``, its layers computed on ``device``: the long ``rows`` table,
-    the per-word table (as ``senses.job.measure_senses`` gives them from the store), and the job's figures (its
-    groups, seconds). ``threads``: torch's, BLAS and OpenMP threads."""
+    """Every sense measure of every layer of ``job.model``, its layers computed on ``device``: the long ``rows``
+    table, the per-word table (as ``senses.job.measure_senses`` gives them from the store), and the job's figures
+    (its groups, seconds)."""
     import torch
     from threadpoolctl import threadpool_limits
 
     from contextuality.extraction.encoders import load_encoder
     from contextuality.extraction.plan import read_plan
 
+    paths, settings, seed, model, threads = job.paths, job.settings, job.seed, job.model, job.threads
     started = time.perf_counter()
     deterministic(device)
     torch.set_num_threads(max(1, threads))
@@ -115,7 +111,7 @@ def measure_senses_on_device(
         log.info("%s senses on %s: %d + %d rows (study corpus + usages) x %d dims, %d layers; %s", model, device,
                  len(plans[0].units), len(plans[1].units), loaded.width, loaded.n_layers,
                  groups.describe(loaded.n_layers))  # fmt: skip
-        context = prepare(paths, settings, seed=seed, head_loader=head_loader)  # once the groups fit
+        context = prepare(paths, settings, seed=seed, head_loader=job.head_loader)  # once the groups fit
         tables = []
         for layer, x, usage_x in layer_rows(loaded, plans, groups.groups, shard, device, model):
             tables.append(measure_layer_rows(context, layer, x, bool(loaded.after_final_norm(layer)), usage_x,
@@ -130,15 +126,15 @@ def measure_senses_on_device(
     return rows, words, figures
 
 
-def run_measure_senses_on_device_job(*, requested_device: str, gpus: int, shard: ShardSettings, model: str,
-                                     **job) -> tuple[pd.DataFrame, pd.DataFrame, dict]:  # fmt: skip
+def run_measure_senses_on_device_job(job: SenseJob, *, requested_device: str, gpus: int, shard: ShardSettings,
+                                     **on_device) -> tuple[pd.DataFrame, pd.DataFrame, dict]:  # fmt: skip
     """Everything one device ``measure_senses`` job does: pick its device (``metrics.device``, its ``gpu`` resource)
-    and measure there (``measure_senses_on_device``, given ``job``'s other arguments)."""
+    and measure there (``measure_senses_on_device``, given ``on_device``'s other arguments)."""
     from contextuality.core.runtime import tell_terminal
     from contextuality.extraction.devices import describe, job_device
 
-    with job_device(requested_device, gpus, 0, threads=job.get("threads", 1), compute_dtype=shard.compute_dtype,
+    with job_device(requested_device, gpus, 0, threads=job.threads, compute_dtype=shard.compute_dtype,
                     setting="metrics.device", job="device sense measurement job", rule="measure_senses") as device:  # fmt: skip
-        tell_terminal(f"{model}: every layer's sense measures beside its forward passes (both corpora), on "
+        tell_terminal(f"{job.model}: every layer's sense measures beside its forward passes (both corpora), on "
                       f"{describe(device)}{'' if str(device).startswith('cuda') else ' (torch CPU backend)'}")  # fmt: skip
-        return measure_senses_on_device(shard=shard, model=model, device=device, **job)
+        return measure_senses_on_device(job, shard=shard, device=device, **on_device)

@@ -9,7 +9,7 @@ word are left out where a decoder has no left context there (counted in the rows
 
 Output: ``rows`` (long format: one row per measure and preprocessing, with its null, interval, p and count) and
 ``words`` (one row per word form of the STS index with a WordNet entry: its per-layer values). The measures
-themselves: ``sts_measures`` (P1, W4, C1-C3), ``output_layer`` (B1-B5, ``masked``), ``separation_rows`` (A1-A3).
+themselves: ``sts.measures`` (P1, W4, C1-C3), ``output.layer`` (B1-B5, ``output.masked``), ``separation.rows`` (A1-A3).
 From the store each layer is read here (``measure_layer``); on the device path (``metrics.on_device``) the job's
 own forward passes make it (``senses.device``), and the same per-layer measures take its rows
 (``measure_layer_rows``).
@@ -26,13 +26,14 @@ import pandas as pd
 
 from contextuality.core.settings import SENSE_LAYER_DTYPE, SenseSettings
 from contextuality.models.kind import is_decoder, model_type_of
-from contextuality.senses import separation, tagger
-from contextuality.senses.frequency import zipf_of
-from contextuality.senses.output_layer import output_layer_rows, prepare_output
+from contextuality.senses.lexicon import tagger
+from contextuality.senses.lexicon.frequency import zipf_of
+from contextuality.senses.output.layer import output_layer_rows, prepare_output
 from contextuality.senses.rows import Rows
-from contextuality.senses.separation_rows import separation_rows
-from contextuality.senses.split_control import SplitControl, two_sense_sets
-from contextuality.senses.sts_measures import BLOCK_ROWS, clusterability_rows, regression_rows
+from contextuality.senses.separation.design import SeparationDesign
+from contextuality.senses.separation.rows import separation_rows
+from contextuality.senses.separation.split_control import SplitControl, two_sense_sets
+from contextuality.senses.sts.measures import BLOCK_ROWS, clusterability_rows, regression_rows
 from contextuality.senses.vectors import layer_moments
 from contextuality.store.files import StoreError
 from contextuality.store.reader import LayerReader, check_layer, read_manifest
@@ -84,6 +85,20 @@ class SensePaths:
     manifest: Path | None = None
     senses_layers: list[Path] = field(default_factory=list)  # the usages' layer files, the same layers
     senses_manifest: Path | None = None
+
+
+@dataclass(frozen=True)
+class SenseJob:
+    """What one ``measure_senses`` job is given, from the store or on the device path (``senses.device``): its
+    files, settings, seed and model, the loader of the model's output head, and its threads (torch's, BLAS and
+    OpenMP)."""
+
+    paths: SensePaths
+    settings: SenseSettings
+    seed: int
+    model: str
+    head_loader: object = None
+    threads: int = 1
 
 
 @dataclass
@@ -145,24 +160,16 @@ def sts_occurrences(
 # The job
 
 
-def measure_senses(
-    paths: SensePaths,
-    settings: SenseSettings,
-    *,
-    seed: int,
-    model: str,
-    head_loader=None,
-    threads: int = 1,
-    progress=None,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+def measure_senses(job: SenseJob, *, progress=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every sense measure of every layer of one model: the long ``rows`` table and the per-word table.
 
     One job per model: the imports, the output head, the tables and the separation design's permutations are
-    prepared once, then each layer of both corpora is read once. ``threads``: BLAS, OpenMP and torch threads.
+    prepared once, then each layer of both corpora is read once. ``progress``: wraps the layers' range.
     """
     import torch
     from threadpoolctl import threadpool_limits
 
+    paths, settings, seed, model, threads = job.paths, job.settings, job.seed, job.model, job.threads
     if len(paths.layers) != len(paths.senses_layers):
         raise StoreError(
             f"{len(paths.layers)} STS layer files but {len(paths.senses_layers)} of the usages' corpus; "
@@ -170,7 +177,7 @@ def measure_senses(
         )
     torch.set_num_threads(max(1, threads))
     with threadpool_limits(limits=threads):
-        context = prepare(paths, settings, seed=seed, head_loader=head_loader)
+        context = prepare(paths, settings, seed=seed, head_loader=job.head_loader)
         manifests = read_manifest(paths.manifest), read_manifest(paths.senses_manifest)
         tables = [
             measure_layer(context, layer, paths, manifests, settings, seed=seed, model=model)
@@ -219,7 +226,7 @@ def prepare(paths: SensePaths, settings: SenseSettings, *, seed: int, head_loade
     ) + f"; {unstored} usages not stored as one unit"
     pairs = pd.read_parquet(paths.pairs)
     token_keys = usage_token_keys(usage_row_numbers(usages, units), units, pd.read_parquet(paths.senses_tokens))
-    design = separation.SeparationDesign(
+    design = SeparationDesign(
         usages,
         pairs,
         permutations=settings.permutations,

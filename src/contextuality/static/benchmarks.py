@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -70,29 +70,26 @@ def load_ws353(benchmark_root: str | os.PathLike) -> pd.DataFrame:
     return _pairs(df["Word 1"], df["Word 2"], df["Human (mean)"])
 
 
-def load_rw(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """Stanford Rare Words, 2034 pairs (mean scores)."""
-    return _tsv3(Path(benchmark_root) / files.RW)
+def _file_loader(read: Callable[[Path], pd.DataFrame], name: str, doc: str) -> Callable[..., pd.DataFrame]:
+    """A loader of one bundled file ``name`` (a path in benchmark_files) read by ``read``."""
+
+    def load(benchmark_root: str | os.PathLike) -> pd.DataFrame:
+        return read(Path(benchmark_root) / name)
+
+    load.__doc__ = doc
+    return load
 
 
-def load_rg65(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """RG-65, 65 pairs."""
-    return _tsv3(Path(benchmark_root) / files.RG65)
-
-
-def load_mturk287(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """MTurk-287 (the fork's ``MTurk``), 287 pairs."""
-    return _tsv3(Path(benchmark_root) / files.MTURK287)
-
-
-def load_ws353_relatedness(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """WS353 relatedness split (Agirre et al. 2009), 252 pairs."""
-    return _tsv3(Path(benchmark_root) / files.WS353_RELATEDNESS)
-
-
-def load_ws353_similarity(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """WS353 similarity split (Agirre et al. 2009), 203 pairs."""
-    return _tsv3(Path(benchmark_root) / files.WS353_SIMILARITY)
+# The word-pair files without a header (word1, word2, score)
+load_rw = _file_loader(_tsv3, files.RW, "Stanford Rare Words, 2034 pairs (mean scores).")
+load_rg65 = _file_loader(_tsv3, files.RG65, "RG-65, 65 pairs.")
+load_mturk287 = _file_loader(_tsv3, files.MTURK287, "MTurk-287 (the fork's ``MTurk``), 287 pairs.")
+load_ws353_relatedness = _file_loader(
+    _tsv3, files.WS353_RELATEDNESS, "WS353 relatedness split (Agirre et al. 2009), 252 pairs."
+)
+load_ws353_similarity = _file_loader(
+    _tsv3, files.WS353_SIMILARITY, "WS353 similarity split (Agirre et al. 2009), 203 pairs."
+)
 
 
 def load_google(benchmark_root: str | os.PathLike) -> pd.DataFrame:
@@ -166,21 +163,10 @@ def _categories(path: Path) -> pd.DataFrame:
     return pd.DataFrame({"word": df["word"].str.strip().str.lower().to_numpy(), "category": df["category"].to_numpy()})
 
 
-def load_bless(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """BLESS categorization: 200 words in 17 categories."""
-    return _categories(Path(benchmark_root) / files.BLESS)
-
-
-def load_ap(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """Almuhareb-Poesio: 402 words in 21 categories."""
-    return _categories(Path(benchmark_root) / files.AP)
-
-
-def load_battig(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """Battig: 5,231 (word, category) rows in 56 categories."""
-    return _categories(Path(benchmark_root) / files.BATTIG)
-
-
-def load_essli_2c(benchmark_root: str | os.PathLike) -> pd.DataFrame:
-    """ESSLLI-2008 verb categorization (the fork's ``ESSLI_2c``): 45 verbs in 9 classes."""
-    return _categories(Path(benchmark_root) / files.ESSLI_2C)
+# The category files (,category,word)
+load_bless = _file_loader(_categories, files.BLESS, "BLESS categorization: 200 words in 17 categories.")
+load_ap = _file_loader(_categories, files.AP, "Almuhareb-Poesio: 402 words in 21 categories.")
+load_battig = _file_loader(_categories, files.BATTIG, "Battig: 5,231 (word, category) rows in 56 categories.")
+load_essli_2c = _file_loader(
+    _categories, files.ESSLI_2C, "ESSLLI-2008 verb categorization (the fork's ``ESSLI_2c``): 45 verbs in 9 classes."
+)

@@ -43,6 +43,7 @@ from sklearn.cluster import AgglomerativeClustering, KMeans
 from sklearn.metrics.cluster import contingency_matrix
 from threadpoolctl import threadpool_limits
 
+from contextuality.core.atomic import atomic_path
 from contextuality.paper import TABLE1_TASKS
 from contextuality.static.benchmark_files import TASKS
 from contextuality.static.benchmarks import (
@@ -161,24 +162,27 @@ def score_categorization(emb: StaticEmbedding, items: pd.DataFrame, seed: int) -
     return TaskScore(purity, float(np.mean(known)), len(items))
 
 
+def _similarity(emb: StaticEmbedding, pairs: pd.DataFrame, seed: int) -> TaskScore:
+    return score_similarity(emb, pairs)
+
+
+def _analogy(emb: StaticEmbedding, questions: pd.DataFrame, seed: int) -> TaskScore:
+    return score_analogy(emb, questions)
+
+
+def _semeval(emb: StaticEmbedding, data: SemEval2012, seed: int) -> TaskScore:
+    return score_semeval2012(emb, data)
+
+
 # Task name (benchmark_files.TASKS: its metric and files) -> (loader, scorer(emb, data, seed)).
 _SCORING: dict[str, tuple[Callable, Callable]] = {
-    "SimLex999": (load_simlex999, lambda e, d, s: score_similarity(e, d)),
-    "MEN": (load_men, lambda e, d, s: score_similarity(e, d)),
-    "WS353": (load_ws353, lambda e, d, s: score_similarity(e, d)),
-    "RW": (load_rw, lambda e, d, s: score_similarity(e, d)),
-    "Google": (load_google, lambda e, d, s: score_analogy(e, d)),
-    "MSR": (load_msr, lambda e, d, s: score_analogy(e, d)),
-    "SemEval2012_2": (load_semeval2012_2, lambda e, d, s: score_semeval2012(e, d)),
-    "BLESS": (load_bless, score_categorization),
-    "AP": (load_ap, score_categorization),
-    "RG65": (load_rg65, lambda e, d, s: score_similarity(e, d)),
-    "MTurk": (load_mturk287, lambda e, d, s: score_similarity(e, d)),
-    "WS353R": (load_ws353_relatedness, lambda e, d, s: score_similarity(e, d)),
-    "WS353S": (load_ws353_similarity, lambda e, d, s: score_similarity(e, d)),
-    "Battig": (load_battig, score_categorization),
-    "ESSLI_2c": (load_essli_2c, score_categorization),
-}
+    "SimLex999": (load_simlex999, _similarity), "MEN": (load_men, _similarity), "WS353": (load_ws353, _similarity),
+    "RW": (load_rw, _similarity), "Google": (load_google, _analogy), "MSR": (load_msr, _analogy),
+    "SemEval2012_2": (load_semeval2012_2, _semeval), "BLESS": (load_bless, score_categorization),
+    "AP": (load_ap, score_categorization), "RG65": (load_rg65, _similarity), "MTurk": (load_mturk287, _similarity),
+    "WS353R": (load_ws353_relatedness, _similarity), "WS353S": (load_ws353_similarity, _similarity),
+    "Battig": (load_battig, score_categorization), "ESSLI_2c": (load_essli_2c, score_categorization),
+}  # fmt: skip
 # one task list: benchmark_files.TASKS's (the workflow's inputs and the metrics)
 assert tuple(_SCORING) == tuple(TASKS), (tuple(_SCORING), tuple(TASKS))
 
@@ -252,3 +256,13 @@ def score_baseline_file(
     """Score a user-supplied static embedding (GloVe, FastText, ...) trimmed to ``vocabulary``."""
     emb = load_embedding_text(path, vocabulary)
     return evaluate_embedding(emb, benchmark_root, seed=seed).assign(model=label, layer=float("nan"))
+
+
+def write_scores(job, score: Callable[..., pd.DataFrame], embeddings, label: str) -> None:
+    """A scoring rule's job (``job``: its ``snakemake`` object): ``score`` (``score_pc_layers``, ``score_baseline_file``)
+    of ``embeddings`` trimmed to the run's word index (input ``word_index``), on its benchmarks (input ``benchmarks``)
+    with its seed (params ``seed``), written to its output ``scores`` (CSV)."""
+    vocabulary = shared_vocabulary(job.input.word_index)
+    scores = score(embeddings, vocabulary, job.input.benchmarks, label=label, seed=job.params.seed)
+    with atomic_path(job.output.scores) as tmp:
+        scores.to_csv(tmp, index=False)

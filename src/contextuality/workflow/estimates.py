@@ -148,13 +148,8 @@ def extraction_mem_mb(
     return int((EXTRACT_BASE_MB + 2 * weights_mb + batch_mb + window_mb) * attempt)
 
 
-def extraction_runtime_min(
-    model: ModelSettings,
-    corpus: CorpusSettings,
-    record_path: str | Path,
-    attempt: int = 1,
-    tokens_path: str | Path | None = None,
-) -> int:
+def extraction_runtime_min(model: ModelSettings, corpus: CorpusSettings, record_path: str | Path, attempt: int = 1,
+                           tokens_path: str | Path | None = None) -> int:  # fmt: skip
     """Minutes for one shard from the model size and the shard's share of sentences (``shard_sentences``).
 
     CPU-calibrated, so an upper bound on a GPU; 10 minutes are added for start-up and model loading,
@@ -163,6 +158,24 @@ def extraction_runtime_min(
     params_m = max(record_weights_bytes(record_path) / 4e6, 1.0)  # fp32 bytes -> millions of parameters
     seconds = shard_sentences(model, corpus, tokens_path) * TOKENS_PER_SENTENCE * params_m / (CPU_TOKENS_PER_S_23M * 23)
     return int((10 + 2 * seconds / 60) * attempt)
+
+
+def materialise_mem_mb(model: ModelSettings, attempt: int = 1) -> int:
+    """MB of a model's build (``materialise_model``: a GGUF conversion, a random model's weights, a copy): the
+    interpreter with torch and transformers, and the weights held twice (read, then written) in float32, from
+    ``run_need.params_millions`` (the built weights' size, else the config's or a known model's shape, else the
+    paper's largest); x attempt."""
+    from contextuality.workflow.run_need import model_shape, params_millions
+
+    return int((EXTRACT_BASE_MB + 2 * 4 * params_millions(model, model_shape(model)[0])) * attempt)
+
+
+def materialise_runtime_min(model: ModelSettings, attempt: int = 1) -> int:
+    """Minutes for a model's build: 10 for start-up and loading, and one per 100 million parameters (reading,
+    converting and writing them); x attempt."""
+    from contextuality.workflow.run_need import model_shape, params_millions
+
+    return int((10 + params_millions(model, model_shape(model)[0]) / 100) * attempt)
 
 
 def measure_mem_mb(measure: MeasureSettings, manifest_path: str | Path, attempt: int = 1) -> int:

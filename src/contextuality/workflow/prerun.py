@@ -146,3 +146,88 @@ def _one_layer_needs(settings: Settings, key: str, model) -> dict[str, int]:
         both = rows + int(run_need.SENSE_SENTENCES_PER_TYPE * types * run_need.UNITS_PER_SENTENCE[model.indexing])
         needs["measure_senses"] = need(both, 2, memory.work_bytes(both, dim))
     return needs
+
+
+# What the Snakefile does once it has read the config, before any job (common.smk calls these).
+
+
+def check_before_jobs(settings: Settings, gpus, command: str | None, main_process: bool = True) -> None:
+    """Every check of the main process that can stop the run before any job, raising ConfigError: half precision
+    where no extraction job can be given a GPU (not in the first shard job), metrics.device: cuda on a machine (or
+    run) with no GPU (not in every device job after the builds); and for a run (or a dry run), this machine and the
+    local inputs (not for a report, lint or graph of it). ``gpus``: the run's ``GpuPolicy``; a job's process
+    (``main_process`` false) checks nothing."""
+    from contextuality.workflow.checks import check_half_precision_has_a_gpu
+    from contextuality.workflow.estimates import machine_memory_bytes
+
+    if not main_process:
+        return
+    if command in ("run", "dry-run") and not gpus.on_cluster:
+        check_device_has_a_gpu(settings, gpus.local, gpus.given)
+        # a device job on torch's CPU backend that cannot hold one layer in this machine's memory
+        check_cpu_device_jobs_fit(settings, machine_memory_bytes(), gpus.measure_job())
+    if command in ("run", "dry-run"):
+        check_local_model_files(settings)  # a model folder or file that is not there, before its download job
+    check_half_precision_has_a_gpu(settings, gpus.extract_job(), gpus.measure_job())
+
+
+def before_jobs(settings: Settings, gpus, command: str | None, *, given_config: dict, default_config, configfiles,
+                cores: int | None, targets: list[str]):  # fmt: skip
+    """Before any job of a run (or a dry run), one line each on stderr: whether the config leaves the default
+    comparison (``default_config``: its file), and what the whole run needs (its vectors' disk against the free
+    space, its jobs and time). A whole run whose vectors cannot fit raises ConfigError here, not at its first shard
+    (``run_need.check_fits``); so does a report of a run whose results are not there. Returns the run's need (for
+    ``check_planned``), None for any other command."""
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from contextuality.core import layout
+    from contextuality.core.diskspace import free_bytes
+    from contextuality.core.runtime import for_terminal
+    from contextuality.workflow import run_need
+    from contextuality.workflow.checks import default_comparison_line
+
+    if command in ("run", "dry-run"):
+        default = yaml.safe_load(Path(default_config).read_text())
+        comparison = default_comparison_line(given_config, default, configfiles, os.path.relpath(default_config))
+        if comparison:
+            print(for_terminal(comparison), file=sys.stderr)
+        need, free = run_need.run_need(settings), free_bytes(Path(layout.RESULTS))
+        print(for_terminal(run_need.estimate_line(settings, need, cores, free, gpus.local)), file=sys.stderr)
+        if command == "run" and not targets:  # the whole run: a target may need a part of it
+            run_need.check_fits(settings, need, free, layout.RESULTS)
+        return need
+    first = layout.path(layout.LAYERS_CSV, corpus=settings.corpus.name, model=next(iter(settings.models), ""))
+    if command == "report" and settings.models and not Path(first).is_file():
+        raise ConfigError(f"the report needs the run's results, and {first} is not there: pass the run's config "
+                          "(snakemake --report --configfile <its files>), or run it first")  # fmt: skip
+    return None
+
+
+def start_of_run(settings: Settings, need, command: str | None, gpus, jobs, targets: list[str]) -> list:
+    """What a run does once its jobs are planned (the Snakefile's onstart): named targets' planned shards checked
+    (``check_planned``), and for a local run the relay of its jobs' lines started (``terminal.start_relay``),
+    returned to be closed when the run ends; nothing for any other command."""
+    from contextuality.workflow.terminal import start_relay
+
+    if command != "run":
+        return []
+    check_planned(settings, need, jobs, targets)
+    return [] if gpus.on_cluster else [start_relay()]
+
+
+def check_planned(settings: Settings, need, jobs, targets: list[str]) -> None:
+    """With targets named (`snakemake all`, `snakemake store`, a file), the whole-run check is skipped (a target may
+    need a part of the run): the shards that the targets' jobs write are checked once they are planned, before any
+    job. ``jobs``: the DAG's jobs to run (Snakemake's ``needrun_jobs``)."""
+    from pathlib import Path
+
+    from contextuality.core import layout
+    from contextuality.core.diskspace import free_bytes
+    from contextuality.workflow import run_need
+
+    if targets:
+        planned = [(job.rule.name, dict(job.wildcards_dict)) for job in jobs()]
+        run_need.check_planned_fits(settings, need, planned, free_bytes(Path(layout.RESULTS)), layout.RESULTS, targets)

@@ -8,11 +8,12 @@ Snakemake's logger, which prints it above the display (or, with the plain logger
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from contextuality.core.runtime import for_terminal
+from contextuality.core.runtime import TERMINAL_LINES_ENV, for_terminal
 
 
 class TerminalRelay:
@@ -55,3 +56,15 @@ class TerminalRelay:
         self._stopped.set()
         self.relay()
         self.path.unlink(missing_ok=True)
+
+
+def start_relay(emit: Callable[[str], None] | None = None, folder: Path | str = ".snakemake") -> TerminalRelay:
+    """A local run's relay, started: its file in ``folder`` (one per run's process), named to the jobs in
+    ``TERMINAL_LINES_ENV``; ``emit`` is Snakemake's logger's ``info`` unless given."""
+    if emit is None:
+        from snakemake.logging import logger
+
+        emit = logger.info
+    relay = TerminalRelay(Path(folder) / f"terminal-lines-{os.getpid()}.txt", emit).start()
+    os.environ[TERMINAL_LINES_ENV] = str(relay.path)
+    return relay

@@ -74,22 +74,11 @@ def test_torch_and_numpy_give_the_same_tables(compute_dtype, atol, variant_atol)
     post-processed variants within 1e-4 on this layer, whose float32 moments (the variants' maps) carry
     sink rows of norm 23,000: there each float32 backend is itself 4e-6 to 1.4e-5 from float64 (measured)."""
     X, offsets, occurrences = sink_layer()
-    a = _measure(
-        X,
-        offsets,
-        occurrences,
-        backend="numpy",
-        compute_dtype=compute_dtype,
-        postprocess=["none", "standardize", "abtt"],
-    )
-    b = _measure(
-        X,
-        offsets,
-        occurrences,
-        backend="torch",
-        compute_dtype=compute_dtype,
-        postprocess=["none", "standardize", "abtt"],
-    )
+    a, b = (
+        _measure(X, offsets, occurrences, backend=backend, compute_dtype=compute_dtype,
+                 postprocess=["none", "standardize", "abtt"])
+        for backend in ("numpy", "torch")
+    )  # fmt: skip
     for column, value in a.row.items():
         if isinstance(value, str) or column in HOST_SAMPLED:
             assert b.row[column] == value or (value != value and b.row[column] != b.row[column]), column

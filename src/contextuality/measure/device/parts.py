@@ -26,6 +26,16 @@ ROWS_FREE = ("n_shards",)
 MEASURES_FREE = ("memory_mb",)
 
 
+def part_layers(n_layers: int, parts: int, part: int) -> list[int]:
+    """The consecutive layers of ``part`` (of ``parts``): as even as the layer count allows."""
+    return list(range(part * n_layers // parts, (part + 1) * n_layers // parts))
+
+
+def part_of_layer(layer: int, n_layers: int, parts: int) -> int:
+    """The part (of ``parts``) whose layers (``part_layers``) hold ``layer``."""
+    return next(part for part in range(parts) if layer in part_layers(n_layers, parts, part))
+
+
 def remeasure_hint(part_file: Path | str) -> str:
     """How to recover from a damaged or foreign part: its tar or record deleted, the next run measures the part
     again (a layer file deleted instead would come back from the same tar)."""

@@ -1,0 +1,1 @@
+"""The sense measures on the STS layer: self-similarity, the polysemy regressions and clusterability."""
