@@ -35,3 +35,15 @@ def test_layers_count_the_longest_chain_and_a_circle_is_one_layer(tmp_path):
         0,
         [],
     )
+
+
+def test_the_package_has_no_circle_and_asks_a_models_kind_only_in_its_encoder_module():
+    from code_shape import model_kind_branches
+
+    assert shape(import_graph(), "contextuality")["circles"] == []
+    assert model_kind_branches() == []
+
+
+def test_common_smk_keeps_only_what_the_rules_share():
+    # the rest is tested functions of contextuality.workflow (run_files, gpus, rule_params, prerun)
+    assert (PROJECT / "workflow" / "rules" / "common.smk").read_text().count("\n") <= 200

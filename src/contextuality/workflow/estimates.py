@@ -160,24 +160,6 @@ def extraction_runtime_min(model: ModelSettings, corpus: CorpusSettings, record_
     return int((10 + 2 * seconds / 60) * attempt)
 
 
-def materialise_mem_mb(model: ModelSettings, attempt: int = 1) -> int:
-    """MB of a model's build (``materialise_model``: a GGUF conversion, a random model's weights, a copy): the
-    interpreter with torch and transformers, and the weights held twice (read, then written) in float32, from
-    ``run_need.params_millions`` (the built weights' size, else the config's or a known model's shape, else the
-    paper's largest); x attempt."""
-    from contextuality.workflow.run_need import model_shape, params_millions
-
-    return int((EXTRACT_BASE_MB + 2 * 4 * params_millions(model, model_shape(model)[0])) * attempt)
-
-
-def materialise_runtime_min(model: ModelSettings, attempt: int = 1) -> int:
-    """Minutes for a model's build: 10 for start-up and loading, and one per 100 million parameters (reading,
-    converting and writing them); x attempt."""
-    from contextuality.workflow.run_need import model_shape, params_millions
-
-    return int((10 + params_millions(model, model_shape(model)[0]) / 100) * attempt)
-
-
 def measure_mem_mb(measure: MeasureSettings, manifest_path: str | Path, attempt: int = 1) -> int:
     """MB of one measurement job: its budget, ``metrics.memory_mb`` (``measure.engine.streaming`` keeps the job
     within it whatever the layer's size: a larger layer is read in chunks); x attempt. The manifest is

@@ -9,7 +9,7 @@ import itertools
 from contextuality.core.settings import Settings, as_params, stateful_batches
 from contextuality.measure.device import parts as device_parts
 from contextuality.models.sources import SOURCES
-from contextuality.workflow import estimates
+from contextuality.workflow import estimates, run_need
 
 
 class RuleParams:
@@ -94,10 +94,10 @@ class JobResources:
         return estimates.extraction_runtime_min(model, self.settings.corpus, input.record, attempt, input.tokens)
 
     def materialise_mem_mb(self, wildcards, attempt) -> int:
-        return estimates.materialise_mem_mb(self.settings.models[wildcards.model], attempt)
+        return run_need.materialise_mem_mb(self.settings.models[wildcards.model], attempt)
 
     def materialise_runtime_min(self, wildcards, attempt) -> int:
-        return estimates.materialise_runtime_min(self.settings.models[wildcards.model], attempt)
+        return run_need.materialise_runtime_min(self.settings.models[wildcards.model], attempt)
 
     def measure_mem_mb(self, wildcards, input, attempt) -> int:
         return estimates.measure_mem_mb(self.settings.metrics.measure, input.manifest, attempt)

@@ -28,7 +28,7 @@ from contextuality.core.diskspace import _size, ways_out
 from contextuality.core.settings import ModelSettings, Settings
 from contextuality.models.loading import record_shape, record_weights_bytes
 from contextuality.workflow.corpus_size import corpus_sentences, words_per_sentence
-from contextuality.workflow.estimates import CPU_TOKENS_PER_S_23M, TOKENS_PER_SENTENCE, UNBUILT_SHAPE
+from contextuality.workflow.estimates import CPU_TOKENS_PER_S_23M, EXTRACT_BASE_MB, TOKENS_PER_SENTENCE, UNBUILT_SHAPE
 
 UNITS_PER_SENTENCE = {"word": 11.4, "subword": 13.2}
 # The same per whitespace-separated word of the input (STS: 251,625 of them in its 25,088 sentences, 10.03 a sentence)
@@ -352,3 +352,17 @@ def check_planned_fits(settings: Settings, need: RunNeed, jobs, free: int, where
         f"({per_model}), and {_size(free)} are free in {Path(where).absolute()}; {ways_out(settings.extraction.storage_dtype)}, "
         "or ask for fewer targets"
     )
+
+
+def materialise_mem_mb(model: ModelSettings, attempt: int = 1) -> int:
+    """MB of a model's build (``materialise_model``: a GGUF conversion, a random model's weights, a copy): the
+    interpreter with torch and transformers, and the weights held twice (read, then written) in float32, from
+    ``params_millions`` (the built weights' size, else the config's or a known model's shape, else the
+    paper's largest); x attempt."""
+    return int((EXTRACT_BASE_MB + 2 * 4 * params_millions(model, model_shape(model)[0])) * attempt)
+
+
+def materialise_runtime_min(model: ModelSettings, attempt: int = 1) -> int:
+    """Minutes for a model's build: 10 for start-up and loading, and one per 100 million parameters (reading,
+    converting and writing them); x attempt."""
+    return int((10 + params_millions(model, model_shape(model)[0]) / 100) * attempt)
