@@ -105,4 +105,8 @@ def test_a_corpus_and_a_model_are_read_back_from_their_paths():
     assert layout.model_of("results/embeddings/usages/m/layers/layer_01.h5") == "m"
     assert layout.corpus_of("results/corpora/glosses/word_index.parquet") == "glosses"
     assert layout.corpus_of("results/tables/summary.md") is None
-    assert layout.reserved_corpus_names() == {"usages": "results/corpora/usages/"}
+    # materialise_model's benchmarks sit beside the corpora's folders in results/benchmarks/
+    assert layout.reserved_corpus_names() == {
+        "usages": "results/corpora/usages/",
+        "materialise_model": "results/benchmarks/materialise_model/",
+    }

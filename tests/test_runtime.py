@@ -14,6 +14,8 @@ from contextuality.core.runtime import job_files, script_job
 
 def test_a_script_job_logs_to_its_rule_log_and_ends_an_expected_error_as_its_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.stderr", __import__("sys").stderr)  # setup_job_logging points stderr at the log
+    # as in a job's fresh process: an earlier test in this one may have set the package logger's own level
+    monkeypatch.setattr(logging.getLogger("contextuality"), "level", logging.NOTSET)
     log_path = tmp_path / "logs" / "job.log"
     with pytest.raises(SystemExit) as ended:
         with script_job(SimpleNamespace(log=[str(log_path)]), KeyError) as log:
