@@ -80,7 +80,14 @@ SLURM_PID=""
 # --- every non-local job went through sbatch -------------------------------------------------------
 RUN=$(grep -oP 'SLURM run ID: \K\S+' "$WORK/slurm.log" | head -1)
 [ -n "$RUN" ] || { echo "no 'SLURM run ID' in the log"; exit 1; }
-sacct -X -n -P --name "$RUN" -o JobID,Comment,State,ExitCode > "$WORK/sacct.txt"
+# slurmctld hands finished jobs to slurmdbd through a queue, which a loaded machine drains late: wait (up to
+# 3 minutes) until sacct lists as many jobs as the run submitted.
+SUBMITTED=$(grep -cE '^(rule|checkpoint) \w+:' "$WORK/slurm.log" || true)
+for _ in $(seq 36); do
+  sacct -X -n -P --name "$RUN" -o JobID,Comment,State,ExitCode > "$WORK/sacct.txt"
+  [ "$(wc -l < "$WORK/sacct.txt")" -ge "$SUBMITTED" ] && break
+  sleep 5
+done
 say "sacct lists $(wc -l < "$WORK/sacct.txt") jobs of run $RUN"
 "$PY" "$HERE/compare.py" --slurm-log "$WORK/slurm.log" --sacct "$WORK/sacct.txt" \
     --local "$LOCAL" --slurm "$WORK/slurm"
