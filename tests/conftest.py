@@ -358,6 +358,13 @@ def measure_model(
                    out_rogue=out_rogue)  # fmt: skip
 
 
+# Every test sees no terminal width, as in a CI log: the project's lines break at COLUMNS (for_terminal), and an
+# xdist worker inherits COLUMNS=80 from its launcher. A test that wants a width sets it.
+@pytest.fixture(autouse=True)
+def _no_terminal_width(monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 # The shared workflow runs (tests/workflow_runs.py): each once per session, for every test file that needs it.
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory) -> Path:
@@ -417,6 +424,10 @@ def tagger_root(tmp_path_factory):
 # CI's fast tier (`pytest -m "not slow"`, .ci/run) starts none of the shared workflow runs: a test that uses one
 # is marked slow, or the collection stops, naming it.
 WORKFLOW_RUN_FIXTURES = {"smoke_run", "device_run", "interrupted_smoke_run"}
+# CI runs each tier on two pytest-xdist workers (`-n 2 --dist loadgroup`). A worker holds its own session, so every
+# test file that uses a shared run goes to one worker, which makes each run once; every other file goes whole to
+# one worker, which makes its module fixtures once.
+SHARED_RUNS_GROUP = "shared-workflow-runs"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -430,4 +441,12 @@ def pytest_collection_modifyitems(config, items):
             f"{unmarked[0]} (and {len(unmarked) - 1} more) uses a shared workflow run "
             f"({', '.join(sorted(WORKFLOW_RUN_FIXTURES))}) but is not marked slow, so the fast tier would start it: "
             "mark it @pytest.mark.slow"
+        )
+    files_with_shared_runs = {
+        item.nodeid.split("::")[0] for item in items if WORKFLOW_RUN_FIXTURES & set(getattr(item, "fixturenames", ()))
+    }
+    for item in items:
+        test_file = item.nodeid.split("::")[0]
+        item.add_marker(
+            pytest.mark.xdist_group(SHARED_RUNS_GROUP if test_file in files_with_shared_runs else test_file)
         )
