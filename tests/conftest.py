@@ -424,9 +424,9 @@ def tagger_root(tmp_path_factory):
 # CI's fast tier (`pytest -m "not slow"`, .ci/run) starts none of the shared workflow runs: a test that uses one
 # is marked slow, or the collection stops, naming it.
 WORKFLOW_RUN_FIXTURES = {"smoke_run", "device_run", "interrupted_smoke_run"}
-# CI runs each tier on two pytest-xdist workers (`-n 2 --dist loadgroup`). A worker holds its own session, so every
-# test file that uses a shared run goes to one worker, which makes each run once; every other file goes whole to
-# one worker, which makes its module fixtures once.
+# On pytest-xdist workers (`-n 2 --dist loadgroup`: CI's fast tier) a worker holds its own session, so every test
+# file that uses a shared run goes to one worker, which makes each run once; every other file goes whole to one
+# worker, which makes its module fixtures once.
 SHARED_RUNS_GROUP = "shared-workflow-runs"
 
 
