@@ -12,6 +12,7 @@ from contextuality.senses.lexicon.usages import (
     UsageError,
     build_usages,
     check_targets,
+    synsets_with_lemmas,
     write_senses_corpus,
 )
 
@@ -24,7 +25,7 @@ class Lemma:
         return self.text
 
 
-@dataclass
+@dataclass(frozen=True)
 class Synset:
     id: str
     lemma_names: tuple
@@ -50,7 +51,7 @@ class Synset:
 class StubWordNet:
     """Four synsets of bank (two nouns, one verb) and one of river: enough for every rule of the usages."""
 
-    synsets = [
+    SYNSETS = [
         Synset(
             "bank.n.01",
             ("bank",),
@@ -70,7 +71,12 @@ class StubWordNet:
     ]
 
     def all_synsets(self):
-        return iter(self.synsets)
+        return iter(self.SYNSETS)
+
+    def synsets(self, word):
+        """As NLTK's: the synsets with a lemma that is the word or one of its bases, any POS."""
+        bases = {base for pos in "nvar" for base in self._morphy(word.lower(), pos)}
+        return [synset for synset in self.SYNSETS if bases & {name.lower() for name in synset.lemma_names}]
 
     def _morphy(self, word, pos):
         return {"banks": ["banks", "bank"]}.get(word, [word])
@@ -108,7 +114,7 @@ def test_pairs(built):
 
 def test_max_lemmas_is_seeded():
     wordnet = StubWordNet()
-    wordnet.synsets = wordnet.synsets + [Synset("river.n.02", ("river",), ("a river of words",), "noun.quantity")]
+    wordnet.SYNSETS = wordnet.SYNSETS + [Synset("river.n.02", ("river",), ("a river of words",), "noun.quantity")]
     first = build_usages(wordnet, {"bank", "river"}, max_lemmas=1, seed=3)[0]
     again = build_usages(wordnet, {"bank", "river"}, max_lemmas=1, seed=3)[0]
     assert first["lemma"].nunique() == 1
@@ -145,6 +151,17 @@ def test_real_wordnet_bank(wordnet):
     assert (usages["n_senses"] >= 2).all() and len(pairs) > 0
 
 
+@pytest.mark.slow
+def test_the_lemma_index_finds_the_synsets_a_scan_of_all_of_them_finds(wordnet):
+    """synsets_with_lemmas against brute force: every synset of WordNet 3.0 read. Capitalised lemmas (China,
+    March) count, as do lemmas that are also another word's inflection (left); an inflection alone (ran) does not."""
+    forms = {"bank", "plant", "china", "march", "left", "ran", "banks", "well", "better", "set", "the"}
+    scanned = [s for s in wordnet.all_synsets() if any(lemma.name().lower() in forms for lemma in s.lemmas())]
+    found = synsets_with_lemmas(wordnet, forms)
+    assert found == sorted(scanned, key=lambda synset: synset.name()) and len(found) > 100
+    assert {"china.n.01", "march.n.01"} <= {synset.name() for synset in found}
+
+
 @pytest.mark.parametrize("forms, found", [
     ({"und", "der", "die"}, r"knows 3 of the corpus's indexed word forms and has example sentences in two or more "
                             r"senses for 0 lemma\(s\) of them, giving 0"),
@@ -161,6 +178,6 @@ def test_a_corpus_without_enough_wordnet_usages_stops_at_sense_usages_naming_the
                                          rf"but the sense measures need at least 2 .*set senses.enabled: false"):  # fmt: skip
         check_enough_usages(usages, len(forms))
     wordnet = StubWordNet()
-    wordnet.synsets = wordnet.synsets + [Synset("river.n.02", ("river",), ("a river of words", "rivers of words"), "x")]
+    wordnet.SYNSETS = wordnet.SYNSETS + [Synset("river.n.02", ("river",), ("a river of words", "rivers of words"), "x")]
     usages, _, _ = build_usages(wordnet, {"bank", "river"}, max_lemmas=None, seed=0)
     check_enough_usages(usages, 2)  # bank and river, each with two usages or more

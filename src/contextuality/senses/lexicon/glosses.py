@@ -1,7 +1,7 @@
 """WordNet 3.0's definitions and example sentences as a corpus table: a second real corpus for any-corpus runs.
 
 One row per definition (117,659, one per synset) and per example sentence (48,339), in WordNet's synset
-order (``all_synsets``: nouns, verbs, adjectives, adverbs, by file offset): ``id`` (``synset.def`` or
+order (``all_synsets``: adjectives with their satellites, adverbs, nouns, verbs, by file offset): ``id`` (``synset.def`` or
 ``synset.exN``), ``kind`` (definition or example) and ``text``, read with nltk from the files the
 ``wordnet`` rule fetched and checked (``senses.lexicon.wordnet.load_wordnet`` checks each file's sha256 again).
 """

@@ -44,6 +44,16 @@ class UsageError(ValueError):
     """The usages do not match their own corpus files (a target token is not the usage's form)."""
 
 
+def synsets_with_lemmas(wordnet, forms: set[str]) -> list:
+    """The synsets with a lemma whose lower-cased name is in ``forms``, by name: looked up in WordNet's lemma index
+    (lower-cased, as ``synsets`` reads it), not by parsing all 117,659 synsets (about 20 s)."""
+    found = {synset for form in forms for synset in wordnet.synsets(form)}  # morphy's bases too: filtered here
+    return sorted(
+        (synset for synset in found if any(lemma.name().lower() in forms for lemma in synset.lemmas())),
+        key=lambda synset: synset.name(),
+    )
+
+
 def candidate_usages(wordnet, forms: set[str]) -> pd.DataFrame:
     """Every (synset, lemma, example) with the lemma found in the example: the first matching token.
 
@@ -51,7 +61,7 @@ def candidate_usages(wordnet, forms: set[str]) -> pd.DataFrame:
     and its lower-cased form must be in ``forms``.
     """
     items = []  # (synset, lemma, pos, lexname, text)
-    for synset in wordnet.all_synsets():
+    for synset in synsets_with_lemmas(wordnet, forms):
         examples = [clean_sentence(example) for example in synset.examples()]
         examples = [text for text in examples if text]
         if not examples:
