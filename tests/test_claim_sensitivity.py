@@ -67,8 +67,8 @@ def test_every_threshold_is_in_its_claims_statement():
     assert threshold_claims("A10 tolerance") == ["A10"]
 
 
-def evaluate_known(thresholds=None):
-    return evaluate_claims({"m": known()}, None, {"m": "M"}, {"m": None}, thresholds=thresholds)
+def evaluate_known(thresholds=None, only=None):
+    return evaluate_claims({"m": known()}, None, {"m": "M"}, {"m": None}, thresholds=thresholds, only=only)
 
 
 def test_verdicts_at_each_moved_threshold_are_the_known_ones():
@@ -92,7 +92,7 @@ def test_the_section_marks_the_verdicts_that_move(tmp_path):
         "| M | S3 | S3 rho at most | -0.25: HOLDS | -0.375: HOLDS | -0.5: HOLDS | **-0.625: FAILS** | "
         "**-0.75: FAILS** | **changes** |"
     )
-    assert sensitivity_section(claims_sensitivity(lambda t: evaluate_known(t).iloc[0:0])) == []
+    assert sensitivity_section(claims_sensitivity(lambda t, only: evaluate_known(t, only).iloc[0:0])) == []
     claims_report({"m": known()}, None, {"m": "M"}, {"m": None}, tmp_path / "claims.md")
     text = (tmp_path / "claims.md").read_text()
     assert "The numeric thresholds are this project's operationalisation of the paper's words" in text
@@ -161,3 +161,10 @@ def test_a3_names_a_sentence_encoders_trained_last_layer():
     failing = bert_like.assign(baseline_cosine=[0.1, 0.2, 0.4])  # the last layer more anisotropic: nothing to explain
     result = evaluate_claims({"m": failing}, None, {"m": "M"}, {"m": "bert"}, trainings={"m": "sentence-encoder"})
     assert result.set_index("claim").loc["A3", "evidence"] == "baseline layer 1: 0.200, layer 2: 0.400 (gap -0.200)"
+
+
+def test_claims_evaluated_alone_are_the_rows_of_the_whole_table():
+    """The sensitivity evaluates a moved threshold's claims alone: their rows equal those of every claim evaluated."""
+    whole = evaluate_known()
+    alone = evaluate_known({}, ["A1b", "S3"])
+    assert alone.equals(whole[whole["claim"].isin(["A1b", "S3"])].reset_index(drop=True))

@@ -10,7 +10,7 @@ has another depth, layer ranges are mapped by relative depth and the report says
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -51,6 +51,7 @@ def evaluate_claims(
     corpus: dict | None = None,
     thresholds: Mapping[str, float] | None = None,
     trainings: dict[str, str] | None = None,
+    only: Collection[str] | None = None,
 ) -> pd.DataFrame:
     """Evaluate every applicable claim on every model; one row per (model, claim).
 
@@ -61,7 +62,8 @@ def evaluate_claims(
     run's ``table1.csv`` (claims A9a-d; None: N/A). A claim about the last layer notes when that layer
     is taken after the model's final norm (``after_final_norm``). ``thresholds``: numbers in place of those of
     ``claim_checks.THRESHOLDS`` (report.claim_sensitivity moves them). ``trainings``: each model's ``training``
-    in the config (A3 names a sentence encoder's trained last layer; absent: unknown).
+    in the config (A3 names a sentence encoder's trained last layer; absent: unknown). ``only``: the ids of the
+    claims to evaluate (None: every one).
     """
     check_paper_models(layer_tables, paper_models)
     word_tables, sources = word_tables or {}, sources or {}
@@ -81,6 +83,7 @@ def evaluate_claims(
             _other_corpus(corpus),
             thresholds or {},
             (trainings or {}).get(key, ""),
+            only,
         )
     return pd.DataFrame(rows)
 
@@ -106,6 +109,7 @@ def _model_claims(
     other_corpus: str = "",
     thresholds: Mapping[str, float] | None = None,
     training: str = "",
+    only: Collection[str] | None = None,
 ) -> list[dict]:
     """The rows of ``evaluate_claims`` for one model."""
     depth = model_depth(table)
@@ -118,6 +122,8 @@ def _model_claims(
     too_few = _too_few_baseline_vectors(indexed) if m_exact is not None else ""
     rows = []
     for c in claims_for(pm):
+        if only is not None and c.id not in only:
+            continue
         status, evidence, note = _evaluate(c.id, m)
         if too_few:  # the sampled baselines are N/A: the claim is judged with the exact ones
             fallback = _evaluate(c.id, m_exact)
@@ -232,12 +238,12 @@ def claims_report(
     ``table1`` is the run's table1.csv (claims A9a-d); ``trainings`` as in ``evaluate_claims``.
     """
 
-    def evaluate(thresholds: dict[str, float] | None = None) -> pd.DataFrame:
+    def evaluate(thresholds: dict[str, float] | None = None, only: list[str] | None = None) -> pd.DataFrame:
         # claims_sensitivity reads only the moved threshold's claims: the per-word tables (A6, S5) only for A6's
         words = word_tables if not thresholds or "A6 words at least" in thresholds else None
         return evaluate_claims(
             layer_tables, words, labels, paper_models, sources=sources, table1=table1, corpus=corpus,
-            thresholds=thresholds, trainings=trainings,
+            thresholds=thresholds, trainings=trainings, only=only,
         )  # fmt: skip
 
     results = evaluate()

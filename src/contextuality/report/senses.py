@@ -80,12 +80,16 @@ def sense_claims(
     anisotropy: dict[str, pd.Series],
     labels: dict[str, str],
     thresholds: dict[str, float] | None = None,
+    only: str | None = None,
 ) -> pd.DataFrame:
-    """One row per (model, claim): model, label, claim, statement, status, evidence."""
+    """One row per (model, claim): model, label, claim, statement, status, evidence. ``only``: that claim's rows
+    alone (the sensitivity moves one claim's threshold)."""
     t = THRESHOLDS | (thresholds or {})
     rows = []
     for model, table in tables.items():
         for claim, check in _checks(anisotropy.get(model)):
+            if only is not None and claim != only:
+                continue
             status, evidence = check(table, t)
             rows.append(
                 {
@@ -121,7 +125,9 @@ def sensitivity(
     for name, value in THRESHOLDS.items():
         claim = name.split()[0]
         moved = {
-            f: sense_claims(tables, anisotropy, labels, {name: value * f}).set_index(["model", "claim"])["status"]
+            f: sense_claims(tables, anisotropy, labels, {name: value * f}, claim).set_index(["model", "claim"])[
+                "status"
+            ]
             for f in SENSITIVITY_FACTORS
         }
         for model in tables:
