@@ -26,8 +26,8 @@ stop_moto() {
   MOTO_PID=""
 }
 
-# DIR/smoke.yaml: the smoke config's tiny-gpt2 (one model: every rule, half the jobs), with the data folders
-# absolute (local) or relative (remote: the default storage provider maps them into the bucket).
+# DIR/smoke.yaml: the smoke config's tiny-gpt2 (one model: every rule, half the jobs) in 2 shards, with the data
+# folders absolute (local) or relative (remote: the default storage provider maps them into the bucket).
 smoke_config() {
   mkdir -p "$1"
   "$PY" - "$PROJECT" "$1" "$2" <<'PYEOF'
@@ -37,6 +37,7 @@ import yaml
 project, folder, where = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 config = yaml.safe_load((project / "config" / "smoke.yaml").read_text())
 config["models"] = {"tiny-gpt2": config["models"]["tiny-gpt2"]}
+config["extraction"]["n_shards"] = 2  # two shard jobs a corpus show the sharding as well as four, in fewer jobs
 data = project / "resources" if where == "local" else Path("resources")
 config["corpus"]["bundled_dir"] = str(data / "sts")
 config["static"] = {"benchmark_dir": str(data / "benchmarks")}

@@ -13,8 +13,9 @@ import h5py
 import numpy as np
 
 # `localrules:` the downloads (compute nodes often have no network); `all` has no action; similarity_rows joins two
-# small tables in seconds (a cluster job would wait longer in the queue than it runs)
-LOCAL_RULES = {"download_model", "corpus", "wordnet", "tagger", "similarity_rows", "all"}
+# small tables in seconds and layer_file writes a few kB of HDF5 metadata (a cluster job would wait longer in the
+# queue than it runs)
+LOCAL_RULES = {"download_model", "corpus", "wordnet", "tagger", "similarity_rows", "layer_file", "all"}
 IMAGE_SUFFIXES = {".png", ".pdf"}  # matplotlib embeds creation dates in PDFs; figures only need to exist
 
 

@@ -6,7 +6,7 @@
 # 1. installs Debian's slurm-wlm daemons, munge and MariaDB (for slurmdbd, so sacct works) and starts
 #    a one-node cluster on localhost with 2 fake GPUs (tests/slurm/setup.sh);
 # 2. pip-installs snakemake-executor-plugin-slurm into VENV;
-# 3. runs the smoke config (its tiny random GPT-2, 120 sentences, 4 shards) twice in temp workdirs:
+# 3. runs the smoke config (its tiny random GPT-2, 120 sentences, 2 shards) twice in temp workdirs:
 #    locally (`--cores 1`, device cpu; or REFERENCE_RUN, tests/reference_run.sh) and on SLURM (`--profile profiles/slurm --workflow-profile none`,
 #    device cuda on fake GPUs: the test hook TEST_FAKE_GPUS (tests/hooks/sitecustomize.py) computes on the
 #    CPU but records the device each shard chose, its CUDA_VISIBLE_DEVICES and SLURM job id);

@@ -80,6 +80,10 @@ rule manifest:
         "../scripts/manifest.py"
 
 
+localrules:
+    layer_file,  # a few kB of HDF5 metadata: on a cluster, one job a layer would wait longer in the queue than it runs
+
+
 rule layer_file:
     # A few kB: HDF5 virtual dataset over the shards' layer_{layer} datasets, plus offsets and attributes
     # (the shards' provenance, checked against the manifest's).
