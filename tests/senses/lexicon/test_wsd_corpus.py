@@ -3,11 +3,12 @@ hand-made tests/data/wsd files read into usages, pairs and the usages' corpus, a
 one line naming its file and line."""
 
 import re
+import shutil
 
 import pandas as pd
 import pytest
 
-from conftest import PROJECT, run_snakemake, write_config
+from conftest import PROJECT, job_counts, run_snakemake, write_config
 from contextuality.senses.lexicon.usages import PAIR_COLUMNS, USAGE_COLUMNS, UsageError, write_senses_corpus
 from contextuality.senses.lexicon.wsd_corpus import build_wsd_usages, main, read_gold_key, read_wsd_xml
 from workflow_runs import smoke_config
@@ -136,9 +137,12 @@ def test_keys_and_instances_that_do_not_match_are_one_line_naming_file_and_line(
 
 
 @pytest.mark.slow
-def test_the_smoke_config_measures_senses_on_a_wsd_corpus(tmp_path):
-    """The smoke config with senses.usages from tests/data/wsd/smoke.*: lemmas among the smoke corpus's forms
-    (city, year, hospital), through sense_usages and tiny-gpt2's sense stage (word-indexed: each usage one unit)."""
+def test_the_smoke_config_measures_senses_on_a_wsd_corpus(smoke_run, tmp_path):
+    """The smoke run with senses.usages switched to tests/data/wsd/smoke.*: lemmas among the smoke corpus's forms
+    (city, year, hospital), through sense_usages and tiny-gpt2's sense stage (word-indexed: each usage one unit).
+    Only the usages' side runs again: the STS corpus's extraction and WordNet's files are the smoke run's."""
+    workdir = tmp_path / "run"
+    shutil.copytree(smoke_run, workdir, symlinks=True)
     config = smoke_config()
     config["senses"]["usages"] = {
         "source": "wsd_xml",
@@ -146,12 +150,14 @@ def test_the_smoke_config_measures_senses_on_a_wsd_corpus(tmp_path):
         "gold_key": str(DATA / "smoke.gold.key.txt"),
     }
     target = "results/metrics/sts/tiny-gpt2/senses/layers.csv"
-    result = run_snakemake(tmp_path, target, "--cores", "2", configfile=write_config(tmp_path / "c.yaml", config))
+    result = run_snakemake(workdir, target, "--cores", "2", configfile=write_config(tmp_path / "c.yaml", config))
     assert result.returncode == 0, result.stderr[-3000:]
-    usages = pd.read_parquet(tmp_path / "results/senses/usages.parquet")
+    ran = set(job_counts(result.stdout + result.stderr)) - {"total"}
+    assert ran == {"sense_usages", "plan", "extract", "manifest", "layer_file", "measure_senses"}, ran
+    usages = pd.read_parquet(workdir / "results/senses/usages.parquet")
     assert usages.groupby("lemma")["synset"].nunique().to_dict() == {"city": 3, "hospital": 2, "year": 3}
-    sentences = pd.read_parquet(tmp_path / "results/corpora/usages/sentences.parquet")
+    sentences = pd.read_parquet(workdir / "results/corpora/usages/sentences.parquet")
     assert set(sentences["split"]) == {"wsd_xml"} and len(sentences) == 12
-    layers = pd.read_csv(tmp_path / target)
+    layers = pd.read_csv(workdir / target)
     auroc = layers[(layers["measure"] == "auroc_same_sense") & (layers["preprocessing"] == "centred")]
     assert (auroc["n"] == 21).all() and auroc.loc[auroc["layer"] > 0, "value"].notna().all()
