@@ -1,8 +1,8 @@
 """WordNet 3.0's definitions and example sentences as a corpus table: a second real corpus for any-corpus runs.
 
 One row per definition (117,659, one per synset) and per example sentence (48,339), in WordNet's synset
-order (``all_synsets``: adjectives with their satellites, adverbs, nouns, verbs, by file offset): ``id`` (``synset.def`` or
-``synset.exN``), ``kind`` (definition or example) and ``text``, read with nltk from the files the
+order (``all_synsets``: adjectives with their satellites, adverbs, nouns, verbs, by file offset): ``id``
+(``synset.def`` or ``synset.exN``), ``kind`` (definition or example) and ``text``, read with nltk from the files the
 ``wordnet`` rule fetched and checked (``senses.lexicon.wordnet.load_wordnet`` checks each file's sha256 again).
 """
 
