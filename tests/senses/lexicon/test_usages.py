@@ -70,9 +70,6 @@ class StubWordNet:
         Synset("river.n.01", ("river", "river_bank"), ("the river flooded",), "noun.object"),
     ]
 
-    def all_synsets(self):
-        return iter(self.SYNSETS)
-
     def synsets(self, word):
         """As NLTK's: the synsets with a lemma that is the word or one of its bases, any POS."""
         bases = {base for pos in "nvar" for base in self._morphy(word.lower(), pos)}
