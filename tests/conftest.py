@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -391,11 +393,48 @@ def interrupted_smoke_run(smoke_run, tmp_path_factory) -> dict:
     return interrupted_run(tmp_path_factory)
 
 
+MADE: dict[str, dict] = {}  # this process's copies of the records made_once shares, by name
+
+
+def _session_folder(tmp_path_factory) -> Path:
+    """The folder every process of this test session sees: an xdist worker's base temp is ``<it>/popen-gwN``."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def made_once(tmp_path_factory, name: str, make) -> dict:
+    """The record of ``name`` (a run's or a download's dict of paths and values), made by ``make`` once per test
+    session: by the first process to ask (on pytest-xdist, a worker), while later askers wait on its lock file, then
+    read the record it left. A failed ``make`` leaves its failure instead, which every later asker raises again
+    (a shared run's minutes are not spent again)."""
+    if name not in MADE:
+        folder = _session_folder(tmp_path_factory) / "made-once"
+        folder.mkdir(exist_ok=True)
+        record, failed = folder / f"{name}.pickle", folder / f"{name}.failed"
+        with open(folder / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when its process dies
+            if failed.exists():
+                raise AssertionError(f"{name} failed earlier in this session:\n{failed.read_text()}")
+            if not record.exists():
+                try:
+                    made = make()
+                except Exception as error:
+                    failed.write_text(f"{type(error).__name__}: {error}")
+                    raise
+                record.write_bytes(pickle.dumps(made))
+            MADE[name] = pickle.loads(record.read_bytes())
+    return MADE[name]
+
+
 def fetched_once(tmp_path_factory, name: str, fetch) -> Path:
     """A folder of the session's, ``name``, filled by ``fetch`` (a session fixture's download, made once)."""
-    root = tmp_path_factory.mktemp(name)
-    fetch(root)
-    return root
+
+    def make() -> dict:
+        root = tmp_path_factory.mktemp(name)
+        fetch(root)
+        return {"root": root}
+
+    return made_once(tmp_path_factory, name, make)["root"]
 
 
 # The WordNet 3.0 copy the senses tests share: fetched once per session (a 31.6 MB download, about 15 s).
@@ -424,10 +463,30 @@ def tagger_root(tmp_path_factory):
 # CI's fast tier (`pytest -m "not slow"`, .ci/run) starts none of the shared workflow runs: a test that uses one
 # is marked slow, or the collection stops, naming it.
 WORKFLOW_RUN_FIXTURES = {"smoke_run", "device_run", "interrupted_smoke_run"}
-# On pytest-xdist workers (`-n 2 --dist loadgroup`: CI's fast tier) a worker holds its own session, so every test
-# file that uses a shared run goes to one worker, which makes each run once; every other file goes whole to one
-# worker, which makes its module fixtures once.
-SHARED_RUNS_GROUP = "shared-workflow-runs"
+
+
+def _file_order(items) -> dict[str, int]:
+    """Where each test file goes in the run, for two pytest-xdist workers taking whole files in this order
+    (`--dist loadfile --no-loadscope-reorder`: CI's slow tier). The session's shared runs are made by whichever
+    worker first needs them (workflow_runs._made_once) and the other waits: so one file that needs the interrupted
+    run (the smoke run, then the interrupted one) goes first, one that needs only the device run second, then the
+    files that make runs of their own, and last the files that read the shared runs once they are made."""
+    needs: dict[str, set] = {}
+    for item in items:
+        needs.setdefault(item.nodeid.split("::")[0], set()).update(
+            WORKFLOW_RUN_FIXTURES & set(getattr(item, "fixturenames", ()))
+        )
+    first = {
+        fixtures: next((name for name, used in needs.items() if test(used)), None)
+        for fixtures, test in (
+            ("interrupted", lambda used: "interrupted_smoke_run" in used),
+            ("device", lambda used: used == {"device_run"}),
+        )
+    }
+    return {
+        name: 0 if name == first["interrupted"] else 1 if name == first["device"] else 2 if not used else 3
+        for name, used in needs.items()
+    }
 
 
 def pytest_collection_modifyitems(config, items):
@@ -442,11 +501,5 @@ def pytest_collection_modifyitems(config, items):
             f"({', '.join(sorted(WORKFLOW_RUN_FIXTURES))}) but is not marked slow, so the fast tier would start it: "
             "mark it @pytest.mark.slow"
         )
-    files_with_shared_runs = {
-        item.nodeid.split("::")[0] for item in items if WORKFLOW_RUN_FIXTURES & set(getattr(item, "fixturenames", ()))
-    }
-    for item in items:
-        test_file = item.nodeid.split("::")[0]
-        item.add_marker(
-            pytest.mark.xdist_group(SHARED_RUNS_GROUP if test_file in files_with_shared_runs else test_file)
-        )
+    order = _file_order(items)
+    items.sort(key=lambda item: order[item.nodeid.split("::")[0]])  # stable: a file's tests stay in their order

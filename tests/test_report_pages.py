@@ -107,7 +107,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from conftest import run_snakemake  # noqa: E402
-from workflow_runs import audited_smoke_run, failure  # noqa: E402
+from workflow_runs import failure  # noqa: E402
 
 # The browser: the one CONTEXTUALITY_BROWSER names (CI sets it: a missing browser or playwright fails there),
 # else the first Chromium on PATH; with neither, the browser tests skip.
@@ -118,14 +118,14 @@ SHOWN = {"image/png": "img", "image/svg+xml": "img", "image/jpeg": "img", "text/
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    """The smoke run's report.zip, made without --configfile (the run's recorded config), unpacked."""
-    workdir = audited_smoke_run(tmp_path_factory)
-    result = run_snakemake(workdir, "--report", "report.zip")
+def report(smoke_run, tmp_path_factory):
+    """The smoke run's report.zip, made without --configfile (the run's recorded config), unpacked. It is written
+    outside the run's folder, which the tests of another worker may be listing."""
+    folder = tmp_path_factory.mktemp("report")
+    result = run_snakemake(smoke_run, "--report", str(folder / "report.zip"))
     assert result.returncode == 0, failure(result)
     assert "the report is of the last run here" in result.stderr
-    folder = tmp_path_factory.mktemp("report")
-    with zipfile.ZipFile(workdir / "report.zip") as archive:
+    with zipfile.ZipFile(folder / "report.zip") as archive:
         archive.extractall(folder)
     return folder / "report"
 

@@ -3,7 +3,9 @@
 The smoke config (two tiny random models, 120 sentences) runs through the real Snakemake command line
 in a temporary directory, with the test hooks of ``tests/hooks/sitecustomize.py`` on PYTHONPATH. Tests take
 the runs as the session fixtures of conftest.py (``smoke_run``, ``device_run``); a run that failed is not
-started again by the next test that needs it: each gets the first failure.
+started again by the next test that needs it: each gets the first failure. On pytest-xdist workers the session's
+runs are shared too: the first worker to need one makes it, and a worker that needs it meanwhile waits for it
+(``conftest.made_once``), so the two workers of CI's slow tier each make a different run at once.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ import pandas as pd
 import yaml
 
 from conftest import (
+    MADE,
     PROJECT,
     _progress_mark,
+    made_once,
     run_snakemake,
     snakemake_command,
     with_absolute_data_paths,
@@ -35,7 +39,6 @@ HOOKS = Path(__file__).resolve().parent / "hooks"
 # The shared smoke run shows what a user's terminal of this width shows: the project's workflow profile (its logger)
 TERMINAL_COLUMNS = 100
 KILL_STALL_S = 300  # the killed run's stall limit (silent this long: stuck)
-_RUNS: dict[str, Path] = {}
 
 
 def smoke_config(**overrides) -> dict:
@@ -58,23 +61,16 @@ def failure(result) -> str:
     return f"exit {result.returncode}\n--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}"
 
 
-def _once(name: str) -> None:
-    """Raise the failure of run ``name`` again where an earlier test saw it fail (minutes, not again)."""
-    if f"{name}-failed" in _RUNS:
-        raise AssertionError(f"the shared {name} run failed earlier in this session:\n{_RUNS[f'{name}-failed']}")
-
-
-def _check(name: str, result) -> None:
+def _checked(result) -> None:
     if result.returncode != 0:
-        _RUNS[f"{name}-failed"] = failure(result)
-        raise AssertionError(_RUNS[f"{name}-failed"])
+        raise AssertionError(failure(result))
 
 
 def audited_smoke_run(tmp_path_factory) -> Path:
     """The whole smoke pipeline, every file write and rename of every process recorded in audit/
     (the session fixture ``smoke_run``), through the terminal a user gets (profiles/default, TERMINAL_COLUMNS)."""
-    _once("smoke")
-    if "smoke" not in _RUNS:
+
+    def make() -> dict:
         workdir = tmp_path_factory.mktemp("guarantees-smoke")
         audit = tmp_path_factory.mktemp("guarantees-audit")
         config = write_config(tmp_path_factory.mktemp("guarantees-config") / "smoke.yaml", smoke_config())
@@ -87,12 +83,10 @@ def audited_smoke_run(tmp_path_factory) -> Path:
             configfile=config,
             env={**hook_env(GUARANTEES_AUDIT_DIR=str(audit)), "COLUMNS": str(TERMINAL_COLUMNS)},
         )
-        _check("smoke", result)
-        _RUNS["smoke"] = workdir
-        _RUNS["smoke-output"] = result.stdout + result.stderr
-        _RUNS["smoke-audit"] = audit
-        _RUNS["smoke-config"] = config
-    return _RUNS["smoke"]
+        _checked(result)
+        return {"workdir": workdir, "output": result.stdout + result.stderr, "audit": audit, "config": config}
+
+    return made_once(tmp_path_factory, "smoke", make)["workdir"]
 
 
 # The smoke config measured on the device (torch's CPU backend here), with no store: every layer, the sense measures'
@@ -103,32 +97,31 @@ DEVICE_SMOKE = {"metrics": {"on_device": True, "device": "cpu"}, "extraction": {
 def device_smoke_run(tmp_path_factory) -> Path:
     """The whole smoke pipeline with every layer measured where the forward passes leave it (``DEVICE_SMOKE``;
     the session fixture ``device_run``)."""
-    _once("device")
-    if "device" not in _RUNS:
+
+    def make() -> dict:
         workdir = tmp_path_factory.mktemp("guarantees-device")
         config = write_config(tmp_path_factory.mktemp("guarantees-device-config") / "smoke.yaml",
                               smoke_config(**DEVICE_SMOKE))  # fmt: skip
-        result = run_snakemake(workdir, "--cores", "2", configfile=config)
-        _check("device", result)
-        _RUNS["device"] = workdir
-        _RUNS["device-output"] = result.stdout + result.stderr
-    return _RUNS["device"]
+        _checked(run_snakemake(workdir, "--cores", "2", configfile=config))
+        return {"workdir": workdir}
+
+    return made_once(tmp_path_factory, "device", make)["workdir"]
 
 
 def smoke_audit() -> list[dict]:
     records = []
-    for path in sorted(_RUNS["smoke-audit"].glob("*.jsonl")):
+    for path in sorted(MADE["smoke"]["audit"].glob("*.jsonl")):
         records += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return records
 
 
 def smoke_config_path() -> Path:
-    return _RUNS["smoke-config"]
+    return MADE["smoke"]["config"]
 
 
 def smoke_output() -> str:
     """What the shared smoke run printed (stdout, then stderr)."""
-    return _RUNS["smoke-output"]
+    return MADE["smoke"]["output"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -212,7 +205,8 @@ def _kill_mid_shard(workdir: Path, config: Path) -> tuple[set[int], set[int]]:
 def interrupted_run(tmp_path_factory) -> dict:
     """The smoke config again in a fresh directory (tiny-gpt2 up to its metrics), SIGKILLed mid-shard,
     then ``snakemake --unlock`` and ``--rerun-incomplete``. Also the second run of the determinism tests."""
-    if "interrupted" not in _RUNS:
+
+    def make() -> dict:
         reference = audited_smoke_run(tmp_path_factory)
         config = smoke_config_path()
         workdir = tmp_path_factory.mktemp("guarantees-interrupted")
@@ -220,11 +214,10 @@ def interrupted_run(tmp_path_factory) -> dict:
         shards = workdir / "results" / "embeddings" / "sts" / KILLED_MODEL / "shards"
         before = _shard_snapshot(shards)
         leftovers = sorted(path.name for path in shards.glob(".shard_*.tmp-*.h5"))
-        unlock = run_snakemake(workdir, *KILLED_TARGETS, "--unlock", configfile=config)
-        assert unlock.returncode == 0, failure(unlock)
+        _checked(run_snakemake(workdir, *KILLED_TARGETS, "--unlock", configfile=config))
         rerun = run_snakemake(workdir, *KILLED_TARGETS, "--cores", "2", "--rerun-incomplete", configfile=config)
-        assert rerun.returncode == 0, failure(rerun)
-        _RUNS["interrupted"] = {
+        _checked(rerun)
+        return {
             "workdir": workdir,
             "reference": reference,
             "config": config,
@@ -235,7 +228,8 @@ def interrupted_run(tmp_path_factory) -> dict:
             "after": _shard_snapshot(shards),
             "rerun": rerun.stdout + rerun.stderr,
         }
-    return _RUNS["interrupted"]
+
+    return made_once(tmp_path_factory, "interrupted", make)
 
 
 # --------------------------------------------------------------------------------------------------
