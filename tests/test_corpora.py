@@ -34,10 +34,11 @@ def test_a_second_corpus_is_planned_through_the_same_rules():
 
 @pytest.mark.slow
 def test_a_smoke_run_with_a_second_corpus_beside_sts_measures_both(tmp_path):
-    """Both corpora through every rule of the main study, with the smoke config's word-indexed model alone (the
-    dry run above plans both models; the sense stage has its own runs)."""
+    """Both corpora through every rule of the main study, with the smoke config's word-indexed model alone in 2
+    shards (the dry run above plans both models; the sense stage has its own runs)."""
     config = smoke_config(corpora={"glosses": GLOSSES}, senses={"enabled": False})
     config["models"] = {"tiny-gpt2": config["models"]["tiny-gpt2"]}
+    config["extraction"]["n_shards"] = 2  # a corpus's shards are the shared runs' to test: half the extraction jobs
     config = write_config(tmp_path / "two-corpora.yaml", config)
     result = run_snakemake(tmp_path, "--cores", "2", configfile=config, timeout=1800)
     assert result.returncode == 0, failure(result)
