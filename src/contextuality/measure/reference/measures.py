@@ -29,7 +29,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-import scipy.stats
 
 from contextuality.measure.reference.word_pcs import word_pc_stats
 from contextuality.paper import MIN_BASELINE_VECTORS
@@ -213,6 +212,8 @@ def bootstrap_ci(
     Returns (nan, nan) for fewer than 2 values or no resamples (``metrics.bootstrap_resamples: 0``),
     and (m, m) when all values equal m.
     """
+    import scipy.stats  # here: its import costs each layer job that never bootstraps about half a second
+
     values, trivial = bootstrap_input(values, n_resamples)
     if trivial is not None:
         return trivial
