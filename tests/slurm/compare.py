@@ -12,10 +12,13 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-# `localrules:` the downloads (compute nodes often have no network); `all` has no action; similarity_rows joins two
-# small tables in seconds and layer_file writes a few kB of HDF5 metadata (a cluster job would wait longer in the
-# queue than it runs)
-LOCAL_RULES = {"download_model", "corpus", "wordnet", "tagger", "similarity_rows", "layer_file", "all"}
+# `localrules:` the downloads (compute nodes often have no network); `all` has no action; the rest are seconds of
+# work (a cluster job would wait longer in the queue than it runs): similarity_rows joins two small tables,
+# layer_file writes a few kB of HDF5 metadata, sts_pairs parses the bundled release files, and the figures, tables
+# and report pages are drawn from small tables
+LOCAL_RULES = {"download_model", "corpus", "wordnet", "tagger", "similarity_rows", "layer_file", "all", "sts_pairs",
+               "figures", "model_figures", "summary", "table1", "report_pages", "senses_figures",
+               "similarity_figures", "atlas"}  # fmt: skip
 IMAGE_SUFFIXES = {".png", ".pdf"}  # matplotlib embeds creation dates in PDFs; figures only need to exist
 
 

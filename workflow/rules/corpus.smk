@@ -4,6 +4,7 @@
 
 localrules:
     corpus,  # seconds of work, and with `source: hub` a download: compute nodes often have no network
+    sts_pairs,  # the bundled release files parsed: seconds
 
 
 rule sts_pairs:

@@ -4,6 +4,16 @@
 from contextuality.report.inert import inert_json
 
 
+# Small tables drawn and written out in seconds: on a cluster, each as a job of its own would wait longer in the
+# queue than it runs, and start Snakemake twice on its node.
+localrules:
+    figures,
+    model_figures,
+    summary,
+    table1,
+    report_pages,
+
+
 rule figures:
     # Figures 1-4 of the paper, every model in each.
     input:

