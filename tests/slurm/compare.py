@@ -17,7 +17,7 @@ import numpy as np
 # layer_file writes a few kB of HDF5 metadata, sts_pairs parses the bundled release files, and the figures, tables
 # and report pages are drawn from small tables
 LOCAL_RULES = {"download_model", "corpus", "wordnet", "tagger", "similarity_rows", "layer_file", "all", "sts_pairs",
-               "figures", "model_figures", "summary", "table1", "report_pages", "senses_figures",
+               "figures", "model_figures", "summary", "table1", "report_pages", "model_pages", "senses_figures",
                "similarity_figures", "atlas"}  # fmt: skip
 IMAGE_SUFFIXES = {".png", ".pdf"}  # matplotlib embeds creation dates in PDFs; figures only need to exist
 

@@ -12,6 +12,7 @@ localrules:
     summary,
     table1,
     report_pages,
+    model_pages,
 
 
 rule figures:
