@@ -468,7 +468,7 @@ WORKFLOW_RUN_FIXTURES = {"smoke_run", "device_run", "interrupted_smoke_run"}
 def _file_order(items) -> dict[str, int]:
     """Where each test file goes in the run, for two pytest-xdist workers taking whole files in this order
     (`--dist loadfile --no-loadscope-reorder`: CI's slow tier). The session's shared runs are made by whichever
-    worker first needs them (workflow_runs._made_once) and the other waits: so one file that needs the interrupted
+    worker first needs them (made_once above) and the other waits: so one file that needs the interrupted
     run (the smoke run, then the interrupted one) goes first, one that needs only the device run second, then the
     files that make runs of their own, and last the files that read the shared runs once they are made."""
     needs: dict[str, set] = {}
