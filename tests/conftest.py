@@ -476,15 +476,10 @@ def _file_order(items) -> dict[str, int]:
         needs.setdefault(item.nodeid.split("::")[0], set()).update(
             WORKFLOW_RUN_FIXTURES & set(getattr(item, "fixturenames", ()))
         )
-    first = {
-        fixtures: next((name for name, used in needs.items() if test(used)), None)
-        for fixtures, test in (
-            ("interrupted", lambda used: "interrupted_smoke_run" in used),
-            ("device", lambda used: used == {"device_run"}),
-        )
-    }
+    interrupted = next((name for name, used in needs.items() if "interrupted_smoke_run" in used), None)
+    device = next((name for name, used in needs.items() if used == {"device_run"}), None)
     return {
-        name: 0 if name == first["interrupted"] else 1 if name == first["device"] else 2 if not used else 3
+        name: 0 if name == interrupted else 1 if name == device else 2 if not used else 3
         for name, used in needs.items()
     }
 
